@@ -1,0 +1,20 @@
+//! airlock-core decides everything and touches nothing.
+//!
+//! Every decision airlock makes — policy, run and invocation state, approvals, recovery — is
+//! computed here from explicit inputs, and every persisted change is built here and committed
+//! through one `Store::transact`. This crate knows nothing of tokio, SQLite, files, sockets,
+//! environment variables, the system clock or randomness: time, ids, storage, tools and
+//! spawning arrive through the ports in [`ports`] (SPEC §2). A structural test scans `src/` for
+//! the forbidden names.
+
+pub mod action;
+pub mod canonical;
+pub mod policy;
+pub mod ports;
+pub mod principal;
+pub mod scope;
+pub mod time;
+pub mod vocab;
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub mod fuzzing;

@@ -1,0 +1,67 @@
+//! The policy engine (SPEC §6.1): a pure, total function of a proposed action and a ruleset.
+//! First applicable step wins; no I/O, clock or mutation, and nothing depends on key order.
+
+use crate::action::{PolicyDecision, ProposedAction};
+use crate::vocab::{ActionKind, PolicyDecisionType, TrustLevel};
+
+use super::Ruleset;
+use super::overlay::overlay_fires;
+
+/// Evaluates one action. Never panics.
+pub fn evaluate(action: &ProposedAction, ruleset: &Ruleset) -> PolicyDecision {
+    let decide = |decision, reason_code: String, explanation: String| PolicyDecision {
+        decision,
+        reason_code,
+        explanation,
+        policy_version: ruleset.version.as_str().to_owned(),
+        modified_arguments: None,
+    };
+
+    // Step 0: skills are authored only from a user-origin turn.
+    if action.kind == ActionKind::SkillAuthoring && action.origin_trust != TrustLevel::User {
+        return decide(
+            PolicyDecisionType::Deny,
+            "policy.skill.origin_untrusted".to_owned(),
+            "Skill authoring requires a user-origin turn.".to_owned(),
+        );
+    }
+
+    // Step 1: hardline rules in file order.
+    if let Some(rule) = ruleset
+        .hardline
+        .iter()
+        .find(|rule| rule.matches(action.side_effect, &action.arguments))
+    {
+        return decide(
+            PolicyDecisionType::Deny,
+            rule.message_code.clone(),
+            format!("Hardline rule {} denied the action.", rule.id),
+        );
+    }
+
+    // Step 2 cannot fire: a loaded matrix has exactly one row per class.
+    let profile = &ruleset.profile;
+    let matrix_decision = profile.matrix.decide(action, profile.default_effect); // step 3
+    let untrusted = overlay_fires(
+        profile.external_untrusted_requires_approval,
+        matrix_decision,
+        action,
+    ); // step 4
+    let (decision, suffix) = if untrusted {
+        (
+            PolicyDecisionType::RequireApproval,
+            "; untrusted content requires approval.",
+        )
+    } else {
+        (matrix_decision, ".")
+    };
+    // Step 5.
+    decide(
+        decision,
+        format!("policy.matrix.{}", action.side_effect),
+        format!(
+            "The {} profile evaluated {}{suffix}",
+            profile.name, action.side_effect
+        ),
+    )
+}

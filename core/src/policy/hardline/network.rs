@@ -1,0 +1,285 @@
+//! `network_range` matching (SPEC §6.3): find every IP literal a string could name, in every
+//! spelling a resolver might accept, and test it against the rule's ranges. No DNS: hostnames
+//! never match here, and `host_on_allowlist` denies them anyway.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+
+use super::strings::is_ws;
+
+/// A compiled `cidrs` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkRanges {
+    ranges: Vec<IpNet>,
+}
+
+impl NetworkRanges {
+    pub fn new(ranges: Vec<IpNet>) -> NetworkRanges {
+        NetworkRanges { ranges }
+    }
+
+    fn contains(&self, address: IpAddr) -> bool {
+        self.ranges.iter().any(|range| range.contains(&address))
+    }
+
+    /// Whether `s` names, in any accepted spelling, an address inside a range.
+    pub fn matches_string(&self, s: &str) -> bool {
+        let cleaned: String = s
+            .chars()
+            .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+            .collect();
+        let trimmed =
+            cleaned.trim_matches(|c: char| is_ws(c) || c.is_control() && (c as u32) < 0x20);
+        let slashed = trimmed.replace('\\', "/");
+        [trimmed, slashed.as_str()].into_iter().any(|text| {
+            let mut found = false;
+            for_each_candidate(text, &mut |candidate| {
+                found = found || self.candidate_matches(candidate);
+            });
+            found
+        })
+    }
+
+    /// A candidate as given, without one trailing `.`, without a `%zone`, and without both.
+    fn candidate_matches(&self, candidate: &str) -> bool {
+        let without_dot = candidate.strip_suffix('.');
+        let without_zone = candidate.find('%').map(|i| &candidate[..i]);
+        let without_both = without_dot.and_then(|c| c.find('%').map(|i| &c[..i]));
+        [Some(candidate), without_dot, without_zone, without_both]
+            .into_iter()
+            .flatten()
+            .any(|text| {
+                addresses(text)
+                    .into_iter()
+                    .any(|address| self.contains(address))
+            })
+    }
+}
+
+/// Calls `f` with each candidate of SPEC §6.3 (a)–(c) and the host parts of their authorities.
+fn for_each_candidate<'a>(text: &'a str, f: &mut impl FnMut(&'a str)) {
+    // (a) the string itself.
+    f(text);
+    // (b) the authority after every `//`, overlapping occurrences included.
+    let bytes = text.as_bytes();
+    for i in 0..bytes.len().saturating_sub(1) {
+        if bytes[i] == b'/' && bytes[i + 1] == b'/' {
+            let after = &text[i + 2..];
+            let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+            authority_hosts(strip_userinfo(&after[..end]), f);
+        }
+    }
+    // (c) the text before the first `/`, `?` or `#`, read as an authority (scheme-less URLs).
+    let end = text.find(['/', '?', '#']).unwrap_or(text.len());
+    let head = &text[..end];
+    authority_hosts(head, f);
+    authority_hosts(strip_userinfo(head), f);
+}
+
+fn strip_userinfo(authority: &str) -> &str {
+    authority
+        .rfind('@')
+        .map_or(authority, |i| &authority[i + 1..])
+}
+
+/// The host candidates of an authority: the bracketed part, or the text before the first `:`,
+/// before the last `:`, and the whole.
+fn authority_hosts<'a>(authority: &'a str, f: &mut impl FnMut(&'a str)) {
+    if let Some(open) = authority.find('[') {
+        let inner = &authority[open + 1..];
+        f(inner.find(']').map_or(inner, |close| &inner[..close]));
+        return;
+    }
+    if let Some(first) = authority.find(':') {
+        f(&authority[..first]);
+    }
+    if let Some(last) = authority.rfind(':') {
+        f(&authority[..last]);
+    }
+    f(authority);
+}
+
+/// Every address a candidate denotes: IPv6, strict dotted-decimal IPv4 (leading zeros decimal),
+/// `inet_aton` IPv4, and the IPv4 embedded in an IPv6 address.
+fn addresses(text: &str) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    if let Ok(v6) = text.parse::<Ipv6Addr>() {
+        out.push(IpAddr::V6(v6));
+        if let Some(v4) = embedded_ipv4(v6) {
+            out.push(IpAddr::V4(v4));
+        }
+    }
+    if let Some(v4) = strict_dotted_decimal(text) {
+        out.push(IpAddr::V4(v4));
+    }
+    if let Some(v4) = inet_aton(text) {
+        out.push(IpAddr::V4(v4));
+    }
+    out
+}
+
+/// IPv4-mapped (`::ffff:0:0/96`), IPv4-compatible (`::/96`), NAT64 (`64:ff9b::/96`) and 6to4
+/// (`2002::/16`, bits 16–47).
+fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let o = v6.octets();
+    let low = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    let s = v6.segments();
+    if s[..5] == [0, 0, 0, 0, 0] && (s[5] == 0xffff || s[5] == 0) {
+        return Some(low);
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(low);
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
+    None
+}
+
+/// Four decimal parts, each ≤ 255; leading zeros are read as decimal.
+fn strict_dotted_decimal(text: &str) -> Option<Ipv4Addr> {
+    let mut octets = [0u8; 4];
+    let mut parts = text.split('.');
+    for octet in &mut octets {
+        let part = parts.next()?;
+        if part.is_empty() || part.len() > 12 || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        *octet = u8::try_from(part.parse::<u64>().ok()?).ok()?;
+    }
+    parts.next().is_none().then(|| Ipv4Addr::from(octets))
+}
+
+/// One `inet_aton` part: decimal, `0x` hex, or `0`-prefixed octal.
+fn aton_part(part: &str) -> Option<u64> {
+    let (digits, radix) =
+        if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            (hex, 16)
+        } else if part.len() > 1 && part.starts_with('0') {
+            (&part[1..], 8)
+        } else {
+            (part, 10)
+        };
+    if digits.is_empty() || digits.len() > 32 || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
+}
+
+/// The classic resolver reading: 1–4 parts; the last part fills the remaining bytes.
+fn inet_aton(text: &str) -> Option<Ipv4Addr> {
+    let parts: Vec<&str> = text.split('.').collect();
+    if parts.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let values: Vec<u64> = parts.iter().map(|p| aton_part(p)).collect::<Option<_>>()?;
+    let (last, leading) = values.split_last()?;
+    let mut address: u64 = 0;
+    for (i, value) in leading.iter().enumerate() {
+        if *value > 255 {
+            return None;
+        }
+        address |= value << (24 - 8 * i);
+    }
+    let last_bits = 8 * (4 - leading.len()) as u32;
+    if *last >= 1u64 << last_bits {
+        return None;
+    }
+    Some(Ipv4Addr::from((address | last) as u32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn metadata() -> NetworkRanges {
+        NetworkRanges::new(
+            [
+                "169.254.0.0/16",
+                "fe80::/10",
+                "fd00:ec2::254/128",
+                "100.100.100.200/32",
+                "168.63.129.16/32",
+            ]
+            .iter()
+            .map(|c| c.parse().unwrap())
+            .collect(),
+        )
+    }
+
+    #[test]
+    fn inet_aton_spellings() {
+        let target = Some(Ipv4Addr::new(169, 254, 169, 254));
+        assert_eq!(inet_aton("0xA9FEA9FE"), target);
+        assert_eq!(inet_aton("0251.0376.0251.0376"), target);
+        assert_eq!(inet_aton("169.254.43518"), target);
+        assert_eq!(inet_aton("2852039166"), target);
+        assert_eq!(inet_aton("169.16689662"), target);
+        assert_eq!(inet_aton("256.1.1.1"), None);
+        assert_eq!(inet_aton("1.2.3.4.5"), None);
+        assert_eq!(inet_aton("08.1.1.1"), None);
+        assert_eq!(inet_aton("4294967296"), None);
+        assert_eq!(
+            strict_dotted_decimal("010.001.1.1"),
+            Some(Ipv4Addr::new(10, 1, 1, 1))
+        );
+    }
+
+    #[test]
+    fn embedded_ipv4_forms() {
+        let target = Some(Ipv4Addr::new(169, 254, 169, 254));
+        for text in [
+            "::ffff:169.254.169.254",
+            "::169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+        ] {
+            assert_eq!(embedded_ipv4(text.parse().unwrap()), target, "{text}");
+        }
+        assert_eq!(embedded_ipv4("2001:db8::1".parse().unwrap()), None);
+    }
+
+    #[test]
+    fn spec_examples_match() {
+        let r = metadata();
+        for text in [
+            "http://169.254.169.254/latest",
+            "http://[fd00:ec2::254]/",
+            "100.100.100.200",
+            "168.63.129.16",
+            "169.254.169.254:80",
+            "http://[fe80::1]/x",
+            "[fe80::1%eth0]:8080",
+            "http://[::ffff:169.254.169.254]/",
+            "0xA9FEA9FE",
+            "0251.0376.0251.0376",
+            "169.254.43518",
+            "2852039166",
+        ] {
+            assert!(r.matches_string(text), "{text} should match");
+        }
+        for text in ["https://example.com/", "http://169.254.169.254.nip.io/"] {
+            assert!(!r.matches_string(text), "{text} should not match");
+        }
+    }
+
+    #[test]
+    fn tightenings_match() {
+        let r = metadata();
+        for text in [
+            "https:///169.254.169.254",
+            "http://user:pw@169.254.169.254/",
+            "169.254.169.254/latest",
+            "169.254.169.254?x",
+            " \t169.254.169.254.\n",
+            "http:\\\\169.254.169.254\\x",
+            "fe80::1%25eth0",
+            "see //169.254.169.254#frag",
+        ] {
+            assert!(r.matches_string(text), "{text:?} should match");
+        }
+        assert!(!r.matches_string("169.253.1.1"));
+        assert!(!r.matches_string("metadata.google.internal"));
+    }
+}

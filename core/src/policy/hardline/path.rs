@@ -1,0 +1,275 @@
+//! `protected_path` matching (SPEC §6.3): canonicalize every candidate path, then compare by
+//! components against absolute and relative entries.
+
+use std::borrow::Cow;
+
+use super::strings::is_ws;
+
+/// Characters a shell treats specially; replaced by spaces before a command is tokenized so that
+/// `cat</etc/passwd` still yields `/etc/passwd` (a tightening of "removing" them).
+const SHELL_CHARACTERS: [char; 9] = ['"', '\'', '<', '>', '|', ';', '&', '(', ')'];
+
+/// One entry of a rule's `paths`, pre-split into components.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Entry {
+    /// Matches the canonical path equal to or below it, case-sensitively.
+    Absolute(Vec<String>),
+    /// Matches when its components occur consecutively anywhere, ASCII-case-insensitively.
+    Relative(Vec<String>),
+}
+
+/// A compiled `paths` list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProtectedPaths {
+    entries: Vec<Entry>,
+}
+
+/// The canonical components of a path: `\` → `/`, `~/` → `/home/`, rooted, empty and `.` dropped,
+/// `..` popping but never above the root.
+pub fn canonical_components(path: &str) -> Vec<&str> {
+    let rest = if path == "~" {
+        "home"
+    } else if let Some(rest) = path.strip_prefix("~/").or_else(|| path.strip_prefix("~\\")) {
+        // `~/` becomes `/home/`; the `home` component is pushed below.
+        return with_home(rest);
+    } else {
+        path
+    };
+    let mut out = Vec::new();
+    push_components(&mut out, rest);
+    out
+}
+
+fn with_home(rest: &str) -> Vec<&str> {
+    let mut out = vec!["home"];
+    push_components(&mut out, rest);
+    out
+}
+
+fn push_components<'a>(out: &mut Vec<&'a str>, path: &'a str) {
+    for component in path.split(['/', '\\']) {
+        match component {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+}
+
+/// The path of a `file:` URL, percent-decoded, if `s` is one. The scheme is matched
+/// case-insensitively and any authority (`file://host/…`) is dropped.
+fn file_url_path(s: &str) -> Option<String> {
+    let scheme = s.get(..5)?;
+    if !scheme.eq_ignore_ascii_case("file:") {
+        return None;
+    }
+    let rest = &s[5..];
+    let path = match rest.strip_prefix("//") {
+        Some(after) => after.find('/').map_or("", |i| &after[i..]),
+        None => rest,
+    };
+    Some(percent_decode(path))
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).and_then(|b| hex(*b)),
+                bytes.get(i + 2).and_then(|b| hex(*b)),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl ProtectedPaths {
+    /// Compiles the entries of a rule. `~/x` yields both `/home/x` and the relative `x`.
+    pub fn new(paths: &[String]) -> ProtectedPaths {
+        let mut entries = Vec::new();
+        for raw in paths {
+            let normalized = raw.replace('\\', "/");
+            let owned = |parts: Vec<&str>| parts.into_iter().map(str::to_owned).collect::<Vec<_>>();
+            if normalized == "~" || normalized.starts_with("~/") {
+                let components = canonical_components(&normalized);
+                let relative: Vec<String> = owned(components[1..].to_vec());
+                entries.push(Entry::Absolute(owned(components)));
+                if !relative.is_empty() {
+                    entries.push(Entry::Relative(relative));
+                }
+            } else if normalized.starts_with('/') {
+                entries.push(Entry::Absolute(owned(canonical_components(&normalized))));
+            } else {
+                let relative = owned(canonical_components(&normalized));
+                if !relative.is_empty() {
+                    entries.push(Entry::Relative(relative));
+                }
+            }
+        }
+        ProtectedPaths { entries }
+    }
+
+    /// Whether any entry protects the canonical form of `path`.
+    fn protects(&self, path: &str) -> bool {
+        let components = canonical_components(path);
+        self.entries.iter().any(|entry| match entry {
+            Entry::Absolute(prefix) => {
+                components.len() >= prefix.len()
+                    && components.iter().zip(prefix).all(|(c, p)| *c == p.as_str())
+            }
+            Entry::Relative(needle) => {
+                let consecutive = components.windows(needle.len()).any(|window| {
+                    window
+                        .iter()
+                        .zip(needle)
+                        .all(|(c, n)| c.eq_ignore_ascii_case(n))
+                });
+                consecutive
+                    || (needle.len() == 1
+                        && components.iter().any(|c| has_dotted_prefix(c, &needle[0])))
+            }
+        })
+    }
+
+    /// Tests one collected string: itself, a `file:` URL's path, and — for code execution — each
+    /// shell token.
+    pub fn matches_string(&self, s: &str, code_execution: bool) -> bool {
+        if self.matches_candidate(s) {
+            return true;
+        }
+        if code_execution {
+            let cleaned: Cow<'_, str> = if s.contains(SHELL_CHARACTERS) {
+                Cow::Owned(s.replace(SHELL_CHARACTERS, " "))
+            } else {
+                Cow::Borrowed(s)
+            };
+            return cleaned
+                .split(is_ws)
+                .filter(|t| !t.is_empty())
+                .any(|token| self.matches_candidate(token));
+        }
+        false
+    }
+
+    fn matches_candidate(&self, s: &str) -> bool {
+        if self.protects(s) {
+            return true;
+        }
+        match file_url_path(s) {
+            Some(path) => {
+                // The path as given, and without a query or fragment.
+                let bare = path.split(['?', '#']).next().unwrap_or_default();
+                self.protects(&path) || self.protects(bare)
+            }
+            None => false,
+        }
+    }
+}
+
+/// A one-component relative entry `e` also matches `e.<anything>`, except exactly `e.example`.
+fn has_dotted_prefix(component: &str, entry: &str) -> bool {
+    let Some(head) = component.get(..entry.len()) else {
+        return false;
+    };
+    head.eq_ignore_ascii_case(entry)
+        && component.as_bytes().get(entry.len()) == Some(&b'.')
+        && component != format!("{entry}.example")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shipped() -> ProtectedPaths {
+        ProtectedPaths::new(&["/etc", "/usr", "~/.ssh", ".git/config", ".env"].map(String::from))
+    }
+
+    #[test]
+    fn canonicalization() {
+        assert_eq!(canonical_components("/etc//passwd"), ["etc", "passwd"]);
+        assert_eq!(
+            canonical_components("workspace/../etc/passwd"),
+            ["etc", "passwd"]
+        );
+        assert_eq!(canonical_components("\\etc\\passwd"), ["etc", "passwd"]);
+        assert_eq!(canonical_components("../../../etc"), ["etc"]);
+        assert_eq!(
+            canonical_components("~/.ssh/id_rsa"),
+            ["home", ".ssh", "id_rsa"]
+        );
+        assert_eq!(canonical_components("~"), ["home"]);
+        assert!(canonical_components("/").is_empty());
+    }
+
+    #[test]
+    fn entries_compile_home_as_absolute_and_relative() {
+        let paths = ProtectedPaths::new(&["~/.ssh".to_owned()]);
+        assert_eq!(
+            paths.entries,
+            vec![
+                Entry::Absolute(vec!["home".into(), ".ssh".into()]),
+                Entry::Relative(vec![".ssh".into()])
+            ]
+        );
+    }
+
+    #[test]
+    fn absolute_entries_compare_whole_components_case_sensitively() {
+        let p = shipped();
+        assert!(p.matches_string("/etc", false));
+        assert!(p.matches_string("/etc/passwd", false));
+        assert!(!p.matches_string("/etcetera/x", false));
+        assert!(!p.matches_string("/ETC/passwd", false));
+        assert!(p.matches_string("/home/.ssh/config", false));
+    }
+
+    #[test]
+    fn relative_entries_match_anywhere_case_insensitively() {
+        let p = shipped();
+        assert!(p.matches_string("sub/.git/config", false));
+        assert!(p.matches_string(".GIT/CONFIG", false));
+        assert!(!p.matches_string(".git/configs", false));
+        assert!(p.matches_string("notes/.env.local", false));
+        assert!(p.matches_string("notes/.env.Example", false));
+        assert!(!p.matches_string("./.env.example", false));
+        assert!(!p.matches_string(".ssh-backup/id_rsa", false));
+        assert!(p.matches_string("x/.SSH.old/key", false));
+    }
+
+    #[test]
+    fn file_urls_are_decoded() {
+        let p = shipped();
+        assert!(p.matches_string("file:///etc/passwd", false));
+        assert!(p.matches_string("FILE://localhost/%65tc/passwd", false));
+        assert!(p.matches_string("file:/x/.env?download=1", false));
+        assert!(!p.matches_string("file:///tmp/x", false));
+    }
+
+    #[test]
+    fn commands_are_tokenized_only_for_code_execution() {
+        let p = shipped();
+        assert!(p.matches_string("cat /etc/passwd", true));
+        assert!(p.matches_string("echo x > /etc/hosts", true));
+        assert!(p.matches_string("cat</etc/passwd", true));
+        assert!(p.matches_string("cat\u{1c}/usr/bin/x", true));
+        assert!(!p.matches_string("cat /etc/passwd", false));
+        assert!(!p.matches_string("cat /tmp/passwd", true));
+    }
+
+    #[test]
+    fn percent_decoding_keeps_malformed_escapes() {
+        assert_eq!(percent_decode("%2Fa%zz%4"), "/a%zz%4");
+    }
+}

@@ -1,0 +1,117 @@
+//! The effect matrix of a profile and its row conditions (SPEC §6.1 step 3, §6.2).
+//!
+//! The matrix is an array indexed by side-effect class, so "exactly one row per class" (step 2)
+//! holds by construction once a profile has loaded.
+
+use crate::action::ProposedAction;
+use crate::vocab::{PolicyCondition, PolicyDecisionType, SideEffectClass, TargetKind};
+
+/// One matrix row. `otherwise` exists only beside a condition (SPEC §7.4 row 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatrixRule {
+    Unconditional(PolicyDecisionType),
+    Conditional {
+        decision: PolicyDecisionType,
+        condition: PolicyCondition,
+        /// Absent: the profile's `default_effect` applies when the condition fails.
+        otherwise: Option<PolicyDecisionType>,
+    },
+}
+
+/// A decision a profile may fall back to: only ones that fail closed (SPEC §7.4 rows 9–10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailClosed {
+    Deny,
+    RequireApproval,
+}
+
+impl From<FailClosed> for PolicyDecisionType {
+    fn from(value: FailClosed) -> Self {
+        match value {
+            FailClosed::Deny => PolicyDecisionType::Deny,
+            FailClosed::RequireApproval => PolicyDecisionType::RequireApproval,
+        }
+    }
+}
+
+/// One row per side-effect class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Matrix([MatrixRule; 15]);
+
+impl Matrix {
+    pub fn new(rules: [MatrixRule; 15]) -> Matrix {
+        Matrix(rules)
+    }
+
+    pub fn row(&self, class: SideEffectClass) -> MatrixRule {
+        self.0[class.index()]
+    }
+
+    /// Step 3: the row's decision if its condition holds, else `otherwise`, else the default.
+    pub fn decide(
+        &self,
+        action: &ProposedAction,
+        default_effect: FailClosed,
+    ) -> PolicyDecisionType {
+        match self.row(action.side_effect) {
+            MatrixRule::Unconditional(decision) => decision,
+            MatrixRule::Conditional {
+                decision,
+                condition,
+                otherwise,
+            } => {
+                if condition_holds(condition, action) {
+                    decision
+                } else {
+                    otherwise.unwrap_or(default_effect.into())
+                }
+            }
+        }
+    }
+}
+
+/// SPEC §6.2. Every condition reads only the action; none can be satisfied by a hostname.
+pub fn condition_holds(condition: PolicyCondition, action: &ProposedAction) -> bool {
+    match condition {
+        PolicyCondition::PathInsideWorkspace => path_inside_workspace(action),
+        PolicyCondition::HostOnAllowlist => host_on_allowlist(action),
+        PolicyCondition::TargetIsolated => action.target.isolated,
+    }
+}
+
+/// Reads only the top-level `path`; NUL, length and symlinks are the workspace handle's job.
+fn path_inside_workspace(action: &ProposedAction) -> bool {
+    let Some(path) = action.arguments.get("path").and_then(|p| p.as_str()) else {
+        return false;
+    };
+    if path.starts_with('/') || path.contains('\\') {
+        return false;
+    }
+    let kind_holds = matches!(
+        action.target.kind,
+        TargetKind::InProcess | TargetKind::Sandbox
+    );
+    if path.is_empty() {
+        return kind_holds;
+    }
+    kind_holds
+        && path
+            .split('/')
+            .all(|component| !matches!(component, "" | "." | ".."))
+}
+
+fn host_on_allowlist(action: &ProposedAction) -> bool {
+    use crate::vocab::IdempotencyClass::ReadOnly;
+    let target = &action.target;
+    if action.side_effect != SideEffectClass::NetworkRead || action.idempotency != ReadOnly {
+        return false;
+    }
+    let web = target.kind == TargetKind::WebProvider
+        && target.network_enabled
+        && matches!(action.name.as_str(), "web.search" | "web.fetch");
+    let browser = target.kind == TargetKind::BrowserProvider
+        && target.isolated
+        && target.network_enabled
+        && matches!(action.name.as_str(), "browser.navigate" | "browser.observe");
+    web || browser
+}
