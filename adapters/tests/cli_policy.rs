@@ -1,0 +1,214 @@
+//! `airlock policy …` through the real binary: output, exit codes and error reporting
+//! (SPEC Appendix A, §7.4). Snapshots pin output a human reviewed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn airlock(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("airlock starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(stdin)
+        .expect("stdin accepts input");
+    child.wait_with_output().expect("airlock finishes")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
+}
+
+fn shipped_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies")
+}
+
+/// A policy dir holding the shipped files with one of them edited.
+fn edited_policy_dir(name: &str, file: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("policy-{name}"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for shipped in ["default.toml", "hardline.toml"] {
+        let text = std::fs::read_to_string(shipped_dir().join(shipped)).expect("shipped file");
+        let text = if shipped == file { edit(text) } else { text };
+        std::fs::write(dir.join(shipped), text).expect("write policy file");
+    }
+    dir
+}
+
+fn dir_arg(dir: &Path) -> String {
+    dir.display().to_string()
+}
+
+/// The first conformance action, as JSON text.
+fn sample_action() -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/conformance/policy-cases.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("conformance data missing at {}: {e}", path.display()));
+    let case: serde_json::Value =
+        serde_json::from_str(text.lines().next().expect("one case")).expect("case is JSON");
+    case["action"].to_string()
+}
+
+#[test]
+fn version_prints_the_shipped_label() {
+    let output = airlock(&["policy", "version"], b"");
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(stdout(&output), "default@9f2e26918d43+hce0d2844\n");
+}
+
+#[test]
+fn check_reports_hashes_and_near_miss_verdicts() {
+    let output = airlock(&["policy", "check"], b"");
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    insta::assert_snapshot!(stdout(&output));
+}
+
+#[test]
+fn check_json_prints_only_the_object() {
+    let output = airlock(&["policy", "check", "--json"], b"");
+    assert_eq!(output.status.code(), Some(0));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
+    assert_eq!(value["policy_version"], "default@9f2e26918d43+hce0d2844");
+    assert_eq!(
+        value["profile_sha256"],
+        "9f2e26918d434563eca959a1c9c3fed33ec82649779762d03ec40daca91ce4c6"
+    );
+    assert_eq!(
+        value["hardline_sha256"],
+        "ce0d28444d318b8b3f535cb12f353590228b016e7f3b3fe4f1f22259ec514199"
+    );
+    assert_eq!(stdout(&output).lines().count(), 1);
+}
+
+#[test]
+fn policy_dir_with_the_shipped_files_gives_the_shipped_version() {
+    let output = airlock(
+        &[
+            "policy",
+            "version",
+            "--policy-dir",
+            &dir_arg(&shipped_dir()),
+        ],
+        b"",
+    );
+    assert_eq!(stdout(&output), "default@9f2e26918d43+hce0d2844\n");
+}
+
+#[test]
+fn broken_profile_exits_3_naming_the_profile() {
+    let dir = edited_policy_dir("broken-profile", "default.toml", |t| {
+        t.replace("default_effect = \"deny\"", "default_effect = \"allow\"")
+    });
+    let output = airlock(&["policy", "check", "--policy-dir", &dir_arg(&dir)], b"");
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(
+        stderr(&output),
+        "error: profile: default_effect must fail closed\n"
+    );
+    assert!(stdout(&output).is_empty());
+}
+
+#[test]
+fn broken_hardline_exits_3_naming_the_hardline_file() {
+    let dir = edited_policy_dir("broken-hardline", "hardline.toml", |t| {
+        t.replace("near_miss = \"rm -rf ./build\"", "near_miss = \"rm -rf /\"")
+    });
+    let output = airlock(
+        &["policy", "eval", "--policy-dir", &dir_arg(&dir)],
+        sample_action().as_bytes(),
+    );
+    assert_eq!(output.status.code(), Some(3));
+    assert_eq!(
+        stderr(&output),
+        "error: hardline: destructive_root_delete: rule matches its own near_miss\n"
+    );
+}
+
+#[test]
+fn unparsable_policy_file_exits_3() {
+    let dir = edited_policy_dir("not-toml", "default.toml", |t| format!("{t}\n[[[ nonsense"));
+    let output = airlock(&["policy", "version", "--policy-dir", &dir_arg(&dir)], b"");
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        stderr(&output).starts_with("error: profile: invalid TOML: "),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn missing_policy_file_exits_3() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-empty");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let output = airlock(&["policy", "check", "--policy-dir", &dir_arg(&dir)], b"");
+    assert_eq!(output.status.code(), Some(3));
+    assert!(
+        stderr(&output).starts_with("error: profile: cannot read '"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn eval_reads_one_action_from_stdin() {
+    let output = airlock(&["policy", "eval"], sample_action().as_bytes());
+    assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
+    assert_eq!(
+        stdout(&output),
+        "{\"decision\":\"allow\",\"reason_code\":\"policy.matrix.none\",\"explanation\":\"The default profile evaluated none.\",\"policy_version\":\"default@9f2e26918d43+hce0d2844\",\"modified_arguments\":null}\n"
+    );
+}
+
+#[test]
+fn eval_of_an_invalid_action_prints_the_error_object_and_exits_2() {
+    let output = airlock(&["policy", "eval", "-"], b"{\"kind\":\"tool_call\"}");
+    assert_eq!(output.status.code(), Some(2));
+    let value: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("error object");
+    assert_eq!(value["error"]["code"], "invalid_action");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("missing field")),
+        "{value}"
+    );
+}
+
+#[test]
+fn eval_jsonl_answers_every_line_and_exits_2_after_a_bad_one() {
+    let action = sample_action();
+    let mut unknown_field: serde_json::Value = serde_json::from_str(&action).expect("action");
+    unknown_field["surprise"] = serde_json::Value::Bool(true);
+    let input = format!("{action}\nnot json\n{unknown_field}\n\n\u{0}\n{action}\n");
+    let output = airlock(&["policy", "eval", "--jsonl"], input.as_bytes());
+    assert_eq!(output.status.code(), Some(2));
+    let text = stdout(&output);
+    assert_eq!(text.lines().count(), 6, "one answer per input line");
+    insta::assert_snapshot!(text);
+    assert_eq!(stderr(&output), "error: 4 line(s) were not valid actions\n");
+}
+
+#[test]
+fn eval_of_a_missing_file_is_invalid_input() {
+    let output = airlock(&["policy", "eval", "/nonexistent/airlock-action.json"], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stdout(&output).starts_with("{\"error\":{\"code\":\"invalid_argument\""));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let output = airlock(&["policy", "frobnicate"], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("unrecognized subcommand"));
+}
