@@ -8,13 +8,30 @@
 //! the forbidden names.
 
 pub mod action;
+pub mod approval;
 pub mod canonical;
+pub mod control;
+pub mod env;
+pub mod events;
+pub mod ids;
+pub mod invocation;
+pub mod mem_store;
+pub mod planner;
 pub mod policy;
 pub mod ports;
 pub mod principal;
+pub mod run;
 pub mod scope;
+pub mod session;
+pub mod store;
 pub mod time;
+pub mod tool;
 pub mod vocab;
+pub mod worker;
+pub mod workspace;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
+
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;

@@ -5,7 +5,6 @@
 //! evaluation (it is simply in no set).
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -34,36 +33,37 @@ macro_rules! wire_enum {
             }
         }
 
-        impl FromStr for $name {
-            type Err = UnknownVariant;
-            fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        impl std::str::FromStr for $name {
+            type Err = $crate::vocab::UnknownVariant;
+            fn from_str(s: &str) -> Result<Self, $crate::vocab::UnknownVariant> {
                 match s {
                     $($wire => Ok($name::$variant),)+
-                    _ => Err(UnknownVariant { kind: $kind, value: s.to_owned() }),
+                    _ => Err($crate::vocab::UnknownVariant { kind: $kind, value: s.to_owned() }),
                 }
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
 
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.serialize_str(self.as_str())
             }
         }
 
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
                 s.parse().map_err(serde::de::Error::custom)
             }
         }
     };
 }
+pub(crate) use wire_enum;
 
 wire_enum! {
     /// What a tool call does to the world; selects the matrix row (SPEC §6.1).
@@ -241,6 +241,205 @@ impl<'de> Deserialize<'de> for TargetKind {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
         Ok(TargetKind::parse(&s))
+    }
+}
+
+wire_enum! {
+    /// A run's status (SPEC §8.1). The lease lives in [`crate::run::RunState::Running`].
+    RunStatus: "run status" {
+        Queued = "QUEUED",
+        Running = "RUNNING",
+        WaitingForApproval = "WAITING_FOR_APPROVAL",
+        Completed = "COMPLETED",
+        Failed = "FAILED",
+        Cancelled = "CANCELLED",
+    }
+}
+
+impl RunStatus {
+    pub const fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+wire_enum! {
+    /// An invocation's status (SPEC §9.1).
+    InvocationStatus: "invocation status" {
+        Proposed = "PROPOSED",
+        Authorized = "AUTHORIZED",
+        WaitingForApproval = "WAITING_FOR_APPROVAL",
+        Running = "RUNNING",
+        Succeeded = "SUCCEEDED",
+        Failed = "FAILED",
+        Denied = "DENIED",
+        Uncertain = "UNCERTAIN",
+    }
+}
+
+impl InvocationStatus {
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Denied | Self::Uncertain
+        )
+    }
+
+    /// The edges of SPEC §9.1.
+    pub fn may_become(self, next: InvocationStatus) -> bool {
+        use InvocationStatus::*;
+        matches!(
+            (self, next),
+            (Proposed, Authorized | WaitingForApproval | Denied)
+                | (Authorized, Running | Denied)
+                | (WaitingForApproval, Authorized | Denied)
+                | (Running, Succeeded | Failed | Uncertain)
+        )
+    }
+}
+
+wire_enum! {
+    /// An approval's status (SPEC §10.1).
+    ApprovalStatus: "approval status" {
+        Pending = "pending",
+        Approved = "approved",
+        Denied = "denied",
+        Expired = "expired",
+        Cancelled = "cancelled",
+    }
+}
+
+wire_enum! {
+    /// What a principal asks of a pending approval.
+    ApprovalResolution: "resolution" { ApproveOnce = "approve_once", Deny = "deny" }
+}
+
+wire_enum! {
+    /// The answer to a resolve (SPEC §10.4).
+    ResolveState: "resolve state" {
+        Applied = "applied",
+        AlreadyResolvedIdentically = "already_resolved_identically",
+        AlreadyResolvedDifferently = "already_resolved_differently",
+    }
+}
+
+wire_enum! {
+    /// The recovery table's actions (SPEC §9.4).
+    RecoveryAction: "recovery action" {
+        ReturnOutcome = "RETURN_OUTCOME",
+        ResumeAuthorization = "RESUME_AUTHORIZATION",
+        ResumeApproval = "RESUME_APPROVAL",
+        Reexecute = "REEXECUTE",
+        ReplayIdempotencyKey = "REPLAY_IDEMPOTENCY_KEY",
+        MarkUncertain = "MARK_UNCERTAIN",
+    }
+}
+
+wire_enum! {
+    /// An outcome's status, mirroring the terminal invocation status.
+    OutcomeStatus: "outcome status" { Succeeded = "succeeded", Failed = "failed", Denied = "denied", Uncertain = "uncertain" }
+}
+
+wire_enum! {
+    /// What the planner may do about a failed call.
+    Remediation: "remediation" { None = "none", ModifyArguments = "modify_arguments" }
+}
+
+wire_enum! {
+    /// Why a run failed (SPEC §13.1 gives each its message).
+    FailureReason: "failure reason" {
+        MaxAttemptsExceeded = "max_attempts_exceeded",
+        MaxStepsExceeded = "max_steps_exceeded",
+        BudgetExceeded = "budget_exceeded",
+        DeadlineExceeded = "deadline_exceeded",
+        RepeatedDenial = "repeated_denial",
+        PlannerError = "planner_error",
+        InternalError = "internal_error",
+    }
+}
+
+impl FailureReason {
+    /// The `failure.message` of SPEC §13.1.
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::MaxAttemptsExceeded => "The run was interrupted too many times.",
+            Self::MaxStepsExceeded => "The run reached its step limit.",
+            Self::BudgetExceeded => "The run reached its tool-call limit.",
+            Self::DeadlineExceeded => "The run passed its deadline.",
+            Self::RepeatedDenial => "The planner repeated a denied action.",
+            Self::PlannerError => "The planner failed or returned an invalid turn.",
+            Self::InternalError => "The run failed because of an internal error.",
+        }
+    }
+}
+
+wire_enum! {
+    /// How a tool says it failed (SPEC §9.3).
+    ToolFailureKind: "tool failure kind" {
+        InvalidArguments = "invalid_arguments",
+        NotFound = "not_found",
+        Timeout = "timeout",
+        OutputInvalid = "output_invalid",
+        UpstreamError = "upstream_error",
+        OutcomeUnknown = "outcome_unknown",
+        Internal = "internal",
+    }
+}
+
+wire_enum! {
+    /// Why a run's token was cancelled; never persisted.
+    CancelReason: "cancel reason" { Requested = "requested", Fenced = "fenced" }
+}
+
+wire_enum! {
+    /// A human's finding about an UNCERTAIN call (SPEC §9.5).
+    SettlementOutcome: "settlement outcome" { Succeeded = "succeeded", Failed = "failed" }
+}
+
+wire_enum! {
+    /// Who caused an event (SPEC §13.1).
+    ActorType: "actor type" {
+        Principal = "principal",
+        Worker = "worker",
+        Application = "application",
+        Maintenance = "maintenance",
+        Process = "process",
+    }
+}
+
+wire_enum! {
+    /// Why a checkpoint was written (SPEC §3).
+    CheckpointTrigger: "checkpoint trigger" {
+        Seed = "seed",
+        ToolPending = "tool_pending",
+        ToolBatch = "tool_batch",
+        Suspended = "suspended",
+        Final = "final",
+    }
+}
+
+wire_enum! {
+    /// Where a host may stop the process: right after each transaction's commit (except
+    /// HEARTBEAT), and after a tool returns (SPEC §2.2).
+    CrashPoint: "crash point" {
+        AfterSubmit = "after_submit",
+        AfterClaim = "after_claim",
+        AfterPending = "after_pending",
+        AfterRefuse = "after_refuse",
+        AfterPropose = "after_propose",
+        AfterStart = "after_start",
+        AfterInvoke = "after_invoke",
+        AfterFinish = "after_finish",
+        AfterRecover = "after_recover",
+        AfterRevalidate = "after_revalidate",
+        AfterBatch = "after_batch",
+        AfterPark = "after_park",
+        AfterFinal = "after_final",
+        AfterResolve = "after_resolve",
+        AfterExpire = "after_expire",
+        AfterCancel = "after_cancel",
+        AfterReclaim = "after_reclaim",
+        AfterSettle = "after_settle",
+        AfterProfile = "after_profile",
     }
 }
 

@@ -1,0 +1,770 @@
+//! The application service (SPEC §10.4, §8.5, §9.5, §15): transport-neutral operations on runs,
+//! approvals and the UNCERTAIN review queue. Every call takes the caller's `Principal`; another
+//! tenant's rows are `NotFound`, never `Forbidden`.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::approval::Approval;
+use crate::env::Env;
+use crate::events::{Actor, Event, EventType, NewEvent, ProcessEvent, keys};
+use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
+use crate::invocation::Invocation;
+use crate::planner::script::RunScript;
+use crate::ports::Dispatcher;
+use crate::principal::Principal;
+use crate::run::cancel::TokenRegistry;
+use crate::run::checkpoint::{Checkpoint, CheckpointState};
+use crate::run::state::{Change, RequeueReason, transition, update_fields};
+use crate::run::{Run, RunState};
+use crate::scope::Scope;
+use crate::session::{PolicyProfileRecord, Session, Settlement};
+use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
+use crate::time::Timestamp;
+use crate::vocab::{
+    ApprovalResolution, ApprovalStatus, CancelReason, CheckpointTrigger, CrashPoint,
+    InvocationStatus, ResolveState, RunStatus, SettlementOutcome,
+};
+
+/// The service's error kinds; the CLI maps each to an exit code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("not found")]
+    NotFound,
+    #[error("the run's own principal may not resolve its approvals")]
+    SelfApproval,
+    #[error("the approval is no longer pending (status {status})")]
+    NoLongerPending { status: ApprovalStatus },
+    #[error("the approval expired")]
+    Expired,
+    #[error("{0}")]
+    InvalidArgument(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("storage: {0}")]
+    Storage(String),
+}
+
+impl ServiceError {
+    /// The snake_case code of Appendix A.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ServiceError::Forbidden(_) => "forbidden",
+            ServiceError::NotFound => "not_found",
+            ServiceError::SelfApproval => "self_approval",
+            ServiceError::NoLongerPending { .. } => "no_longer_pending",
+            ServiceError::Expired => "expired",
+            ServiceError::InvalidArgument(_) => "invalid_argument",
+            ServiceError::Conflict(_) => "conflict",
+            ServiceError::Storage(_) => "storage",
+        }
+    }
+}
+
+impl From<TxError> for ServiceError {
+    fn from(error: TxError) -> ServiceError {
+        match error {
+            TxError::NotFound => ServiceError::NotFound,
+            TxError::Conflict(message) => ServiceError::Conflict(message),
+            TxError::Fenced => ServiceError::Conflict("fenced".to_owned()),
+            TxError::Backend(message) => ServiceError::Storage(message),
+        }
+    }
+}
+
+/// A service result that commits even when the caller is refused (an expiry found by resolve).
+enum Committed<T> {
+    Value(T),
+    ExpiredNow { requeued: Option<RunId> },
+}
+
+/// `submit_run`'s answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub run_id: RunId,
+    pub session_id: SessionId,
+    pub status: RunStatus,
+}
+
+/// A page and the cursor of the next one (`None` iff no further row exists).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+/// `resolve`'s answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub state: ResolveState,
+    pub approval: Approval,
+}
+
+/// `cancel_run`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelOutcome {
+    pub accepted: bool,
+    pub status: RunStatus,
+}
+
+pub struct ControlService<S: Store> {
+    env: Env<S>,
+    dispatcher: Arc<dyn Dispatcher>,
+    /// This process's run tokens, when it also executes runs.
+    tokens: Option<TokenRegistry>,
+}
+
+fn require(principal: &Principal, scope: &str) -> Result<(), ServiceError> {
+    let held = Scope::parse(scope).is_ok_and(|s| principal.scopes.contains(&s));
+    if held {
+        Ok(())
+    } else {
+        Err(ServiceError::Forbidden(format!(
+            "missing required scope: {scope}"
+        )))
+    }
+}
+
+impl<S: Store> ControlService<S> {
+    pub fn new(
+        env: Env<S>,
+        dispatcher: Arc<dyn Dispatcher>,
+        tokens: Option<TokenRegistry>,
+    ) -> Self {
+        ControlService {
+            env,
+            dispatcher,
+            tokens,
+        }
+    }
+
+    pub fn env(&self) -> &Env<S> {
+        &self.env
+    }
+
+    /// SUBMIT (SPEC §15): a new run from a run script, queued with its seed checkpoint.
+    pub async fn submit_run(
+        &self,
+        principal: &Principal,
+        script_text: &str,
+    ) -> Result<Submitted, ServiceError> {
+        require(principal, "run.write")?;
+        let script = RunScript::parse(script_text)
+            .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        if script.tenant_id != principal.tenant_id || script.principal_id != principal.principal_id
+        {
+            return Err(ServiceError::Forbidden(
+                "the script's tenant and principal must be the caller's".to_owned(),
+            ));
+        }
+        if !script.principal_scopes.is_subset(&principal.scopes) {
+            return Err(ServiceError::Forbidden(
+                "the script's scopes must be a subset of the caller's".to_owned(),
+            ));
+        }
+        let now = self.env.clock.now();
+        let run_id = RunId(self.env.new_uuid());
+        let fresh_session = SessionId(self.env.new_uuid());
+        let deadline_at = script
+            .limits
+            .deadline_seconds
+            .map(|s| now.saturating_add_seconds(i64::from(s)));
+        let actor = Actor::principal(&principal.principal_id);
+        let submitted = self.env.transact(|tx| {
+            let session_id = match script.session_id {
+                Some(id) => {
+                    let session = tx.session(id)?.ok_or(TxError::NotFound)?;
+                    if session.tenant_id != principal.tenant_id {
+                        return Err(TxError::NotFound);
+                    }
+                    if session.principal_id != principal.principal_id {
+                        return Err(TxError::Conflict(
+                            "the session belongs to another principal".to_owned(),
+                        ));
+                    }
+                    if tx.active_run_in_session(id)?.is_some() {
+                        return Err(TxError::Conflict(
+                            "the session already has an active run".to_owned(),
+                        ));
+                    }
+                    id
+                }
+                None => {
+                    tx.insert_session(&Session {
+                        id: fresh_session,
+                        tenant_id: principal.tenant_id.clone(),
+                        principal_id: principal.principal_id.clone(),
+                        next_event_sequence: 1,
+                        created_at: now,
+                    })?;
+                    fresh_session
+                }
+            };
+            let run = Run {
+                id: run_id,
+                session_id,
+                tenant_id: script.tenant_id.clone(),
+                principal_id: script.principal_id.clone(),
+                principal_scopes: script.principal_scopes.clone(),
+                origin_trust: script.origin_trust,
+                planner_kind: "scripted".to_owned(),
+                planner_input: script.to_json(),
+                state: RunState::Queued {
+                    scheduled_for: None,
+                },
+                step_count: 0,
+                tool_call_count: 0,
+                limits: script.limits,
+                deadline_at,
+                lease_epoch: 0,
+                attempts: 0,
+                cancel_requested_at: None,
+                created_at: now,
+                updated_at: now,
+            };
+            tx.insert_run(&run)?;
+            tx.insert_checkpoint(&Checkpoint {
+                run_id,
+                version: 1,
+                trigger: CheckpointTrigger::Seed,
+                state: CheckpointState::default(),
+                created_at: now,
+            })?;
+            for (event_type, payload) in [
+                (EventType::RunQueued, json!({"run_id": run_id.to_string()})),
+                (
+                    EventType::RunCheckpointed,
+                    json!({"version": 1, "trigger": "seed"}),
+                ),
+            ] {
+                tx.append_event(&NewEvent {
+                    session_id,
+                    run_id: Some(run_id),
+                    event_type,
+                    actor: actor.clone(),
+                    payload,
+                    derivation_key: None,
+                    created_at: now,
+                })?;
+            }
+            Ok(Submitted {
+                run_id,
+                session_id,
+                status: RunStatus::Queued,
+            })
+        })?;
+        self.env.reached(CrashPoint::AfterSubmit).await;
+        self.dispatcher.dispatch(run_id);
+        Ok(submitted)
+    }
+
+    fn visible_run(tx: &mut dyn StoreTx, principal: &Principal, id: RunId) -> Result<Run, TxError> {
+        tx.run(id)?
+            .filter(|r| r.tenant_id == principal.tenant_id)
+            .ok_or(TxError::NotFound)
+    }
+
+    fn visible_approval(
+        tx: &mut dyn StoreTx,
+        principal: &Principal,
+        id: ApprovalId,
+    ) -> Result<Approval, TxError> {
+        tx.approval(id)?
+            .filter(|a| a.tenant_id == principal.tenant_id && a.requested_at.is_some())
+            .ok_or(TxError::NotFound)
+    }
+
+    pub fn get_run(&self, principal: &Principal, id: RunId) -> Result<Run, ServiceError> {
+        require(principal, "run.read")?;
+        Ok(self
+            .env
+            .transact(|tx| Self::visible_run(tx, principal, id))?)
+    }
+
+    /// The run's events by id; `after_id` is the previous page's `next_cursor`.
+    pub fn list_events(
+        &self,
+        principal: &Principal,
+        run: RunId,
+        after_id: Option<i64>,
+        limit: Option<usize>,
+    ) -> Result<Page<Event>, ServiceError> {
+        require(principal, "run.read")?;
+        let limit = limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(
+                "limit must be in 1..=1000".to_owned(),
+            ));
+        }
+        let mut items = self.env.transact(|tx| {
+            Self::visible_run(tx, principal, run)?;
+            tx.events_of_run(run, after_id, limit + 1)
+        })?;
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next_cursor = if more {
+            items.last().map(|e| e.id.to_string())
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    pub fn get_approval(
+        &self,
+        principal: &Principal,
+        id: ApprovalId,
+    ) -> Result<Approval, ServiceError> {
+        require(principal, "approval.read")?;
+        Ok(self
+            .env
+            .transact(|tx| Self::visible_approval(tx, principal, id))?)
+    }
+
+    /// The tenant's announced pending approvals, newest first.
+    pub fn list_pending(
+        &self,
+        principal: &Principal,
+        run: Option<RunId>,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<Page<Approval>, ServiceError> {
+        require(principal, "approval.read")?;
+        let limit = limit.unwrap_or(50);
+        if !(1..=100).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(
+                "limit must be in 1..=100".to_owned(),
+            ));
+        }
+        let after = cursor.map(parse_cursor).transpose()?;
+        let mut items = self
+            .env
+            .transact(|tx| tx.pending_approvals(&principal.tenant_id, run, after, limit + 1))?;
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next_cursor = if more {
+            items
+                .last()
+                .map(|a| format!("{}:{}", a.created_at.as_micros(), a.id))
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
+    }
+
+    /// RESOLVE (SPEC §10.4), checks in the spec's order; one transaction.
+    pub async fn resolve(
+        &self,
+        principal: &Principal,
+        id: ApprovalId,
+        resolution: ApprovalResolution,
+        reason: Option<&str>,
+    ) -> Result<Resolved, ServiceError> {
+        require(principal, "approval.resolve")?;
+        if reason.is_some_and(|r| r.chars().count() > 4096) {
+            return Err(ServiceError::InvalidArgument(
+                "reason must be at most 4096 characters".to_owned(),
+            ));
+        }
+        let now = self.env.clock.now();
+        let self_approval = self.env.ruleset.profile.self_approval_enabled;
+        let committed = self.env.transact(|tx| {
+            let approval = Self::visible_approval(tx, principal, id)?;
+            if !self_approval && approval.principal_id == principal.principal_id {
+                return Ok(Err(ServiceError::SelfApproval));
+            }
+            match approval.status {
+                ApprovalStatus::Approved | ApprovalStatus::Denied => {
+                    let requested = match resolution {
+                        ApprovalResolution::ApproveOnce => ApprovalStatus::Approved,
+                        ApprovalResolution::Deny => ApprovalStatus::Denied,
+                    };
+                    let state = if approval.status == requested {
+                        ResolveState::AlreadyResolvedIdentically
+                    } else {
+                        ResolveState::AlreadyResolvedDifferently
+                    };
+                    return Ok(Ok(Committed::Value((Resolved { state, approval }, None))));
+                }
+                ApprovalStatus::Expired | ApprovalStatus::Cancelled => {
+                    return Ok(Err(ServiceError::NoLongerPending {
+                        status: approval.status,
+                    }));
+                }
+                ApprovalStatus::Pending => {}
+            }
+            if now >= approval.expires_at {
+                let requeued = expire_one(tx, &approval, now)?;
+                return Ok(Ok(Committed::ExpiredNow { requeued }));
+            }
+            let mut next = approval.clone();
+            next.status = match resolution {
+                ApprovalResolution::ApproveOnce => ApprovalStatus::Approved,
+                ApprovalResolution::Deny => ApprovalStatus::Denied,
+            };
+            next.resolution = Some(resolution);
+            next.resolution_reason = reason.map(str::to_owned);
+            next.resolved_at = Some(now);
+            next.resolved_by = Some(principal.principal_id.clone());
+            tx.update_approval(ApprovalStatus::Pending, &next)?;
+            let actor = Actor::principal(&principal.principal_id);
+            tx.append_event(&NewEvent {
+                session_id: approval.session_id,
+                run_id: Some(approval.run_id),
+                event_type: EventType::ApprovalResolved,
+                actor: actor.clone(),
+                payload: json!({"approval_id": id.to_string(), "resolution": resolution.as_str()}),
+                derivation_key: Some(keys::approval_closed(id)),
+                created_at: now,
+            })?;
+            let requeued = requeue_waiting(
+                tx,
+                approval.run_id,
+                RequeueReason::ApprovalResolved(id),
+                &actor,
+                now,
+            )?;
+            Ok(Ok(Committed::Value((
+                Resolved {
+                    state: ResolveState::Applied,
+                    approval: next,
+                },
+                requeued,
+            ))))
+        })?;
+        match committed? {
+            Committed::Value((resolved, requeued)) => {
+                if resolved.state == ResolveState::Applied {
+                    self.env.reached(CrashPoint::AfterResolve).await;
+                }
+                if let Some(run) = requeued {
+                    self.dispatcher.resume(run);
+                }
+                Ok(resolved)
+            }
+            Committed::ExpiredNow { requeued } => {
+                self.env.reached(CrashPoint::AfterExpire).await;
+                if let Some(run) = requeued {
+                    self.dispatcher.resume(run);
+                }
+                Err(ServiceError::Expired)
+            }
+        }
+    }
+
+    /// EXPIRE for the caller's tenant (`airlock approvals expire`).
+    pub async fn expire_due(&self, principal: &Principal) -> Result<usize, ServiceError> {
+        require(principal, "approval.resolve")?;
+        let now = self.env.clock.now();
+        Ok(self.expire_pass(now, Some(&principal.tenant_id)).await?)
+    }
+
+    /// EXPIRE for every tenant: the worker's approval sweep, without a principal.
+    pub async fn expire_due_all(&self, now: Timestamp) -> Result<usize, TxError> {
+        self.expire_pass(now, None).await
+    }
+
+    async fn expire_pass(&self, now: Timestamp, tenant: Option<&str>) -> Result<usize, TxError> {
+        let mut expired = 0;
+        loop {
+            let due = self.env.transact(|tx| tx.due_approvals(now, tenant, 100))?;
+            if due.is_empty() {
+                return Ok(expired);
+            }
+            for approval in due {
+                // One transaction per approval; a racing resolve or cancel may win it first.
+                let result = self.env.transact(|tx| match tx.approval(approval.id)? {
+                    Some(current) if current.status == ApprovalStatus::Pending => {
+                        Ok(Some(expire_one(tx, &current, now)?))
+                    }
+                    _ => Ok(None),
+                })?;
+                if let Some(requeued) = result {
+                    expired += 1;
+                    self.env.reached(CrashPoint::AfterExpire).await;
+                    if let Some(run) = requeued {
+                        self.dispatcher.resume(run);
+                    }
+                }
+            }
+        }
+    }
+
+    /// CANCEL (SPEC §8.5).
+    pub async fn cancel_run(
+        &self,
+        principal: &Principal,
+        id: RunId,
+    ) -> Result<CancelOutcome, ServiceError> {
+        require(principal, "run.cancel")?;
+        let now = self.env.clock.now();
+        let actor = Actor::principal(&principal.principal_id);
+        let outcome = self.env.transact(|tx| {
+            let run = Self::visible_run(tx, principal, id)?;
+            if run.status().is_terminal() {
+                return Ok(CancelOutcome {
+                    accepted: false,
+                    status: run.status(),
+                });
+            }
+            let flagged = if run.cancel_requested_at.is_none() {
+                let mut next = run.clone();
+                next.cancel_requested_at = Some(now);
+                let stored = update_fields(tx, &run, next, now)?;
+                tx.append_event(&NewEvent {
+                    session_id: run.session_id,
+                    run_id: Some(run.id),
+                    event_type: EventType::RunCancelRequested,
+                    actor: actor.clone(),
+                    payload: json!({"requested_at": now.to_string()}),
+                    derivation_key: None,
+                    created_at: now,
+                })?;
+                stored
+            } else {
+                run
+            };
+            let running_call = tx
+                .invocations_of_run(id)?
+                .iter()
+                .any(|i| i.status == InvocationStatus::Running);
+            let direct = match flagged.status() {
+                RunStatus::Queued => !running_call,
+                RunStatus::WaitingForApproval => true,
+                _ => false,
+            };
+            if direct {
+                let cancelled =
+                    transition(tx, &flagged, flagged.clone(), Change::Cancel, &actor, now)?;
+                return Ok(CancelOutcome {
+                    accepted: true,
+                    status: cancelled.status(),
+                });
+            }
+            Ok(CancelOutcome {
+                accepted: true,
+                status: flagged.status(),
+            })
+        })?;
+        if outcome.accepted {
+            self.env.reached(CrashPoint::AfterCancel).await;
+            if outcome.status == RunStatus::Running
+                && let Some(tokens) = &self.tokens
+            {
+                tokens.cancel(id, CancelReason::Requested);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Re-dispatches a QUEUED run without changing it.
+    pub fn resume_run(&self, principal: &Principal, id: RunId) -> Result<(), ServiceError> {
+        require(principal, "run.write")?;
+        let run = self
+            .env
+            .transact(|tx| Self::visible_run(tx, principal, id))?;
+        if run.status() != RunStatus::Queued {
+            return Err(ServiceError::Conflict(format!(
+                "run is {}, not QUEUED",
+                run.status()
+            )));
+        }
+        self.dispatcher.resume(id);
+        Ok(())
+    }
+
+    /// The UNCERTAIN review queue (SPEC §9.5).
+    pub fn list_uncertain(
+        &self,
+        principal: &Principal,
+        all: bool,
+    ) -> Result<Vec<Invocation>, ServiceError> {
+        require(principal, "invocation.read")?;
+        Ok(self
+            .env
+            .transact(|tx| tx.uncertain_invocations(&principal.tenant_id, all))?)
+    }
+
+    /// SETTLE: records a human finding; the invocation stays UNCERTAIN.
+    pub async fn settle(
+        &self,
+        principal: &Principal,
+        id: InvocationId,
+        outcome: SettlementOutcome,
+        note: &str,
+    ) -> Result<Settlement, ServiceError> {
+        require(principal, "invocation.settle")?;
+        let count = note.chars().count();
+        if !(1..=4096).contains(&count) {
+            return Err(ServiceError::InvalidArgument(
+                "note must be 1 to 4096 characters".to_owned(),
+            ));
+        }
+        let now = self.env.clock.now();
+        let settlement_id = SettlementId(self.env.new_uuid());
+        let (settlement, fresh) = self.env.transact(|tx| {
+            let invocation = tx
+                .invocation(id)?
+                .filter(|i| i.tenant_id == principal.tenant_id)
+                .ok_or(TxError::NotFound)?;
+            if invocation.status != InvocationStatus::Uncertain {
+                return Err(TxError::Conflict("invocation is not uncertain".to_owned()));
+            }
+            if let Some(existing) = tx.settlement_by_invocation(id)? {
+                if existing.outcome == outcome {
+                    return Ok((existing, false));
+                }
+                return Err(TxError::Conflict(
+                    "the invocation was settled with a different outcome".to_owned(),
+                ));
+            }
+            let settlement = Settlement {
+                id: settlement_id,
+                invocation_id: id,
+                run_id: invocation.run_id,
+                tenant_id: invocation.tenant_id.clone(),
+                outcome,
+                note: note.to_owned(),
+                settled_by: principal.principal_id.clone(),
+                settled_at: now,
+            };
+            tx.insert_settlement(&settlement)?;
+            tx.append_event(&NewEvent {
+                session_id: invocation.session_id,
+                run_id: Some(invocation.run_id),
+                event_type: EventType::ToolCallSettled,
+                actor: Actor::principal(&principal.principal_id),
+                payload: json!({
+                    "invocation_id": id.to_string(),
+                    "settlement_id": settlement_id.to_string(),
+                    "outcome": outcome.as_str(),
+                    "note": note,
+                }),
+                derivation_key: Some(keys::settled(id)),
+                created_at: now,
+            })?;
+            Ok((settlement, true))
+        })?;
+        if fresh {
+            self.env.reached(CrashPoint::AfterSettle).await;
+        }
+        Ok(settlement)
+    }
+
+    /// PROFILE (SPEC §7.5): every process that opens a store records the rules it loaded.
+    pub async fn record_policy_profile(
+        &self,
+        loaded_by: &str,
+    ) -> Result<PolicyProfileRecord, ServiceError> {
+        let now = self.env.clock.now();
+        let ruleset = &self.env.ruleset;
+        let version = ruleset.version.as_str().to_owned();
+        let record = PolicyProfileRecord {
+            policy_version: version.clone(),
+            profile_name: ruleset.version.profile_name.clone(),
+            profile_sha256: ruleset.version.profile_sha256.clone(),
+            hardline_sha256: ruleset.version.hardline_sha256.clone(),
+            rule_count: u32::try_from(ruleset.rule_count()).unwrap_or(u32::MAX),
+            loaded_at: now,
+            loaded_by: loaded_by.to_owned(),
+        };
+        let key = keys::profile_loaded(&version);
+        let event = ProcessEvent {
+            id: uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes()),
+            event_type: EventType::PolicyProfileLoaded,
+            payload_schema_version: 1,
+            actor: Actor::process(),
+            payload: json!({
+                "policy_version": version,
+                "profile_name": record.profile_name,
+                "profile_sha256": record.profile_sha256,
+                "hardline_sha256": record.hardline_sha256,
+            }),
+            derivation_key: key,
+            created_at: now,
+        };
+        let stored = self
+            .env
+            .transact(|tx| {
+                let stored = tx.insert_policy_profile(&record)?;
+                tx.append_process_event(&event)?;
+                Ok(stored)
+            })
+            .map_err(|e| match e {
+                TxError::Conflict(_) => {
+                    ServiceError::Conflict("policy version identifies different rules".to_owned())
+                }
+                other => other.into(),
+            })?;
+        self.env.reached(CrashPoint::AfterProfile).await;
+        Ok(stored)
+    }
+}
+
+/// `"{created_at_micros}:{id}"`.
+fn parse_cursor(cursor: &str) -> Result<ApprovalCursor, ServiceError> {
+    let invalid = || ServiceError::InvalidArgument("invalid cursor".to_owned());
+    let (micros, id) = cursor.split_once(':').ok_or_else(invalid)?;
+    Ok(ApprovalCursor {
+        created_at: Timestamp::from_micros(micros.parse().map_err(|_| invalid())?),
+        id: id.parse().map_err(|_| invalid())?,
+    })
+}
+
+/// EXPIRE of one pending approval inside an open transaction; returns the re-queued run.
+fn expire_one(
+    tx: &mut dyn StoreTx,
+    approval: &Approval,
+    now: Timestamp,
+) -> Result<Option<RunId>, TxError> {
+    let mut next = approval.clone();
+    next.status = ApprovalStatus::Expired;
+    next.resolved_at = Some(now);
+    tx.update_approval(ApprovalStatus::Pending, &next)?;
+    let actor = Actor::application();
+    tx.append_event(&NewEvent {
+        session_id: approval.session_id,
+        run_id: Some(approval.run_id),
+        event_type: EventType::ApprovalExpired,
+        actor: actor.clone(),
+        payload: json!({"approval_id": approval.id.to_string()}),
+        derivation_key: Some(keys::approval_closed(approval.id)),
+        created_at: now,
+    })?;
+    requeue_waiting(
+        tx,
+        approval.run_id,
+        RequeueReason::ApprovalExpired(approval.id),
+        &actor,
+        now,
+    )
+}
+
+/// Re-queues the run if it waits for approval, so it records the resolution.
+fn requeue_waiting(
+    tx: &mut dyn StoreTx,
+    run: RunId,
+    reason: RequeueReason,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<Option<RunId>, TxError> {
+    let current = tx.run(run)?.ok_or(TxError::NotFound)?;
+    if current.status() != RunStatus::WaitingForApproval {
+        return Ok(None);
+    }
+    transition(
+        tx,
+        &current,
+        current.clone(),
+        Change::Requeue {
+            reason,
+            scheduled_for: None,
+        },
+        actor,
+        now,
+    )?;
+    Ok(Some(run))
+}

@@ -1,0 +1,57 @@
+//! The ports and data one host process plugs into core, shared by the worker, the executor, the
+//! pipeline and the control service.
+
+use std::sync::Arc;
+
+use crate::policy::Ruleset;
+use crate::ports::{Clock, FaultHook, IdSource, PlannerFactory, WorkspaceFactory};
+use crate::store::{Store, StoreTx, TxError};
+use crate::tool::registry::ToolRegistry;
+use crate::vocab::CrashPoint;
+
+/// Everything core needs from its host. Cheap to clone.
+pub struct Env<S: Store> {
+    pub store: Arc<S>,
+    pub clock: Arc<dyn Clock>,
+    pub ids: Arc<dyn IdSource>,
+    pub ruleset: Arc<Ruleset>,
+    pub tools: Arc<ToolRegistry>,
+    /// Workspace tools fail with `tool.internal_error` when a host provides no workspaces.
+    pub workspaces: Option<Arc<dyn WorkspaceFactory>>,
+    pub planners: Arc<dyn PlannerFactory>,
+    pub faults: Arc<dyn FaultHook>,
+}
+
+impl<S: Store> Clone for Env<S> {
+    fn clone(&self) -> Self {
+        Env {
+            store: Arc::clone(&self.store),
+            clock: Arc::clone(&self.clock),
+            ids: Arc::clone(&self.ids),
+            ruleset: Arc::clone(&self.ruleset),
+            tools: Arc::clone(&self.tools),
+            workspaces: self.workspaces.clone(),
+            planners: Arc::clone(&self.planners),
+            faults: Arc::clone(&self.faults),
+        }
+    }
+}
+
+impl<S: Store> Env<S> {
+    /// One transaction.
+    pub fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.store.transact(f)
+    }
+
+    /// Awaits the host's fault hook right after a commit (or a tool's return).
+    pub async fn reached(&self, point: CrashPoint) {
+        self.faults.reached(point).await;
+    }
+
+    pub fn new_uuid(&self) -> uuid::Uuid {
+        self.ids.new_uuid()
+    }
+}

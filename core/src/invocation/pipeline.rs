@@ -1,0 +1,1064 @@
+//! The tool pipeline (SPEC §9.2): one call, from replay lookup to FINISH, with one short
+//! transaction per persisted step and none open while a tool runs (§16 #12). Every worker
+//! transaction starts with the lease guard, so a fenced worker commits nothing (§16 #28).
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
+use futures_util::future::{Either, select};
+use serde_json::{Value, json};
+
+use crate::action::{JsonMap, PolicyDecision, ProposedAction, Target};
+use crate::approval::revalidate::{ActionIdentity, Revalidation, revalidate};
+use crate::approval::{Approval, redact::redact};
+use crate::canonical::{IdempotencyKeyInput, arguments_hash, idempotency_key, to_canonical_string};
+use crate::env::Env;
+use crate::events::{Actor, EventType, NewEvent, keys};
+use crate::ids::{ApprovalId, InvocationId, ParallelGroupId};
+use crate::invocation::Invocation;
+use crate::invocation::gate::{Authority, authorize};
+use crate::invocation::outcome::{Outcome, ResultItem, codes, is_tool_reason_code, message_for};
+use crate::invocation::recovery::recovery_action;
+use crate::policy::evaluate;
+use crate::ports::{Tool, ToolContext, ToolFailure, ToolSuccess};
+use crate::run::cancel::CancelToken;
+use crate::run::checkpoint::{PinnedCall, ResultRef};
+use crate::run::state::{close_invocation, close_with_code, update_fields};
+use crate::run::{Lease, Run};
+use crate::scope::{missing_scopes, missing_scopes_message};
+use crate::store::{Store, StoreTx, TxError};
+use crate::time::Timestamp;
+use crate::tool::spec::ToolSpec;
+use crate::vocab::{
+    ActionKind, ApprovalStatus, CancelReason, CrashPoint, FailureReason, InvocationStatus,
+    OutcomeStatus, PolicyDecisionType, RecoveryAction, SideEffectClass, ToolFailureKind,
+    TrustLevel,
+};
+
+/// Where one call runs: its run, lease, step and batch.
+pub struct CallSite<'a> {
+    /// The run as read when execution began (its immutable fields and scopes are what matter).
+    pub run: &'a Run,
+    pub lease: &'a Lease,
+    pub step: u32,
+    pub call: &'a PinnedCall,
+    pub parallel_group: Option<ParallelGroupId>,
+    /// `external_untrusted` once the run is tainted (SPEC §8.6).
+    pub origin_trust: TrustLevel,
+    /// Sequential calls observe cancellation and the deadline at step 8; a parallel batch checks
+    /// both once before it starts (SPEC §11).
+    pub sequential: bool,
+    pub token: &'a CancelToken,
+    pub worker_id: &'a str,
+}
+
+/// A call's result as the planner will read it, with what the repeated-denial count needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallResult {
+    pub reference: ResultRef,
+    pub item: ResultItem,
+    pub status: OutcomeStatus,
+    pub reason_code: String,
+    /// The effective arguments hash, or for refusals the hash of the canonical raw arguments.
+    pub arguments_hash: String,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEnd {
+    Done(CallResult),
+    /// The call waits for its approval; the batch parks.
+    Parked {
+        approval_id: ApprovalId,
+    },
+}
+
+/// Why execution stops in the middle of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Halt {
+    /// Fenced, or a transaction failed: write nothing more in this execution (SPEC §8.3).
+    Abandon,
+    /// The run must end now: FINAL with this status.
+    Cancel,
+    Fail(FailureReason),
+}
+
+impl From<TxError> for Halt {
+    fn from(_: TxError) -> Halt {
+        Halt::Abandon
+    }
+}
+
+/// The one pipeline both hosts run.
+pub struct ToolPipeline<'e, S: Store> {
+    env: &'e Env<S>,
+}
+
+/// A normalized, hashed and keyed call, ready to be evaluated.
+struct Prepared {
+    spec: ToolSpec,
+    arguments: JsonMap,
+    arguments_hash: String,
+    idempotency_key: String,
+}
+
+fn worker_actor(site: &CallSite<'_>) -> Actor {
+    Actor::worker(site.worker_id)
+}
+
+/// `invoke` outcome, before classification.
+enum Invoked {
+    Returned(Result<ToolSuccess, ToolFailure>),
+    TimedOut,
+    Panicked,
+}
+
+impl<'e, S: Store> ToolPipeline<'e, S> {
+    pub fn new(env: &'e Env<S>) -> Self {
+        ToolPipeline { env }
+    }
+
+    /// Runs one call to its end (or its park).
+    pub async fn run_call(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
+        // Step 1: replay lookup.
+        if let Some(found) = self.replay_lookup(site)? {
+            return match found {
+                Replay::Row(row) => self.recover(site, row).await,
+                Replay::Refused(result) => Ok(CallEnd::Done(result)),
+            };
+        }
+        let call = &site.call.call;
+        let raw_hash = arguments_hash(&call.arguments);
+        // Step 2: resolve the pinned tool.
+        let tool = site
+            .call
+            .pinned_version
+            .as_deref()
+            .and_then(|v| self.env.tools.resolve(&call.tool, Some(v)));
+        let Some(tool) = tool else {
+            return self
+                .refuse(
+                    site,
+                    OutcomeStatus::Denied,
+                    codes::UNKNOWN_TOOL,
+                    None,
+                    raw_hash,
+                )
+                .await;
+        };
+        let spec = tool.spec().clone();
+        // Step 3: scopes.
+        let missing = missing_scopes(&spec.required_scopes, &site.run.principal_scopes);
+        if !missing.is_empty() {
+            let message = missing_scopes_message(&missing);
+            return self
+                .refuse(
+                    site,
+                    OutcomeStatus::Denied,
+                    codes::SCOPE_MISSING,
+                    Some(message),
+                    raw_hash,
+                )
+                .await;
+        }
+        // Step 4: normalize, validate, hash, key.
+        let Ok(arguments) = spec.normalize_arguments(&call.arguments) else {
+            return self
+                .refuse(
+                    site,
+                    OutcomeStatus::Failed,
+                    codes::ARGUMENTS_INVALID,
+                    None,
+                    raw_hash,
+                )
+                .await;
+        };
+        let hash = arguments_hash(&Value::Object(arguments.clone()));
+        let key = idempotency_key(&IdempotencyKeyInput {
+            run_id: site.run.id.as_uuid(),
+            step_number: u64::from(site.step),
+            call_id: &call.call_id,
+            tool_name: &spec.name,
+            tool_version: &spec.version.to_string(),
+            effective_arguments_hash: &hash,
+        });
+        let prepared = Prepared {
+            spec,
+            arguments,
+            arguments_hash: hash,
+            idempotency_key: key,
+        };
+        // Step 5: never repeat a call whose identical twin has an unknown outcome.
+        let repeats_uncertain = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            Ok(tx.invocations_of_run(site.run.id)?.iter().any(|i| {
+                i.status == InvocationStatus::Uncertain
+                    && i.tool_name == prepared.spec.name
+                    && i.effective_arguments_hash == prepared.arguments_hash
+            }))
+        })?;
+        if repeats_uncertain {
+            return self
+                .refuse(
+                    site,
+                    OutcomeStatus::Denied,
+                    codes::UNCERTAIN_REPEAT,
+                    None,
+                    raw_hash,
+                )
+                .await;
+        }
+        // Step 6: the pure gate.
+        let invocation_id = InvocationId(self.env.new_uuid());
+        let now = self.env.clock.now();
+        let action = self.action(site, &prepared, invocation_id, now);
+        let decision = evaluate(&action, &self.env.ruleset);
+        // Step 7: PROPOSE.
+        let row = match self.propose(site, &prepared, &action, decision, now) {
+            Ok(row) => row,
+            Err(TxError::Conflict(_)) => {
+                // A unique index rejected the insert: someone proposed this call first. Re-read.
+                return match self.replay_lookup(site)? {
+                    Some(Replay::Row(row)) => self.recover(site, row).await,
+                    Some(Replay::Refused(result)) => Ok(CallEnd::Done(result)),
+                    None => Err(Halt::Abandon),
+                };
+            }
+            Err(_) => return Err(Halt::Abandon),
+        };
+        self.env.reached(CrashPoint::AfterPropose).await;
+        self.after_decision(site, row, &tool).await
+    }
+
+    /// Continues from a freshly proposed or revalidated row.
+    async fn after_decision(
+        &self,
+        site: &CallSite<'_>,
+        row: Invocation,
+        tool: &std::sync::Arc<dyn Tool>,
+    ) -> Result<CallEnd, Halt> {
+        match row.status {
+            InvocationStatus::Authorized => self.start_and_invoke(site, row, tool).await,
+            InvocationStatus::WaitingForApproval => match row.suspended_approval {
+                Some(approval_id) => Ok(CallEnd::Parked { approval_id }),
+                None => Err(Halt::Fail(FailureReason::InternalError)),
+            },
+            _ => Ok(CallEnd::Done(result_of_row(&row)?)),
+        }
+    }
+
+    fn replay_lookup(&self, site: &CallSite<'_>) -> Result<Option<Replay>, Halt> {
+        let call_id = &site.call.call.call_id;
+        let found = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            if let Some(row) = tx.invocation_by_call(site.run.id, site.step, call_id)? {
+                return Ok(Some(Found::Row(Box::new(row))));
+            }
+            let key = keys::refused(site.run.id, site.step, call_id);
+            Ok(tx
+                .event_by_key(&key)?
+                .map(|event| Found::RefusedEvent(event.payload, key)))
+        })?;
+        Ok(match found {
+            None => None,
+            Some(Found::Row(row)) => Some(Replay::Row(row)),
+            Some(Found::RefusedEvent(payload, key)) => {
+                let item = payload["result_item"]
+                    .as_str()
+                    .and_then(ResultItem::parse)
+                    .ok_or(Halt::Fail(FailureReason::InternalError))?;
+                let reason_code = payload["reason_code"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let status = if reason_code == codes::ARGUMENTS_INVALID {
+                    OutcomeStatus::Failed
+                } else {
+                    OutcomeStatus::Denied
+                };
+                Some(Replay::Refused(CallResult {
+                    reference: ResultRef::Refusal {
+                        derivation_key: key,
+                    },
+                    item,
+                    status,
+                    reason_code,
+                    arguments_hash: arguments_hash(&site.call.call.arguments),
+                }))
+            }
+        })
+    }
+
+    /// REFUSE: no row; one event carrying the result item (SPEC §9.2).
+    async fn refuse(
+        &self,
+        site: &CallSite<'_>,
+        status: OutcomeStatus,
+        reason_code: &str,
+        message: Option<String>,
+        raw_hash: String,
+    ) -> Result<CallEnd, Halt> {
+        let call = &site.call.call;
+        let outcome = match message {
+            Some(message) => Outcome::with_message(status, &call.tool, reason_code, message),
+            None => Outcome::new(status, &call.tool, reason_code),
+        };
+        let item = ResultItem::from_outcome(&call.call_id, &outcome, TrustLevel::InternalTool);
+        let key = keys::refused(site.run.id, site.step, &call.call_id);
+        let event_type = if status == OutcomeStatus::Failed {
+            EventType::ToolCallFailed
+        } else {
+            EventType::ToolCallDenied
+        };
+        let now = self.env.clock.now();
+        self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            tx.append_event(&NewEvent {
+                session_id: site.run.session_id,
+                run_id: Some(site.run.id),
+                event_type,
+                actor: worker_actor(site),
+                payload: json!({
+                    "invocation_id": Value::Null,
+                    "name": call.tool,
+                    "call_id": call.call_id,
+                    "reason_code": reason_code,
+                    "result_item": item.to_canonical(),
+                }),
+                derivation_key: Some(key.clone()),
+                created_at: now,
+            })
+        })?;
+        self.env.reached(CrashPoint::AfterRefuse).await;
+        Ok(CallEnd::Done(CallResult {
+            reference: ResultRef::Refusal {
+                derivation_key: key,
+            },
+            item,
+            status,
+            reason_code: reason_code.to_owned(),
+            arguments_hash: raw_hash,
+        }))
+    }
+
+    /// The engine's view of the call (SPEC §4.1).
+    fn action(
+        &self,
+        site: &CallSite<'_>,
+        prepared: &Prepared,
+        id: InvocationId,
+        now: Timestamp,
+    ) -> ProposedAction {
+        let spec = &prepared.spec;
+        ProposedAction {
+            kind: ActionKind::ToolCall,
+            action_id: id.as_uuid(),
+            tenant_id: site.run.tenant_id.clone(),
+            session_id: site.run.session_id.as_uuid(),
+            run_id: site.run.id.as_uuid(),
+            step_number: u64::from(site.step),
+            name: spec.name.clone(),
+            version: Some(spec.version.to_string()),
+            summary: format!("Run {} with validated arguments.", spec.name),
+            side_effect: spec.side_effect,
+            risk: spec.risk,
+            idempotency: spec.idempotency,
+            required_scopes: spec
+                .required_scopes
+                .iter()
+                .map(|s| s.as_str().to_owned())
+                .collect(),
+            arguments: prepared.arguments.clone(),
+            normalized_arguments_hash: prepared.arguments_hash.clone(),
+            argument_trust: argument_trust(&prepared.arguments, &site.call.call.argument_trust),
+            origin_trust: site.origin_trust,
+            target: Target::for_kind(spec.target.clone()),
+            evaluated_at: now,
+        }
+    }
+
+    /// PROPOSE: the row is inserted already carrying its decision (SPEC §9.1).
+    fn propose(
+        &self,
+        site: &CallSite<'_>,
+        prepared: &Prepared,
+        action: &ProposedAction,
+        decision: PolicyDecision,
+        now: Timestamp,
+    ) -> Result<Invocation, TxError> {
+        let spec = &prepared.spec;
+        let call = &site.call.call;
+        let id = InvocationId(action.action_id);
+        let mut row = Invocation {
+            id,
+            run_id: site.run.id,
+            session_id: site.run.session_id,
+            tenant_id: site.run.tenant_id.clone(),
+            step_number: site.step,
+            call_id: call.call_id.clone(),
+            tool_name: spec.name.clone(),
+            tool_version: spec.version.to_string(),
+            side_effect: spec.side_effect,
+            risk: spec.risk,
+            idempotency_class: spec.idempotency,
+            required_scopes: action.required_scopes.clone(),
+            raw_arguments: call.arguments.clone(),
+            arguments: to_canonical_string(&Value::Object(prepared.arguments.clone())),
+            normalized_arguments_hash: prepared.arguments_hash.clone(),
+            effective_arguments_hash: prepared.arguments_hash.clone(),
+            idempotency_key: prepared.idempotency_key.clone(),
+            argument_trust: action.argument_trust.clone(),
+            origin_trust: action.origin_trust,
+            parallel_group: site.parallel_group,
+            created_at: now,
+            status: InvocationStatus::Proposed,
+            policy_decision: None,
+            effect_sent_at: None,
+            suspended_approval: None,
+            structured_result: None,
+            output_bytes: None,
+            outcome: None,
+            result_item: None,
+            outcome_status: None,
+            reason_code: None,
+            updated_at: now,
+        };
+        let mut approval = None;
+        let mut denial = None;
+        match decision.decision {
+            PolicyDecisionType::Allow => {
+                authorize(&mut row, decision.clone(), Authority::PolicyAllowed, now)
+            }
+            PolicyDecisionType::RequireApproval => {
+                let approval_id = ApprovalId(self.env.new_uuid());
+                row.status = InvocationStatus::WaitingForApproval;
+                row.policy_decision = Some(decision.clone());
+                row.suspended_approval = Some(approval_id);
+                approval = Some(self.new_approval(
+                    site,
+                    &row,
+                    prepared,
+                    action,
+                    &decision,
+                    approval_id,
+                    now,
+                ));
+            }
+            // `allow_with_modifications` cannot be loaded in v1; fail closed if it ever appears.
+            PolicyDecisionType::Deny | PolicyDecisionType::AllowWithModifications => {
+                let outcome =
+                    Outcome::new(OutcomeStatus::Denied, &spec.name, &decision.reason_code);
+                let item =
+                    ResultItem::from_outcome(&call.call_id, &outcome, TrustLevel::InternalTool);
+                row.policy_decision = Some(decision.clone());
+                row.close(outcome, item.to_canonical(), now);
+                denial = Some(decision.reason_code.clone());
+            }
+        }
+        let actor = worker_actor(site);
+        self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            tx.insert_invocation(&row)?;
+            if let Some(approval) = &approval {
+                tx.insert_approval(approval)?;
+            }
+            let event = |event_type, payload, key| NewEvent {
+                session_id: row.session_id,
+                run_id: Some(row.run_id),
+                event_type,
+                actor: actor.clone(),
+                payload,
+                derivation_key: Some(key),
+                created_at: now,
+            };
+            tx.append_event(&event(
+                EventType::ToolCallProposed,
+                json!({"invocation_id": id.to_string(), "name": row.tool_name, "call_id": row.call_id, "step_number": row.step_number}),
+                keys::proposed(id),
+            ))?;
+            match (&row.status, &denial) {
+                (InvocationStatus::Authorized, _) => {
+                    tx.append_event(&event(
+                        EventType::ToolCallAuthorized,
+                        json!({"invocation_id": id.to_string(), "name": row.tool_name, "call_id": row.call_id}),
+                        keys::authorized(id),
+                    ))?;
+                }
+                (InvocationStatus::Denied, Some(reason_code)) => {
+                    tx.append_event(&event(
+                        EventType::ToolCallDenied,
+                        json!({
+                            "invocation_id": id.to_string(),
+                            "name": row.tool_name,
+                            "call_id": row.call_id,
+                            "reason_code": reason_code,
+                            "result_item": row.result_item,
+                        }),
+                        keys::result(id),
+                    ))?;
+                }
+                _ => {}
+            }
+            Ok(())
+        })?;
+        Ok(row)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new_approval(
+        &self,
+        site: &CallSite<'_>,
+        row: &Invocation,
+        prepared: &Prepared,
+        action: &ProposedAction,
+        decision: &PolicyDecision,
+        id: ApprovalId,
+        now: Timestamp,
+    ) -> Approval {
+        let seconds = self
+            .env
+            .ruleset
+            .profile
+            .approval_expiry
+            .seconds(prepared.spec.risk);
+        let mut expires_at = now.saturating_add_seconds(i64::try_from(seconds).unwrap_or(i64::MAX));
+        if let Some(deadline) = site.run.deadline_at {
+            expires_at = expires_at.min(deadline);
+        }
+        Approval {
+            id,
+            tenant_id: row.tenant_id.clone(),
+            principal_id: site.run.principal_id.clone(),
+            session_id: row.session_id,
+            run_id: row.run_id,
+            action_kind: ActionKind::ToolCall,
+            action_id: row.id,
+            tool_invocation_id: row.id,
+            tool_name: row.tool_name.clone(),
+            tool_version: row.tool_version.clone(),
+            action_summary: action.summary.clone(),
+            arguments: redact(&Value::Object(prepared.arguments.clone())),
+            normalized_arguments_hash: row.normalized_arguments_hash.clone(),
+            effective_arguments_hash: row.effective_arguments_hash.clone(),
+            required_scopes: row.required_scopes.clone(),
+            risk: row.risk,
+            policy_reason: decision.reason_code.clone(),
+            policy_decision: decision.decision,
+            policy_version: decision.policy_version.clone(),
+            revalidated_policy_version: None,
+            status: ApprovalStatus::Pending,
+            resolution: None,
+            resolution_reason: None,
+            expires_at,
+            created_at: now,
+            requested_at: None,
+            resolved_at: None,
+            resolved_by: None,
+        }
+    }
+
+    /// Steps 8–12 for an AUTHORIZED row.
+    async fn start_and_invoke(
+        &self,
+        site: &CallSite<'_>,
+        row: Invocation,
+        tool: &std::sync::Arc<dyn Tool>,
+    ) -> Result<CallEnd, Halt> {
+        // Step 8: observation point 3 and the deadline, for sequential calls only.
+        if site.sequential {
+            match site.token.reason() {
+                Some(CancelReason::Requested) => return Err(Halt::Cancel),
+                Some(CancelReason::Fenced) => return Err(Halt::Abandon),
+                None => {}
+            }
+            if site
+                .run
+                .deadline_at
+                .is_some_and(|d| self.env.clock.now() >= d)
+            {
+                return Err(Halt::Fail(FailureReason::DeadlineExceeded));
+            }
+        }
+        // Step 9: START, the watermark before any effect (G4, §16 #11).
+        let now = self.env.clock.now();
+        let started = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
+            let mut next_run = current.clone();
+            next_run.tool_call_count += 1;
+            update_fields(tx, &current, next_run, now)?;
+            let mut next = row.clone();
+            next.status = InvocationStatus::Running;
+            if next.side_effect != SideEffectClass::None {
+                next.effect_sent_at = Some(now);
+            }
+            next.updated_at = now;
+            tx.update_invocation(InvocationStatus::Authorized, &next)?;
+            tx.append_event(&NewEvent {
+                session_id: next.session_id,
+                run_id: Some(next.run_id),
+                event_type: EventType::ToolCallStarted,
+                actor: worker_actor(site),
+                payload: json!({
+                    "invocation_id": next.id.to_string(),
+                    "name": next.tool_name,
+                    "call_id": next.call_id,
+                    "effect_sent_at": next.effect_sent_at.map(|t| t.to_string()),
+                }),
+                derivation_key: Some(keys::started(next.id)),
+                created_at: now,
+            })?;
+            Ok(next)
+        })?;
+        self.env.reached(CrashPoint::AfterStart).await;
+        self.invoke_and_finish(site, started, tool, false).await
+    }
+
+    /// Steps 10–12: invoke with the timeout, classify, FINISH.
+    async fn invoke_and_finish(
+        &self,
+        site: &CallSite<'_>,
+        row: Invocation,
+        tool: &std::sync::Arc<dyn Tool>,
+        replay: bool,
+    ) -> Result<CallEnd, Halt> {
+        let spec = tool.spec();
+        let arguments: JsonMap = serde_json::from_str(&row.arguments)
+            .map_err(|_| Halt::Fail(FailureReason::InternalError))?;
+        let invoked = self
+            .invoke(site, &row, tool.as_ref(), &arguments, replay)
+            .await;
+        self.env.reached(CrashPoint::AfterInvoke).await;
+        let (outcome, item, structured) = classify(&row, spec, invoked);
+        let now = self.env.clock.now();
+        let closed = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            let mut with_result = row.clone();
+            if let Some(structured) = &structured {
+                with_result.output_bytes = Some(to_canonical_string(structured).len() as u64);
+                with_result.structured_result = Some(structured.clone());
+            }
+            // The guarded update compares the stored status, so writing the result fields in
+            // the same row update is safe.
+            close_invocation_with(
+                tx,
+                &row,
+                with_result,
+                outcome.clone(),
+                &item,
+                &worker_actor(site),
+                now,
+            )
+        })?;
+        self.env.reached(CrashPoint::AfterFinish).await;
+        Ok(CallEnd::Done(result_of_row(&closed)?))
+    }
+
+    async fn invoke(
+        &self,
+        site: &CallSite<'_>,
+        row: &Invocation,
+        tool: &dyn Tool,
+        arguments: &JsonMap,
+        replay: bool,
+    ) -> Invoked {
+        let workspace = if matches!(
+            row.side_effect,
+            SideEffectClass::WorkspaceRead | SideEffectClass::WorkspaceWrite
+        ) {
+            match self
+                .env
+                .workspaces
+                .as_ref()
+                .map(|f| f.for_run(&row.tenant_id, row.run_id))
+            {
+                Some(Ok(workspace)) => Some(workspace),
+                // No workspace could be opened: nothing ran, so the call simply failed.
+                _ => {
+                    return Invoked::Returned(Err(ToolFailure::new(
+                        ToolFailureKind::Internal,
+                        codes::INTERNAL_ERROR,
+                        "no workspace",
+                    )));
+                }
+            }
+        } else {
+            None
+        };
+        let ctx = ToolContext {
+            tenant_id: &row.tenant_id,
+            run_id: row.run_id,
+            session_id: row.session_id,
+            invocation_id: row.id,
+            call_id: &row.call_id,
+            step_number: row.step_number,
+            idempotency_key: &row.idempotency_key,
+            replay,
+            workspace,
+            clock: self.env.clock.as_ref(),
+        };
+        let now = self.env.clock.now();
+        let spec_timeout = now.saturating_add_micros(
+            i64::try_from(tool.spec().timeout_ms)
+                .unwrap_or(i64::MAX / 1000)
+                .saturating_mul(1000),
+        );
+        let until = match site.run.deadline_at {
+            Some(deadline) => spec_timeout.min(deadline),
+            None => spec_timeout,
+        };
+        let body = AssertUnwindSafe(tool.invoke(&ctx, arguments)).catch_unwind();
+        let timer = self.env.clock.sleep_until(until);
+        match select(Box::pin(body), timer).await {
+            Either::Left((Ok(result), _)) => Invoked::Returned(result),
+            Either::Left((Err(_panic), _)) => Invoked::Panicked,
+            Either::Right(((), _)) => Invoked::TimedOut,
+        }
+    }
+
+    /// A row found at step 1: the recovery table (SPEC §9.4).
+    async fn recover(&self, site: &CallSite<'_>, row: Box<Invocation>) -> Result<CallEnd, Halt> {
+        let row = *row;
+        match recovery_action(
+            row.status,
+            row.idempotency_class,
+            row.effect_sent_at.is_some(),
+        ) {
+            RecoveryAction::ReturnOutcome => Ok(CallEnd::Done(result_of_row(&row)?)),
+            RecoveryAction::ResumeAuthorization if row.status == InvocationStatus::Proposed => {
+                Err(Halt::Fail(FailureReason::InternalError))
+            }
+            RecoveryAction::ResumeAuthorization => match self.pinned_tool(&row) {
+                Some(tool) => self.start_and_invoke(site, row, &tool).await,
+                // The tool vanished before START: nothing ran; close the row as failed.
+                None => {
+                    self.recover_close(site, &row, OutcomeStatus::Failed, codes::INTERNAL_ERROR)
+                        .await
+                }
+            },
+            RecoveryAction::ResumeApproval => self.resume_approval(site, row).await,
+            action @ (RecoveryAction::Reexecute | RecoveryAction::ReplayIdempotencyKey) => {
+                match self.pinned_tool(&row) {
+                    Some(tool) => {
+                        self.invoke_and_finish(
+                            site,
+                            row,
+                            &tool,
+                            action == RecoveryAction::ReplayIdempotencyKey,
+                        )
+                        .await
+                    }
+                    None if row.effect_sent_at.is_some() => {
+                        self.recover_close(
+                            site,
+                            &row,
+                            OutcomeStatus::Uncertain,
+                            codes::OUTCOME_UNKNOWN,
+                        )
+                        .await
+                    }
+                    None => {
+                        self.recover_close(site, &row, OutcomeStatus::Failed, codes::INTERNAL_ERROR)
+                            .await
+                    }
+                }
+            }
+            RecoveryAction::MarkUncertain => {
+                self.recover_close(site, &row, OutcomeStatus::Uncertain, codes::OUTCOME_UNKNOWN)
+                    .await
+            }
+        }
+    }
+
+    fn pinned_tool(&self, row: &Invocation) -> Option<std::sync::Arc<dyn Tool>> {
+        self.env
+            .tools
+            .resolve(&row.tool_name, Some(&row.tool_version))
+    }
+
+    /// RECOVER: closes a row without invoking (never re-runs a watermarked non-idempotent call).
+    async fn recover_close(
+        &self,
+        site: &CallSite<'_>,
+        row: &Invocation,
+        status: OutcomeStatus,
+        code: &str,
+    ) -> Result<CallEnd, Halt> {
+        let now = self.env.clock.now();
+        let closed = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            close_with_code(tx, row, status, code, &worker_actor(site), now)
+        })?;
+        self.env.reached(CrashPoint::AfterRecover).await;
+        Ok(CallEnd::Done(result_of_row(&closed)?))
+    }
+
+    /// RESUME_APPROVAL with the existing approval (SPEC §10.3).
+    async fn resume_approval(&self, site: &CallSite<'_>, row: Invocation) -> Result<CallEnd, Halt> {
+        let approval = self
+            .env
+            .transact(|tx| {
+                tx.guard_lease(site.lease)?;
+                tx.approval_by_action(row.id)
+            })?
+            .ok_or(Halt::Fail(FailureReason::InternalError))?;
+        let now = self.env.clock.now();
+        let actor = worker_actor(site);
+        let closing_code = match approval.status {
+            ApprovalStatus::Pending => {
+                return Ok(CallEnd::Parked {
+                    approval_id: approval.id,
+                });
+            }
+            ApprovalStatus::Denied => codes::APPROVAL_DENIED,
+            ApprovalStatus::Expired => codes::APPROVAL_EXPIRED,
+            ApprovalStatus::Cancelled => codes::APPROVAL_CANCELLED,
+            ApprovalStatus::Approved => {
+                let verdict = self.revalidation(site, &row, &approval, now);
+                let ruleset_version = self.env.ruleset.version.as_str().to_owned();
+                let next = self.env.transact(|tx| {
+                    tx.guard_lease(site.lease)?;
+                    let mut stamped = approval.clone();
+                    stamped.revalidated_policy_version = Some(ruleset_version.clone());
+                    tx.update_approval(ApprovalStatus::Approved, &stamped)?;
+                    match &verdict {
+                        Revalidation::Authorized(decision) => {
+                            let mut next = row.clone();
+                            authorize(&mut next, decision.clone(), Authority::ApprovedAndRevalidated, now);
+                            tx.update_invocation(InvocationStatus::WaitingForApproval, &next)?;
+                            tx.append_event(&NewEvent {
+                                session_id: next.session_id,
+                                run_id: Some(next.run_id),
+                                event_type: EventType::ToolCallAuthorized,
+                                actor: actor.clone(),
+                                payload: json!({"invocation_id": next.id.to_string(), "name": next.tool_name, "call_id": next.call_id}),
+                                derivation_key: Some(keys::authorized(next.id)),
+                                created_at: now,
+                            })?;
+                            Ok(next)
+                        }
+                        Revalidation::Denied { reason_code } => {
+                            tx.append_event(&NewEvent {
+                                session_id: row.session_id,
+                                run_id: Some(row.run_id),
+                                event_type: EventType::ApprovalInvalidated,
+                                actor: actor.clone(),
+                                payload: json!({
+                                    "approval_id": approval.id.to_string(),
+                                    "invocation_id": row.id.to_string(),
+                                    "reason_code": reason_code,
+                                }),
+                                derivation_key: Some(keys::approval_invalidated(approval.id)),
+                                created_at: now,
+                            })?;
+                            close_with_code(tx, &row, OutcomeStatus::Denied, reason_code, &actor, now)
+                        }
+                    }
+                })?;
+                self.env.reached(CrashPoint::AfterRevalidate).await;
+                return match self.pinned_tool(&next) {
+                    Some(tool) => self.after_decision(site, next, &tool).await,
+                    None => Ok(CallEnd::Done(result_of_row(&next)?)),
+                };
+            }
+        };
+        // Denied, expired or cancelled: close the call; no approval event, no revalidation stamp.
+        let closed = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            close_with_code(tx, &row, OutcomeStatus::Denied, closing_code, &actor, now)
+        })?;
+        self.env.reached(CrashPoint::AfterRevalidate).await;
+        Ok(CallEnd::Done(result_of_row(&closed)?))
+    }
+
+    /// Rebuilds the approved action from the invocation row and decides per the §10.3 table.
+    fn revalidation(
+        &self,
+        site: &CallSite<'_>,
+        row: &Invocation,
+        approval: &Approval,
+        now: Timestamp,
+    ) -> Revalidation {
+        let tool = self.pinned_tool(row);
+        let spec = tool.as_ref().map(|t| t.spec().clone());
+        let normalized = spec
+            .as_ref()
+            .and_then(|s| s.normalize_arguments(&row.raw_arguments).ok());
+        let fresh_hash = normalized
+            .as_ref()
+            .map(|args| arguments_hash(&Value::Object(args.clone())));
+        let spec_scopes: Option<Vec<String>> = spec.as_ref().map(|s| {
+            s.required_scopes
+                .iter()
+                .map(|x| x.as_str().to_owned())
+                .collect()
+        });
+        let identity = ActionIdentity {
+            tool_registered: spec.is_some(),
+            arguments_hash_unchanged: fresh_hash.as_deref()
+                == Some(approval.effective_arguments_hash.as_str()),
+            required_scopes_unchanged: spec_scopes.as_ref() == Some(&approval.required_scopes),
+            scopes_still_held: spec.as_ref().is_some_and(|s| {
+                missing_scopes(&s.required_scopes, &site.run.principal_scopes).is_empty()
+            }),
+        };
+        let fresh = match (spec, normalized, fresh_hash) {
+            (Some(spec), Some(arguments), Some(hash)) => {
+                let action = ProposedAction {
+                    kind: ActionKind::ToolCall,
+                    action_id: row.id.as_uuid(),
+                    tenant_id: row.tenant_id.clone(),
+                    session_id: row.session_id.as_uuid(),
+                    run_id: row.run_id.as_uuid(),
+                    step_number: u64::from(row.step_number),
+                    name: spec.name.clone(),
+                    version: Some(spec.version.to_string()),
+                    summary: format!("Run {} with validated arguments.", spec.name),
+                    side_effect: spec.side_effect,
+                    risk: spec.risk,
+                    idempotency: spec.idempotency,
+                    required_scopes: spec
+                        .required_scopes
+                        .iter()
+                        .map(|s| s.as_str().to_owned())
+                        .collect(),
+                    arguments,
+                    normalized_arguments_hash: hash,
+                    argument_trust: row.argument_trust.clone(),
+                    origin_trust: row.origin_trust,
+                    target: Target::for_kind(spec.target.clone()),
+                    evaluated_at: now,
+                };
+                Some(evaluate(&action, &self.env.ruleset))
+            }
+            _ => None,
+        };
+        revalidate(identity, fresh, &approval.policy_version)
+    }
+}
+
+/// FINISH's write: the closing outcome plus the structured result in one guarded update.
+fn close_invocation_with(
+    tx: &mut dyn StoreTx,
+    stored: &Invocation,
+    with_result: Invocation,
+    outcome: Outcome,
+    item: &ResultItem,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<Invocation, TxError> {
+    // `close_invocation` guards on the stored status and writes `with_result` closed.
+    let mut closed = close_invocation(tx, &with_result, outcome, item, actor, now)?;
+    debug_assert_eq!(stored.status, InvocationStatus::Running);
+    closed.structured_result = with_result.structured_result;
+    Ok(closed)
+}
+
+/// What step 1 found: a row to recover, or a refusal to return.
+enum Replay {
+    Row(Box<Invocation>),
+    Refused(CallResult),
+}
+
+/// The raw lookup, before the refusal event is read back.
+enum Found {
+    Row(Box<Invocation>),
+    RefusedEvent(Value, String),
+}
+
+/// The result of a terminal row, read back exactly as stored (§16 #16).
+fn result_of_row(row: &Invocation) -> Result<CallResult, Halt> {
+    let item = row
+        .result_item
+        .as_deref()
+        .and_then(ResultItem::parse)
+        .ok_or(Halt::Fail(FailureReason::InternalError))?;
+    let outcome = row
+        .outcome
+        .as_ref()
+        .ok_or(Halt::Fail(FailureReason::InternalError))?;
+    Ok(CallResult {
+        reference: ResultRef::Invocation {
+            invocation_id: row.id,
+        },
+        item,
+        status: outcome.status,
+        reason_code: outcome.reason_code.clone(),
+        arguments_hash: row.effective_arguments_hash.clone(),
+    })
+}
+
+/// Per-argument trust: declared labels for the normalized top-level keys; every other key is
+/// `external_untrusted` (SPEC §15).
+fn argument_trust(
+    arguments: &JsonMap,
+    declared: &BTreeMap<String, TrustLevel>,
+) -> BTreeMap<String, TrustLevel> {
+    arguments
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                declared
+                    .get(k)
+                    .copied()
+                    .unwrap_or(TrustLevel::ExternalUntrusted),
+            )
+        })
+        .collect()
+}
+
+/// Step 11 (SPEC §9.3): the outcome, result item and structured result of what `invoke` saw.
+fn classify(
+    row: &Invocation,
+    spec: &ToolSpec,
+    invoked: Invoked,
+) -> (Outcome, ResultItem, Option<Value>) {
+    let in_doubt = row.effect_in_doubt();
+    let fail = |status: OutcomeStatus, code: &str| {
+        let outcome = Outcome::new(status, &row.tool_name, code);
+        let item = ResultItem::from_outcome(&row.call_id, &outcome, TrustLevel::InternalTool);
+        (outcome, item, None)
+    };
+    let unknown_or = |code: &str| {
+        if in_doubt {
+            fail(OutcomeStatus::Uncertain, codes::OUTCOME_UNKNOWN)
+        } else {
+            fail(OutcomeStatus::Failed, code)
+        }
+    };
+    match invoked {
+        Invoked::TimedOut => unknown_or(codes::TIMEOUT),
+        Invoked::Panicked => unknown_or(codes::INTERNAL_ERROR),
+        Invoked::Returned(Ok(success)) => {
+            let bytes = to_canonical_string(&success.structured).len() as u64;
+            if bytes > spec.max_output_bytes {
+                return unknown_or(codes::OUTPUT_INVALID);
+            }
+            let trust = success.trust.map_or(spec.output_trust, |claimed| {
+                claimed.lower(spec.output_trust)
+            });
+            let outcome = Outcome::succeeded(&row.tool_name);
+            let item =
+                ResultItem::success(&row.call_id, &row.tool_name, trust, &success.structured);
+            (outcome, item, Some(success.structured))
+        }
+        Invoked::Returned(Err(failure)) => match failure.kind {
+            ToolFailureKind::OutcomeUnknown => {
+                fail(OutcomeStatus::Uncertain, codes::OUTCOME_UNKNOWN)
+            }
+            ToolFailureKind::Timeout => unknown_or(codes::TIMEOUT),
+            _ => {
+                let code = if is_tool_reason_code(&failure.reason_code) {
+                    failure.reason_code.as_str()
+                } else {
+                    codes::INTERNAL_ERROR
+                };
+                // Only table messages reach the planner; the tool's detail stays with operators.
+                debug_assert!(!message_for(code).is_empty());
+                fail(OutcomeStatus::Failed, code)
+            }
+        },
+    }
+}

@@ -1,0 +1,1465 @@
+//! `MemStore`: the in-memory [`Store`] that core's tests and the simulator run on (SPEC §2.2,
+//! §14 last paragraph, §16 #15, #19, #27–#29, #40).
+//!
+//! **Transactions.** All committed state lives in one `Mutex<Tables>`. [`Store::transact`] holds
+//! the lock for the whole transaction (so transactions are serialized, like SQLite's
+//! `BEGIN IMMEDIATE`), runs `f` on a clone of the committed tables and swaps the clone in only
+//! if `f` returned `Ok`. An `Err` or a panic inside `f` therefore leaves the committed tables
+//! untouched; a poisoned mutex is recovered with `into_inner`, because the only state behind it
+//! is the last committed one. Every `StoreTx` method is itself atomic: it checks everything
+//! before it writes, so a caller that handles an `Err` and carries on sees no partial write —
+//! as with one SQL statement.
+//!
+//! **Crash model.** The committed tables are the durable state. A host "crash" in the
+//! simulator is dropping everything else (provenance maps, tokens, in-flight futures, heartbeat
+//! tasks); the `MemStore` survives and the restarted node opens it as it is.
+//!
+//! **Rules.** The store enforces the rules SPEC §14 requires of the simulator store — guarded
+//! run updates (a lease mismatch is `Fenced`, a status mismatch `Conflict`), the lease CHECK
+//! (by construction of [`RunState`]) and the uniqueness of `derivation_key`, `(session_id,
+//! sequence)`, `idempotency_key`, `(run_id, step_number, call_id)`, `approvals.action_id` and
+//! one non-terminal run per session — and, because they are cheap here, the other CHECKs and
+//! append-only rules of §14 plus a few defence-in-depth rules that the SQLite store need not
+//! repeat (they are marked "MemStore only" below): the run edges of §8.1, `lease_epoch`
+//! advancing only at CLAIM, `attempts` growing only when a run leaves RUNNING, the watermark
+//! being written only by START, outcome/status agreement, object payloads, foreign keys
+//! (`NotFound`) and settlements only of UNCERTAIN invocations. Every violation is `Conflict`
+//! with a message naming the rule. Nested `transact` calls on the same store from inside `f`
+//! deadlock, as they would block on SQLite's write lock.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::approval::Approval;
+use crate::events::{Event, NewEvent, ProcessEvent};
+use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
+use crate::invocation::Invocation;
+use crate::run::checkpoint::Checkpoint;
+use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use crate::session::{PolicyProfileRecord, Session, Settlement};
+use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
+use crate::time::Timestamp;
+use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+
+/// The payload schema version of every event v1 writes (SPEC §13.1).
+const PAYLOAD_SCHEMA_VERSION: u32 = 1;
+
+/// A copy of every committed table, for tests and the simulator's invariant checker.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemSnapshot {
+    pub sessions: BTreeMap<SessionId, Session>,
+    pub runs: BTreeMap<RunId, Run>,
+    /// Keyed `(run_id, version)`, so a run's checkpoints are adjacent and in version order.
+    pub checkpoints: BTreeMap<(RunId, u32), Checkpoint>,
+    pub invocations: BTreeMap<InvocationId, Invocation>,
+    pub approvals: BTreeMap<ApprovalId, Approval>,
+    /// In id order, which is commit order.
+    pub events: Vec<Event>,
+    /// In commit order.
+    pub process_events: Vec<ProcessEvent>,
+    pub settlements: BTreeMap<SettlementId, Settlement>,
+    pub policy_profiles: BTreeMap<String, PolicyProfileRecord>,
+}
+
+/// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
+/// Indexes are derived data; they are cloned and swapped with the rows, so they never disagree.
+#[derive(Debug, Clone, Default)]
+struct Tables {
+    rows: MemSnapshot,
+    invocation_by_key: BTreeMap<String, InvocationId>,
+    invocation_by_call: BTreeMap<(RunId, u32, String), InvocationId>,
+    approval_by_action: BTreeMap<InvocationId, ApprovalId>,
+    /// Position in `rows.events` of each derivation key.
+    event_by_key: BTreeMap<String, usize>,
+    /// `UNIQUE(session_id, sequence)`, with the event's position.
+    event_by_sequence: BTreeMap<(SessionId, u64), usize>,
+    /// The `(run_id, id)` index of SPEC §14, with the event's position.
+    event_by_run: BTreeMap<(RunId, i64), usize>,
+    /// Position in `rows.process_events` of each derivation key.
+    process_event_by_key: BTreeMap<String, usize>,
+    settlement_by_invocation: BTreeMap<InvocationId, SettlementId>,
+}
+
+/// The in-memory store. Cheap to share behind an `Arc`; see the module docs for its semantics.
+#[derive(Debug, Default)]
+pub struct MemStore {
+    tables: Mutex<Tables>,
+}
+
+impl MemStore {
+    pub fn new() -> MemStore {
+        MemStore::default()
+    }
+
+    /// A copy of every committed table. Never observes a transaction in progress: the lock is
+    /// held by `transact` until it commits or rolls back.
+    pub fn snapshot(&self) -> MemSnapshot {
+        self.lock().rows.clone()
+    }
+
+    /// Reads the committed tables without copying them, for checkers that scan large histories.
+    /// `f` must not call back into this store (the lock is held).
+    pub fn inspect<R>(&self, f: impl FnOnce(&MemSnapshot) -> R) -> R {
+        f(&self.lock().rows)
+    }
+
+    /// The committed tables. A panic inside a transaction poisons the mutex but cannot have
+    /// touched the committed tables (it ran on a clone), so the poison is harmless.
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Store for MemStore {
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let mut committed = self.lock();
+        let mut working = committed.clone();
+        let result = f(&mut MemTx {
+            tables: &mut working,
+        });
+        if result.is_ok() {
+            *committed = working;
+        }
+        result
+    }
+}
+
+/// One transaction: exclusive access to the working copy of the tables.
+struct MemTx<'a> {
+    tables: &'a mut Tables,
+}
+
+fn conflict(message: impl Into<String>) -> TxError {
+    TxError::Conflict(message.into())
+}
+
+/// Whether `lease` is the run's current lease: RUNNING under exactly this owner and epoch.
+fn holds(run: &Run, lease: &Lease) -> bool {
+    run.id == lease.run_id
+        && run.lease_epoch == lease.lease_epoch
+        && matches!(&run.state, RunState::Running { lease_owner, .. } if *lease_owner == lease.worker_id)
+}
+
+/// The run edges of SPEC §8.1 (MemStore only; `run_state::transition` checks them first). A
+/// same-status update is no transition and is always allowed.
+fn run_edge_allowed(from: RunStatus, to: RunStatus) -> bool {
+    use RunStatus::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Queued, Running | Cancelled)
+                | (
+                    Running,
+                    Queued | WaitingForApproval | Completed | Failed | Cancelled
+                )
+                | (WaitingForApproval, Queued | Cancelled)
+        )
+}
+
+/// The MemStore-only rules on a run update: §8.1 edges, the epoch advancing by one exactly at
+/// CLAIM and never otherwise (so a guarded update cannot move a lease), and `attempts` growing by
+/// at most one and only when the run leaves RUNNING (RECLAIM, SPEC §16 #29).
+fn check_run_change(current: &Run, next: &Run) -> Result<(), TxError> {
+    let (from, to) = (current.status(), next.status());
+    if !run_edge_allowed(from, to) {
+        return Err(conflict(format!("invalid run transition {from}->{to}")));
+    }
+    let claiming = to == RunStatus::Running && from != RunStatus::Running;
+    if claiming && Some(next.lease_epoch) != current.lease_epoch.checked_add(1) {
+        return Err(conflict("lease_epoch advances by exactly one at CLAIM"));
+    }
+    if !claiming && next.lease_epoch != current.lease_epoch {
+        return Err(conflict("lease_epoch changes only at CLAIM"));
+    }
+    if from == RunStatus::Running && to == RunStatus::Running && current.lease() != next.lease() {
+        return Err(conflict(
+            "a running run's lease owner changes only through CLAIM",
+        ));
+    }
+    let leaving_running = from == RunStatus::Running && to != RunStatus::Running;
+    let attempts_ok = next.attempts == current.attempts
+        || (leaving_running && Some(next.attempts) == current.attempts.checked_add(1));
+    if !attempts_ok {
+        return Err(conflict(
+            "attempts grows by one only when RECLAIM takes a run out of RUNNING",
+        ));
+    }
+    Ok(())
+}
+
+/// The row CHECKs of `tool_invocations` (SPEC §14), plus outcome/status agreement (MemStore
+/// only: `Invocation::close` derives the status from the outcome).
+fn check_invocation_row(invocation: &Invocation) -> Result<(), TxError> {
+    use InvocationStatus::*;
+    let status = invocation.status;
+    if invocation.effect_sent_at.is_some()
+        && !matches!(status, Running | Succeeded | Failed | Uncertain)
+    {
+        return Err(conflict(format!(
+            "CHECK tool_invocations: effect_sent_at is set only on RUNNING, SUCCEEDED, FAILED or UNCERTAIN rows, not {status}"
+        )));
+    }
+    if status.is_terminal() {
+        let Some(outcome) = &invocation.outcome else {
+            return Err(conflict(format!(
+                "CHECK tool_invocations: terminal row {status} has no outcome"
+            )));
+        };
+        if invocation.result_item.is_none() {
+            return Err(conflict(format!(
+                "CHECK tool_invocations: terminal row {status} has no result_item"
+            )));
+        }
+        if outcome.invocation_status() != status
+            || invocation.outcome_status != Some(outcome.status)
+        {
+            return Err(conflict(format!(
+                "tool_invocations: outcome {} does not match status {status}",
+                outcome.status
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The row CHECKs of `approvals` (SPEC §14).
+fn check_approval_row(approval: &Approval) -> Result<(), TxError> {
+    let resolved = matches!(
+        approval.status,
+        ApprovalStatus::Approved | ApprovalStatus::Denied
+    );
+    if resolved != approval.resolution.is_some() {
+        return Err(conflict(format!(
+            "CHECK approvals: (status IN ('approved','denied')) = (resolution IS NOT NULL) fails for {}",
+            approval.status
+        )));
+    }
+    if (approval.status == ApprovalStatus::Pending) != approval.resolved_at.is_none() {
+        return Err(conflict(format!(
+            "CHECK approvals: (status = 'pending') = (resolved_at IS NULL) fails for {}",
+            approval.status
+        )));
+    }
+    Ok(())
+}
+
+impl MemTx<'_> {
+    fn active_run(&self, session: SessionId) -> Option<RunId> {
+        self.tables
+            .rows
+            .runs
+            .values()
+            .find(|r| r.session_id == session && !r.status().is_terminal())
+            .map(|r| r.id)
+    }
+
+    fn latest_version(&self, run: RunId) -> Option<u32> {
+        self.tables
+            .rows
+            .checkpoints
+            .range((run, 0)..=(run, u32::MAX))
+            .next_back()
+            .map(|((_, version), _)| *version)
+    }
+}
+
+impl StoreTx for MemTx<'_> {
+    fn insert_session(&mut self, session: &Session) -> Result<(), TxError> {
+        if self.tables.rows.sessions.contains_key(&session.id) {
+            return Err(conflict(format!("sessions: duplicate id {}", session.id)));
+        }
+        self.tables
+            .rows
+            .sessions
+            .insert(session.id, session.clone());
+        Ok(())
+    }
+
+    fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError> {
+        Ok(self.tables.rows.sessions.get(&id).cloned())
+    }
+
+    fn insert_run(&mut self, run: &Run) -> Result<(), TxError> {
+        if self.tables.rows.runs.contains_key(&run.id) {
+            return Err(conflict(format!("runs: duplicate id {}", run.id)));
+        }
+        if !self.tables.rows.sessions.contains_key(&run.session_id) {
+            return Err(TxError::NotFound);
+        }
+        if !run.status().is_terminal()
+            && let Some(active) = self.active_run(run.session_id)
+        {
+            return Err(conflict(format!(
+                "uq_runs_one_active_per_session: session {} already has run {active}",
+                run.session_id
+            )));
+        }
+        self.tables.rows.runs.insert(run.id, run.clone());
+        Ok(())
+    }
+
+    fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        Ok(self.tables.rows.runs.get(&id).cloned())
+    }
+
+    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
+        Ok(self.active_run(session))
+    }
+
+    fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
+        match self.tables.rows.runs.get(&lease.run_id) {
+            Some(run) if holds(run, lease) => Ok(()),
+            _ => Err(TxError::Fenced),
+        }
+    }
+
+    fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
+        let current = self
+            .tables
+            .rows
+            .runs
+            .get(&guard.run_id)
+            .ok_or(TxError::NotFound)?;
+        // A lease guard that no longer holds is fencing whatever else changed; without one, the
+        // status guard is an ordinary race lost to another transaction.
+        if let Some(lease) = &guard.lease {
+            if lease.run_id != guard.run_id
+                || current.status() != guard.status
+                || !holds(current, lease)
+            {
+                return Err(TxError::Fenced);
+            }
+        } else if current.status() != guard.status {
+            return Err(conflict(format!(
+                "run {} is {}, not the expected {}",
+                guard.run_id,
+                current.status(),
+                guard.status
+            )));
+        }
+        if next.id != guard.run_id || !current.same_identity(next) {
+            return Err(conflict(format!(
+                "runs: an immutable field of run {} changed",
+                guard.run_id
+            )));
+        }
+        check_run_change(current, next)?;
+        self.tables.rows.runs.insert(next.id, next.clone());
+        Ok(next.clone())
+    }
+
+    /// Exactly the statement of SPEC §8.2: it renews any lease that still holds, even one past
+    /// its expiry that no RECLAIM has taken yet, and touches nothing else (`now` is unused).
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        until: Timestamp,
+        _now: Timestamp,
+    ) -> Result<Option<HeartbeatObs>, TxError> {
+        let Some(run) = self.tables.rows.runs.get_mut(&lease.run_id) else {
+            return Ok(None);
+        };
+        if !holds(run, lease) {
+            return Ok(None);
+        }
+        if let RunState::Running {
+            lease_expires_at, ..
+        } = &mut run.state
+        {
+            *lease_expires_at = until;
+        }
+        Ok(Some(HeartbeatObs {
+            cancel_requested_at: run.cancel_requested_at,
+        }))
+    }
+
+    fn next_claimable_run(
+        &mut self,
+        now: Timestamp,
+        only: Option<RunId>,
+    ) -> Result<Option<Run>, TxError> {
+        let due = |run: &&Run| match run.state {
+            RunState::Queued { scheduled_for } => scheduled_for.is_none_or(|at| at <= now),
+            _ => false,
+        };
+        let wanted = |run: &&Run| only.is_none_or(|id| run.id == id);
+        Ok(self
+            .tables
+            .rows
+            .runs
+            .values()
+            .filter(due)
+            .filter(wanted)
+            .min_by_key(|r| (r.created_at, r.id))
+            .cloned())
+    }
+
+    fn expired_leases(&mut self, now: Timestamp, limit: usize) -> Result<Vec<Run>, TxError> {
+        let mut expired: Vec<(Timestamp, &Run)> = self
+            .tables
+            .rows
+            .runs
+            .values()
+            .filter_map(|run| match run.state {
+                RunState::Running {
+                    lease_expires_at, ..
+                } if lease_expires_at <= now => Some((lease_expires_at, run)),
+                _ => None,
+            })
+            .collect();
+        expired.sort_by_key(|(expires_at, run)| (*expires_at, run.id));
+        Ok(expired
+            .into_iter()
+            .take(limit)
+            .map(|(_, run)| run.clone())
+            .collect())
+    }
+
+    fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {
+        let count = self
+            .tables
+            .rows
+            .runs
+            .values()
+            .filter(|r| r.status() == status)
+            .count();
+        u64::try_from(count).map_err(|e| TxError::Backend(e.to_string()))
+    }
+
+    fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
+        if !self.tables.rows.runs.contains_key(&checkpoint.run_id) {
+            return Err(TxError::NotFound);
+        }
+        let expected = self
+            .latest_version(checkpoint.run_id)
+            .map_or(Some(1), |v| v.checked_add(1));
+        if expected != Some(checkpoint.version) {
+            return Err(conflict(format!(
+                "checkpoints: version {} of run {} is not contiguous (expected {})",
+                checkpoint.version,
+                checkpoint.run_id,
+                expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
+            )));
+        }
+        self.tables
+            .rows
+            .checkpoints
+            .insert((checkpoint.run_id, checkpoint.version), checkpoint.clone());
+        Ok(())
+    }
+
+    fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
+        Ok(self
+            .tables
+            .rows
+            .checkpoints
+            .range((run, 0)..=(run, u32::MAX))
+            .next_back()
+            .map(|(_, c)| c.clone()))
+    }
+
+    fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError> {
+        let tables = &*self.tables;
+        if tables.rows.invocations.contains_key(&invocation.id) {
+            return Err(conflict(format!(
+                "tool_invocations: duplicate id {}",
+                invocation.id
+            )));
+        }
+        if tables
+            .invocation_by_key
+            .contains_key(&invocation.idempotency_key)
+        {
+            return Err(conflict(format!(
+                "uq_tool_invocations_idempotency_key: {}",
+                invocation.idempotency_key
+            )));
+        }
+        let call = (
+            invocation.run_id,
+            invocation.step_number,
+            invocation.call_id.clone(),
+        );
+        if tables.invocation_by_call.contains_key(&call) {
+            return Err(conflict(format!(
+                "tool_invocations: UNIQUE(run_id, step_number, call_id) holds ({}, {}, {})",
+                call.0, call.1, call.2
+            )));
+        }
+        let run = tables
+            .rows
+            .runs
+            .get(&invocation.run_id)
+            .ok_or(TxError::NotFound)?;
+        if run.session_id != invocation.session_id {
+            return Err(conflict(
+                "tool_invocations: session_id differs from the run's",
+            ));
+        }
+        check_invocation_row(invocation)?;
+        let tables = &mut *self.tables;
+        tables
+            .invocation_by_key
+            .insert(invocation.idempotency_key.clone(), invocation.id);
+        tables.invocation_by_call.insert(call, invocation.id);
+        tables
+            .rows
+            .invocations
+            .insert(invocation.id, invocation.clone());
+        Ok(())
+    }
+
+    fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
+        Ok(self.tables.rows.invocations.get(&id).cloned())
+    }
+
+    fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError> {
+        let id = self.tables.invocation_by_key.get(idempotency_key);
+        Ok(id
+            .and_then(|id| self.tables.rows.invocations.get(id))
+            .cloned())
+    }
+
+    fn invocation_by_call(
+        &mut self,
+        run: RunId,
+        step: u32,
+        call_id: &str,
+    ) -> Result<Option<Invocation>, TxError> {
+        let id = self
+            .tables
+            .invocation_by_call
+            .get(&(run, step, call_id.to_owned()));
+        Ok(id
+            .and_then(|id| self.tables.rows.invocations.get(id))
+            .cloned())
+    }
+
+    fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError> {
+        let mut rows: Vec<Invocation> = self
+            .tables
+            .rows
+            .invocations
+            .values()
+            .filter(|i| i.run_id == run)
+            .cloned()
+            .collect();
+        rows.sort_by_key(|i| (i.step_number, i.created_at, i.id));
+        Ok(rows)
+    }
+
+    fn update_invocation(
+        &mut self,
+        expected: InvocationStatus,
+        next: &Invocation,
+    ) -> Result<(), TxError> {
+        let current = self
+            .tables
+            .rows
+            .invocations
+            .get(&next.id)
+            .ok_or(TxError::NotFound)?;
+        if current.status != expected {
+            return Err(conflict(format!(
+                "invocation {} is {}, not the expected {expected}",
+                next.id, current.status
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "tool_invocations: an immutable field of invocation {} changed",
+                next.id
+            )));
+        }
+        if current.status.is_terminal() && current != next {
+            return Err(conflict(format!(
+                "tool_invocations: terminal invocation {} never changes",
+                next.id
+            )));
+        }
+        if current.status != next.status && !current.status.may_become(next.status) {
+            return Err(conflict(format!(
+                "invalid invocation transition {}->{}",
+                current.status, next.status
+            )));
+        }
+        // MemStore only: the watermark is written once, by START (AUTHORIZED -> RUNNING).
+        match (current.effect_sent_at, next.effect_sent_at) {
+            (Some(sent), next_sent) if next_sent != Some(sent) => {
+                return Err(conflict(
+                    "tool_invocations: effect_sent_at never changes once set",
+                ));
+            }
+            (None, Some(_))
+                if !(current.status == InvocationStatus::Authorized
+                    && next.status == InvocationStatus::Running) =>
+            {
+                return Err(conflict(
+                    "tool_invocations: effect_sent_at is set only by START",
+                ));
+            }
+            _ => {}
+        }
+        check_invocation_row(next)?;
+        self.tables.rows.invocations.insert(next.id, next.clone());
+        Ok(())
+    }
+
+    fn uncertain_invocations(
+        &mut self,
+        tenant: &str,
+        include_settled: bool,
+    ) -> Result<Vec<Invocation>, TxError> {
+        let tables = &*self.tables;
+        let mut rows: Vec<Invocation> = tables
+            .rows
+            .invocations
+            .values()
+            .filter(|i| i.status == InvocationStatus::Uncertain && i.tenant_id == tenant)
+            .filter(|i| include_settled || !tables.settlement_by_invocation.contains_key(&i.id))
+            .cloned()
+            .collect();
+        rows.sort_by(|a, b| (b.updated_at, b.id).cmp(&(a.updated_at, a.id)));
+        Ok(rows)
+    }
+
+    fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError> {
+        let tables = &*self.tables;
+        if tables.rows.approvals.contains_key(&approval.id) {
+            return Err(conflict(format!("approvals: duplicate id {}", approval.id)));
+        }
+        if let Some(existing) = tables.approval_by_action.get(&approval.action_id) {
+            return Err(conflict(format!(
+                "uq_approvals_action_id: action {} already has approval {existing}",
+                approval.action_id
+            )));
+        }
+        if !tables.rows.runs.contains_key(&approval.run_id) {
+            return Err(TxError::NotFound);
+        }
+        check_approval_row(approval)?;
+        let tables = &mut *self.tables;
+        tables
+            .approval_by_action
+            .insert(approval.action_id, approval.id);
+        tables.rows.approvals.insert(approval.id, approval.clone());
+        Ok(())
+    }
+
+    fn approval(&mut self, id: ApprovalId) -> Result<Option<Approval>, TxError> {
+        Ok(self.tables.rows.approvals.get(&id).cloned())
+    }
+
+    fn approval_by_action(&mut self, action_id: InvocationId) -> Result<Option<Approval>, TxError> {
+        let id = self.tables.approval_by_action.get(&action_id);
+        Ok(id
+            .and_then(|id| self.tables.rows.approvals.get(id))
+            .cloned())
+    }
+
+    /// By `(created_at, id)`: the order the approvals were proposed in.
+    fn approvals_of_run(&mut self, run: RunId) -> Result<Vec<Approval>, TxError> {
+        let mut rows: Vec<Approval> = self
+            .tables
+            .rows
+            .approvals
+            .values()
+            .filter(|a| a.run_id == run)
+            .cloned()
+            .collect();
+        rows.sort_by_key(|a| (a.created_at, a.id));
+        Ok(rows)
+    }
+
+    fn update_approval(
+        &mut self,
+        expected: ApprovalStatus,
+        next: &Approval,
+    ) -> Result<(), TxError> {
+        let current = self
+            .tables
+            .rows
+            .approvals
+            .get(&next.id)
+            .ok_or(TxError::NotFound)?;
+        if current.status != expected {
+            return Err(conflict(format!(
+                "approval {} is {}, not the expected {expected}",
+                next.id, current.status
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "approvals: an immutable field of approval {} changed",
+                next.id
+            )));
+        }
+        if current.status != ApprovalStatus::Pending {
+            // SPEC §10.1: a terminal row changes only by the single write of
+            // `revalidated_policy_version`, from null to a value.
+            let mut unchanged = next.clone();
+            unchanged
+                .revalidated_policy_version
+                .clone_from(&current.revalidated_policy_version);
+            let single_write = current.revalidated_policy_version.is_none()
+                || current.revalidated_policy_version == next.revalidated_policy_version;
+            if unchanged != *current || !single_write {
+                return Err(conflict(format!(
+                    "approvals: terminal approval {} changes only by the single write of revalidated_policy_version",
+                    next.id
+                )));
+            }
+        }
+        check_approval_row(next)?;
+        self.tables.rows.approvals.insert(next.id, next.clone());
+        Ok(())
+    }
+
+    fn pending_approvals(
+        &mut self,
+        tenant: &str,
+        run: Option<RunId>,
+        after: Option<ApprovalCursor>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        let mut rows: Vec<&Approval> = self
+            .tables
+            .rows
+            .approvals
+            .values()
+            .filter(|a| {
+                a.status == ApprovalStatus::Pending
+                    && a.requested_at.is_some()
+                    && a.tenant_id == tenant
+            })
+            .filter(|a| run.is_none_or(|r| a.run_id == r))
+            .filter(|a| after.is_none_or(|c| (a.created_at, a.id) < (c.created_at, c.id)))
+            .collect();
+        rows.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        Ok(rows.into_iter().take(limit).cloned().collect())
+    }
+
+    fn due_approvals(
+        &mut self,
+        now: Timestamp,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        let mut rows: Vec<&Approval> = self
+            .tables
+            .rows
+            .approvals
+            .values()
+            .filter(|a| {
+                a.status == ApprovalStatus::Pending
+                    && a.requested_at.is_some()
+                    && a.expires_at <= now
+            })
+            .filter(|a| tenant.is_none_or(|t| a.tenant_id == t))
+            .collect();
+        rows.sort_by_key(|a| (a.expires_at, a.id));
+        Ok(rows.into_iter().take(limit).cloned().collect())
+    }
+
+    fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
+        let tables = &*self.tables;
+        // The idempotent repeat comes first and consumes nothing: no sequence, no id.
+        if let Some(key) = &event.derivation_key
+            && let Some(&position) = tables.event_by_key.get(key)
+        {
+            let stored = tables
+                .rows
+                .events
+                .get(position)
+                .ok_or_else(|| TxError::Backend("event index out of step".to_owned()))?;
+            if stored.event_type == event.event_type
+                && stored.run_id == event.run_id
+                && stored.payload == event.payload
+            {
+                return Ok(stored.clone());
+            }
+            return Err(conflict(format!(
+                "events: derivation key {key} already names a different event"
+            )));
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK events: payload is a JSON object"));
+        }
+        let session = tables
+            .rows
+            .sessions
+            .get(&event.session_id)
+            .ok_or(TxError::NotFound)?;
+        if let Some(run_id) = event.run_id {
+            let run = tables.rows.runs.get(&run_id).ok_or(TxError::NotFound)?;
+            if run.session_id != event.session_id {
+                return Err(conflict(format!(
+                    "events: run {run_id} is not in session {}",
+                    event.session_id
+                )));
+            }
+        }
+        let sequence = session.next_event_sequence;
+        let next_sequence = sequence
+            .checked_add(1)
+            .ok_or_else(|| TxError::Backend("event sequence overflow".to_owned()))?;
+        if tables
+            .event_by_sequence
+            .contains_key(&(event.session_id, sequence))
+        {
+            return Err(conflict(format!(
+                "events: UNIQUE(session_id, sequence) holds ({}, {sequence})",
+                event.session_id
+            )));
+        }
+        let id = match tables.rows.events.last() {
+            Some(last) => last
+                .id
+                .checked_add(1)
+                .ok_or_else(|| TxError::Backend("event id overflow".to_owned()))?,
+            None => 1,
+        };
+        let stored = Event {
+            id,
+            session_id: event.session_id,
+            run_id: event.run_id,
+            sequence,
+            event_type: event.event_type,
+            payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+            actor: event.actor.clone(),
+            payload: event.payload.clone(),
+            derivation_key: event.derivation_key.clone(),
+            created_at: event.created_at,
+        };
+
+        let tables = &mut *self.tables;
+        let position = tables.rows.events.len();
+        if let Some(session) = tables.rows.sessions.get_mut(&event.session_id) {
+            session.next_event_sequence = next_sequence;
+        }
+        if let Some(key) = &event.derivation_key {
+            tables.event_by_key.insert(key.clone(), position);
+        }
+        tables
+            .event_by_sequence
+            .insert((event.session_id, sequence), position);
+        if let Some(run_id) = event.run_id {
+            tables.event_by_run.insert((run_id, id), position);
+        }
+        tables.rows.events.push(stored.clone());
+        Ok(stored)
+    }
+
+    fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {
+        let position = self.tables.event_by_key.get(derivation_key);
+        Ok(position
+            .and_then(|&p| self.tables.rows.events.get(p))
+            .cloned())
+    }
+
+    fn events_of_run(
+        &mut self,
+        run: RunId,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        let start = after_id.map_or(Bound::Included((run, i64::MIN)), |id| {
+            Bound::Excluded((run, id))
+        });
+        let tables = &*self.tables;
+        Ok(tables
+            .event_by_run
+            .range((start, Bound::Included((run, i64::MAX))))
+            .take(limit)
+            .filter_map(|(_, &p)| tables.rows.events.get(p).cloned())
+            .collect())
+    }
+
+    fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
+        let tables = &*self.tables;
+        if let Some(&position) = tables.process_event_by_key.get(&event.derivation_key) {
+            let stored =
+                tables.rows.process_events.get(position).ok_or_else(|| {
+                    TxError::Backend("process event index out of step".to_owned())
+                })?;
+            if stored.event_type == event.event_type && stored.payload == event.payload {
+                return Ok(stored.clone());
+            }
+            return Err(conflict(format!(
+                "process_events: derivation key {} already names a different event",
+                event.derivation_key
+            )));
+        }
+        if tables.rows.process_events.iter().any(|e| e.id == event.id) {
+            return Err(conflict(format!(
+                "process_events: duplicate id {}",
+                event.id
+            )));
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK process_events: payload is a JSON object"));
+        }
+        let tables = &mut *self.tables;
+        tables.process_event_by_key.insert(
+            event.derivation_key.clone(),
+            tables.rows.process_events.len(),
+        );
+        tables.rows.process_events.push(event.clone());
+        Ok(event.clone())
+    }
+
+    /// In commit order.
+    fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError> {
+        Ok(self.tables.rows.process_events.clone())
+    }
+
+    fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError> {
+        let tables = &*self.tables;
+        if tables.rows.settlements.contains_key(&settlement.id) {
+            return Err(conflict(format!(
+                "uncertain_settlements: duplicate id {}",
+                settlement.id
+            )));
+        }
+        if let Some(existing) = tables
+            .settlement_by_invocation
+            .get(&settlement.invocation_id)
+        {
+            return Err(conflict(format!(
+                "uncertain_settlements: UNIQUE(invocation_id): invocation {} already has settlement {existing}",
+                settlement.invocation_id
+            )));
+        }
+        let invocation = tables
+            .rows
+            .invocations
+            .get(&settlement.invocation_id)
+            .ok_or(TxError::NotFound)?;
+        if invocation.status != InvocationStatus::Uncertain {
+            return Err(conflict(format!(
+                "uncertain_settlements: invocation {} is {}, not UNCERTAIN",
+                invocation.id, invocation.status
+            )));
+        }
+        let tables = &mut *self.tables;
+        tables
+            .settlement_by_invocation
+            .insert(settlement.invocation_id, settlement.id);
+        tables
+            .rows
+            .settlements
+            .insert(settlement.id, settlement.clone());
+        Ok(())
+    }
+
+    fn settlement_by_invocation(
+        &mut self,
+        invocation: InvocationId,
+    ) -> Result<Option<Settlement>, TxError> {
+        let id = self.tables.settlement_by_invocation.get(&invocation);
+        Ok(id
+            .and_then(|id| self.tables.rows.settlements.get(id))
+            .cloned())
+    }
+
+    fn insert_policy_profile(
+        &mut self,
+        record: &PolicyProfileRecord,
+    ) -> Result<PolicyProfileRecord, TxError> {
+        match self.tables.rows.policy_profiles.get(&record.policy_version) {
+            Some(stored) if stored.same_content(record) => Ok(stored.clone()),
+            Some(_) => Err(conflict("policy version identifies different rules")),
+            None => {
+                self.tables
+                    .rows
+                    .policy_profiles
+                    .insert(record.policy_version.clone(), record.clone());
+                Ok(record.clone())
+            }
+        }
+    }
+
+    /// By `policy_version`.
+    fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
+        Ok(self.tables.rows.policy_profiles.values().cloned().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::events::EventType;
+    use crate::testing::contract::run_contract;
+    use crate::testing::fixtures::*;
+
+    fn conflict_message<R: std::fmt::Debug>(result: Result<R, TxError>) -> String {
+        match result {
+            Err(TxError::Conflict(message)) => message,
+            other => panic!("expected Conflict, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mem_store_passes_the_store_contract() {
+        run_contract(MemStore::new);
+    }
+
+    #[test]
+    fn mem_store_is_shareable_across_tasks() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<MemStore>();
+    }
+
+    #[test]
+    fn panic_inside_a_transaction_keeps_the_committed_state() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let before = store.snapshot();
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            store.transact(|tx| -> Result<(), TxError> {
+                tx.append_event(&sample_event(
+                    &run,
+                    EventType::RunStarted,
+                    json!({}),
+                    Some("k"),
+                ))?;
+                tx.insert_checkpoint(&sample_checkpoint(run.id, 1))?;
+                panic!("simulated bug inside a transaction");
+            })
+        }));
+        assert!(outcome.is_err(), "the panic propagates to the caller");
+        assert_eq!(
+            store.snapshot(),
+            before,
+            "a panicking transaction commits nothing"
+        );
+        // The poisoned lock is recovered and the store keeps working from the committed state.
+        let event = commit(&store, "after the panic", |tx| {
+            tx.append_event(&sample_event(
+                &run,
+                EventType::RunStarted,
+                json!({}),
+                Some("k"),
+            ))
+        });
+        assert_eq!(
+            (event.id, event.sequence),
+            (1, 1),
+            "nothing of the panicked transaction was consumed"
+        );
+    }
+
+    #[test]
+    fn snapshot_copies_every_committed_table() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let uncertain = seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Uncertain),
+        );
+        let waiting = seed_invocation(
+            &store,
+            sample_invocation(2, &run, 1, "c2", InvocationStatus::WaitingForApproval),
+        );
+        commit(&store, "fill every table", |tx| {
+            tx.insert_checkpoint(&sample_checkpoint(run.id, 1))?;
+            tx.insert_approval(&sample_approval(2, &waiting, ApprovalStatus::Pending))?;
+            tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))?;
+            tx.append_process_event(&sample_process_event(1, "v1"))?;
+            tx.insert_settlement(&sample_settlement(1, &uncertain))?;
+            tx.insert_policy_profile(&sample_policy_profile("v1"))?;
+            Ok(())
+        });
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.sessions.len(), 1);
+        assert_eq!(snapshot.runs.get(&run.id), Some(&run));
+        assert_eq!(
+            snapshot.checkpoints.keys().copied().collect::<Vec<_>>(),
+            vec![(run.id, 1)]
+        );
+        assert_eq!(snapshot.invocations.len(), 2);
+        assert_eq!(snapshot.approvals.len(), 1);
+        assert_eq!(snapshot.events.len(), 1);
+        assert_eq!(snapshot.process_events.len(), 1);
+        assert_eq!(snapshot.settlements.len(), 1);
+        assert_eq!(snapshot.policy_profiles.len(), 1);
+        assert_eq!(
+            snapshot
+                .sessions
+                .get(&run.session_id)
+                .map(|s| s.next_event_sequence),
+            Some(2)
+        );
+
+        commit(&store, "a later event", |tx| {
+            tx.append_event(&sample_event(
+                &run,
+                EventType::RunCheckpointed,
+                json!({}),
+                None,
+            ))
+        });
+        assert_eq!(snapshot.events.len(), 1, "a snapshot is a copy, not a view");
+        assert_eq!(
+            store.inspect(|tables| tables.events.len()),
+            2,
+            "inspect reads the committed tables"
+        );
+    }
+
+    #[test]
+    fn event_ids_start_at_one_and_rollbacks_leave_no_gap() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let first = commit(&store, "first", |tx| {
+            tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))
+        });
+        let _ = store.transact(|tx| -> Result<(), TxError> {
+            tx.append_event(&sample_event(
+                &run,
+                EventType::RunCheckpointed,
+                json!({}),
+                None,
+            ))?;
+            Err(TxError::Fenced)
+        });
+        let second = commit(&store, "second", |tx| {
+            tx.append_event(&sample_event(
+                &run,
+                EventType::RunCheckpointed,
+                json!({}),
+                None,
+            ))
+        });
+        assert_eq!(
+            (first.id, first.sequence, second.id, second.sequence),
+            (1, 1, 2, 2)
+        );
+    }
+
+    #[test]
+    fn a_failed_statement_inside_a_transaction_writes_nothing() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let first = seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+        );
+        commit(&store, "handle a duplicate and carry on", |tx| {
+            // Same call as `first`, fresh key: rejected, and the fresh key must not be indexed.
+            let mut duplicate = sample_invocation(2, &run, 1, "c1", InvocationStatus::Authorized);
+            duplicate.idempotency_key = "fresh".to_owned();
+            assert!(matches!(
+                tx.insert_invocation(&duplicate),
+                Err(TxError::Conflict(_))
+            ));
+            let mut reuse = sample_invocation(3, &run, 1, "c3", InvocationStatus::Authorized);
+            reuse.idempotency_key = "fresh".to_owned();
+            tx.insert_invocation(&reuse)
+        });
+        let snapshot = store.snapshot();
+        assert_eq!(snapshot.invocations.len(), 2);
+        assert!(snapshot.invocations.contains_key(&first.id));
+    }
+
+    #[test]
+    fn run_edges_of_section_8_1_only() {
+        let store = MemStore::new();
+        let queued = seed_run(&store, 1, RunStatus::Queued);
+        let guard = RunGuard {
+            run_id: queued.id,
+            status: RunStatus::Queued,
+            lease: None,
+        };
+        let mut completed = queued.clone();
+        completed.state = RunState::Completed {
+            final_message: "done".to_owned(),
+        };
+        let message = conflict_message(store.transact(|tx| tx.update_run(&guard, &completed)));
+        assert_eq!(message, "invalid run transition QUEUED->COMPLETED");
+
+        let mut waiting = queued.clone();
+        waiting.state = RunState::WaitingForApproval;
+        assert!(
+            store
+                .transact(|tx| tx.update_run(&guard, &waiting))
+                .is_err(),
+            "QUEUED -> WAITING_FOR_APPROVAL is no edge"
+        );
+
+        let cancelled = seed_run(&store, 2, RunStatus::Cancelled);
+        let mut revived = cancelled.clone();
+        revived.state = RunState::Queued {
+            scheduled_for: None,
+        };
+        let guard = RunGuard {
+            run_id: cancelled.id,
+            status: RunStatus::Cancelled,
+            lease: None,
+        };
+        assert_eq!(
+            conflict_message(store.transact(|tx| tx.update_run(&guard, &revived))),
+            "invalid run transition CANCELLED->QUEUED"
+        );
+    }
+
+    #[test]
+    fn lease_epoch_advances_by_one_only_at_claim() {
+        let store = MemStore::new();
+        let queued = seed_run(&store, 1, RunStatus::Queued);
+        let guard = RunGuard {
+            run_id: queued.id,
+            status: RunStatus::Queued,
+            lease: None,
+        };
+        let mut claimed = queued.clone();
+        claimed.state = sample_state(RunStatus::Running);
+        assert!(
+            conflict_message(store.transact(|tx| tx.update_run(&guard, &claimed)))
+                .contains("lease_epoch"),
+            "a claim without a new epoch"
+        );
+        claimed.lease_epoch = queued.lease_epoch + 2;
+        assert!(
+            store
+                .transact(|tx| tx.update_run(&guard, &claimed))
+                .is_err(),
+            "a claim skipping an epoch"
+        );
+        claimed.lease_epoch = queued.lease_epoch + 1;
+        commit(&store, "CLAIM", |tx| tx.update_run(&guard, &claimed));
+
+        let held = RunGuard {
+            run_id: claimed.id,
+            status: RunStatus::Running,
+            lease: claimed.lease(),
+        };
+        let mut stolen = claimed.clone();
+        stolen.state = RunState::Running {
+            lease_owner: "worker-2".to_owned(),
+            lease_expires_at: at(99),
+        };
+        assert!(
+            conflict_message(store.transact(|tx| tx.update_run(&held, &stolen)))
+                .contains("lease owner"),
+            "a guarded update cannot move the lease"
+        );
+        let mut bumped = claimed.clone();
+        bumped.lease_epoch += 1;
+        assert!(
+            store.transact(|tx| tx.update_run(&held, &bumped)).is_err(),
+            "RUNNING -> RUNNING keeps the epoch"
+        );
+        let mut parked = claimed.clone();
+        parked.state = RunState::WaitingForApproval;
+        parked.lease_epoch = 0;
+        assert!(
+            conflict_message(store.transact(|tx| tx.update_run(&held, &parked)))
+                .contains("lease_epoch"),
+            "lease_epoch never resets"
+        );
+    }
+
+    #[test]
+    fn attempts_grow_only_when_a_run_leaves_running() {
+        let store = MemStore::new();
+        let running = seed_run(&store, 1, RunStatus::Running);
+        let held = RunGuard {
+            run_id: running.id,
+            status: RunStatus::Running,
+            lease: running.lease(),
+        };
+        let mut counted = running.clone();
+        counted.attempts = 1;
+        assert!(
+            conflict_message(store.transact(|tx| tx.update_run(&held, &counted)))
+                .contains("attempts"),
+            "not while running"
+        );
+        let mut requeued = running.clone();
+        requeued.state = RunState::Queued {
+            scheduled_for: Some(at(31)),
+        };
+        requeued.attempts = 2;
+        let reclaim = RunGuard {
+            lease: None,
+            ..held.clone()
+        };
+        assert!(
+            store
+                .transact(|tx| tx.update_run(&reclaim, &requeued))
+                .is_err(),
+            "by one at a time"
+        );
+        requeued.attempts = 1;
+        commit(&store, "RECLAIM", |tx| tx.update_run(&reclaim, &requeued));
+        let mut reset = requeued.clone();
+        reset.attempts = 0;
+        let queued = RunGuard {
+            run_id: running.id,
+            status: RunStatus::Queued,
+            lease: None,
+        };
+        assert!(
+            store.transact(|tx| tx.update_run(&queued, &reset)).is_err(),
+            "attempts never decrease"
+        );
+    }
+
+    #[test]
+    fn the_watermark_is_written_only_by_start() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let running = seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Running),
+        );
+        let mut moved = running.clone();
+        moved.effect_sent_at = Some(at(5));
+        assert!(
+            conflict_message(
+                store.transact(|tx| tx.update_invocation(InvocationStatus::Running, &moved))
+            )
+            .contains("never changes")
+        );
+        let mut cleared = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
+        cleared.effect_sent_at = None;
+        assert!(
+            store
+                .transact(|tx| tx.update_invocation(InvocationStatus::Running, &cleared))
+                .is_err(),
+            "FINISH cannot clear it"
+        );
+
+        let mut unsent = sample_invocation(2, &run, 1, "c2", InvocationStatus::Running);
+        unsent.effect_sent_at = None;
+        let unsent = seed_invocation(&store, unsent);
+        let mut late = unsent.clone();
+        late.effect_sent_at = Some(at(5));
+        assert!(
+            conflict_message(
+                store.transact(|tx| tx.update_invocation(InvocationStatus::Running, &late))
+            )
+            .contains("only by START")
+        );
+    }
+
+    #[test]
+    fn terminal_outcome_must_match_the_status() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let mut mismatched = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
+        mismatched.status = InvocationStatus::Uncertain;
+        assert!(
+            conflict_message(store.transact(|tx| tx.insert_invocation(&mismatched)))
+                .contains("does not match")
+        );
+    }
+
+    #[test]
+    fn event_payloads_are_objects_of_the_runs_session() {
+        let store = MemStore::new();
+        let one = seed_run(&store, 1, RunStatus::Running);
+        let two = seed_run(&store, 2, RunStatus::Running);
+        let scalar = sample_event(&one, EventType::RunStarted, json!("text"), None);
+        assert!(conflict_message(store.transact(|tx| tx.append_event(&scalar))).contains("object"));
+        let mut crossed = sample_event(&one, EventType::RunStarted, json!({}), None);
+        crossed.run_id = Some(two.id);
+        assert!(
+            conflict_message(store.transact(|tx| tx.append_event(&crossed)))
+                .contains("not in session")
+        );
+        let mut unknown_run = sample_event(&one, EventType::RunStarted, json!({}), None);
+        unknown_run.run_id = Some(run_id(99));
+        assert_eq!(
+            store.transact(|tx| tx.append_event(&unknown_run)),
+            Err(TxError::NotFound)
+        );
+        assert_eq!(
+            store
+                .snapshot()
+                .sessions
+                .get(&one.session_id)
+                .map(|s| s.next_event_sequence),
+            Some(1),
+            "no sequence consumed"
+        );
+    }
+
+    #[test]
+    fn missing_parents_are_not_found() {
+        let store = MemStore::new();
+        let orphan = sample_run(1, session_id(1), RunStatus::Queued);
+        assert_eq!(
+            store.transact(|tx| tx.insert_run(&orphan)),
+            Err(TxError::NotFound),
+            "run without session"
+        );
+        assert_eq!(
+            store.transact(|tx| tx.insert_checkpoint(&sample_checkpoint(orphan.id, 1))),
+            Err(TxError::NotFound),
+            "checkpoint without run"
+        );
+        let invocation = sample_invocation(1, &orphan, 1, "c1", InvocationStatus::Uncertain);
+        assert_eq!(
+            store.transact(|tx| tx.insert_invocation(&invocation)),
+            Err(TxError::NotFound),
+            "invocation without run"
+        );
+        let approval = sample_approval(1, &invocation, ApprovalStatus::Pending);
+        assert_eq!(
+            store.transact(|tx| tx.insert_approval(&approval)),
+            Err(TxError::NotFound),
+            "approval without run"
+        );
+        let settlement = sample_settlement(1, &invocation);
+        assert_eq!(
+            store.transact(|tx| tx.insert_settlement(&settlement)),
+            Err(TxError::NotFound),
+            "settlement without invocation"
+        );
+        assert_eq!(
+            store.transact(|tx| tx.update_run(
+                &RunGuard {
+                    run_id: orphan.id,
+                    status: RunStatus::Queued,
+                    lease: None
+                },
+                &orphan
+            )),
+            Err(TxError::NotFound)
+        );
+        assert_eq!(
+            store.transact(|tx| tx.update_invocation(InvocationStatus::Uncertain, &invocation)),
+            Err(TxError::NotFound)
+        );
+        assert_eq!(
+            store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &approval)),
+            Err(TxError::NotFound)
+        );
+    }
+
+    #[test]
+    fn settlements_only_of_uncertain_invocations() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let failed = seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed),
+        );
+        assert!(
+            conflict_message(
+                store.transact(|tx| tx.insert_settlement(&sample_settlement(1, &failed)))
+            )
+            .contains("not UNCERTAIN")
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! Cancellation tokens (SPEC §8.5): a process-local registry keyed by run id, each entry with
+//! the lease epoch it belongs to. The first reason wins. A cancellation requested before a run
+//! registers reaches it through the claimed row's `cancel_requested_at` (the run starts
+//! cancelled) or, at the latest, the next heartbeat.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::ids::RunId;
+use crate::vocab::CancelReason;
+
+/// One execution's view of its cancellation.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<Mutex<Option<CancelReason>>>);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere cannot leave a reason half-written; keep going with the inner value.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl CancelToken {
+    pub fn reason(&self) -> Option<CancelReason> {
+        *lock(&self.0)
+    }
+
+    /// Sets the reason unless one is already set.
+    pub fn cancel(&self, reason: CancelReason) {
+        let mut slot = lock(&self.0);
+        if slot.is_none() {
+            *slot = Some(reason);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    epoch: u64,
+    token: CancelToken,
+}
+
+/// The tokens of the runs this process executes.
+#[derive(Debug, Default, Clone)]
+pub struct TokenRegistry {
+    entries: Arc<Mutex<BTreeMap<RunId, Entry>>>,
+}
+
+impl TokenRegistry {
+    /// Registers an execution of `run` under lease `epoch`.
+    pub fn register(&self, run: RunId, epoch: u64) -> CancelToken {
+        let token = CancelToken::default();
+        lock(&self.entries).insert(
+            run,
+            Entry {
+                epoch,
+                token: token.clone(),
+            },
+        );
+        token
+    }
+
+    /// Removes the entry if it still belongs to `epoch`.
+    pub fn unregister(&self, run: RunId, epoch: u64) {
+        let mut entries = lock(&self.entries);
+        if entries.get(&run).is_some_and(|e| e.epoch == epoch) {
+            entries.remove(&run);
+        }
+    }
+
+    /// Cancels the run's token if this process executes it; returns whether it does.
+    pub fn cancel(&self, run: RunId, reason: CancelReason) -> bool {
+        match lock(&self.entries).get(&run) {
+            Some(entry) => {
+                entry.token.cancel(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A heartbeat result: applied only if run and epoch match the registered entry.
+    pub fn cancel_epoch(&self, run: RunId, epoch: u64, reason: CancelReason) {
+        if let Some(entry) = lock(&self.entries).get(&run).filter(|e| e.epoch == epoch) {
+            entry.token.cancel(reason);
+        }
+    }
+
+    /// Whether this process currently executes the run.
+    pub fn contains(&self, run: RunId) -> bool {
+        lock(&self.entries).contains_key(&run)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_reason_wins_and_stale_epochs_are_ignored() {
+        let registry = TokenRegistry::default();
+        let run = RunId(uuid::Uuid::nil());
+        let token = registry.register(run, 2);
+        registry.cancel_epoch(run, 1, CancelReason::Fenced);
+        assert_eq!(token.reason(), None);
+        registry.cancel_epoch(run, 2, CancelReason::Requested);
+        registry.cancel(run, CancelReason::Fenced);
+        assert_eq!(token.reason(), Some(CancelReason::Requested));
+        registry.unregister(run, 1);
+        assert!(registry.contains(run));
+        registry.unregister(run, 2);
+        assert!(!registry.contains(run));
+    }
+}

@@ -1,0 +1,74 @@
+//! Checkpoints (SPEC §8.3, §14): full snapshots of a run's progress, so any worker can resume it
+//! and a resumed step replays the same calls without asking the planner again.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{InvocationId, ParallelGroupId, RunId};
+use crate::ports::ProposedCall;
+use crate::time::Timestamp;
+use crate::vocab::CheckpointTrigger;
+
+/// How a batch runs, decided once at PENDING (SPEC §11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum Admission {
+    Sequential,
+    Parallel { parallel_group: ParallelGroupId },
+}
+
+/// A call pinned to the tool version it resolved to at PENDING; `None` if it did not resolve,
+/// which stays a refusal on every replay.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedCall {
+    pub call: ProposedCall,
+    pub pinned_version: Option<String>,
+}
+
+/// The batch a step is executing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingBatch {
+    pub step: u32,
+    pub calls: Vec<PinnedCall>,
+    pub admission: Admission,
+}
+
+/// Where a result item is stored: an invocation row, or a refusal event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ResultRef {
+    Invocation { invocation_id: InvocationId },
+    Refusal { derivation_key: String },
+}
+
+/// One completed step of history: the calls and, per call, its result reference.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryStep {
+    pub step: u32,
+    pub calls: Vec<ProposedCall>,
+    pub results: Vec<ResultRef>,
+}
+
+/// The checkpointed state of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CheckpointState {
+    /// The last step whose batch finished (0 at seed).
+    pub step: u32,
+    pub pending: Option<PendingBatch>,
+    pub history: Vec<HistoryStep>,
+    /// Set once untrusted content reached the planner; never cleared (SPEC §8.6).
+    pub tainted: bool,
+    /// Identical denials, keyed `tool NUL arguments-hash NUL reason_code`.
+    pub denial_counts: BTreeMap<String, u32>,
+}
+
+/// One row of `checkpoints`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub run_id: RunId,
+    pub version: u32,
+    pub trigger: CheckpointTrigger,
+    pub state: CheckpointState,
+    pub created_at: Timestamp,
+}

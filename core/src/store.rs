@@ -1,0 +1,170 @@
+//! The `Store` port (SPEC §2.2, §14): one atomic write transaction at a time, with guarded
+//! updates, uniqueness and append-only audit tables. Core builds every change; a store only
+//! persists it.
+
+use crate::approval::Approval;
+use crate::events::{Event, NewEvent, ProcessEvent};
+use crate::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use crate::invocation::Invocation;
+use crate::run::checkpoint::Checkpoint;
+use crate::run::{HeartbeatObs, Lease, Run, RunGuard};
+use crate::session::{PolicyProfileRecord, Session, Settlement};
+use crate::time::Timestamp;
+use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+
+/// Why a transaction did not commit. Any error rolls back everything the transaction wrote.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxError {
+    /// A lease guard failed: another worker owns the run now, or it left RUNNING.
+    #[error("fenced")]
+    Fenced,
+    /// A uniqueness rule or a guarded status did not hold.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("not found")]
+    NotFound,
+    #[error("storage: {0}")]
+    Backend(String),
+}
+
+/// The `approvals list` keyset position: strictly after `(created_at, id)` in descending order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApprovalCursor {
+    pub created_at: Timestamp,
+    pub id: ApprovalId,
+}
+
+/// A store: a sequence of atomic transactions. Core uses it as a generic parameter.
+pub trait Store: Send + Sync {
+    /// One atomic write transaction (SQLite: `BEGIN IMMEDIATE … COMMIT`); an `Err` from `f` or
+    /// from the commit rolls everything back. `f` is synchronous, so no tool, planner or
+    /// dispatcher call can happen inside a transaction (SPEC §16 #12).
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError>;
+}
+
+/// What one transaction may do. Guarded writes name the expected status (and lease); when no
+/// row matches they fail with `Fenced` (a lease guard) or `Conflict`.
+pub trait StoreTx {
+    // Sessions.
+    fn insert_session(&mut self, session: &Session) -> Result<(), TxError>;
+    fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError>;
+
+    // Runs.
+    /// Fails with `Conflict` if the session already has a non-terminal run.
+    fn insert_run(&mut self, run: &Run) -> Result<(), TxError>;
+    fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError>;
+    /// The session's non-terminal run, if any.
+    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError>;
+    /// `Fenced` unless the run is RUNNING under exactly this owner and epoch.
+    fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError>;
+    /// Replaces the row if it matches the guard; immutable fields must be unchanged (`Conflict`).
+    fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError>;
+    /// Renews a lease and reports a cancellation request; `None` if the lease no longer holds.
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Result<Option<HeartbeatObs>, TxError>;
+    /// The oldest `(created_at, id)` QUEUED run that is due, optionally only `only`.
+    fn next_claimable_run(
+        &mut self,
+        now: Timestamp,
+        only: Option<RunId>,
+    ) -> Result<Option<Run>, TxError>;
+    /// RUNNING runs whose lease expired at or before `now`, oldest expiry first.
+    fn expired_leases(&mut self, now: Timestamp, limit: usize) -> Result<Vec<Run>, TxError>;
+    fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError>;
+
+    // Checkpoints.
+    /// Versions must be contiguous: `Conflict` unless `version` is the latest plus one.
+    fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError>;
+    fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError>;
+
+    // Invocations.
+    /// `Conflict` on a duplicate id, idempotency key or `(run_id, step_number, call_id)`.
+    fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError>;
+    fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError>;
+    fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError>;
+    fn invocation_by_call(
+        &mut self,
+        run: RunId,
+        step: u32,
+        call_id: &str,
+    ) -> Result<Option<Invocation>, TxError>;
+    /// The run's invocations by `(step_number, created_at, id)`.
+    fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError>;
+    /// Guarded by the expected status; immutable fields must be unchanged.
+    fn update_invocation(
+        &mut self,
+        expected: InvocationStatus,
+        next: &Invocation,
+    ) -> Result<(), TxError>;
+    /// The tenant's UNCERTAIN invocations (without a settlement unless `include_settled`), by
+    /// `updated_at DESC, id DESC`.
+    fn uncertain_invocations(
+        &mut self,
+        tenant: &str,
+        include_settled: bool,
+    ) -> Result<Vec<Invocation>, TxError>;
+
+    // Approvals.
+    /// `Conflict` on a duplicate id or `action_id`.
+    fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError>;
+    fn approval(&mut self, id: ApprovalId) -> Result<Option<Approval>, TxError>;
+    fn approval_by_action(&mut self, action_id: InvocationId) -> Result<Option<Approval>, TxError>;
+    fn approvals_of_run(&mut self, run: RunId) -> Result<Vec<Approval>, TxError>;
+    /// Guarded by the expected status.
+    fn update_approval(&mut self, expected: ApprovalStatus, next: &Approval)
+    -> Result<(), TxError>;
+    /// Announced `pending` approvals of a tenant (optionally one run), by `created_at DESC, id
+    /// DESC`, strictly after the cursor, at most `limit`.
+    fn pending_approvals(
+        &mut self,
+        tenant: &str,
+        run: Option<RunId>,
+        after: Option<ApprovalCursor>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError>;
+    /// Announced `pending` approvals with `expires_at <= now`, by `expires_at, id`.
+    fn due_approvals(
+        &mut self,
+        now: Timestamp,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError>;
+
+    // Events.
+    /// Takes the session's next sequence. A repeated derivation key returns the stored event if
+    /// type, run and payload are equal, else `Conflict`.
+    fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError>;
+    fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError>;
+    /// The run's events by id, strictly after `after_id`.
+    fn events_of_run(
+        &mut self,
+        run: RunId,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError>;
+    /// Idempotent by derivation key like `append_event`.
+    fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError>;
+    fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError>;
+
+    // Settlements and policy profiles.
+    /// `Conflict` if the invocation already has one.
+    fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError>;
+    fn settlement_by_invocation(
+        &mut self,
+        invocation: InvocationId,
+    ) -> Result<Option<Settlement>, TxError>;
+    /// Keeps the first of identical records; different content under one version is a
+    /// `Conflict`.
+    fn insert_policy_profile(
+        &mut self,
+        record: &PolicyProfileRecord,
+    ) -> Result<PolicyProfileRecord, TxError>;
+    fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError>;
+}

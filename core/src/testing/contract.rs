@@ -1,0 +1,1984 @@
+//! The `Store` contract suite (SPEC §2.2, §8.1–§8.2, §9.1, §10.1, §13, §14, §16 #15, #19,
+//! #27–#29, #40): what every store — `MemStore`, `SqliteStore` — must do, as one generic
+//! [`run_contract`].
+//!
+//! Each check gets a fresh store from `make`, exercises one rule and panics with a message that
+//! names it. The checks use only behaviour the trait documents or SPEC §14 requires of the
+//! SQLite schema; rules that only `MemStore` adds (run edges, epoch and attempts discipline,
+//! foreign keys as `NotFound`) are tested next to `MemStore`. Every setup is itself valid under
+//! those stricter rules, so both stores can run the same suite.
+
+use std::fmt::Debug;
+
+use serde_json::json;
+
+use crate::events::{Actor, EventType, keys};
+use crate::run::{Lease, Run, RunGuard, RunState};
+use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
+use crate::testing::fixtures::*;
+use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStatus};
+
+/// Runs every check on a fresh store from `make`.
+pub fn run_contract<S: Store>(make: impl Fn() -> S) {
+    transact_returns_the_closure_value_and_commits(&make());
+    error_from_f_rolls_back_every_write(&make());
+    fenced_transaction_rolls_back_its_earlier_writes(&make());
+    guard_lease_fences_wrong_owner_epoch_or_status(&make());
+    guarded_run_update_fences_or_conflicts(&make());
+    run_immutable_fields_conflict(&make());
+    duplicate_primary_keys_conflict(&make());
+    one_active_run_per_session(&make());
+    heartbeat_renews_only_a_held_lease(&make());
+    next_claimable_run_is_the_oldest_due_queued_run(&make());
+    expired_leases_oldest_expiry_first(&make());
+    count_runs_by_status(&make());
+    checkpoint_versions_are_contiguous(&make());
+    invocation_uniqueness(&make());
+    invocation_lookups_and_run_order(&make());
+    invocation_transitions_follow_the_edges(&make());
+    invocation_immutable_fields_conflict(&make());
+    terminal_invocations_never_change(&make());
+    invocation_row_checks(&make());
+    uncertain_invocations_filter_and_order(&make());
+    approval_action_id_is_unique(&make());
+    approval_updates_are_guarded_by_status(&make());
+    terminal_approval_changes_only_by_revalidation(&make());
+    approval_row_checks(&make());
+    pending_approvals_keyset_paging(&make());
+    due_approvals_order(&make());
+    event_sequences_are_per_session(&make());
+    append_event_needs_its_session(&make());
+    rolled_back_events_leave_no_trace(&make());
+    derivation_key_idempotency(&make());
+    events_of_run_paging(&make());
+    process_event_idempotency(&make());
+    settlement_is_unique_per_invocation(&make());
+    policy_profile_idempotency(&make());
+}
+
+// ----- helpers -------------------------------------------------------------------------------
+
+#[track_caller]
+fn assert_conflict<R: Debug>(result: Result<R, TxError>, rule: &str) {
+    assert!(
+        matches!(result, Err(TxError::Conflict(_))),
+        "{rule}: expected Conflict, got {result:?}"
+    );
+}
+
+#[track_caller]
+fn assert_fenced<R: Debug>(result: Result<R, TxError>, rule: &str) {
+    assert!(
+        matches!(result, Err(TxError::Fenced)),
+        "{rule}: expected Fenced, got {result:?}"
+    );
+}
+
+/// A read-only transaction.
+fn read<S: Store, R>(store: &S, f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>) -> R {
+    commit(store, "read", f)
+}
+
+fn stored_run<S: Store>(store: &S, run: &Run) -> Run {
+    read(store, |tx| tx.run(run.id)).unwrap_or_else(|| panic!("run {} is missing", run.id))
+}
+
+fn held_lease(run: &Run) -> Lease {
+    run.lease()
+        .unwrap_or_else(|| panic!("sample run {} is not RUNNING", run.id))
+}
+
+fn lease_guard(run: &Run) -> RunGuard {
+    RunGuard {
+        run_id: run.id,
+        status: run.status(),
+        lease: run.lease(),
+    }
+}
+
+fn status_guard(run: &Run) -> RunGuard {
+    RunGuard {
+        run_id: run.id,
+        status: run.status(),
+        lease: None,
+    }
+}
+
+/// A second run in its own session (`n` is used for both), with tenant `tenant`.
+fn seed_run_of_tenant<S: Store>(store: &S, n: u128, status: RunStatus, tenant: &str) -> Run {
+    let mut session = sample_session(n);
+    session.tenant_id = tenant.to_owned();
+    let mut run = sample_run(n, session.id, status);
+    run.tenant_id = tenant.to_owned();
+    commit(store, "seed run of tenant", |tx| {
+        tx.insert_session(&session)?;
+        tx.insert_run(&run)
+    });
+    run
+}
+
+// ----- transactions --------------------------------------------------------------------------
+
+/// `transact` returns what `f` returns and commits it.
+fn transact_returns_the_closure_value_and_commits<S: Store>(store: &S) {
+    let session = sample_session(1);
+    let value = store.transact(|tx| {
+        tx.insert_session(&session)?;
+        Ok(42)
+    });
+    assert_eq!(value, Ok(42), "transact: returns the closure's value");
+    assert_eq!(
+        read(store, |tx| tx.session(session.id)),
+        Some(session),
+        "transact: an Ok commits"
+    );
+}
+
+/// SPEC §2.2: an `Err` from `f` rolls back everything it wrote, and is returned unchanged.
+fn error_from_f_rolls_back_every_write<S: Store>(store: &S) {
+    let session = sample_session(1);
+    let run = sample_run(1, session.id, RunStatus::Queued);
+    let result: Result<(), TxError> = store.transact(|tx| {
+        tx.insert_session(&session)?;
+        tx.insert_run(&run)?;
+        tx.insert_checkpoint(&sample_checkpoint(run.id, 1))?;
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunQueued,
+            json!({"run_id": run.id.to_string()}),
+            None,
+        ))?;
+        Err(TxError::Conflict("abort".to_owned()))
+    });
+    assert_eq!(
+        result,
+        Err(TxError::Conflict("abort".to_owned())),
+        "rollback: the closure's error is returned"
+    );
+    let (session_row, run_row, checkpoint, queued, events) = read(store, |tx| {
+        Ok((
+            tx.session(session.id)?,
+            tx.run(run.id)?,
+            tx.latest_checkpoint(run.id)?,
+            tx.count_runs(RunStatus::Queued)?,
+            tx.events_of_run(run.id, None, 10)?,
+        ))
+    });
+    assert_eq!(session_row, None, "rollback: the session insert is undone");
+    assert_eq!(run_row, None, "rollback: the run insert is undone");
+    assert_eq!(
+        checkpoint, None,
+        "rollback: the checkpoint insert is undone"
+    );
+    assert_eq!(queued, 0, "rollback: no run is counted");
+    assert!(events.is_empty(), "rollback: the event append is undone");
+
+    // Updates and the sequence counter of an existing session roll back too.
+    let run = seed_run(store, 2, RunStatus::Queued);
+    let result: Result<(), TxError> = store.transact(|tx| {
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunQueued,
+            json!({}),
+            Some("rollback:k"),
+        ))?;
+        let mut next = run.clone();
+        next.state = RunState::Cancelled;
+        tx.update_run(&status_guard(&run), &next)?;
+        Err(TxError::Backend("abort".to_owned()))
+    });
+    assert!(result.is_err(), "rollback: the closure failed");
+    assert_eq!(
+        stored_run(store, &run),
+        run,
+        "rollback: the run update is undone"
+    );
+    let (event, next_sequence) = read(store, |tx| {
+        Ok((
+            tx.event_by_key("rollback:k")?,
+            tx.session(run.session_id)?.map(|s| s.next_event_sequence),
+        ))
+    });
+    assert_eq!(event, None, "rollback: the keyed event is undone");
+    assert_eq!(
+        next_sequence,
+        Some(1),
+        "rollback: the session's sequence counter is restored"
+    );
+}
+
+/// SPEC §8.2 Fencing: a fenced worker commits nothing, not even the writes it made before the
+/// guard failed.
+fn fenced_transaction_rolls_back_its_earlier_writes<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let stale = Lease {
+        lease_epoch: run.lease_epoch + 7,
+        ..held_lease(&run)
+    };
+    let invocation = sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized);
+    let result: Result<(), TxError> = store.transact(|tx| {
+        tx.append_event(&sample_event(
+            &run,
+            EventType::ToolCallProposed,
+            json!({}),
+            Some("fenced:k"),
+        ))?;
+        tx.insert_invocation(&invocation)?;
+        tx.guard_lease(&stale)
+    });
+    assert_fenced(result, "fencing: a stale epoch");
+    let (event, row, next_sequence) = read(store, |tx| {
+        Ok((
+            tx.event_by_key("fenced:k")?,
+            tx.invocation(invocation.id)?,
+            tx.session(run.session_id)?.map(|s| s.next_event_sequence),
+        ))
+    });
+    assert_eq!(
+        event, None,
+        "fencing: a fenced transaction commits no event"
+    );
+    assert_eq!(
+        row, None,
+        "fencing: a fenced transaction commits no invocation"
+    );
+    assert_eq!(
+        next_sequence,
+        Some(1),
+        "fencing: a fenced transaction consumes no sequence"
+    );
+
+    // The same through a lease-guarded update_run.
+    let result: Result<Run, TxError> = store.transact(|tx| {
+        tx.insert_invocation(&invocation)?;
+        let mut next = run.clone();
+        next.step_count = 1;
+        tx.update_run(
+            &RunGuard {
+                lease: Some(stale.clone()),
+                ..lease_guard(&run)
+            },
+            &next,
+        )
+    });
+    assert_fenced(result, "fencing: update_run under a stale lease");
+    assert_eq!(
+        read(store, |tx| tx.invocation(invocation.id)),
+        None,
+        "fencing: update_run's Fenced rolls back the insert before it"
+    );
+    assert_eq!(
+        stored_run(store, &run),
+        run,
+        "fencing: the run is unchanged"
+    );
+}
+
+// ----- runs ----------------------------------------------------------------------------------
+
+/// SPEC §8.2: `guard_lease` passes only for a RUNNING run under exactly this owner and epoch.
+fn guard_lease_fences_wrong_owner_epoch_or_status<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let lease = held_lease(&run);
+    assert_eq!(
+        store.transact(|tx| tx.guard_lease(&lease)),
+        Ok(()),
+        "guard_lease: the held lease passes"
+    );
+    let wrong_epoch = Lease {
+        lease_epoch: lease.lease_epoch + 1,
+        ..lease.clone()
+    };
+    assert_fenced(
+        store.transact(|tx| tx.guard_lease(&wrong_epoch)),
+        "guard_lease: wrong epoch",
+    );
+    let wrong_owner = Lease {
+        worker_id: "worker-2".to_owned(),
+        ..lease.clone()
+    };
+    assert_fenced(
+        store.transact(|tx| tx.guard_lease(&wrong_owner)),
+        "guard_lease: wrong owner",
+    );
+    let unknown_run = Lease {
+        run_id: run_id(99),
+        ..lease.clone()
+    };
+    assert_fenced(
+        store.transact(|tx| tx.guard_lease(&unknown_run)),
+        "guard_lease: unknown run",
+    );
+
+    let waiting = seed_run(store, 2, RunStatus::WaitingForApproval);
+    let former = Lease {
+        run_id: waiting.id,
+        worker_id: WORKER.to_owned(),
+        lease_epoch: waiting.lease_epoch,
+    };
+    assert_fenced(
+        store.transact(|tx| tx.guard_lease(&former)),
+        "guard_lease: a run that left RUNNING",
+    );
+}
+
+/// SPEC §8.1: a guarded update whose lease no longer holds is `Fenced`; one whose status does
+/// not match (without a lease) is `Conflict`; a matching one replaces the row and returns it.
+fn guarded_run_update_fences_or_conflicts<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let mut next = run.clone();
+    next.step_count = 1;
+    next.updated_at = at(1);
+
+    let wrong_epoch = Lease {
+        lease_epoch: run.lease_epoch + 1,
+        ..held_lease(&run)
+    };
+    assert_fenced(
+        store.transact(|tx| {
+            tx.update_run(
+                &RunGuard {
+                    lease: Some(wrong_epoch),
+                    ..lease_guard(&run)
+                },
+                &next,
+            )
+        }),
+        "update_run: wrong lease epoch",
+    );
+    let wrong_owner = Lease {
+        worker_id: "worker-2".to_owned(),
+        ..held_lease(&run)
+    };
+    assert_fenced(
+        store.transact(|tx| {
+            tx.update_run(
+                &RunGuard {
+                    lease: Some(wrong_owner),
+                    ..lease_guard(&run)
+                },
+                &next,
+            )
+        }),
+        "update_run: wrong lease owner",
+    );
+    assert_conflict(
+        store.transact(|tx| {
+            tx.update_run(
+                &RunGuard {
+                    run_id: run.id,
+                    status: RunStatus::Queued,
+                    lease: None,
+                },
+                &next,
+            )
+        }),
+        "update_run: wrong expected status",
+    );
+    assert_eq!(
+        stored_run(store, &run),
+        run,
+        "update_run: failed guards change nothing"
+    );
+
+    let updated = commit(store, "update_run under the held lease", |tx| {
+        tx.update_run(&lease_guard(&run), &next)
+    });
+    assert_eq!(updated, next, "update_run: returns the new row");
+    assert_eq!(
+        stored_run(store, &run),
+        next,
+        "update_run: stores the new row"
+    );
+
+    // PARK releases the lease; the old lease then fences, whatever status it expects.
+    let mut parked = next.clone();
+    parked.state = RunState::WaitingForApproval;
+    commit(store, "park", |tx| {
+        tx.update_run(&lease_guard(&next), &parked)
+    });
+    let mut again = next.clone();
+    again.step_count = 2;
+    assert_fenced(
+        store.transact(|tx| tx.update_run(&lease_guard(&next), &again)),
+        "update_run: the lease of a parked run",
+    );
+
+    // A status guard without a lease: RESOLVE requeues the waiting run.
+    assert_conflict(
+        store.transact(|tx| {
+            tx.update_run(
+                &RunGuard {
+                    status: RunStatus::Running,
+                    ..status_guard(&parked)
+                },
+                &parked,
+            )
+        }),
+        "update_run: a waiting run guarded as RUNNING without a lease",
+    );
+    let mut requeued = parked.clone();
+    requeued.state = RunState::Queued {
+        scheduled_for: None,
+    };
+    commit(store, "resolve requeues", |tx| {
+        tx.update_run(&status_guard(&parked), &requeued)
+    });
+    assert_eq!(
+        stored_run(store, &run).status(),
+        RunStatus::Queued,
+        "update_run: the status guard passed"
+    );
+}
+
+/// SPEC §14: the fields fixed at SUBMIT never change; a changed one is `Conflict`.
+fn run_immutable_fields_conflict<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let other_session = sample_session(2);
+    commit(store, "second session", |tx| {
+        tx.insert_session(&other_session)
+    });
+    let other_session_id = other_session.id;
+    let changes: Vec<(&str, Box<dyn Fn(&mut Run)>)> = vec![
+        ("tenant_id", Box::new(|r| r.tenant_id = "other".to_owned())),
+        (
+            "principal_id",
+            Box::new(|r| r.principal_id = "mallory".to_owned()),
+        ),
+        (
+            "session_id",
+            Box::new(move |r| r.session_id = other_session_id),
+        ),
+        (
+            "planner_input",
+            Box::new(|r| r.planner_input = "{\"x\":1}".to_owned()),
+        ),
+        (
+            "planner_kind",
+            Box::new(|r| r.planner_kind = "other".to_owned()),
+        ),
+        ("limits", Box::new(|r| r.limits.max_steps += 1)),
+        ("deadline_at", Box::new(|r| r.deadline_at = Some(at(9)))),
+        ("created_at", Box::new(|r| r.created_at = at(9))),
+        (
+            "origin_trust",
+            Box::new(|r| r.origin_trust = crate::vocab::TrustLevel::ExternalUntrusted),
+        ),
+    ];
+    for (field, change) in changes {
+        let mut next = run.clone();
+        change(&mut next);
+        assert_conflict(
+            store.transact(|tx| tx.update_run(&lease_guard(&run), &next)),
+            &format!("runs: immutable {field}"),
+        );
+    }
+    let mut renamed = run.clone();
+    renamed.id = run_id(77);
+    assert!(
+        store
+            .transact(|tx| tx.update_run(&lease_guard(&run), &renamed))
+            .is_err(),
+        "runs: the row's id cannot change"
+    );
+    assert_eq!(
+        stored_run(store, &run),
+        run,
+        "runs: rejected immutable changes leave the row"
+    );
+}
+
+/// Primary keys: a second session, run, invocation or approval with a used id is `Conflict`.
+fn duplicate_primary_keys_conflict<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Completed);
+    assert_conflict(
+        store.transact(|tx| tx.insert_session(&sample_session(1))),
+        "sessions: duplicate id",
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_run(&run)),
+        "runs: duplicate id",
+    );
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
+    );
+    let mut same_id = sample_invocation(1, &run, 2, "c2", InvocationStatus::WaitingForApproval);
+    same_id.idempotency_key = "unused-key".to_owned();
+    assert_conflict(
+        store.transact(|tx| tx.insert_invocation(&same_id)),
+        "tool_invocations: duplicate id",
+    );
+    let approval = sample_approval(1, &invocation, ApprovalStatus::Pending);
+    commit(store, "approval", |tx| tx.insert_approval(&approval));
+    let other = seed_invocation(
+        store,
+        sample_invocation(2, &run, 1, "c2", InvocationStatus::WaitingForApproval),
+    );
+    let same_approval_id = sample_approval(1, &other, ApprovalStatus::Pending);
+    assert_conflict(
+        store.transact(|tx| tx.insert_approval(&same_approval_id)),
+        "approvals: duplicate id",
+    );
+}
+
+/// SPEC §14 `uq_runs_one_active_per_session`.
+fn one_active_run_per_session<S: Store>(store: &S) {
+    let first = seed_run(store, 1, RunStatus::Queued);
+    for status in [
+        RunStatus::Queued,
+        RunStatus::Running,
+        RunStatus::WaitingForApproval,
+    ] {
+        let second = sample_run(2, first.session_id, status);
+        assert_conflict(
+            store.transact(|tx| tx.insert_run(&second)),
+            &format!("uq_runs_one_active_per_session: a second {status} run"),
+        );
+    }
+    let finished = sample_run(3, first.session_id, RunStatus::Completed);
+    commit(store, "a terminal run beside the active one", |tx| {
+        tx.insert_run(&finished)
+    });
+    assert_eq!(
+        read(store, |tx| tx.active_run_in_session(first.session_id)),
+        Some(first.id),
+        "active_run_in_session: the QUEUED run"
+    );
+
+    let mut cancelled = first.clone();
+    cancelled.state = RunState::Cancelled;
+    commit(store, "cancel the queued run", |tx| {
+        tx.update_run(&status_guard(&first), &cancelled)
+    });
+    assert_eq!(
+        read(store, |tx| tx.active_run_in_session(first.session_id)),
+        None,
+        "active_run_in_session: none once terminal"
+    );
+    let next = sample_run(4, first.session_id, RunStatus::Queued);
+    commit(store, "a new run once the old one ended", |tx| {
+        tx.insert_run(&next)
+    });
+    assert_eq!(
+        read(store, |tx| tx.active_run_in_session(first.session_id)),
+        Some(next.id),
+        "active_run_in_session: the new run"
+    );
+}
+
+/// SPEC §8.2 Heartbeat: renews only a held lease of a RUNNING run, changes nothing else and
+/// reports `cancel_requested_at`.
+fn heartbeat_renews_only_a_held_lease<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let lease = held_lease(&run);
+    let obs = commit(store, "heartbeat", |tx| {
+        tx.heartbeat(&lease, at(100), at(50))
+    });
+    assert_eq!(
+        obs.map(|o| o.cancel_requested_at),
+        Some(None),
+        "heartbeat: renews and reports no cancellation"
+    );
+    let renewed = stored_run(store, &run);
+    let mut expected = run.clone();
+    expected.state = RunState::Running {
+        lease_owner: WORKER.to_owned(),
+        lease_expires_at: at(100),
+    };
+    assert_eq!(
+        renewed, expected,
+        "heartbeat: sets lease_expires_at and nothing else"
+    );
+
+    let mut cancel = renewed.clone();
+    cancel.cancel_requested_at = Some(at(60));
+    commit(store, "request cancellation", |tx| {
+        tx.update_run(&lease_guard(&renewed), &cancel)
+    });
+    let obs = commit(store, "heartbeat", |tx| {
+        tx.heartbeat(&lease, at(110), at(60))
+    });
+    assert_eq!(
+        obs.map(|o| o.cancel_requested_at),
+        Some(Some(at(60))),
+        "heartbeat: reports cancel_requested_at"
+    );
+
+    let before = stored_run(store, &run);
+    let wrong_epoch = Lease {
+        lease_epoch: lease.lease_epoch + 1,
+        ..lease.clone()
+    };
+    assert_eq!(
+        commit(store, "heartbeat", |tx| tx.heartbeat(
+            &wrong_epoch,
+            at(500),
+            at(70)
+        )),
+        None,
+        "heartbeat: wrong epoch → None"
+    );
+    let wrong_owner = Lease {
+        worker_id: "worker-2".to_owned(),
+        ..lease.clone()
+    };
+    assert_eq!(
+        commit(store, "heartbeat", |tx| tx.heartbeat(
+            &wrong_owner,
+            at(500),
+            at(70)
+        )),
+        None,
+        "heartbeat: wrong owner → None"
+    );
+    let unknown = Lease {
+        run_id: run_id(99),
+        ..lease.clone()
+    };
+    assert_eq!(
+        commit(store, "heartbeat", |tx| tx.heartbeat(
+            &unknown,
+            at(500),
+            at(70)
+        )),
+        None,
+        "heartbeat: unknown run → None"
+    );
+    assert_eq!(
+        stored_run(store, &run),
+        before,
+        "heartbeat: a failed renewal changes nothing"
+    );
+
+    let mut parked = before.clone();
+    parked.state = RunState::WaitingForApproval;
+    commit(store, "park", |tx| {
+        tx.update_run(&lease_guard(&before), &parked)
+    });
+    assert_eq!(
+        commit(store, "heartbeat", |tx| tx.heartbeat(
+            &lease,
+            at(500),
+            at(80)
+        )),
+        None,
+        "heartbeat: a parked run → None"
+    );
+    assert_eq!(
+        stored_run(store, &run),
+        parked,
+        "heartbeat: a parked run is unchanged"
+    );
+}
+
+/// SPEC §8.2 CLAIM: the oldest `(created_at, id)` QUEUED run with `scheduled_for` null or ≤ now.
+fn next_claimable_run_is_the_oldest_due_queued_run<S: Store>(store: &S) {
+    let seed = |n: u128, created: i64, state: RunState| {
+        let session = sample_session(n);
+        let mut run = sample_run(n, session.id, state.status());
+        run.state = state;
+        run.created_at = at(created);
+        commit(store, "seed run", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)
+        });
+        run
+    };
+    let r1 = seed(
+        1,
+        10,
+        RunState::Queued {
+            scheduled_for: None,
+        },
+    );
+    let r2 = seed(
+        2,
+        5,
+        RunState::Queued {
+            scheduled_for: Some(at(100)),
+        },
+    );
+    let r3 = seed(
+        3,
+        10,
+        RunState::Queued {
+            scheduled_for: None,
+        },
+    );
+    let r4 = seed(4, 1, sample_state(RunStatus::Running));
+    let r5 = seed(
+        5,
+        2,
+        RunState::Queued {
+            scheduled_for: Some(at(50)),
+        },
+    );
+    let _r6 = seed(6, 0, sample_state(RunStatus::WaitingForApproval));
+
+    let claimable = |now: i64, only: Option<&Run>| {
+        read(store, |tx| {
+            tx.next_claimable_run(at(now), only.map(|r| r.id))
+        })
+        .map(|r| r.id)
+    };
+    assert_eq!(
+        claimable(50, None),
+        Some(r5.id),
+        "next_claimable_run: scheduled_for == now is due, and it is the oldest"
+    );
+    assert_eq!(
+        claimable(49, None),
+        Some(r1.id),
+        "next_claimable_run: not yet due is skipped; created_at ties break by id"
+    );
+    assert_eq!(
+        claimable(49, Some(&r3)),
+        Some(r3.id),
+        "next_claimable_run: only"
+    );
+    assert_eq!(
+        claimable(99, Some(&r2)),
+        None,
+        "next_claimable_run: only, not yet due"
+    );
+    assert_eq!(
+        claimable(100, Some(&r2)),
+        Some(r2.id),
+        "next_claimable_run: only, due"
+    );
+    assert_eq!(
+        claimable(100, Some(&r4)),
+        None,
+        "next_claimable_run: a RUNNING run is not claimable"
+    );
+    assert_eq!(
+        claimable(1000, None),
+        Some(r5.id),
+        "next_claimable_run: oldest created first"
+    );
+    assert_eq!(stored_run(store, &r1), r1, "next_claimable_run: reads only");
+}
+
+/// SPEC §8.2 RECLAIM input: RUNNING runs with `lease_expires_at ≤ now`, oldest expiry first.
+fn expired_leases_oldest_expiry_first<S: Store>(store: &S) {
+    let seed = |n: u128, state: RunState| {
+        let session = sample_session(n);
+        let mut run = sample_run(n, session.id, state.status());
+        run.state = state;
+        commit(store, "seed run", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)
+        });
+        run.id
+    };
+    let running = |expires: i64| RunState::Running {
+        lease_owner: WORKER.to_owned(),
+        lease_expires_at: at(expires),
+    };
+    let r1 = seed(1, running(30));
+    let r2 = seed(2, running(10));
+    let r3 = seed(3, running(10));
+    let _r4 = seed(4, running(100));
+    let _r5 = seed(
+        5,
+        RunState::Queued {
+            scheduled_for: Some(at(0)),
+        },
+    );
+    let expired = |now: i64, limit: usize| {
+        read(store, |tx| tx.expired_leases(at(now), limit))
+            .into_iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        expired(30, 10),
+        vec![r2, r3, r1],
+        "expired_leases: by (lease_expires_at, id), inclusive of now"
+    );
+    assert_eq!(expired(30, 2), vec![r2, r3], "expired_leases: limit");
+    assert_eq!(
+        expired(10, 10),
+        vec![r2, r3],
+        "expired_leases: lease_expires_at == now has expired"
+    );
+    assert_eq!(
+        expired(9, 10),
+        Vec::new(),
+        "expired_leases: none before the first expiry"
+    );
+}
+
+fn count_runs_by_status<S: Store>(store: &S) {
+    seed_run(store, 1, RunStatus::Queued);
+    seed_run(store, 2, RunStatus::Queued);
+    seed_run(store, 3, RunStatus::Running);
+    seed_run(store, 4, RunStatus::Completed);
+    let counts = read(store, |tx| {
+        Ok((
+            tx.count_runs(RunStatus::Queued)?,
+            tx.count_runs(RunStatus::Running)?,
+            tx.count_runs(RunStatus::Completed)?,
+            tx.count_runs(RunStatus::Failed)?,
+        ))
+    });
+    assert_eq!(counts, (2, 1, 1, 0), "count_runs: per status");
+}
+
+/// SPEC §14 checkpoints: PK(run_id, version), versions contiguous from 1.
+fn checkpoint_versions_are_contiguous<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    assert_eq!(
+        read(store, |tx| tx.latest_checkpoint(run.id)),
+        None,
+        "checkpoints: none yet"
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_checkpoint(&sample_checkpoint(run.id, 2))),
+        "checkpoints: the first version is 1",
+    );
+    commit(store, "checkpoint v1", |tx| {
+        tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
+    });
+    assert_conflict(
+        store.transact(|tx| tx.insert_checkpoint(&sample_checkpoint(run.id, 1))),
+        "checkpoints: duplicate version",
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_checkpoint(&sample_checkpoint(run.id, 3))),
+        "checkpoints: a gap",
+    );
+    commit(store, "checkpoint v2", |tx| {
+        tx.insert_checkpoint(&sample_checkpoint(run.id, 2))
+    });
+    assert_eq!(
+        read(store, |tx| tx.latest_checkpoint(run.id)),
+        Some(sample_checkpoint(run.id, 2)),
+        "checkpoints: latest is the highest version"
+    );
+
+    let other = seed_run(store, 2, RunStatus::Running);
+    commit(store, "another run's v1", |tx| {
+        tx.insert_checkpoint(&sample_checkpoint(other.id, 1))
+    });
+    assert_eq!(
+        read(store, |tx| tx.latest_checkpoint(run.id)).map(|c| c.version),
+        Some(2),
+        "checkpoints: versions are per run"
+    );
+}
+
+// ----- invocations ---------------------------------------------------------------------------
+
+/// SPEC §14 `uq_tool_invocations_idempotency_key` and UNIQUE(run_id, step_number, call_id).
+fn invocation_uniqueness<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let first = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+
+    let mut same_key = sample_invocation(2, &run, 1, "c2", InvocationStatus::Authorized);
+    same_key.idempotency_key.clone_from(&first.idempotency_key);
+    assert_conflict(
+        store.transact(|tx| tx.insert_invocation(&same_key)),
+        "uq_tool_invocations_idempotency_key",
+    );
+    let mut same_call = sample_invocation(3, &run, 1, "c1", InvocationStatus::Authorized);
+    same_call.idempotency_key = "another-key".to_owned();
+    assert_conflict(
+        store.transact(|tx| tx.insert_invocation(&same_call)),
+        "UNIQUE(run_id, step_number, call_id)",
+    );
+
+    seed_invocation(
+        store,
+        sample_invocation(4, &run, 2, "c1", InvocationStatus::Authorized),
+    );
+    let other_run = seed_run(store, 2, RunStatus::Running);
+    seed_invocation(
+        store,
+        sample_invocation(5, &other_run, 1, "c1", InvocationStatus::Authorized),
+    );
+    assert_eq!(
+        read(store, |tx| tx.invocations_of_run(run.id)).len(),
+        2,
+        "tool_invocations: the same call_id in another step or run is fine"
+    );
+}
+
+/// Lookups by id, key and call, and `invocations_of_run` by `(step_number, created_at, id)`.
+fn invocation_lookups_and_run_order<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let other = seed_run(store, 2, RunStatus::Running);
+    let with_time = |n: u128, step: u32, call: &str, created: i64| {
+        let mut invocation = sample_invocation(n, &run, step, call, InvocationStatus::Authorized);
+        invocation.created_at = at(created);
+        invocation.updated_at = at(created);
+        seed_invocation(store, invocation)
+    };
+    let a = with_time(5, 2, "a", 0);
+    let b = with_time(4, 1, "b", 9);
+    let c = with_time(3, 1, "c", 9);
+    let d = with_time(9, 1, "d", 1);
+    seed_invocation(
+        store,
+        sample_invocation(6, &other, 1, "x", InvocationStatus::Authorized),
+    );
+
+    let ids: Vec<_> = read(store, |tx| tx.invocations_of_run(run.id))
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        ids,
+        vec![d.id, c.id, b.id, a.id],
+        "invocations_of_run: by (step_number, created_at, id), this run only"
+    );
+    let (by_id, by_key, by_call, missing) = read(store, |tx| {
+        Ok((
+            tx.invocation(b.id)?,
+            tx.invocation_by_key(&b.idempotency_key)?,
+            tx.invocation_by_call(run.id, 1, "b")?,
+            tx.invocation_by_call(run.id, 2, "b")?,
+        ))
+    });
+    assert_eq!(by_id.as_ref(), Some(&b), "invocation: by id");
+    assert_eq!(by_key.as_ref(), Some(&b), "invocation_by_key");
+    assert_eq!(by_call.as_ref(), Some(&b), "invocation_by_call");
+    assert_eq!(missing, None, "invocation_by_call: step is part of the key");
+}
+
+/// SPEC §9.1: updates are guarded by the expected status and follow `may_become`.
+fn invocation_transitions_follow_the_edges<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let authorized = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+
+    let mut started = authorized.clone();
+    started.status = InvocationStatus::Running;
+    started.effect_sent_at = Some(at(1));
+    started.updated_at = at(1);
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Proposed, &started)),
+        "update_invocation: wrong expected status",
+    );
+
+    let mut skipped = sample_invocation(1, &run, 1, "c1", InvocationStatus::Succeeded);
+    skipped.effect_sent_at = None;
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Authorized, &skipped)),
+        "invocation edges: AUTHORIZED -> SUCCEEDED",
+    );
+    let mut waiting = authorized.clone();
+    waiting.status = InvocationStatus::WaitingForApproval;
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Authorized, &waiting)),
+        "invocation edges: AUTHORIZED -> WAITING_FOR_APPROVAL",
+    );
+    assert_eq!(
+        read(store, |tx| tx.invocation(authorized.id)),
+        Some(authorized.clone()),
+        "update_invocation: rejected updates change nothing"
+    );
+
+    commit(store, "START", |tx| {
+        tx.update_invocation(InvocationStatus::Authorized, &started)
+    });
+    let mut back = started.clone();
+    back.status = InvocationStatus::Authorized;
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Running, &back)),
+        "invocation edges: RUNNING -> AUTHORIZED",
+    );
+    let mut finished = sample_invocation(1, &run, 1, "c1", InvocationStatus::Succeeded);
+    finished.effect_sent_at = started.effect_sent_at;
+    commit(store, "FINISH", |tx| {
+        tx.update_invocation(InvocationStatus::Running, &finished)
+    });
+    assert_eq!(
+        read(store, |tx| tx.invocation(finished.id)),
+        Some(finished.clone()),
+        "update_invocation: stores the row"
+    );
+
+    let parked = seed_invocation(
+        store,
+        sample_invocation(2, &run, 1, "c2", InvocationStatus::WaitingForApproval),
+    );
+    let mut revalidated = parked.clone();
+    revalidated.status = InvocationStatus::Authorized;
+    commit(store, "REVALIDATE", |tx| {
+        tx.update_invocation(InvocationStatus::WaitingForApproval, &revalidated)
+    });
+    let parked = seed_invocation(
+        store,
+        sample_invocation(3, &run, 1, "c3", InvocationStatus::WaitingForApproval),
+    );
+    let mut denied = sample_invocation(3, &run, 1, "c3", InvocationStatus::Denied);
+    denied.suspended_approval = parked.suspended_approval;
+    commit(store, "deny a waiting call", |tx| {
+        tx.update_invocation(InvocationStatus::WaitingForApproval, &denied)
+    });
+}
+
+/// SPEC §9.1: changing an immutable field is a `Conflict`.
+fn invocation_immutable_fields_conflict<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
+    );
+    type Change = Box<dyn Fn(&mut crate::invocation::Invocation)>;
+    let changes: Vec<(&str, Change)> = vec![
+        (
+            "tool_name",
+            Box::new(|i| i.tool_name = "demo.other".to_owned()),
+        ),
+        (
+            "tool_version",
+            Box::new(|i| i.tool_version = "2.0.0".to_owned()),
+        ),
+        ("arguments", Box::new(|i| i.arguments = "{}".to_owned())),
+        ("raw_arguments", Box::new(|i| i.raw_arguments = json!({}))),
+        (
+            "effective_arguments_hash",
+            Box::new(|i| i.effective_arguments_hash = "0".repeat(64)),
+        ),
+        (
+            "idempotency_key",
+            Box::new(|i| i.idempotency_key = "changed".to_owned()),
+        ),
+        (
+            "side_effect",
+            Box::new(|i| i.side_effect = crate::vocab::SideEffectClass::None),
+        ),
+        (
+            "idempotency_class",
+            Box::new(|i| i.idempotency_class = crate::vocab::IdempotencyClass::ReadOnly),
+        ),
+        ("step_number", Box::new(|i| i.step_number = 7)),
+        ("call_id", Box::new(|i| i.call_id = "c9".to_owned())),
+        ("created_at", Box::new(|i| i.created_at = at(5))),
+    ];
+    for (field, change) in changes {
+        let mut next = invocation.clone();
+        change(&mut next);
+        next.status = InvocationStatus::Authorized;
+        assert_conflict(
+            store.transact(|tx| tx.update_invocation(InvocationStatus::WaitingForApproval, &next)),
+            &format!("tool_invocations: immutable {field}"),
+        );
+    }
+    assert_eq!(
+        read(store, |tx| tx.invocation(invocation.id)),
+        Some(invocation),
+        "tool_invocations: rejected changes leave the row"
+    );
+}
+
+/// SPEC §16 #15: terminal rows never change.
+fn terminal_invocations_never_change<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let succeeded = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Succeeded),
+    );
+    let mut touched = succeeded.clone();
+    touched.output_bytes = Some(99);
+    touched.updated_at = at(9);
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Succeeded, &touched)),
+        "terminal invocation: a mutable field",
+    );
+    let mut reclosed = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
+    reclosed.effect_sent_at = succeeded.effect_sent_at;
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Succeeded, &reclosed)),
+        "terminal invocation: SUCCEEDED -> FAILED",
+    );
+    let uncertain = seed_invocation(
+        store,
+        sample_invocation(2, &run, 1, "c2", InvocationStatus::Uncertain),
+    );
+    let mut settled = sample_invocation(2, &run, 1, "c2", InvocationStatus::Succeeded);
+    settled.effect_sent_at = uncertain.effect_sent_at;
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Uncertain, &settled)),
+        "terminal invocation: UNCERTAIN -> SUCCEEDED",
+    );
+    assert_eq!(
+        read(store, |tx| tx.invocation(succeeded.id)),
+        Some(succeeded),
+        "terminal invocation: unchanged"
+    );
+}
+
+/// SPEC §14 CHECKs: `effect_sent_at` only on RUNNING/SUCCEEDED/FAILED/UNCERTAIN rows; terminal
+/// rows have `outcome` and `result_item`.
+fn invocation_row_checks<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    for (n, status) in [
+        (1, InvocationStatus::Authorized),
+        (2, InvocationStatus::WaitingForApproval),
+        (3, InvocationStatus::Denied),
+    ] {
+        let mut row = sample_invocation(n, &run, 1, &format!("c{n}"), status);
+        row.effect_sent_at = Some(T0);
+        assert_conflict(
+            store.transact(|tx| tx.insert_invocation(&row)),
+            &format!("CHECK effect_sent_at: not on {status}"),
+        );
+    }
+    let mut no_outcome = sample_invocation(4, &run, 1, "c4", InvocationStatus::Succeeded);
+    no_outcome.outcome = None;
+    assert_conflict(
+        store.transact(|tx| tx.insert_invocation(&no_outcome)),
+        "CHECK terminal => outcome",
+    );
+    let mut no_item = sample_invocation(5, &run, 1, "c5", InvocationStatus::Denied);
+    no_item.result_item = None;
+    assert_conflict(
+        store.transact(|tx| tx.insert_invocation(&no_item)),
+        "CHECK terminal => result_item",
+    );
+
+    let authorized = seed_invocation(
+        store,
+        sample_invocation(6, &run, 1, "c6", InvocationStatus::Authorized),
+    );
+    let mut bare_denial = authorized.clone();
+    bare_denial.status = InvocationStatus::Denied;
+    assert_conflict(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Authorized, &bare_denial)),
+        "CHECK terminal => outcome (update)",
+    );
+    let ids: Vec<_> = read(store, |tx| tx.invocations_of_run(run.id))
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(
+        ids,
+        vec![authorized.id],
+        "CHECK: rejected rows are not stored"
+    );
+}
+
+/// `uncertain_invocations`: the tenant's UNCERTAIN rows, unsettled unless asked, by
+/// `updated_at DESC, id DESC`.
+fn uncertain_invocations_filter_and_order<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let uncertain = |n: u128, updated: i64| {
+        let mut row = sample_invocation(n, &run, 1, &format!("c{n}"), InvocationStatus::Uncertain);
+        row.updated_at = at(updated);
+        seed_invocation(store, row)
+    };
+    let u1 = uncertain(1, 5);
+    let u2 = uncertain(2, 7);
+    let u3 = uncertain(3, 7);
+    seed_invocation(
+        store,
+        sample_invocation(4, &run, 1, "c4", InvocationStatus::Succeeded),
+    );
+    let foreign_run = seed_run_of_tenant(store, 2, RunStatus::Running, "other");
+    let foreign = seed_invocation(
+        store,
+        sample_invocation(5, &foreign_run, 1, "c5", InvocationStatus::Uncertain),
+    );
+    commit(store, "settle u2", |tx| {
+        tx.insert_settlement(&sample_settlement(1, &u2))
+    });
+
+    let list = |tenant: &str, all: bool| {
+        read(store, |tx| tx.uncertain_invocations(tenant, all))
+            .into_iter()
+            .map(|i| i.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        list(TENANT, false),
+        vec![u3.id, u1.id],
+        "uncertain_invocations: unsettled, by updated_at DESC, id DESC"
+    );
+    assert_eq!(
+        list(TENANT, true),
+        vec![u3.id, u2.id, u1.id],
+        "uncertain_invocations: include_settled"
+    );
+    assert_eq!(
+        list("other", true),
+        vec![foreign.id],
+        "uncertain_invocations: per tenant"
+    );
+}
+
+// ----- approvals -----------------------------------------------------------------------------
+
+/// SPEC §14 `uq_approvals_action_id` (§16 #19).
+fn approval_action_id_is_unique<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
+    );
+    let approval = sample_approval(1, &invocation, ApprovalStatus::Pending);
+    commit(store, "approval", |tx| tx.insert_approval(&approval));
+    let second = sample_approval(2, &invocation, ApprovalStatus::Pending);
+    assert_conflict(
+        store.transact(|tx| tx.insert_approval(&second)),
+        "uq_approvals_action_id",
+    );
+    let (by_id, by_action, of_run) = read(store, |tx| {
+        Ok((
+            tx.approval(approval.id)?,
+            tx.approval_by_action(invocation.id)?,
+            tx.approvals_of_run(run.id)?,
+        ))
+    });
+    assert_eq!(by_id.as_ref(), Some(&approval), "approval: by id");
+    assert_eq!(by_action.as_ref(), Some(&approval), "approval_by_action");
+    assert_eq!(
+        of_run,
+        vec![approval],
+        "approvals_of_run: one approval per action"
+    );
+}
+
+/// SPEC §10.1: each change is guarded by the expected status, so racing resolve, expiry and
+/// cancel have one winner; immutable fields never change.
+fn approval_updates_are_guarded_by_status<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
+    );
+    let mut unannounced = sample_approval(1, &invocation, ApprovalStatus::Pending);
+    unannounced.requested_at = None;
+    commit(store, "PROPOSE", |tx| tx.insert_approval(&unannounced));
+    let mut announced = unannounced.clone();
+    announced.requested_at = Some(at(1));
+    commit(store, "PARK announces", |tx| {
+        tx.update_approval(ApprovalStatus::Pending, &announced)
+    });
+
+    let mut renamed = announced.clone();
+    renamed.tool_name = "demo.other".to_owned();
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &renamed)),
+        "approvals: immutable tool_name",
+    );
+    let mut rehashed = announced.clone();
+    rehashed.effective_arguments_hash = "0".repeat(64);
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &rehashed)),
+        "approvals: immutable effective_arguments_hash",
+    );
+    let mut extended = announced.clone();
+    extended.expires_at = at(99_999);
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &extended)),
+        "approvals: immutable expires_at",
+    );
+
+    let mut approved = announced.clone();
+    approved.status = ApprovalStatus::Approved;
+    approved.resolution = Some(ApprovalResolution::ApproveOnce);
+    approved.resolved_at = Some(at(2));
+    approved.resolved_by = Some(PRINCIPAL.to_owned());
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Expired, &approved)),
+        "update_approval: wrong expected status",
+    );
+    commit(store, "RESOLVE", |tx| {
+        tx.update_approval(ApprovalStatus::Pending, &approved)
+    });
+
+    let mut expired = announced.clone();
+    expired.status = ApprovalStatus::Expired;
+    expired.resolved_at = Some(at(3));
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &expired)),
+        "update_approval: a lost race against RESOLVE",
+    );
+    assert_eq!(
+        read(store, |tx| tx.approval(approved.id)),
+        Some(approved),
+        "update_approval: the winner's row stays"
+    );
+}
+
+/// SPEC §10.1: a terminal approval changes only by the single write of
+/// `revalidated_policy_version`.
+fn terminal_approval_changes_only_by_revalidation<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
+    );
+    let approved = sample_approval(1, &invocation, ApprovalStatus::Approved);
+    commit(store, "approved approval", |tx| {
+        tx.insert_approval(&approved)
+    });
+
+    let mut reasoned = approved.clone();
+    reasoned.resolution_reason = Some("changed my mind".to_owned());
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Approved, &reasoned)),
+        "terminal approval: resolution_reason",
+    );
+    let mut denied = approved.clone();
+    denied.status = ApprovalStatus::Denied;
+    denied.resolution = Some(ApprovalResolution::Deny);
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Approved, &denied)),
+        "terminal approval: approved -> denied",
+    );
+
+    let mut revalidated = approved.clone();
+    revalidated.revalidated_policy_version = Some("policy-v2".to_owned());
+    commit(store, "REVALIDATE records the version", |tx| {
+        tx.update_approval(ApprovalStatus::Approved, &revalidated)
+    });
+    let mut rewritten = approved.clone();
+    rewritten.revalidated_policy_version = Some("policy-v3".to_owned());
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Approved, &rewritten)),
+        "terminal approval: revalidated_policy_version is written once",
+    );
+    let mut both = revalidated.clone();
+    both.resolved_by = Some("mallory".to_owned());
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Approved, &both)),
+        "terminal approval: resolved_by",
+    );
+    assert_eq!(
+        read(store, |tx| tx.approval(approved.id)),
+        Some(revalidated),
+        "terminal approval: only the single write landed"
+    );
+}
+
+/// SPEC §14 CHECKs: `(status IN (approved, denied)) = (resolution IS NOT NULL)` and
+/// `(status = pending) = (resolved_at IS NULL)`.
+fn approval_row_checks<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
+    );
+    let cases: Vec<(
+        &str,
+        ApprovalStatus,
+        Box<dyn Fn(&mut crate::approval::Approval)>,
+    )> = vec![
+        (
+            "approved without resolution",
+            ApprovalStatus::Approved,
+            Box::new(|a| a.resolution = None),
+        ),
+        (
+            "denied without resolution",
+            ApprovalStatus::Denied,
+            Box::new(|a| a.resolution = None),
+        ),
+        (
+            "pending with resolution",
+            ApprovalStatus::Pending,
+            Box::new(|a| a.resolution = Some(ApprovalResolution::Deny)),
+        ),
+        (
+            "expired with resolution",
+            ApprovalStatus::Expired,
+            Box::new(|a| a.resolution = Some(ApprovalResolution::Deny)),
+        ),
+        (
+            "pending with resolved_at",
+            ApprovalStatus::Pending,
+            Box::new(|a| a.resolved_at = Some(at(1))),
+        ),
+        (
+            "cancelled without resolved_at",
+            ApprovalStatus::Cancelled,
+            Box::new(|a| a.resolved_at = None),
+        ),
+    ];
+    for (case, status, change) in cases {
+        let mut row = sample_approval(1, &invocation, status);
+        change(&mut row);
+        assert_conflict(
+            store.transact(|tx| tx.insert_approval(&row)),
+            &format!("CHECK approvals: {case}"),
+        );
+    }
+    let pending = sample_approval(1, &invocation, ApprovalStatus::Pending);
+    commit(store, "pending approval", |tx| tx.insert_approval(&pending));
+    let mut bare_denial = pending.clone();
+    bare_denial.status = ApprovalStatus::Denied;
+    bare_denial.resolved_at = Some(at(2));
+    assert_conflict(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &bare_denial)),
+        "CHECK approvals: denied without resolution (update)",
+    );
+    assert_eq!(
+        read(store, |tx| tx.approval(pending.id)),
+        Some(pending),
+        "CHECK approvals: rejected update changes nothing"
+    );
+}
+
+/// `pending_approvals`: announced pending approvals of a tenant (optionally one run) by
+/// `created_at DESC, id DESC`, strictly after the cursor, at most `limit`.
+fn pending_approvals_keyset_paging<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::WaitingForApproval);
+    let second_run = seed_run(store, 2, RunStatus::WaitingForApproval);
+    let foreign_run = seed_run_of_tenant(store, 3, RunStatus::WaitingForApproval, "other");
+    let add = |n: u128, run: &Run, created: i64, status: ApprovalStatus, announced: bool| {
+        let invocation = seed_invocation(
+            store,
+            sample_invocation(
+                n,
+                run,
+                1,
+                &format!("c{n}"),
+                InvocationStatus::WaitingForApproval,
+            ),
+        );
+        let mut approval = sample_approval(n, &invocation, status);
+        approval.created_at = at(created);
+        approval.requested_at = announced.then_some(at(created));
+        commit(store, "approval", |tx| tx.insert_approval(&approval));
+        approval
+    };
+    let a1 = add(1, &run, 1, ApprovalStatus::Pending, true);
+    let a2 = add(2, &run, 2, ApprovalStatus::Pending, true);
+    let a3 = add(3, &run, 2, ApprovalStatus::Pending, true);
+    let a4 = add(4, &second_run, 2, ApprovalStatus::Pending, true);
+    let a5 = add(5, &run, 3, ApprovalStatus::Pending, true);
+    let _unannounced = add(6, &run, 5, ApprovalStatus::Pending, false);
+    let _resolved = add(7, &run, 6, ApprovalStatus::Approved, true);
+    let _foreign = add(8, &foreign_run, 7, ApprovalStatus::Pending, true);
+
+    let page = |run: Option<&Run>, after: Option<&crate::approval::Approval>, limit: usize| {
+        let cursor = after.map(|a| ApprovalCursor {
+            created_at: a.created_at,
+            id: a.id,
+        });
+        read(store, |tx| {
+            tx.pending_approvals(TENANT, run.map(|r| r.id), cursor, limit)
+        })
+        .into_iter()
+        .map(|a| a.id)
+        .collect::<Vec<_>>()
+    };
+    let expected = vec![a5.id, a4.id, a3.id, a2.id, a1.id];
+    assert_eq!(
+        page(None, None, 100),
+        expected,
+        "pending_approvals: announced, pending, this tenant, by created_at DESC, id DESC"
+    );
+
+    let mut walked = Vec::new();
+    let mut cursor: Option<crate::approval::Approval> = None;
+    for _ in 0..10 {
+        let ids = page(None, cursor.as_ref(), 2);
+        assert!(ids.len() <= 2, "pending_approvals: at most limit");
+        let Some(last) = ids.last().copied() else {
+            break;
+        };
+        walked.extend(ids);
+        cursor = read(store, |tx| tx.approval(last));
+    }
+    assert_eq!(
+        walked, expected,
+        "pending_approvals: keyset pages concatenate to the full list, without repeats"
+    );
+    assert_eq!(
+        page(None, Some(&a3), 100),
+        vec![a2.id, a1.id],
+        "pending_approvals: strictly after a created_at tie"
+    );
+    assert_eq!(
+        page(None, Some(&a1), 100),
+        Vec::new(),
+        "pending_approvals: nothing after the last"
+    );
+    assert_eq!(
+        page(Some(&second_run), None, 100),
+        vec![a4.id],
+        "pending_approvals: one run"
+    );
+    assert_eq!(
+        page(None, None, 0),
+        Vec::new(),
+        "pending_approvals: limit 0"
+    );
+}
+
+/// `due_approvals`: announced pending approvals with `expires_at ≤ now`, by `expires_at, id`.
+fn due_approvals_order<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::WaitingForApproval);
+    let foreign_run = seed_run_of_tenant(store, 2, RunStatus::WaitingForApproval, "other");
+    let add = |n: u128, run: &Run, expires: i64, status: ApprovalStatus, announced: bool| {
+        let invocation = seed_invocation(
+            store,
+            sample_invocation(
+                n,
+                run,
+                1,
+                &format!("c{n}"),
+                InvocationStatus::WaitingForApproval,
+            ),
+        );
+        let mut approval = sample_approval(n, &invocation, status);
+        approval.expires_at = at(expires);
+        if !announced {
+            approval.requested_at = None;
+        }
+        commit(store, "approval", |tx| tx.insert_approval(&approval));
+        approval.id
+    };
+    let a1 = add(1, &run, 10, ApprovalStatus::Pending, true);
+    let a2 = add(2, &run, 5, ApprovalStatus::Pending, true);
+    let a3 = add(3, &run, 5, ApprovalStatus::Pending, true);
+    let _later = add(4, &run, 100, ApprovalStatus::Pending, true);
+    let _unannounced = add(5, &run, 5, ApprovalStatus::Pending, false);
+    let _expired = add(6, &run, 1, ApprovalStatus::Expired, true);
+    let a7 = add(7, &foreign_run, 2, ApprovalStatus::Pending, true);
+
+    let due = |tenant: Option<&str>, limit: usize| {
+        read(store, |tx| tx.due_approvals(at(10), tenant, limit))
+            .into_iter()
+            .map(|a| a.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        due(None, 100),
+        vec![a7, a2, a3, a1],
+        "due_approvals: announced pending with expires_at <= now, by (expires_at, id)"
+    );
+    assert_eq!(
+        due(Some(TENANT), 100),
+        vec![a2, a3, a1],
+        "due_approvals: one tenant"
+    );
+    assert_eq!(due(None, 2), vec![a7, a2], "due_approvals: limit");
+}
+
+// ----- events --------------------------------------------------------------------------------
+
+/// SPEC §13.1, §16 #40: `append_event` takes the session's next sequence (first 1), so
+/// sequences are per session and increase in commit order; ids increase in commit order.
+fn event_sequences_are_per_session<S: Store>(store: &S) {
+    let one = seed_run(store, 1, RunStatus::Running);
+    let two = seed_run(store, 2, RunStatus::Running);
+    let (e1, e2, e3) = commit(store, "three events", |tx| {
+        Ok((
+            tx.append_event(&sample_event(
+                &one,
+                EventType::RunStarted,
+                json!({"n": 1}),
+                None,
+            ))?,
+            tx.append_event(&sample_event(
+                &one,
+                EventType::RunCheckpointed,
+                json!({"n": 2}),
+                None,
+            ))?,
+            tx.append_event(&sample_event(
+                &two,
+                EventType::RunStarted,
+                json!({"n": 3}),
+                None,
+            ))?,
+        ))
+    });
+    let mut session_level = sample_event(
+        &one,
+        EventType::RunQueued,
+        json!({"n": 4}),
+        Some("session-level"),
+    );
+    session_level.run_id = None;
+    let e4 = commit(store, "a session-level event", |tx| {
+        tx.append_event(&session_level)
+    });
+    assert_eq!(
+        (e1.sequence, e2.sequence, e3.sequence, e4.sequence),
+        (1, 2, 1, 3),
+        "events: sequences are per session, from 1"
+    );
+    assert!(
+        e1.id < e2.id && e2.id < e3.id && e3.id < e4.id,
+        "events: ids increase in commit order"
+    );
+    assert_eq!(e4.run_id, None, "events: run_id is optional");
+    let next = read(store, |tx| tx.session(one.session_id)).map(|s| s.next_event_sequence);
+    assert_eq!(
+        next,
+        Some(4),
+        "events: sessions.next_event_sequence advances"
+    );
+
+    let expected = sample_event(&one, EventType::RunStarted, json!({"n": 1}), None);
+    assert_eq!(
+        (
+            e1.session_id,
+            e1.run_id,
+            e1.event_type,
+            &e1.actor,
+            &e1.payload,
+            &e1.derivation_key,
+            e1.created_at,
+            e1.payload_schema_version
+        ),
+        (
+            expected.session_id,
+            expected.run_id,
+            expected.event_type,
+            &expected.actor,
+            &expected.payload,
+            &expected.derivation_key,
+            expected.created_at,
+            1
+        ),
+        "events: the envelope stores what was appended, schema version 1",
+    );
+    assert_eq!(
+        read(store, |tx| tx.events_of_run(one.id, None, 10)),
+        vec![e1, e2],
+        "events: stored as returned"
+    );
+}
+
+/// SPEC §13.1: events belong to an existing session.
+fn append_event_needs_its_session<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let mut orphan = sample_event(&run, EventType::RunStarted, json!({}), None);
+    orphan.session_id = session_id(99);
+    orphan.run_id = None;
+    assert_eq!(
+        store.transact(|tx| tx.append_event(&orphan)),
+        Err(TxError::NotFound),
+        "append_event: unknown session is NotFound"
+    );
+}
+
+/// SPEC §13.1: rollbacks may leave gaps, but a committed history never reuses a sequence and
+/// rolled-back events are invisible.
+fn rolled_back_events_leave_no_trace<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let first = commit(store, "first", |tx| {
+        tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))
+    });
+    let aborted: Result<(), TxError> = store.transact(|tx| {
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunCheckpointed,
+            json!({"lost": 1}),
+            Some("lost:1"),
+        ))?;
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunCheckpointed,
+            json!({"lost": 2}),
+            None,
+        ))?;
+        Err(TxError::Fenced)
+    });
+    assert_fenced(aborted, "rollback: the aborted transaction fails");
+    let second = commit(store, "second", |tx| {
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunCheckpointed,
+            json!({}),
+            None,
+        ))
+    });
+    assert!(
+        second.sequence > first.sequence,
+        "events: sequences increase in commit order across a rollback"
+    );
+    assert!(
+        second.id > first.id,
+        "events: ids increase in commit order across a rollback"
+    );
+    let stored = read(store, |tx| tx.events_of_run(run.id, None, 100));
+    assert_eq!(
+        stored,
+        vec![first, second],
+        "events: rolled-back events are not stored"
+    );
+    assert_eq!(
+        read(store, |tx| tx.event_by_key("lost:1")),
+        None,
+        "events: a rolled-back derivation key is free"
+    );
+    let reused = commit(store, "reuse the key", |tx| {
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunCheckpointed,
+            json!({"other": true}),
+            Some("lost:1"),
+        ))
+    });
+    assert!(
+        reused.sequence > stored[1].sequence,
+        "events: a freed key appends as new"
+    );
+}
+
+/// SPEC §13.1: a repeated derivation key returns the stored event when type, run and payload are
+/// equal — consuming no sequence — else `Conflict`; events are append-only.
+fn derivation_key_idempotency<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let ended = sample_run(2, run.session_id, RunStatus::Completed);
+    commit(store, "a finished run in the same session", |tx| {
+        tx.insert_run(&ended)
+    });
+    let key = keys::proposed(invocation_id(1));
+    let original = sample_event(
+        &run,
+        EventType::ToolCallProposed,
+        json!({"call_id": "c1"}),
+        Some(&key),
+    );
+    let stored = commit(store, "append", |tx| tx.append_event(&original));
+
+    let mut repeat = original.clone();
+    repeat.actor = Actor::principal("someone-else");
+    repeat.created_at = at(99);
+    let again = commit(store, "repeat", |tx| tx.append_event(&repeat));
+    assert_eq!(
+        again, stored,
+        "derivation key: an equal repeat returns the stored event"
+    );
+    let (twice, next) = commit(store, "repeat and append in one transaction", |tx| {
+        let twice = tx.append_event(&original)?;
+        let next = tx.append_event(&sample_event(
+            &run,
+            EventType::RunCheckpointed,
+            json!({}),
+            None,
+        ))?;
+        Ok((twice, next))
+    });
+    assert_eq!(
+        twice, stored,
+        "derivation key: a repeat inside a transaction returns the stored event"
+    );
+    assert_eq!(
+        next.sequence,
+        stored.sequence + 1,
+        "derivation key: a repeat consumes no sequence"
+    );
+
+    let mut other_payload = original.clone();
+    other_payload.payload = json!({"call_id": "c2"});
+    assert_conflict(
+        store.transact(|tx| tx.append_event(&other_payload)),
+        "derivation key: a different payload",
+    );
+    let mut other_type = original.clone();
+    other_type.event_type = EventType::ToolCallAuthorized;
+    assert_conflict(
+        store.transact(|tx| tx.append_event(&other_type)),
+        "derivation key: a different event type",
+    );
+    let mut other_run = original.clone();
+    other_run.run_id = Some(ended.id);
+    assert_conflict(
+        store.transact(|tx| tx.append_event(&other_run)),
+        "derivation key: a different run",
+    );
+
+    // A caller that handles the Conflict and carries on has consumed nothing.
+    let after = commit(store, "conflict handled inside a transaction", |tx| {
+        assert!(
+            matches!(tx.append_event(&other_payload), Err(TxError::Conflict(_))),
+            "derivation key: Conflict inside a transaction"
+        );
+        tx.append_event(&sample_event(
+            &run,
+            EventType::RunCheckpointed,
+            json!({"after": true}),
+            None,
+        ))
+    });
+    assert_eq!(
+        after.sequence,
+        next.sequence + 1,
+        "derivation key: a Conflict consumes no sequence"
+    );
+    assert_eq!(
+        read(store, |tx| tx.event_by_key(&key)),
+        Some(stored),
+        "events are append-only: the stored event is unchanged"
+    );
+}
+
+/// `events_of_run`: the run's events by id, strictly after `after_id`, at most `limit`.
+fn events_of_run_paging<S: Store>(store: &S) {
+    let a = seed_run(store, 1, RunStatus::Running);
+    let b = seed_run(store, 2, RunStatus::Running);
+    let mut ids = Vec::new();
+    for (n, run) in [&a, &b, &a, &a, &b, &a].into_iter().enumerate() {
+        let event = commit(store, "append", |tx| {
+            tx.append_event(&sample_event(
+                run,
+                EventType::RunCheckpointed,
+                json!({"n": n}),
+                None,
+            ))
+        });
+        ids.push((run.id, event.id));
+    }
+    let of = |run: &Run| {
+        ids.iter()
+            .filter(|(r, _)| *r == run.id)
+            .map(|(_, id)| *id)
+            .collect::<Vec<_>>()
+    };
+    let (a_ids, b_ids) = (of(&a), of(&b));
+    let page = |run: &Run, after: Option<i64>, limit: usize| {
+        read(store, |tx| tx.events_of_run(run.id, after, limit))
+            .into_iter()
+            .map(|e| e.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        page(&a, None, 100),
+        a_ids,
+        "events_of_run: this run's events by id"
+    );
+    assert_eq!(
+        page(&a, None, 2),
+        a_ids[..2].to_vec(),
+        "events_of_run: limit"
+    );
+    assert_eq!(
+        page(&a, Some(a_ids[1]), 2),
+        a_ids[2..].to_vec(),
+        "events_of_run: strictly after the cursor"
+    );
+    assert_eq!(
+        page(&a, Some(a_ids[3]), 100),
+        Vec::<i64>::new(),
+        "events_of_run: nothing after the last"
+    );
+    assert_eq!(
+        page(&b, Some(a_ids[0]), 100),
+        b_ids,
+        "events_of_run: any id works as a cursor"
+    );
+}
+
+/// SPEC §13.3: process events are idempotent by derivation key like conversation events.
+fn process_event_idempotency<S: Store>(store: &S) {
+    let first = sample_process_event(1, "v1");
+    assert_eq!(
+        commit(store, "append", |tx| tx.append_process_event(&first)),
+        first,
+        "process events: returns the stored event"
+    );
+    let mut repeat = sample_process_event(2, "v1");
+    repeat.created_at = at(50);
+    assert_eq!(
+        commit(store, "repeat", |tx| tx.append_process_event(&repeat)),
+        first,
+        "process events: an equal repeat returns the first"
+    );
+    let mut different = sample_process_event(3, "v1");
+    different.payload = json!({"policy_version": "v1", "extra": true});
+    assert_conflict(
+        store.transact(|tx| tx.append_process_event(&different)),
+        "process events: a different payload under one key",
+    );
+    let second = sample_process_event(4, "v2");
+    commit(store, "another key", |tx| tx.append_process_event(&second));
+    assert_eq!(
+        read(store, |tx| tx.process_events()),
+        vec![first, second],
+        "process events: one per key, in commit order"
+    );
+}
+
+/// SPEC §14 `uncertain_settlements` UNIQUE(invocation_id).
+fn settlement_is_unique_per_invocation<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Failed);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Uncertain),
+    );
+    let settlement = sample_settlement(1, &invocation);
+    commit(store, "SETTLE", |tx| tx.insert_settlement(&settlement));
+    assert_eq!(
+        read(store, |tx| tx.settlement_by_invocation(invocation.id)),
+        Some(settlement.clone()),
+        "settlement_by_invocation"
+    );
+    let second = sample_settlement(2, &invocation);
+    assert_conflict(
+        store.transact(|tx| tx.insert_settlement(&second)),
+        "uncertain_settlements: UNIQUE(invocation_id)",
+    );
+    let other = seed_invocation(
+        store,
+        sample_invocation(2, &run, 1, "c2", InvocationStatus::Uncertain),
+    );
+    let same_id = sample_settlement(1, &other);
+    assert_conflict(
+        store.transact(|tx| tx.insert_settlement(&same_id)),
+        "uncertain_settlements: duplicate id",
+    );
+    assert_eq!(
+        read(store, |tx| tx.settlement_by_invocation(other.id)),
+        None,
+        "uncertain_settlements: the rejected one is not stored"
+    );
+}
+
+/// SPEC §7.5: the first of identical profile records is kept; different content under one
+/// version is a `Conflict`.
+fn policy_profile_idempotency<S: Store>(store: &S) {
+    let first = sample_policy_profile("v1");
+    assert_eq!(
+        commit(store, "PROFILE", |tx| tx.insert_policy_profile(&first)),
+        first,
+        "policy_profiles: returns the stored record"
+    );
+    let mut reloaded = first.clone();
+    reloaded.loaded_at = at(500);
+    reloaded.loaded_by = "worker-2".to_owned();
+    assert_eq!(
+        commit(store, "PROFILE again", |tx| tx
+            .insert_policy_profile(&reloaded)),
+        first,
+        "policy_profiles: an identical reload keeps the first"
+    );
+    let mut changed = first.clone();
+    changed.profile_sha256 = "c".repeat(64);
+    assert_eq!(
+        store.transact(|tx| tx.insert_policy_profile(&changed)),
+        Err(TxError::Conflict(
+            "policy version identifies different rules".to_owned()
+        )),
+        "policy_profiles: different content under one version",
+    );
+    let second = sample_policy_profile("v2");
+    commit(store, "another version", |tx| {
+        tx.insert_policy_profile(&second)
+    });
+    assert_eq!(
+        read(store, |tx| tx.policy_profiles()).len(),
+        2,
+        "policy_profiles: one row per version"
+    );
+    assert!(
+        read(store, |tx| tx.policy_profiles()).contains(&first),
+        "policy_profiles: the first record is kept"
+    );
+}

@@ -1,0 +1,322 @@
+//! The worker (SPEC §8.2): claims due runs, keeps their leases alive, reclaims expired leases
+//! and sweeps due approvals. Hosts run [`Worker::run`] (or drive [`Worker::tick`] themselves);
+//! the simulator runs exactly this code.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures_util::future::{Either, select};
+
+use crate::control::ControlService;
+use crate::env::Env;
+use crate::events::Actor;
+use crate::ids::RunId;
+use crate::ports::{BoxFut, Spawner};
+use crate::run::cancel::{CancelToken, TokenRegistry};
+use crate::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
+use crate::run::state::{Change, RequeueReason, transition};
+use crate::run::{Failure, Lease, Run};
+use crate::store::{Store, TxError};
+use crate::time::Timestamp;
+use crate::vocab::{CancelReason, CrashPoint, FailureReason, InvocationStatus, RunStatus};
+
+/// Worker settings with the defaults of SPEC §8.2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerSettings {
+    pub worker_id: String,
+    pub lease_ms: u64,
+    pub poll_ms: u64,
+    pub reclaim_every_ms: u64,
+    pub approval_sweep_every_ms: u64,
+    pub max_attempts: u32,
+    pub concurrency: usize,
+}
+
+impl WorkerSettings {
+    pub fn new(worker_id: impl Into<String>) -> WorkerSettings {
+        WorkerSettings {
+            worker_id: worker_id.into(),
+            lease_ms: 30_000,
+            poll_ms: 250,
+            reclaim_every_ms: 5_000,
+            approval_sweep_every_ms: 30_000,
+            max_attempts: 3,
+            concurrency: 4,
+        }
+    }
+
+    fn lease_micros(&self) -> i64 {
+        i64::try_from(self.lease_ms)
+            .unwrap_or(i64::MAX / 1000)
+            .saturating_mul(1000)
+    }
+
+    fn heartbeat_micros(&self) -> i64 {
+        (self.lease_micros() / 3).max(1)
+    }
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TickReport {
+    pub claimed: usize,
+    pub reclaimed: usize,
+    pub expired: usize,
+}
+
+/// One worker process's state: its settings, token registry and in-flight count.
+pub struct Worker<S: Store> {
+    env: Env<S>,
+    settings: WorkerSettings,
+    tokens: TokenRegistry,
+    in_flight: Arc<AtomicUsize>,
+    last_reclaim: std::sync::Mutex<Option<Timestamp>>,
+    last_sweep: std::sync::Mutex<Option<Timestamp>>,
+}
+
+impl<S: Store + 'static> Worker<S> {
+    pub fn new(env: Env<S>, settings: WorkerSettings) -> Arc<Self> {
+        Arc::new(Worker {
+            env,
+            settings,
+            tokens: TokenRegistry::default(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            last_reclaim: std::sync::Mutex::new(None),
+            last_sweep: std::sync::Mutex::new(None),
+        })
+    }
+
+    pub fn settings(&self) -> &WorkerSettings {
+        &self.settings
+    }
+
+    pub fn env(&self) -> &Env<S> {
+        &self.env
+    }
+
+    /// The tokens of runs this process executes (the control service cancels through them).
+    pub fn tokens(&self) -> &TokenRegistry {
+        &self.tokens
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// CLAIM: the oldest due QUEUED run (or exactly `only`), under a new lease epoch.
+    pub async fn claim(&self, only: Option<RunId>) -> Result<Option<(Run, Lease)>, TxError> {
+        let now = self.env.clock.now();
+        let until = now.saturating_add_micros(self.settings.lease_micros());
+        let actor = Actor::worker(&self.settings.worker_id);
+        let claimed = self.env.transact(|tx| {
+            let Some(run) = tx.next_claimable_run(now, only)? else {
+                return Ok(None);
+            };
+            let change = Change::Claim {
+                worker_id: self.settings.worker_id.clone(),
+                lease_expires_at: until,
+            };
+            let mut next = run.clone();
+            next.state = run.state.clone();
+            let claimed = transition(tx, &run, next, change, &actor, now)?;
+            let lease = claimed
+                .lease()
+                .ok_or_else(|| TxError::Backend("claimed run has no lease".into()))?;
+            Ok(Some((claimed, lease)))
+        })?;
+        if claimed.is_some() {
+            self.env.reached(CrashPoint::AfterClaim).await;
+        }
+        Ok(claimed)
+    }
+
+    /// Executes a claimed run with its heartbeat until it parks or ends.
+    pub async fn execute(&self, run: Run, lease: Lease) -> ExecutionEnd {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let token = self.tokens.register(run.id, lease.lease_epoch);
+        if run.cancel_requested_at.is_some() {
+            token.cancel(CancelReason::Requested);
+        }
+        let switch = HeartbeatSwitch::default();
+        let executor = RunExecutor::new(&self.env, &self.settings.worker_id, switch.clone());
+        let execution = Box::pin(executor.execute(&lease, &token));
+        let heartbeat = Box::pin(self.heartbeat(&lease, &token, &switch));
+        let end = match select(execution, heartbeat).await {
+            Either::Left((end, _)) => end,
+            // The heartbeat loop never ends by itself; if it did, the executor still owns the run.
+            Either::Right(((), execution)) => execution.await,
+        };
+        self.tokens.unregister(run.id, lease.lease_epoch);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        end
+    }
+
+    /// Renews the lease every lease/3 and reports cancellation (SPEC §8.2).
+    async fn heartbeat(&self, lease: &Lease, token: &CancelToken, switch: &HeartbeatSwitch) {
+        let mut next = self
+            .env
+            .clock
+            .now()
+            .saturating_add_micros(self.settings.heartbeat_micros());
+        loop {
+            self.env.clock.sleep_until(next).await;
+            let now = self.env.clock.now();
+            next = now.saturating_add_micros(self.settings.heartbeat_micros());
+            if switch.is_paused() || token.reason() == Some(CancelReason::Fenced) {
+                continue;
+            }
+            let until = now.saturating_add_micros(self.settings.lease_micros());
+            match self.env.transact(|tx| tx.heartbeat(lease, until, now)) {
+                Ok(None) => {
+                    self.tokens
+                        .cancel_epoch(lease.run_id, lease.lease_epoch, CancelReason::Fenced)
+                }
+                Ok(Some(observed)) if observed.cancel_requested_at.is_some() => self
+                    .tokens
+                    .cancel_epoch(lease.run_id, lease.lease_epoch, CancelReason::Requested),
+                // A transient storage error: the next beat tries again before the lease runs out.
+                Ok(Some(_)) | Err(_) => {}
+            }
+        }
+    }
+
+    /// RECLAIM every run whose lease expired (SPEC §8.2). Returns how many were reclaimed.
+    pub async fn reclaim(&self) -> Result<usize, TxError> {
+        let now = self.env.clock.now();
+        let expired = self.env.transact(|tx| tx.expired_leases(now, 100))?;
+        let mut count = 0;
+        for candidate in expired {
+            let committed = self.env.transact(|tx| {
+                let Some(run) = tx.run(candidate.id)? else { return Ok(false) };
+                let still_expired = matches!(&run.state, crate::run::RunState::Running { lease_expires_at, .. } if *lease_expires_at <= now);
+                if !still_expired || run.lease_epoch != candidate.lease_epoch {
+                    return Ok(false);
+                }
+                let actor = Actor::maintenance();
+                let running = tx.invocations_of_run(run.id)?.iter().any(|i| i.status == InvocationStatus::Running);
+                if run.cancel_requested_at.is_some() && !running {
+                    transition(tx, &run, run.clone(), Change::Cancel, &actor, now)?;
+                    return Ok(true);
+                }
+                let mut next = run.clone();
+                next.attempts += 1;
+                let change = if next.attempts >= self.settings.max_attempts {
+                    Change::Fail(Failure::new(FailureReason::MaxAttemptsExceeded, next.step_count, now))
+                } else {
+                    let backoff_seconds = 1i64 << (next.attempts - 1).min(30);
+                    Change::Requeue {
+                        reason: RequeueReason::LeaseExpired { reclaimed_epoch: run.lease_epoch },
+                        scheduled_for: Some(now.saturating_add_seconds(backoff_seconds)),
+                    }
+                };
+                transition(tx, &run, next, change, &actor, now)?;
+                Ok(true)
+            })?;
+            if committed {
+                count += 1;
+                self.env.reached(CrashPoint::AfterReclaim).await;
+            }
+        }
+        Ok(count)
+    }
+
+    /// One poll: reclaim and sweep when due (or when there is nothing to claim), then claim up
+    /// to the free slots and hand each run to `spawner`.
+    pub async fn tick(
+        self: &Arc<Self>,
+        spawner: &dyn Spawner,
+        control: &ControlService<S>,
+    ) -> Result<TickReport, TxError> {
+        let now = self.env.clock.now();
+        let mut report = TickReport::default();
+        if due(&self.last_reclaim, now, self.settings.reclaim_every_ms) {
+            report.reclaimed += self.reclaim().await?;
+        }
+        if due(&self.last_sweep, now, self.settings.approval_sweep_every_ms) {
+            report.expired += control.expire_due_all(now).await?;
+        }
+        while self.in_flight() + report.claimed < self.settings.concurrency {
+            match self.claim(None).await? {
+                Some((run, lease)) => {
+                    report.claimed += 1;
+                    let worker = Arc::clone(self);
+                    // Count the run as in flight before the task starts, so the slot is taken.
+                    worker.in_flight.fetch_add(1, Ordering::SeqCst);
+                    let task: BoxFut<'static, ()> = Box::pin(async move {
+                        worker.in_flight.fetch_sub(1, Ordering::SeqCst);
+                        worker.execute(run, lease).await;
+                    });
+                    spawner.spawn(task);
+                }
+                None => {
+                    // Nothing to claim: reclaim now too, so an expired lease does not wait.
+                    if report.reclaimed == 0 {
+                        report.reclaimed += self.reclaim().await?;
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Claims and executes one specific run in this task (the inline dispatcher, `runs resume`).
+    pub async fn run_inline(&self, run: RunId) -> Result<Option<ExecutionEnd>, TxError> {
+        match self.claim(Some(run)).await? {
+            Some((run, lease)) => Ok(Some(self.execute(run, lease).await)),
+            None => Ok(None),
+        }
+    }
+
+    /// Whether the store holds no QUEUED and no RUNNING run and nothing is in flight here
+    /// (`worker --until-idle`); waiting runs do not count.
+    pub fn is_idle(&self) -> Result<bool, TxError> {
+        if self.in_flight() > 0 {
+            return Ok(false);
+        }
+        self.env.transact(|tx| {
+            Ok(tx.count_runs(RunStatus::Queued)? == 0 && tx.count_runs(RunStatus::Running)? == 0)
+        })
+    }
+
+    /// The worker loop: tick, then sleep one poll interval, until `stop` says so. Stops claiming
+    /// once stopping and returns when in-flight runs have ended or parked.
+    pub async fn run(
+        self: &Arc<Self>,
+        spawner: &dyn Spawner,
+        control: &ControlService<S>,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), TxError> {
+        while !stop() {
+            self.tick(spawner, control).await?;
+            let next = self.env.clock.now().saturating_add_micros(
+                i64::try_from(self.settings.poll_ms)
+                    .unwrap_or(250)
+                    .saturating_mul(1000),
+            );
+            self.env.clock.sleep_until(next).await;
+        }
+        while self.in_flight() > 0 {
+            let next = self.env.clock.now().saturating_add_micros(
+                i64::try_from(self.settings.poll_ms)
+                    .unwrap_or(250)
+                    .saturating_mul(1000),
+            );
+            self.env.clock.sleep_until(next).await;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a periodic job is due, recording `now` if so.
+fn due(last: &std::sync::Mutex<Option<Timestamp>>, now: Timestamp, every_ms: u64) -> bool {
+    let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+    let every = i64::try_from(every_ms)
+        .unwrap_or(i64::MAX / 1000)
+        .saturating_mul(1000);
+    let is_due = last.is_none_or(|t| now >= t.saturating_add_micros(every));
+    if is_due {
+        *last = Some(now);
+    }
+    is_due
+}

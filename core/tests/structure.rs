@@ -1,0 +1,192 @@
+//! Structural rules (SPEC §2.1, §16 #9, #27, #42): core's dependency list, the forbidden-API scan,
+//! and the "only X does Y" rules, checked over the source text.
+
+use std::path::{Path, PathBuf};
+
+fn core_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.rs` file under `core/src`, with its text.
+fn sources() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).expect("readable source dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("readable source");
+                out.push((path, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&core_dir().join("src"), &mut out);
+    assert!(out.len() > 20, "the scan must see core's sources");
+    out
+}
+
+/// The lines of a file outside `#[cfg(test)]` modules and comments.
+fn code_lines(text: &str) -> Vec<&str> {
+    let body = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
+    body.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect()
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(core_dir())
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn core_depends_on_exactly_the_allowed_crates() {
+    let manifest = std::fs::read_to_string(core_dir().join("Cargo.toml")).expect("core manifest");
+    let table: toml::Table = manifest.parse().expect("manifest is TOML");
+    let mut deps: Vec<&str> = table["dependencies"]
+        .as_table()
+        .expect("dependencies")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    deps.sort();
+    assert_eq!(
+        deps,
+        [
+            "futures-util",
+            "ipnet",
+            "regex",
+            "serde",
+            "serde_json",
+            "sha2",
+            "thiserror",
+            "toml",
+            "tracing",
+            "uuid"
+        ]
+    );
+    for forbidden in ["airlock", "airlock-sim", "tokio", "rusqlite", "madsim"] {
+        assert!(
+            !deps.contains(&forbidden),
+            "core must not depend on {forbidden}"
+        );
+    }
+}
+
+#[test]
+fn core_sources_use_no_forbidden_api() {
+    let forbidden = [
+        "tokio::",
+        "rusqlite",
+        "madsim",
+        "std::fs",
+        "std::net::TcpStream",
+        "std::net::UdpSocket",
+        "std::net::TcpListener",
+        "std::env",
+        "SystemTime::now",
+        "Instant::now",
+        "thread_rng",
+        "std::thread",
+        "Uuid::new_v4",
+        "rand::",
+    ];
+    let mut hits = Vec::new();
+    for (path, text) in sources() {
+        for line in code_lines(&text) {
+            for name in forbidden {
+                if line.contains(name) && !(path.ends_with("fuzzing.rs") && name == "std::fs") {
+                    hits.push(format!("{}: {name}: {}", relative(&path), line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        hits.is_empty(),
+        "core must stay sans-I/O (SPEC §2.1):\n{}",
+        hits.join("\n")
+    );
+}
+
+#[test]
+fn only_run_state_transition_updates_runs() {
+    // §16 #27: `update_run` is called only in run/state.rs (`transition` and the status-preserving
+    // `update_fields`); stores implement it.
+    let mut callers = Vec::new();
+    for (path, text) in sources() {
+        let name = relative(&path);
+        if name == "src/run/state.rs"
+            || name == "src/store.rs"
+            || name == "src/mem_store.rs"
+            || name.starts_with("src/testing/")
+        {
+            continue;
+        }
+        for line in code_lines(&text) {
+            if line.contains("update_run(") {
+                callers.push(format!("{name}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        callers.is_empty(),
+        "only run::state may call update_run:\n{}",
+        callers.join("\n")
+    );
+    // And within run/state.rs, only `transition` assigns a new state.
+    let state = std::fs::read_to_string(core_dir().join("src/run/state.rs")).expect("state.rs");
+    let update_fields = state
+        .split("pub fn update_fields")
+        .nth(1)
+        .expect("update_fields exists");
+    let update_fields_body = update_fields.split("\n}\n").next().unwrap_or_default();
+    assert!(
+        !update_fields_body.contains("next.state ="),
+        "update_fields must not change the state"
+    );
+}
+
+#[test]
+fn only_the_single_gate_produces_authorized() {
+    // §16 #9: the only assignment of AUTHORIZED is in invocation/gate.rs.
+    let mut producers = Vec::new();
+    for (path, text) in sources() {
+        let name = relative(&path);
+        if name == "src/invocation/gate.rs" || name.starts_with("src/testing/") {
+            continue;
+        }
+        for line in code_lines(&text) {
+            let compact: String = line.chars().filter(|c| !c.is_whitespace()).collect();
+            if compact.contains("status=InvocationStatus::Authorized")
+                || compact.contains("status:InvocationStatus::Authorized")
+            {
+                producers.push(format!("{name}: {}", line.trim()));
+            }
+        }
+    }
+    assert!(
+        producers.is_empty(),
+        "only invocation::gate may produce AUTHORIZED:\n{}",
+        producers.join("\n")
+    );
+    let gate = std::fs::read_to_string(core_dir().join("src/invocation/gate.rs")).expect("gate.rs");
+    assert!(
+        gate.contains("invocation.status = InvocationStatus::Authorized;"),
+        "the gate is where AUTHORIZED is produced"
+    );
+}
+
+#[test]
+fn every_core_file_opens_with_a_module_doc() {
+    let missing: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| !text.trim_start().starts_with("//!"))
+        .map(|(path, _)| relative(&path))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files without a //! header: {missing:?}"
+    );
+}
