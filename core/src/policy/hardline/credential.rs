@@ -25,7 +25,7 @@ static DETECTORS: LazyLock<Option<Detectors>> = LazyLock::new(|| {
             r#"(?i)(?:ap[iıİ][_-]?key|secret|password|token|bearer)["']?[\s\x1C-\x1F]*[:=][\s\x1C-\x1F]*["']?[^\s\x1C-\x1F]"#,
         )
         .ok()?,
-        bearer: Regex::new(r"(?i)bearer[\s\x1C-\x1F]+([A-Za-z0-9._~+/=-]*)").ok()?,
+        bearer: Regex::new(r"(?i)bearer").ok()?,
         authorization: Regex::new(
             r"(?i)(?:^|[\r\n])[\s\x1C-\x1F]*author[iıİ]zat[iıİ]on[\s\x1C-\x1F]*:[\s\x1C-\x1F]*[^\s\x1C-\x1F]",
         )
@@ -63,14 +63,31 @@ pub fn is_credential_shaped(s: &str) -> bool {
         return true;
     };
     d.assignment.is_match(s)
-        || d.bearer.captures_iter(s).any(|c| {
-            let token = c.get(1).map_or("", |m| m.as_str());
-            token.len() >= 8 && token.bytes().any(|b| b.is_ascii_digit())
-        })
+        || d.bearer
+            .find_iter(s)
+            .any(|m| bearer_token_follows(&s[m.end()..]))
         || d.authorization.is_match(s)
         || d.pem.is_match(s)
         || d.github.is_match(s)
         || d.aws.is_match(s)
+}
+
+/// Shape (2): one or more WS, then a maximal run of token characters that is at least 8 long
+/// and holds an ASCII digit. Every occurrence of `bearer` is tried, so `Bearer Bearer abc12345`
+/// matches at the second one.
+fn bearer_token_follows(rest: &str) -> bool {
+    let after_space = rest.trim_start_matches(is_ws);
+    if after_space.len() == rest.len() {
+        return false;
+    }
+    let token_len = after_space
+        .bytes()
+        .take_while(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'~' | b'+' | b'/' | b'=' | b'-')
+        })
+        .count();
+    let token = &after_space[..token_len];
+    token.len() >= 8 && token.bytes().any(|b| b.is_ascii_digit())
 }
 
 /// Whether an object member's key names a credential.
@@ -143,6 +160,7 @@ mod tests {
             "APİKEY = 'x'",
             "apı-key:x",
             "bearer\u{1c}abcdefg1",
+            "Bearer Bearer abc12345",
             "x\nauthorızation:\tq",
             "key AKIAABCDEFGHIJKLMNOP end",
             "ghp_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
