@@ -731,11 +731,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             }
             RecoveryAction::ResumeAuthorization => match self.pinned_tool(&row) {
                 Some(tool) => self.start_and_invoke(site, row, &tool).await,
-                // The tool vanished before START: nothing ran; close the row as failed.
-                None => {
-                    self.recover_close(site, &row, OutcomeStatus::Failed, codes::INTERNAL_ERROR)
-                        .await
-                }
+                None => self.fail_unstartable(site, &row).await,
             },
             RecoveryAction::ResumeApproval => self.resume_approval(site, row).await,
             action @ (RecoveryAction::Reexecute | RecoveryAction::ReplayIdempotencyKey) => {
@@ -769,6 +765,53 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                     .await
             }
         }
+    }
+
+    /// An AUTHORIZED row whose pinned tool is gone. §9.1 has no AUTHORIZED → FAILED edge, so
+    /// one RECOVER transaction takes the row through RUNNING (START without a watermark: the body
+    /// never runs) to FAILED `tool.internal_error`, counting the call like any START.
+    async fn fail_unstartable(
+        &self,
+        site: &CallSite<'_>,
+        row: &Invocation,
+    ) -> Result<CallEnd, Halt> {
+        let now = self.env.clock.now();
+        let actor = worker_actor(site);
+        let closed = self.env.transact(|tx| {
+            tx.guard_lease(site.lease)?;
+            let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
+            let mut next_run = current.clone();
+            next_run.tool_call_count += 1;
+            update_fields(tx, &current, next_run, now)?;
+            let mut running = row.clone();
+            running.status = InvocationStatus::Running;
+            running.updated_at = now;
+            tx.update_invocation(InvocationStatus::Authorized, &running)?;
+            tx.append_event(&NewEvent {
+                session_id: running.session_id,
+                run_id: Some(running.run_id),
+                event_type: EventType::ToolCallStarted,
+                actor: actor.clone(),
+                payload: json!({
+                    "invocation_id": running.id.to_string(),
+                    "name": running.tool_name,
+                    "call_id": running.call_id,
+                    "effect_sent_at": Value::Null,
+                }),
+                derivation_key: Some(keys::started(running.id)),
+                created_at: now,
+            })?;
+            close_with_code(
+                tx,
+                &running,
+                OutcomeStatus::Failed,
+                codes::INTERNAL_ERROR,
+                &actor,
+                now,
+            )
+        })?;
+        self.env.reached(CrashPoint::AfterRecover).await;
+        Ok(CallEnd::Done(result_of_row(&closed)?))
     }
 
     fn pinned_tool(&self, row: &Invocation) -> Option<std::sync::Arc<dyn Tool>> {

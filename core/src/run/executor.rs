@@ -106,6 +106,11 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         let Ok((run, checkpoint)) = read else {
             return ExecutionEnd::Abandoned;
         };
+        // A cancel accepted between CLAIM and registration reached only the row: the token is
+        // registered by now, so applying the flag here leaves no window (SPEC §8.5, Tokens).
+        if run.cancel_requested_at.is_some() {
+            token.cancel(CancelReason::Requested);
+        }
         let mut state = checkpoint.state;
         let mut version = checkpoint.version;
         match self
