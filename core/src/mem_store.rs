@@ -27,6 +27,7 @@
 //! with a message naming the rule. Nested `transact` calls on the same store from inside `f`
 //! deadlock, as they would block on SQLite's write lock.
 
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -318,12 +319,14 @@ impl StoreTx for MemTx<'_> {
     }
 
     fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
-        let current = self
-            .tables
-            .rows
-            .runs
-            .get(&guard.run_id)
-            .ok_or(TxError::NotFound)?;
+        // Runs are never deleted, so a missing row is a caller bug, except that a lease on it
+        // cannot hold either.
+        let missing = if guard.lease.is_some() {
+            TxError::Fenced
+        } else {
+            TxError::NotFound
+        };
+        let current = self.tables.rows.runs.get(&guard.run_id).ok_or(missing)?;
         // A lease guard that no longer holds is fencing whatever else changed; without one, the
         // status guard is an ordinary race lost to another transaction.
         if let Some(lease) = &guard.lease {
@@ -623,7 +626,7 @@ impl StoreTx for MemTx<'_> {
             .filter(|i| include_settled || !tables.settlement_by_invocation.contains_key(&i.id))
             .cloned()
             .collect();
-        rows.sort_by(|a, b| (b.updated_at, b.id).cmp(&(a.updated_at, a.id)));
+        rows.sort_by_key(|i| Reverse((i.updated_at, i.id)));
         Ok(rows)
     }
 
@@ -739,7 +742,7 @@ impl StoreTx for MemTx<'_> {
             .filter(|a| run.is_none_or(|r| a.run_id == r))
             .filter(|a| after.is_none_or(|c| (a.created_at, a.id) < (c.created_at, c.id)))
             .collect();
-        rows.sort_by(|a, b| (b.created_at, b.id).cmp(&(a.created_at, a.id)));
+        rows.sort_by_key(|a| Reverse((a.created_at, a.id)));
         Ok(rows.into_iter().take(limit).cloned().collect())
     }
 

@@ -12,7 +12,9 @@ use std::fmt::Debug;
 
 use serde_json::json;
 
+use crate::approval::Approval;
 use crate::events::{Actor, EventType, keys};
+use crate::invocation::Invocation;
 use crate::run::{Lease, Run, RunGuard, RunState};
 use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
 use crate::testing::fixtures::*;
@@ -57,6 +59,9 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
 }
 
 // ----- helpers -------------------------------------------------------------------------------
+
+/// One change to a sample row, for table-driven checks.
+type Edit<T> = Box<dyn Fn(&mut T)>;
 
 #[track_caller]
 fn assert_conflict<R: Debug>(result: Result<R, TxError>, rule: &str) {
@@ -439,7 +444,7 @@ fn run_immutable_fields_conflict<S: Store>(store: &S) {
         tx.insert_session(&other_session)
     });
     let other_session_id = other_session.id;
-    let changes: Vec<(&str, Box<dyn Fn(&mut Run)>)> = vec![
+    let changes: Vec<(&str, Edit<Run>)> = vec![
         ("tenant_id", Box::new(|r| r.tenant_id = "other".to_owned())),
         (
             "principal_id",
@@ -1032,8 +1037,7 @@ fn invocation_immutable_fields_conflict<S: Store>(store: &S) {
         store,
         sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
     );
-    type Change = Box<dyn Fn(&mut crate::invocation::Invocation)>;
-    let changes: Vec<(&str, Change)> = vec![
+    let changes: Vec<(&str, Edit<Invocation>)> = vec![
         (
             "tool_name",
             Box::new(|i| i.tool_name = "demo.other".to_owned()),
@@ -1369,11 +1373,7 @@ fn approval_row_checks<S: Store>(store: &S) {
         store,
         sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval),
     );
-    let cases: Vec<(
-        &str,
-        ApprovalStatus,
-        Box<dyn Fn(&mut crate::approval::Approval)>,
-    )> = vec![
+    let cases: Vec<(&str, ApprovalStatus, Edit<Approval>)> = vec![
         (
             "approved without resolution",
             ApprovalStatus::Approved,
@@ -1461,7 +1461,7 @@ fn pending_approvals_keyset_paging<S: Store>(store: &S) {
     let _resolved = add(7, &run, 6, ApprovalStatus::Approved, true);
     let _foreign = add(8, &foreign_run, 7, ApprovalStatus::Pending, true);
 
-    let page = |run: Option<&Run>, after: Option<&crate::approval::Approval>, limit: usize| {
+    let page = |run: Option<&Run>, after: Option<&Approval>, limit: usize| {
         let cursor = after.map(|a| ApprovalCursor {
             created_at: a.created_at,
             id: a.id,
@@ -1481,7 +1481,7 @@ fn pending_approvals_keyset_paging<S: Store>(store: &S) {
     );
 
     let mut walked = Vec::new();
-    let mut cursor: Option<crate::approval::Approval> = None;
+    let mut cursor: Option<Approval> = None;
     for _ in 0..10 {
         let ids = page(None, cursor.as_ref(), 2);
         assert!(ids.len() <= 2, "pending_approvals: at most limit");

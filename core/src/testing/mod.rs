@@ -7,3 +7,4 @@
 
 pub mod contract;
 pub mod fixtures;
+pub mod invariants;

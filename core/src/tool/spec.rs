@@ -447,7 +447,12 @@ impl PropertySchema {
                 // `as_i64` is `None` for every float, including `1.0` and exponent forms, which
                 // serde_json parses as floats: the subset admits integers written as integers.
                 let Some(n) = value.as_i64() else {
-                    return fail("must be an integer".to_owned());
+                    let detail = if value.is_u64() {
+                        "must fit a signed 64-bit integer"
+                    } else {
+                        "must be an integer"
+                    };
+                    return fail(detail.to_owned());
                 };
                 if let Some(min) = minimum.filter(|min| n < *min) {
                     return fail(format!("must be at least {min}"));
@@ -1086,7 +1091,7 @@ mod tests {
             ),
             (
                 json!({"path": "a", "count": u64::MAX}),
-                "property 'count' must be an integer",
+                "property 'count' must fit a signed 64-bit integer",
             ),
             (
                 json!({"path": "a", "recursive": 0}),

@@ -43,37 +43,58 @@ use serde_json::{Value, json};
 /// 2026-01-01T00:00:00Z.
 pub const EPOCH_MICROS: i64 = 1_767_225_600_000_000;
 
-/// Time from tokio's (paused) clock, offset to a fixed date.
-pub struct TokioClock {
-    start: tokio::time::Instant,
+/// Time from tokio's (paused) clock, offset to a fixed date. Every clock on a test's thread
+/// (tokio tests run on one thread) counts from one start, so a "new process" built later in the
+/// same test reads the same time line.
+pub struct TokioClock;
+
+thread_local! {
+    static CLOCK_START: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+fn clock_start() -> std::time::Instant {
+    CLOCK_START.with(|start| match start.get() {
+        Some(instant) => instant,
+        None => {
+            let instant = tokio::time::Instant::now().into_std();
+            start.set(Some(instant));
+            instant
+        }
+    })
 }
 
 impl TokioClock {
     pub fn new() -> Self {
-        TokioClock {
-            start: tokio::time::Instant::now(),
-        }
+        clock_start();
+        TokioClock
     }
 }
 
 impl Clock for TokioClock {
     fn now(&self) -> Timestamp {
-        Timestamp::from_micros(EPOCH_MICROS + self.start.elapsed().as_micros() as i64)
+        let elapsed = tokio::time::Instant::now()
+            .into_std()
+            .saturating_duration_since(clock_start());
+        Timestamp::from_micros(EPOCH_MICROS + elapsed.as_micros() as i64)
     }
     fn sleep_until(&self, t: Timestamp) -> BoxFut<'static, ()> {
         let offset = (t.as_micros() - EPOCH_MICROS).max(0) as u64;
-        let deadline = self.start + std::time::Duration::from_micros(offset);
-        Box::pin(tokio::time::sleep_until(deadline))
+        let deadline = clock_start() + std::time::Duration::from_micros(offset);
+        Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(
+            deadline,
+        )))
     }
 }
 
-/// Sequential UUIDs.
-#[derive(Default)]
-pub struct SeqIds(AtomicU64);
+/// Sequential UUIDs, unique across every harness ("process") in the test binary, as v4 ids are
+/// in production.
+pub struct SeqIds;
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl IdSource for SeqIds {
     fn new_uuid(&self) -> uuid::Uuid {
-        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        let n = NEXT_ID.fetch_add(1, Ordering::SeqCst);
         uuid::Builder::from_u128(0x1000_0000_0000_4000_8000_0000_0000_0000 | u128::from(n))
             .into_uuid()
     }
@@ -107,15 +128,22 @@ impl Spawner for TokioSpawner {
 /// harness drops it, which is all a crash leaves behind (committed state survives).
 #[derive(Default)]
 pub struct CrashHook {
-    armed: Mutex<Option<CrashPoint>>,
+    /// The armed point and how many more times it must be reached before it fires.
+    armed: Mutex<Option<(CrashPoint, usize)>>,
     fired: AtomicBool,
     notify: tokio::sync::Notify,
     pub reached: Mutex<Vec<CrashPoint>>,
 }
 
 impl CrashHook {
+    /// Fires the first time `point` is reached.
     pub fn arm(&self, point: CrashPoint) {
-        *self.armed.lock().unwrap() = Some(point);
+        self.arm_nth(point, 1);
+    }
+
+    /// Fires the `nth` time (1-based) `point` is reached.
+    pub fn arm_nth(&self, point: CrashPoint, nth: usize) {
+        *self.armed.lock().unwrap() = Some((point, nth.max(1)));
         self.fired.store(false, Ordering::SeqCst);
     }
     pub fn fired(&self) -> bool {
@@ -136,11 +164,16 @@ impl FaultHook for CrashHook {
     fn reached(&self, point: CrashPoint) -> BoxFut<'static, ()> {
         self.reached.lock().unwrap().push(point);
         let mut armed = self.armed.lock().unwrap();
-        if *armed == Some(point) {
-            *armed = None;
-            self.fired.store(true, Ordering::SeqCst);
-            self.notify.notify_waiters();
-            return Box::pin(std::future::pending());
+        if let Some((armed_point, remaining)) = armed.as_mut()
+            && *armed_point == point
+        {
+            *remaining -= 1;
+            if *remaining == 0 {
+                *armed = None;
+                self.fired.store(true, Ordering::SeqCst);
+                self.notify.notify_waiters();
+                return Box::pin(std::future::pending());
+            }
         }
         Box::pin(std::future::ready(()))
     }
@@ -263,14 +296,17 @@ pub fn test_spec(
     }
 }
 
+/// Files of every in-memory workspace, by tenant, run and relative path.
+type Files = Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>;
+
 /// An in-memory workspace per run.
 #[derive(Default)]
 pub struct MemWorkspaces {
-    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
+    files: Files,
 }
 
 struct MemWorkspace {
-    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
+    files: Files,
     tenant: String,
     run: RunId,
 }
@@ -425,7 +461,16 @@ impl Harness {
         ruleset: Ruleset,
         customize: impl FnOnce(&mut Vec<Arc<dyn Tool>>),
     ) -> Harness {
-        let ledger = Arc::new(Ledger::default());
+        Harness::over_with_ledger(store, ruleset, Arc::new(Ledger::default()), customize)
+    }
+
+    /// A "new process" that shares the ground-truth ledger of the previous one.
+    pub fn over_with_ledger(
+        store: Arc<MemStore>,
+        ruleset: Ruleset,
+        ledger: Arc<Ledger>,
+        customize: impl FnOnce(&mut Vec<Arc<dyn Tool>>),
+    ) -> Harness {
         let mut tools: Vec<Arc<dyn Tool>> = test_tools(&ledger)
             .into_iter()
             .map(|t| Arc::new(t) as Arc<dyn Tool>)
@@ -444,7 +489,7 @@ impl Harness {
         let env = Env {
             store: Arc::clone(&store),
             clock: clock.clone(),
-            ids: Arc::new(SeqIds::default()),
+            ids: Arc::new(SeqIds),
             ruleset: Arc::new(ruleset),
             tools: Arc::new(registry),
             workspaces: Some(Arc::new(MemWorkspaces::default())),
@@ -537,13 +582,16 @@ impl Harness {
         &self,
         worker: &Arc<Worker<MemStore>>,
     ) -> Option<ExecutionEnd> {
-        let (run, lease) = worker
-            .claim(None)
-            .await
-            .expect("claim")
-            .expect("a claimable run");
+        let claim_and_execute = async {
+            let (run, lease) = worker
+                .claim(None)
+                .await
+                .expect("claim")
+                .expect("a claimable run");
+            worker.execute(run, lease).await
+        };
         tokio::select! {
-            end = worker.execute(run, lease) => Some(end),
+            end = claim_and_execute => Some(end),
             () = self.crash.crashed() => None,
         }
     }

@@ -1,0 +1,764 @@
+//! The invariant checker (SPEC §16, the rules marked S): re-derives each rule from a store
+//! snapshot and a ground-truth effect ledger, so a test or the simulator can check them after
+//! every case. Each check is named after its rule (`inv_13_…`); a violation names it too.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::events::{Event, EventType};
+use crate::ids::{InvocationId, RunId};
+use crate::invocation::outcome::{ResultItem, message_for};
+use crate::mem_store::MemSnapshot;
+use crate::run::state::edge_allowed;
+use crate::vocab::{
+    ApprovalStatus, IdempotencyClass, InvocationStatus, OutcomeStatus, PolicyDecisionType,
+    RunStatus, SideEffectClass, TrustLevel,
+};
+
+/// One entry of a tool body, as a simulated external service records it before answering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Effect {
+    pub tool_name: String,
+    pub idempotency_key: String,
+    pub idempotency: IdempotencyClass,
+    /// Whether the call was a REPLAY_IDEMPOTENCY_KEY (the service deduplicates by key).
+    pub replay: bool,
+    /// Whether the store already held a watermark for this key when the body was entered.
+    pub watermarked_at_entry: bool,
+    /// Whether a store transaction was open when the body was entered.
+    pub transaction_open_at_entry: bool,
+}
+
+/// A broken rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub detail: String,
+}
+
+struct Checker<'a> {
+    snapshot: &'a MemSnapshot,
+    effects: &'a [Effect],
+    events_by_run: BTreeMap<RunId, Vec<&'a Event>>,
+    violations: Vec<Violation>,
+}
+
+impl Checker<'_> {
+    fn fail(&mut self, invariant: &'static str, detail: String) {
+        self.violations.push(Violation { invariant, detail });
+    }
+}
+
+fn invocation_event<'a>(events: &[&'a Event], kind: EventType, id: InvocationId) -> Vec<&'a Event> {
+    let id = id.to_string();
+    events
+        .iter()
+        .copied()
+        .filter(|e| {
+            e.event_type == kind && e.payload["invocation_id"].as_str() == Some(id.as_str())
+        })
+        .collect()
+}
+
+/// Checks every S invariant; an empty result means the snapshot honours them all.
+pub fn check(snapshot: &MemSnapshot, effects: &[Effect]) -> Vec<Violation> {
+    let mut events_by_run: BTreeMap<RunId, Vec<&Event>> = BTreeMap::new();
+    for event in &snapshot.events {
+        if let Some(run) = event.run_id {
+            events_by_run.entry(run).or_default().push(event);
+        }
+    }
+    let mut checker = Checker {
+        snapshot,
+        effects,
+        events_by_run,
+        violations: Vec::new(),
+    };
+    inv_10_bodies_run_only_with_authority(&mut checker);
+    inv_11_watermark_before_effect(&mut checker);
+    inv_12_no_transaction_during_tools(&mut checker);
+    inv_13_non_idempotent_effects_at_most_once(&mut checker);
+    inv_15_invocation_rows_are_well_formed(&mut checker);
+    inv_16_replays_never_duplicate(&mut checker);
+    inv_17_tool_call_count(&mut checker);
+    inv_18_uncertain_never_repeated(&mut checker);
+    inv_19_one_approval_per_action(&mut checker);
+    inv_20_park_announces_pending_approvals(&mut checker);
+    inv_21_waiting_runs_hold_nothing(&mut checker);
+    inv_22_one_resolution_per_approval(&mut checker);
+    inv_23_nothing_approved_after_expiry(&mut checker);
+    inv_27_runs_follow_the_state_machine(&mut checker);
+    inv_29_attempts_count_reclaims(&mut checker);
+    inv_30_terminal_runs_are_closed(&mut checker);
+    inv_31_cancel_never_abandons_an_effect(&mut checker);
+    inv_36_parallel_batches_are_read_only(&mut checker);
+    inv_39_taint_sticks(&mut checker);
+    inv_40_event_sequences(&mut checker);
+    checker.violations
+}
+
+fn inv_10_bodies_run_only_with_authority(c: &mut Checker<'_>) {
+    let by_key: BTreeMap<&str, _> = c
+        .snapshot
+        .invocations
+        .values()
+        .map(|i| (i.idempotency_key.as_str(), i))
+        .collect();
+    let mut failures = Vec::new();
+    for effect in c.effects {
+        let Some(row) = by_key.get(effect.idempotency_key.as_str()) else {
+            failures.push(format!(
+                "a body ran for key {} with no invocation row",
+                effect.idempotency_key
+            ));
+            continue;
+        };
+        let started = c
+            .events_by_run
+            .get(&row.run_id)
+            .is_some_and(|e| !invocation_event(e, EventType::ToolCallStarted, row.id).is_empty());
+        let decided = row.policy_decision.as_ref().map(|d| d.decision);
+        let approved = c.snapshot.approvals.values().any(|a| {
+            a.action_id == row.id
+                && a.status == ApprovalStatus::Approved
+                && a.revalidated_policy_version.is_some()
+        });
+        let authority = decided == Some(PolicyDecisionType::Allow)
+            || (decided == Some(PolicyDecisionType::RequireApproval) && approved);
+        if !started || !authority {
+            failures.push(format!(
+                "invocation {} ran without START ({started}) or authority ({authority})",
+                row.id
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_10_bodies_run_only_with_authority", detail);
+    }
+}
+
+fn inv_11_watermark_before_effect(c: &mut Checker<'_>) {
+    let by_key: BTreeMap<&str, _> = c
+        .snapshot
+        .invocations
+        .values()
+        .map(|i| (i.idempotency_key.as_str(), i))
+        .collect();
+    let mut failures = Vec::new();
+    for effect in c.effects {
+        if let Some(row) = by_key.get(effect.idempotency_key.as_str())
+            && row.side_effect != SideEffectClass::None
+            && !effect.watermarked_at_entry
+        {
+            failures.push(format!(
+                "invocation {} entered its body before the watermark committed",
+                row.id
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_11_watermark_before_effect", detail);
+    }
+}
+
+fn inv_12_no_transaction_during_tools(c: &mut Checker<'_>) {
+    let open: Vec<String> = c
+        .effects
+        .iter()
+        .filter(|e| e.transaction_open_at_entry)
+        .map(|e| e.idempotency_key.clone())
+        .collect();
+    for key in open {
+        c.fail(
+            "inv_12_no_transaction_during_tools",
+            format!("a transaction was open when the body for {key} ran"),
+        );
+    }
+}
+
+fn inv_13_non_idempotent_effects_at_most_once(c: &mut Checker<'_>) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for effect in c
+        .effects
+        .iter()
+        .filter(|e| e.idempotency == IdempotencyClass::NonIdempotent)
+    {
+        *counts.entry(effect.idempotency_key.as_str()).or_default() += 1;
+    }
+    let mut failures = Vec::new();
+    for (key, count) in &counts {
+        if *count > 1 {
+            failures.push(format!(
+                "non-idempotent key {key} took effect {count} times"
+            ));
+        }
+    }
+    for row in c
+        .snapshot
+        .invocations
+        .values()
+        .filter(|i| i.idempotency_class == IdempotencyClass::NonIdempotent)
+    {
+        let had_effect = counts.contains_key(row.idempotency_key.as_str());
+        if had_effect
+            && row.status.is_terminal()
+            && !matches!(
+                row.status,
+                InvocationStatus::Succeeded | InvocationStatus::Uncertain
+            )
+        {
+            failures.push(format!(
+                "invocation {} had an effect but is {}",
+                row.id, row.status
+            ));
+        }
+        if !had_effect && row.status == InvocationStatus::Succeeded {
+            failures.push(format!(
+                "invocation {} is SUCCEEDED without an effect",
+                row.id
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_13_non_idempotent_effects_at_most_once", detail);
+    }
+}
+
+fn inv_15_invocation_rows_are_well_formed(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for row in c.snapshot.invocations.values() {
+        if row.status == InvocationStatus::Proposed {
+            failures.push(format!("invocation {} is stored PROPOSED", row.id));
+        }
+        if row.effect_sent_at.is_some()
+            && !matches!(
+                row.status,
+                InvocationStatus::Running
+                    | InvocationStatus::Succeeded
+                    | InvocationStatus::Failed
+                    | InvocationStatus::Uncertain
+            )
+        {
+            failures.push(format!(
+                "invocation {} has a watermark but is {}",
+                row.id, row.status
+            ));
+        }
+        if row.status.is_terminal() {
+            match (&row.outcome, &row.result_item) {
+                (Some(outcome), Some(item)) => {
+                    let expected_status = match row.status {
+                        InvocationStatus::Succeeded => OutcomeStatus::Succeeded,
+                        InvocationStatus::Failed => OutcomeStatus::Failed,
+                        InvocationStatus::Denied => OutcomeStatus::Denied,
+                        _ => OutcomeStatus::Uncertain,
+                    };
+                    let table_message = outcome.reason_code == "policy.scope.missing"
+                        || outcome.message == message_for(&outcome.reason_code);
+                    if outcome.status != expected_status
+                        || !table_message
+                        || outcome.action != row.tool_name
+                    {
+                        failures.push(format!(
+                            "invocation {} has an inconsistent outcome {outcome:?}",
+                            row.id
+                        ));
+                    }
+                    if ResultItem::parse(item).is_none() {
+                        failures.push(format!(
+                            "invocation {} has an unreadable result item",
+                            row.id
+                        ));
+                    }
+                }
+                _ => failures.push(format!(
+                    "terminal invocation {} lacks its outcome or result item",
+                    row.id
+                )),
+            }
+        }
+    }
+    for detail in failures {
+        c.fail("inv_15_invocation_rows_are_well_formed", detail);
+    }
+}
+
+fn inv_16_replays_never_duplicate(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    let mut calls = BTreeSet::new();
+    for row in c.snapshot.invocations.values() {
+        if !calls.insert((row.run_id, row.step_number, row.call_id.clone())) {
+            failures.push(format!(
+                "a second row for {} step {} call {}",
+                row.run_id, row.step_number, row.call_id
+            ));
+        }
+        let events = c
+            .events_by_run
+            .get(&row.run_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if invocation_event(events, EventType::ToolCallProposed, row.id).len() != 1 {
+            failures.push(format!(
+                "invocation {} does not have exactly one tool.call.proposed",
+                row.id
+            ));
+        }
+        for kind in [
+            EventType::ToolCallCompleted,
+            EventType::ToolCallFailed,
+            EventType::ToolCallDenied,
+            EventType::ToolCallUncertain,
+        ] {
+            for event in invocation_event(events, kind, row.id) {
+                if event.payload["result_item"].as_str() != row.result_item.as_deref() {
+                    failures.push(format!(
+                        "invocation {}'s {} event carries a different result item",
+                        row.id, kind
+                    ));
+                }
+            }
+        }
+    }
+    for detail in failures {
+        c.fail("inv_16_replays_never_duplicate", detail);
+    }
+}
+
+fn inv_17_tool_call_count(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c.snapshot.runs.values() {
+        let events = c
+            .events_by_run
+            .get(&run.id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let started = events
+            .iter()
+            .filter(|e| e.event_type == EventType::ToolCallStarted)
+            .count();
+        if started != run.tool_call_count as usize
+            || run.tool_call_count > run.limits.max_tool_calls
+        {
+            failures.push(format!(
+                "run {}: tool_call_count {} but {started} starts (max {})",
+                run.id, run.tool_call_count, run.limits.max_tool_calls
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_17_tool_call_count", detail);
+    }
+}
+
+fn inv_18_uncertain_never_repeated(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for uncertain in c
+        .snapshot
+        .invocations
+        .values()
+        .filter(|i| i.status == InvocationStatus::Uncertain)
+    {
+        let events = c
+            .events_by_run
+            .get(&uncertain.run_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let Some(became) = invocation_event(events, EventType::ToolCallUncertain, uncertain.id)
+            .first()
+            .map(|e| e.id)
+        else {
+            continue;
+        };
+        for other in c.snapshot.invocations.values() {
+            if other.id != uncertain.id
+                && other.run_id == uncertain.run_id
+                && other.tool_name == uncertain.tool_name
+                && other.effective_arguments_hash == uncertain.effective_arguments_hash
+                && invocation_event(events, EventType::ToolCallStarted, other.id)
+                    .iter()
+                    .any(|e| e.id > became)
+            {
+                failures.push(format!(
+                    "invocation {} repeated UNCERTAIN {}",
+                    other.id, uncertain.id
+                ));
+            }
+        }
+    }
+    for detail in failures {
+        c.fail("inv_18_uncertain_never_repeated", detail);
+    }
+}
+
+fn inv_19_one_approval_per_action(c: &mut Checker<'_>) {
+    let mut seen = BTreeSet::new();
+    let duplicates: Vec<String> = c
+        .snapshot
+        .approvals
+        .values()
+        .filter(|a| !seen.insert(a.action_id))
+        .map(|a| a.action_id.to_string())
+        .collect();
+    for action in duplicates {
+        c.fail(
+            "inv_19_one_approval_per_action",
+            format!("action {action} has more than one approval"),
+        );
+    }
+}
+
+fn inv_20_park_announces_pending_approvals(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    let requested: BTreeSet<String> = c
+        .snapshot
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::ApprovalRequested)
+        .filter_map(|e| e.payload["approval_id"].as_str().map(str::to_owned))
+        .collect();
+    for event in c
+        .snapshot
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::RunWaitingForApproval)
+    {
+        let ids = event.payload["approval_ids"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if ids.is_empty() {
+            failures.push(format!(
+                "event {} parked without a pending approval",
+                event.id
+            ));
+        }
+        for id in ids.iter().filter_map(|v| v.as_str()) {
+            if !requested.contains(id) {
+                failures.push(format!(
+                    "approval {id} was parked on without approval.requested"
+                ));
+            }
+        }
+    }
+    for approval in c.snapshot.approvals.values() {
+        if approval.requested_at.is_some() != requested.contains(&approval.id.to_string()) {
+            failures.push(format!(
+                "approval {}: requested_at and approval.requested disagree",
+                approval.id
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_20_park_announces_pending_approvals", detail);
+    }
+}
+
+fn inv_21_waiting_runs_hold_nothing(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c
+        .snapshot
+        .runs
+        .values()
+        .filter(|r| r.status() == RunStatus::WaitingForApproval)
+    {
+        if run.lease().is_some() {
+            failures.push(format!("waiting run {} holds a lease", run.id));
+        }
+        if c.snapshot
+            .invocations
+            .values()
+            .any(|i| i.run_id == run.id && i.status == InvocationStatus::Running)
+        {
+            failures.push(format!("waiting run {} has a RUNNING invocation", run.id));
+        }
+        if !c
+            .snapshot
+            .approvals
+            .values()
+            .any(|a| a.run_id == run.id && a.status == ApprovalStatus::Pending)
+        {
+            failures.push(format!("waiting run {} has no pending approval", run.id));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_21_waiting_runs_hold_nothing", detail);
+    }
+}
+
+fn inv_22_one_resolution_per_approval(c: &mut Checker<'_>) {
+    let mut closed: BTreeMap<String, usize> = BTreeMap::new();
+    for event in &c.snapshot.events {
+        if matches!(
+            event.event_type,
+            EventType::ApprovalResolved | EventType::ApprovalExpired | EventType::ApprovalCancelled
+        ) && let Some(id) = event.payload["approval_id"].as_str()
+        {
+            *closed.entry(id.to_owned()).or_default() += 1;
+        }
+    }
+    let failures: Vec<String> = closed
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(id, n)| format!("approval {id} closed {n} times"))
+        .collect();
+    for detail in failures {
+        c.fail("inv_22_one_resolution_per_approval", detail);
+    }
+}
+
+fn inv_23_nothing_approved_after_expiry(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for approval in c.snapshot.approvals.values() {
+        if approval.status == ApprovalStatus::Approved
+            && approval
+                .resolved_at
+                .is_none_or(|t| t >= approval.expires_at)
+        {
+            failures.push(format!(
+                "approval {} was approved at or after expires_at",
+                approval.id
+            ));
+        }
+        if approval.status == ApprovalStatus::Expired
+            && let Some(row) = c.snapshot.invocations.get(&approval.action_id)
+            && row.reason_code.as_deref() == Some("approval.denied")
+        {
+            failures.push(format!(
+                "expired approval {} was reported as denied",
+                approval.id
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_23_nothing_approved_after_expiry", detail);
+    }
+}
+
+fn run_event_target(event: &Event) -> Option<RunStatus> {
+    match event.event_type {
+        EventType::RunQueued | EventType::RunRequeued => Some(RunStatus::Queued),
+        EventType::RunStarted => Some(RunStatus::Running),
+        EventType::RunWaitingForApproval => Some(RunStatus::WaitingForApproval),
+        EventType::RunCompleted => Some(RunStatus::Completed),
+        EventType::RunFailed => Some(RunStatus::Failed),
+        EventType::RunCancelled => Some(RunStatus::Cancelled),
+        _ => None,
+    }
+}
+
+fn inv_27_runs_follow_the_state_machine(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c.snapshot.runs.values() {
+        let events = c
+            .events_by_run
+            .get(&run.id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let states: Vec<RunStatus> = events.iter().filter_map(|e| run_event_target(e)).collect();
+        if states.first() != Some(&RunStatus::Queued) {
+            failures.push(format!("run {} does not start with run.queued", run.id));
+        }
+        for pair in states.windows(2) {
+            if !edge_allowed(pair[0], pair[1]) {
+                failures.push(format!("run {} moved {}->{}", run.id, pair[0], pair[1]));
+            }
+        }
+        if states.last() != Some(&run.status()) {
+            failures.push(format!(
+                "run {} is {} but its last run.* event says {:?}",
+                run.id,
+                run.status(),
+                states.last()
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_27_runs_follow_the_state_machine", detail);
+    }
+}
+
+fn inv_29_attempts_count_reclaims(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c.snapshot.runs.values() {
+        let events = c
+            .events_by_run
+            .get(&run.id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let reclaims = events
+            .iter()
+            .filter(|e| {
+                (e.event_type == EventType::RunRequeued && e.payload["reason"] == "lease_expired")
+                    || (e.event_type == EventType::RunFailed
+                        && e.payload["failure"]["reason"] == "max_attempts_exceeded")
+            })
+            .count();
+        if reclaims != run.attempts as usize {
+            failures.push(format!(
+                "run {}: attempts {} but {reclaims} lease expiries",
+                run.id, run.attempts
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_29_attempts_count_reclaims", detail);
+    }
+}
+
+fn inv_30_terminal_runs_are_closed(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c
+        .snapshot
+        .runs
+        .values()
+        .filter(|r| r.status().is_terminal())
+    {
+        if c.snapshot
+            .invocations
+            .values()
+            .any(|i| i.run_id == run.id && !i.status.is_terminal())
+        {
+            failures.push(format!("terminal run {} has an open invocation", run.id));
+        }
+        if c.snapshot
+            .approvals
+            .values()
+            .any(|a| a.run_id == run.id && a.status == ApprovalStatus::Pending)
+        {
+            failures.push(format!("terminal run {} has a pending approval", run.id));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_30_terminal_runs_are_closed", detail);
+    }
+}
+
+fn inv_31_cancel_never_abandons_an_effect(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c
+        .snapshot
+        .runs
+        .values()
+        .filter(|r| r.status() == RunStatus::Cancelled)
+    {
+        for row in c
+            .snapshot
+            .invocations
+            .values()
+            .filter(|i| i.run_id == run.id && i.effect_sent_at.is_some())
+        {
+            if row.reason_code.as_deref() == Some("tool.interrupted") {
+                failures.push(format!(
+                    "cancelled run {} closed invocation {} while RUNNING",
+                    run.id, row.id
+                ));
+            }
+        }
+    }
+    for detail in failures {
+        c.fail("inv_31_cancel_never_abandons_an_effect", detail);
+    }
+}
+
+fn inv_36_parallel_batches_are_read_only(c: &mut Checker<'_>) {
+    let mut groups: BTreeMap<_, Vec<_>> = BTreeMap::new();
+    for row in c.snapshot.invocations.values() {
+        if let Some(group) = row.parallel_group {
+            groups.entry(group).or_default().push(row);
+        }
+    }
+    let mut failures = Vec::new();
+    for (group, rows) in groups {
+        for row in &rows {
+            if row.idempotency_class != IdempotencyClass::ReadOnly
+                || !matches!(
+                    row.side_effect,
+                    SideEffectClass::None
+                        | SideEffectClass::WorkspaceRead
+                        | SideEffectClass::NetworkRead
+                )
+            {
+                failures.push(format!(
+                    "parallel group {group} ran {} ({}, {})",
+                    row.id, row.side_effect, row.idempotency_class
+                ));
+            }
+        }
+        if rows.len() > 8 {
+            failures.push(format!("parallel group {group} has {} calls", rows.len()));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_36_parallel_batches_are_read_only", detail);
+    }
+}
+
+fn inv_39_taint_sticks(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c.snapshot.runs.values() {
+        let rows: Vec<_> = c
+            .snapshot
+            .invocations
+            .values()
+            .filter(|i| i.run_id == run.id)
+            .collect();
+        let tainted_at = rows
+            .iter()
+            .filter(|i| {
+                i.result_item
+                    .as_deref()
+                    .and_then(ResultItem::parse)
+                    .is_some_and(|item| {
+                        matches!(
+                            item.trust,
+                            TrustLevel::ExternalUntrusted | TrustLevel::Knowledge
+                        )
+                    })
+            })
+            .map(|i| i.step_number)
+            .min();
+        if let Some(step) = tainted_at {
+            for row in rows
+                .iter()
+                .filter(|i| i.step_number > step && i.origin_trust != TrustLevel::ExternalUntrusted)
+            {
+                failures.push(format!(
+                    "invocation {} after taint at step {step} has origin {}",
+                    row.id, row.origin_trust
+                ));
+            }
+        }
+    }
+    for detail in failures {
+        c.fail("inv_39_taint_sticks", detail);
+    }
+}
+
+fn inv_40_event_sequences(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    let mut last: BTreeMap<_, u64> = BTreeMap::new();
+    let mut keys = BTreeSet::new();
+    let mut previous_id = 0;
+    for event in &c.snapshot.events {
+        if event.id <= previous_id {
+            failures.push(format!("event ids not increasing at {}", event.id));
+        }
+        previous_id = event.id;
+        let seq = last.entry(event.session_id).or_insert(0);
+        if event.sequence <= *seq {
+            failures.push(format!(
+                "session {} sequence {} after {}",
+                event.session_id, event.sequence, seq
+            ));
+        }
+        *seq = event.sequence;
+        if let Some(key) = &event.derivation_key
+            && !keys.insert(key.clone())
+        {
+            failures.push(format!("derivation key {key} repeated"));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_40_event_sequences", detail);
+    }
+}
