@@ -1,0 +1,234 @@
+//! ns per decision: airlock's `evaluate` against `cedar-policy` over the same decisions.
+//!
+//! The mix is every case of `shared/conformance/policy-cases.jsonl`; one criterion iteration
+//! decides the whole mix, and the summary at the end divides by the number of cases. Run with
+//! `cd bench && cargo bench --bench policy` (see BENCHMARKS.md).
+//!
+//! Lines measured (group `policy`):
+//! - `airlock_evaluate`: `evaluate(&action, &ruleset)` on prebuilt actions, all hardline
+//!   matching included.
+//! - `cedar_is_authorized`: `Authorizer::is_authorized` on prebuilt requests (the main
+//!   comparison; it favours Cedar, which does none of the content matching).
+//! - `cedar_build_request`: building the Cedar context and request from an action whose content
+//!   flags were precomputed.
+//! - `cedar_request_authorize_map`: request building, `is_authorized` and mapping the response
+//!   to airlock's three outcomes.
+//!
+//! After criterion, a paired cross-check alternates the two main lines round by round, so that
+//! load from other processes hits both alike.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use airlock_bench::{CedarEngine, ContentMatchers, agreement, load_cases};
+use airlock_core::action::ProposedAction;
+use airlock_core::policy::{Ruleset, evaluate};
+use cedar_policy::Request;
+use criterion::{Criterion, Throughput};
+
+const GROUP: &str = "policy";
+const LINES: [&str; 4] = [
+    "airlock_evaluate",
+    "cedar_is_authorized",
+    "cedar_build_request",
+    "cedar_request_authorize_map",
+];
+
+/// What the paired cross-check needs after criterion is done.
+struct Mix {
+    ruleset: Ruleset,
+    cedar: CedarEngine,
+    actions: Vec<ProposedAction>,
+    requests: Vec<Request>,
+}
+
+/// Runs the group and returns the mix it measured.
+fn bench(c: &mut Criterion) -> Mix {
+    let cases = load_cases();
+    let ruleset = Ruleset::shipped().expect("the shipped policy loads");
+    let cedar = CedarEngine::new();
+    let matchers = ContentMatchers::new(&ruleset);
+
+    let agree = agreement(&cases, &ruleset, &cedar);
+    println!(
+        "policy mix: {} cases from {}; Cedar policy set: {} policies",
+        cases.len(),
+        airlock_bench::cases_path().display(),
+        cedar.policy_count()
+    );
+    println!("{agree}");
+    assert!(
+        agree.all_agree(),
+        "Cedar and airlock disagree; fix the mapping before comparing speed"
+    );
+
+    let actions: Vec<_> = cases.iter().map(|c| c.action.clone()).collect();
+    let flags: Vec<_> = actions.iter().map(|a| matchers.flags(a)).collect();
+    let requests: Vec<_> = actions
+        .iter()
+        .zip(&flags)
+        .map(|(a, f)| cedar.request(a, *f))
+        .collect();
+    let n = actions.len();
+    drop(cases);
+
+    let mut group = c.benchmark_group(GROUP);
+    group.throughput(Throughput::Elements(n as u64));
+    group.sample_size(50);
+    group.warm_up_time(Duration::from_secs(3));
+    group.measurement_time(Duration::from_secs(10));
+
+    group.bench_function(LINES[0], |b| {
+        b.iter(|| {
+            for action in &actions {
+                black_box(evaluate(black_box(action), &ruleset));
+            }
+        })
+    });
+    group.bench_function(LINES[1], |b| {
+        b.iter(|| {
+            for request in &requests {
+                black_box(cedar.is_authorized(black_box(request)));
+            }
+        })
+    });
+    group.bench_function(LINES[2], |b| {
+        b.iter(|| {
+            for (action, flags) in actions.iter().zip(&flags) {
+                black_box(cedar.request(black_box(action), *flags));
+            }
+        })
+    });
+    group.bench_function(LINES[3], |b| {
+        b.iter(|| {
+            for (action, flags) in actions.iter().zip(&flags) {
+                let request = cedar.request(black_box(action), *flags);
+                let response = cedar.is_authorized(&request);
+                black_box(cedar.outcome(&response));
+            }
+        })
+    });
+    group.finish();
+    Mix {
+        ruleset,
+        cedar,
+        actions,
+        requests,
+    }
+}
+
+/// A cross-check that is robust to other load on the machine: the two main lines alternate,
+/// one whole mix each per round, and the fastest and median rounds are reported.
+fn paired(mix: &Mix, rounds: usize) {
+    let n = mix.actions.len() as f64;
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let start = Instant::now();
+        for action in &mix.actions {
+            black_box(evaluate(black_box(action), &mix.ruleset));
+        }
+        ours.push(start.elapsed().as_nanos() as f64 / n);
+        let start = Instant::now();
+        for request in &mix.requests {
+            black_box(mix.cedar.is_authorized(black_box(request)));
+        }
+        theirs.push(start.elapsed().as_nanos() as f64 / n);
+    }
+    ours.sort_by(f64::total_cmp);
+    theirs.sort_by(f64::total_cmp);
+    let (min_a, min_c) = (ours[0], theirs[0]);
+    let (med_a, med_c) = (ours[rounds / 2], theirs[rounds / 2]);
+    println!("\n== paired cross-check: {rounds} alternating rounds of the whole mix ==");
+    println!(
+        "fastest round: airlock {min_a:.1} ns/decision, cedar is_authorized {min_c:.1} ns/decision, ratio {:.1}x",
+        min_c / min_a
+    );
+    println!(
+        "median round:  airlock {med_a:.1} ns/decision, cedar is_authorized {med_c:.1} ns/decision, ratio {:.1}x",
+        med_c / med_a
+    );
+}
+
+/// Where criterion writes its estimates (its own lookup order, with the bench crate's
+/// `target/` for the `cargo metadata` case).
+fn criterion_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return PathBuf::from(home);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    target.join("criterion")
+}
+
+/// The typical time per iteration (slope, else mean) with its 95 % interval, in ns, if this run
+/// wrote it.
+fn estimate(line: &str, since: SystemTime) -> Option<(f64, f64, f64)> {
+    let path = criterion_home()
+        .join(GROUP)
+        .join(line)
+        .join("new")
+        .join("estimates.json");
+    let modified = std::fs::metadata(&path).ok()?.modified().ok()?;
+    if modified < since {
+        return None;
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).ok()?).ok()?;
+    let typical = if json["slope"].is_object() {
+        &json["slope"]
+    } else {
+        &json["mean"]
+    };
+    Some((
+        typical["point_estimate"].as_f64()?,
+        typical["confidence_interval"]["lower_bound"].as_f64()?,
+        typical["confidence_interval"]["upper_bound"].as_f64()?,
+    ))
+}
+
+/// Prints the per-decision table; returns whether the two main lines were measured in this run.
+fn summary(n: usize, since: SystemTime) -> bool {
+    let per = |line| {
+        estimate(line, since).map(|(t, lo, hi)| {
+            let n = n as f64;
+            (t / n, lo / n, hi / n)
+        })
+    };
+    println!("\n== ns per decision ({n} decisions per iteration, this run) ==");
+    let mut found = Vec::new();
+    for line in LINES {
+        match per(line) {
+            Some((t, lo, hi)) => {
+                println!("{line:<30} {t:>10.1} ns/decision   [{lo:.1} .. {hi:.1}]");
+                found.push((line, t));
+            }
+            None => println!("{line:<30} {:>10} (not measured in this run)", "-"),
+        }
+    }
+    let get = |name| found.iter().find(|(l, _)| *l == name).map(|(_, t)| *t);
+    let measured = get(LINES[0]).is_some() && get(LINES[1]).is_some();
+    if let Some(airlock) = get(LINES[0]) {
+        for line in &LINES[1..] {
+            if *line == LINES[2] {
+                continue;
+            }
+            if let Some(cedar) = get(line) {
+                println!("ratio {line} / airlock_evaluate = {:.1}x", cedar / airlock);
+            }
+        }
+    }
+    measured
+}
+
+fn main() {
+    let since = SystemTime::now();
+    let mut criterion = Criterion::default().configure_from_args();
+    let mix = bench(&mut criterion);
+    criterion.final_summary();
+    // Skipped under `cargo test --benches` and when a filter left out either main line.
+    if summary(mix.actions.len(), since) {
+        paired(&mix, 300);
+    }
+}
