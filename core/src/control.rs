@@ -378,6 +378,18 @@ impl<S: Store> ControlService<S> {
             }
             match approval.status {
                 ApprovalStatus::Approved | ApprovalStatus::Denied => {
+                    #[cfg(feature = "mutants")]
+                    if crate::testing::mutants::second_resolution_wins(&approval, resolution) {
+                        return Ok(Ok(Committed::Value((
+                            Resolved {
+                                state: ResolveState::Applied,
+                                approval: crate::testing::mutants::resolved_as(
+                                    &approval, resolution, now,
+                                ),
+                            },
+                            None,
+                        ))));
+                    }
                     let requested = match resolution {
                         ApprovalResolution::ApproveOnce => ApprovalStatus::Approved,
                         ApprovalResolution::Deny => ApprovalStatus::Denied,

@@ -116,9 +116,7 @@ impl<S: Store + 'static> Worker<S> {
                 worker_id: self.settings.worker_id.clone(),
                 lease_expires_at: until,
             };
-            let mut next = run.clone();
-            next.state = run.state.clone();
-            let claimed = transition(tx, &run, next, change, &actor, now)?;
+            let claimed = transition(tx, &run, run.clone(), change, &actor, now)?;
             let lease = claimed
                 .lease()
                 .ok_or_else(|| TxError::Backend("claimed run has no lease".into()))?;
@@ -139,7 +137,11 @@ impl<S: Store + 'static> Worker<S> {
         }
         let switch = HeartbeatSwitch::default();
         let executor = RunExecutor::new(&self.env, &self.settings.worker_id, switch.clone());
-        let execution = Box::pin(executor.execute(&lease, &token));
+        let span = tracing::info_span!("run", run_id = %run.id, lease_epoch = lease.lease_epoch, worker_id = %self.settings.worker_id);
+        let execution = Box::pin(tracing::Instrument::instrument(
+            executor.execute(&lease, &token),
+            span,
+        ));
         let heartbeat = Box::pin(self.heartbeat(&lease, &token, &switch));
         let end = match select(execution, heartbeat).await {
             Either::Left((end, _)) => end,

@@ -1,2 +1,33 @@
-//! airlock-sim supplies a world and decides nothing: it will drive core's unchanged worker over
-//! simulated ports and check every invariant marked S in SPEC §16 after each seed.
+//! airlock-sim supplies a world and decides nothing: it drives core's unchanged `Worker`,
+//! `ControlService` and scripted planner over simulated ports on madsim, injects the faults a
+//! seed's plan draws (node kills at every `CrashPoint` and at random awaits, zombies, clock
+//! jumps, lost and duplicated dispatches, racing resolve/expire/cancel), and checks every
+//! invariant marked S in SPEC §16 after each seed, plus liveness after a quiet phase.
+//!
+//! The world (`world`, `runner`) exists only under `--cfg madsim`; the plan, the store
+//! observer, the checkers, the trace hash and the reports are plain code that also builds and is
+//! unit-tested without it. The simulator knows nothing of the `airlock` adapters crate.
+
+pub mod catalog;
+pub mod checks;
+pub mod plan;
+pub mod report;
+pub mod store;
+pub mod trace;
+
+#[cfg(madsim)]
+pub mod runner;
+#[cfg(madsim)]
+pub mod world;
+
+/// The command line that rebuilds the simulator and reruns `args` (for failure reports).
+pub fn reproduce_command(args: &str) -> String {
+    format!(
+        "RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim cargo run --release -p airlock-sim{} -- {args}",
+        if args.contains("--mutant") {
+            " --features mutants"
+        } else {
+            ""
+        }
+    )
+}

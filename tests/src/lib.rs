@@ -1,2 +1,281 @@
-//! airlock-e2e: end-to-end tests that drive the real `airlock` binary in separate processes.
-//! This library holds only the helpers the tests in `tests/` share.
+//! airlock-e2e: end-to-end tests that drive the real `airlock` binary in separate processes over
+//! real SQLite files. This library holds only the helpers the tests in `tests/` share.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// The `airlock` binary: `$AIRLOCK_BIN`, or the one `cargo test --workspace` built next to this
+/// test executable.
+pub fn airlock_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("AIRLOCK_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir");
+    let bin = dir.join("airlock");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p airlock` (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+/// A fresh data directory, removed when dropped.
+pub struct DataDir {
+    pub dir: tempfile::TempDir,
+}
+
+impl DataDir {
+    pub fn new() -> DataDir {
+        DataDir {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `airlock --data-dir D --tenant acme --principal <who> ARGS…`.
+    pub fn command(&self, principal: &str, args: &[&str]) -> Command {
+        let mut command = Command::new(airlock_bin());
+        command
+            .arg("--data-dir")
+            .arg(self.path())
+            .args(["--tenant", "acme", "--principal", principal])
+            .args(args);
+        command.env_remove("AIRLOCK_CRASH_AT").stdin(Stdio::null());
+        command
+    }
+
+    /// Runs a command to completion.
+    pub fn run(&self, principal: &str, args: &[&str]) -> Output {
+        self.command(principal, args)
+            .output()
+            .expect("airlock runs")
+    }
+
+    /// Runs a command that must exit 0 and print one JSON value.
+    pub fn json(&self, principal: &str, args: &[&str]) -> Value {
+        let output = self.run(principal, args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "airlock {args:?} failed: stdout {} stderr {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "airlock {args:?} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+
+    /// Writes a run script and returns its path.
+    pub fn script(&self, name: &str, script: &Value) -> PathBuf {
+        let path = self.path().join(format!("{name}.json"));
+        std::fs::write(&path, script.to_string()).expect("write script");
+        path
+    }
+
+    /// Submits a script (durable dispatch) and returns the run id.
+    pub fn submit(&self, script: &Value) -> String {
+        let path = self.script(&format!("script-{}", std::process::id()), script);
+        let submitted = self.json(
+            "alice",
+            &["run", "submit", path.to_str().expect("utf-8 path")],
+        );
+        submitted["run_id"].as_str().expect("run_id").to_owned()
+    }
+
+    /// `worker --until-idle` in a child process, to completion.
+    pub fn worker_until_idle(&self, lease_ms: u64) -> Output {
+        self.run(
+            "operator",
+            &[
+                "worker",
+                "--until-idle",
+                "--lease-ms",
+                &lease_ms.to_string(),
+            ],
+        )
+    }
+
+    /// A worker child process (not waited for).
+    pub fn spawn_worker(&self, lease_ms: u64, crash_at: Option<&str>) -> Child {
+        let mut command = self.command(
+            "operator",
+            &[
+                "worker",
+                "--until-idle",
+                "--lease-ms",
+                &lease_ms.to_string(),
+            ],
+        );
+        if let Some(point) = crash_at {
+            command.env("AIRLOCK_CRASH_AT", point);
+        }
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("worker starts")
+    }
+
+    pub fn run_status(&self, run: &str) -> String {
+        self.json("alice", &["runs", "show", run])["status"]
+            .as_str()
+            .expect("status")
+            .to_owned()
+    }
+
+    pub fn events(&self, run: &str) -> Vec<Value> {
+        let output = self.run("alice", &["runs", "events", run]);
+        assert_eq!(output.status.code(), Some(0));
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("event JSON"))
+            .collect()
+    }
+
+    pub fn pending(&self, run: &str) -> Vec<Value> {
+        self.json("operator", &["approvals", "list", "--run", run])["items"]
+            .as_array()
+            .expect("items")
+            .clone()
+    }
+
+    pub fn outbox(&self) -> Vec<Value> {
+        match std::fs::read_to_string(self.path().join("outbox.jsonl")) {
+            Ok(text) => text
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("outbox line is JSON"))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+impl Default for DataDir {
+    fn default() -> Self {
+        DataDir::new()
+    }
+}
+
+/// A script for alice with the given steps (each a JSON array of calls).
+pub fn script(steps: Value) -> Value {
+    let steps: Vec<Value> = steps
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|calls| serde_json::json!({"calls": calls}))
+        .collect();
+    serde_json::json!({
+        "schema_version": 1,
+        "tenant_id": "acme",
+        "principal_id": "alice",
+        "principal_scopes": ["workspace.read", "workspace.write", "demo.write"],
+        "origin_trust": "user",
+        "limits": {"max_steps": 8, "max_tool_calls": 16},
+        "steps": steps,
+        "final_message": "done"
+    })
+}
+
+/// One `demo.external_write` call with trusted arguments.
+pub fn external_write(call_id: &str, content: &str) -> Value {
+    serde_json::json!({"call_id": call_id, "tool": "demo.external_write",
+        "arguments": {"destination": "e2e", "content": content},
+        "argument_trust": {"destination": "user", "content": "user"}})
+}
+
+/// One `workspace.write_text` call with trusted arguments.
+pub fn workspace_write(call_id: &str, path: &str, content: &str) -> Value {
+    serde_json::json!({"call_id": call_id, "tool": "workspace.write_text",
+        "arguments": {"path": path, "content": content},
+        "argument_trust": {"path": "user", "content": "user"}})
+}
+
+/// A read-only look at the SQLite file, for checks the CLI does not expose (watermarks, rows).
+pub fn db(data: &DataDir) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open_with_flags(
+        data.path().join("airlock.sqlite3"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open the store read-only");
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .expect("busy timeout");
+    conn
+}
+
+/// `(status, tool_name, idempotency_key, effect_sent_at)` of every invocation.
+pub fn invocations(data: &DataDir) -> Vec<(String, String, String, Option<i64>)> {
+    let conn = db(data);
+    let mut stmt = conn.prepare("SELECT status, tool_name, idempotency_key, effect_sent_at FROM tool_invocations ORDER BY created_at, id").expect("query");
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect()
+}
+
+/// Checks the end state the crash tests require (SPEC §16 #13, #30, #41): at most one outbox line
+/// per idempotency key; every line's invocation SUCCEEDED or UNCERTAIN; no SUCCEEDED external
+/// write without its line; every run terminal or parked; no terminal run with an open call.
+pub fn assert_no_duplicate_effects(data: &DataDir) {
+    let outbox = data.outbox();
+    let mut keys = std::collections::BTreeMap::<String, usize>::new();
+    for line in &outbox {
+        *keys
+            .entry(line["idempotency_key"].as_str().expect("key").to_owned())
+            .or_default() += 1;
+    }
+    for (key, count) in &keys {
+        assert_eq!(*count, 1, "idempotency key {key} has {count} outbox lines");
+    }
+    let rows = invocations(data);
+    for (status, tool, key, _) in &rows {
+        if tool == "demo.external_write" {
+            let has_line = keys.contains_key(key);
+            if has_line {
+                assert!(
+                    status == "SUCCEEDED" || status == "UNCERTAIN",
+                    "an outbox line's call is {status}"
+                );
+            }
+            if status == "SUCCEEDED" {
+                assert!(has_line, "a SUCCEEDED external write has no outbox line");
+            }
+        }
+    }
+    for key in keys.keys() {
+        assert!(
+            rows.iter().any(|(_, _, k, _)| k == key),
+            "an outbox line has no invocation"
+        );
+    }
+    let conn = db(data);
+    let open: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM runs WHERE status IN ('QUEUED','RUNNING')",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(open, 0, "every run is terminal or parked");
+    let dangling: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM tool_invocations i JOIN runs r ON r.id = i.run_id WHERE r.status IN ('COMPLETED','FAILED','CANCELLED') AND i.status NOT IN ('SUCCEEDED','FAILED','DENIED','UNCERTAIN')",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(dangling, 0, "a terminal run has an open invocation");
+}

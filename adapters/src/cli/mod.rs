@@ -1,11 +1,20 @@
 //! The `airlock` command line (SPEC Appendix A): argument parsing and dispatch. Each command
 //! module translates between the terminal and core; none makes a policy or run decision.
 
+mod approvals;
+mod demo;
+mod invocations;
+mod json;
+mod output;
 mod policy;
+mod runs;
+mod worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use airlock_core::principal::Principal;
+use airlock_core::scope::{Scope, ScopeSet, platform_scopes};
 use clap::{Parser, Subcommand};
 
 use crate::exit::Exit;
@@ -13,9 +22,10 @@ use crate::exit::Exit;
 /// Options every command accepts.
 #[derive(Debug, clap::Args)]
 pub struct Globals {
-    /// Directory holding airlock.sqlite3, workspaces/ and outbox.jsonl.
-    #[arg(long, global = true, default_value = "./.airlock")]
-    pub data_dir: PathBuf,
+    /// Directory holding airlock.sqlite3, workspaces/ and outbox.jsonl [default: ./.airlock; the
+    /// demo: a new temporary directory].
+    #[arg(long = "data-dir", global = true)]
+    pub data_dir_arg: Option<PathBuf>,
     /// Directory holding default.toml and hardline.toml (default: the embedded shipped files).
     #[arg(long, global = true)]
     pub policy_dir: Option<PathBuf>,
@@ -28,6 +38,39 @@ pub struct Globals {
     /// Comma-separated scopes the caller holds (default: the ten platform scopes).
     #[arg(long, global = true, value_delimiter = ',')]
     pub scopes: Option<Vec<String>>,
+}
+
+impl Globals {
+    /// `--data-dir`, or `./.airlock`.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir_arg
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("./.airlock"))
+    }
+
+    /// The caller, or an `invalid_argument` exit for a malformed scope.
+    pub fn principal(&self) -> Result<Principal, Exit> {
+        let scopes: ScopeSet = match &self.scopes {
+            None => platform_scopes(),
+            Some(list) => {
+                let mut set = ScopeSet::new();
+                for scope in list.iter().filter(|s| !s.is_empty()) {
+                    match Scope::parse(scope) {
+                        Ok(scope) => {
+                            set.insert(scope);
+                        }
+                        Err(e) => return Err(output::invalid_argument(&format!("--scopes: {e}"))),
+                    }
+                }
+                set
+            }
+        };
+        Ok(Principal {
+            tenant_id: self.tenant.clone(),
+            principal_id: self.principal.clone(),
+            scopes,
+        })
+    }
 }
 
 #[derive(Debug, Parser)]
@@ -45,9 +88,34 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Walk through submit, park, approve, resume, crash and the review queue on a fresh data dir.
+    Demo(demo::DemoArgs),
     /// Inspect and exercise the policy gate.
     #[command(subcommand)]
     Policy(policy::PolicyCommand),
+    /// Submit runs.
+    #[command(subcommand)]
+    Run(runs::RunCommand),
+    /// Inspect, cancel and resume runs.
+    #[command(subcommand)]
+    Runs(runs::RunsCommand),
+    /// Run a worker: claim, execute, heartbeat, reclaim, sweep approvals.
+    Worker(worker::WorkerArgs),
+    /// The approval queue.
+    #[command(subcommand)]
+    Approvals(approvals::ApprovalsCommand),
+    /// The UNCERTAIN review queue.
+    #[command(subcommand)]
+    Invocations(invocations::InvocationsCommand),
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 /// Parses the process arguments and runs the command.
@@ -64,8 +132,34 @@ pub fn run() -> ExitCode {
             });
         }
     };
-    let exit = match cli.command {
-        Command::Policy(command) => policy::run(&cli.globals, command),
+    init_tracing();
+    if let Command::Policy(command) = cli.command {
+        return policy::run(&cli.globals, command).into();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return Exit::Storage.into();
+        }
     };
+    let globals = cli.globals;
+    let exit = runtime.block_on(async move {
+        match cli.command {
+            Command::Policy(_) => Exit::Ok,
+            Command::Demo(args) => demo::run(&globals, args).await,
+            Command::Run(runs::RunCommand::Submit { script, inline }) => {
+                runs::submit(&globals, &script, inline).await
+            }
+            Command::Runs(command) => runs::runs(&globals, command).await,
+            Command::Worker(args) => worker::run(&globals, args).await,
+            Command::Approvals(command) => approvals::run(&globals, command).await,
+            Command::Invocations(command) => invocations::run(&globals, command).await,
+        }
+    });
     exit.into()
 }

@@ -1,1 +1,96 @@
-//! (in progress)
+//! The tokio host (SPEC §2.2, §8.2, Appendix A): the production implementations of core's clock,
+//! id, spawner, fault-hook and dispatcher ports, a store wrapper that keeps blocking SQLite work
+//! off the async executor, and [`app::App`], which assembles one process's `Env`.
+
+pub mod app;
+pub mod crash;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use airlock_core::ids::RunId;
+use airlock_core::ports::{BoxFut, Clock, Dispatcher, IdSource, Spawner};
+use airlock_core::store::{Store, StoreTx, TxError};
+use airlock_core::time::Timestamp;
+
+/// Wall-clock time; the only place the production host reads the system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        let micros = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        Timestamp::from_micros(micros)
+    }
+
+    fn sleep_until(&self, t: Timestamp) -> BoxFut<'static, ()> {
+        let wait_micros = t.as_micros().saturating_sub(self.now().as_micros()).max(0);
+        Box::pin(tokio::time::sleep(std::time::Duration::from_micros(
+            wait_micros as u64,
+        )))
+    }
+}
+
+/// Random v4 UUIDs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct V4Ids;
+
+impl IdSource for V4Ids {
+    fn new_uuid(&self) -> uuid::Uuid {
+        uuid::Uuid::new_v4()
+    }
+}
+
+/// Spawns onto the current tokio runtime.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TokioSpawner;
+
+impl Spawner for TokioSpawner {
+    fn spawn(&self, f: BoxFut<'static, ()>) {
+        tokio::spawn(f);
+    }
+}
+
+/// The durable dispatcher (SPEC §10.5): the committed QUEUED row is authoritative, so a hint
+/// only wakes a local worker early; without one, the next poll finds the run.
+#[derive(Debug, Default, Clone)]
+pub struct DurableDispatcher {
+    wake: Arc<tokio::sync::Notify>,
+}
+
+impl DurableDispatcher {
+    /// Resolves at the next dispatch or resume hint.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+}
+
+impl Dispatcher for DurableDispatcher {
+    fn dispatch(&self, _run: RunId) {
+        self.wake.notify_waiters();
+    }
+    fn resume(&self, _run: RunId) {
+        self.wake.notify_waiters();
+    }
+}
+
+/// Runs each transaction with `block_in_place` on a multi-thread runtime, so a blocking SQLite
+/// commit (an fsync) never stalls the heartbeats and tool calls scheduled on the same thread.
+pub struct BlockingStore<S: Store>(pub S);
+
+impl<S: Store> Store for BlockingStore<S> {
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread {
+            tokio::task::block_in_place(|| self.0.transact(f))
+        } else {
+            self.0.transact(f)
+        }
+    }
+}

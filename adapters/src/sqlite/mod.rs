@@ -1,1 +1,220 @@
-//! (in progress)
+//! `SqliteStore`: the production [`Store`] (SPEC §2.2, §7.5, §13, §14, §16 #40–#41).
+//!
+//! One file holds every table of §14 (`schema`, applied through `rusqlite_migration`, so
+//! `PRAGMA user_version = 1`). Each store keeps one connection with the per-connection pragmas
+//! of §14 — `journal_mode=WAL`, `synchronous=FULL` (a committed watermark must survive power
+//! loss, G4), `foreign_keys=ON`, `busy_timeout=5000` — and several processes may open the same
+//! file: every transaction takes the write lock up front with `BEGIN IMMEDIATE`, and a process
+//! that finds it held waits up to the busy timeout.
+//!
+//! Transactions are grouped (`group`): concurrent `transact` calls run one after another, each
+//! in its own savepoint of one shared `BEGIN IMMEDIATE … COMMIT`, and return only after the
+//! COMMIT that made them durable. `tx` maps each `StoreTx` method to SQL with `MemStore`'s
+//! semantics; `rows` converts rows and records. The contract suite
+//! (`airlock_core::testing::contract`) checks both stores alike.
+
+mod group;
+mod rows;
+mod schema;
+mod tx;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+
+use airlock_core::store::{Store, StoreTx, TxError};
+
+pub use group::GroupStats;
+pub use schema::SCHEMA_VERSION;
+
+/// How long a connection waits for another process's write lock (SPEC §14).
+const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+
+/// Room for every distinct statement `SqliteTx` prepares, so none is ever re-prepared.
+const STATEMENT_CACHE_CAPACITY: usize = 128;
+
+/// Why a store could not be opened or inspected.
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteError {
+    #[error("cannot open '{path}': {source}")]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("cannot set PRAGMA {pragma}: {source}")]
+    Pragma {
+        pragma: &'static str,
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// The file refused a required setting (e.g. WAL on a file system without shared memory).
+    #[error("PRAGMA {pragma} is {actual}, not {expected}")]
+    PragmaMismatch {
+        pragma: &'static str,
+        expected: String,
+        actual: String,
+    },
+    #[error("cannot migrate the schema: {0}")]
+    Migration(#[from] rusqlite_migration::Error),
+    #[error("cannot read the store: {0}")]
+    Query(#[source] rusqlite::Error),
+}
+
+/// The connection settings as SQLite reports them, for tests and `doctor`-style checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PragmaReport {
+    /// `wal`.
+    pub journal_mode: String,
+    /// 2 = FULL.
+    pub synchronous: i64,
+    /// 1 = enforced.
+    pub foreign_keys: i64,
+    pub busy_timeout_ms: i64,
+    /// [`SCHEMA_VERSION`] once migrated.
+    pub user_version: i64,
+}
+
+/// The SQLite store. Share it behind an `Arc`; `transact` may be called from many threads.
+pub struct SqliteStore {
+    path: PathBuf,
+    group: group::GroupCommit,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`, sets the §14 pragmas and migrates the
+    /// schema to [`SCHEMA_VERSION`].
+    pub fn open(path: &Path) -> Result<SqliteStore, SqliteError> {
+        let open_error = |source| SqliteError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let mut conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | OpenFlags::SQLITE_OPEN_URI,
+        )
+        .map_err(open_error)?;
+        configure(&conn)?;
+        migrate(&mut conn)?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            group: group::GroupCommit::new(conn),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The pragmas as this store's connection sees them.
+    pub fn pragma_report(&self) -> Result<PragmaReport, SqliteError> {
+        self.group.with_connection(|conn| {
+            let text = |name: &str| -> Result<String, SqliteError> {
+                conn.pragma_query_value(None, name, |row| row.get(0))
+                    .map_err(SqliteError::Query)
+            };
+            let number = |name: &str| -> Result<i64, SqliteError> {
+                conn.pragma_query_value(None, name, |row| row.get(0))
+                    .map_err(SqliteError::Query)
+            };
+            Ok(PragmaReport {
+                journal_mode: text("journal_mode")?,
+                synchronous: number("synchronous")?,
+                foreign_keys: number("foreign_keys")?,
+                busy_timeout_ms: number("busy_timeout")?,
+                user_version: number("user_version")?,
+            })
+        })
+    }
+
+    /// How many transactions have shared how many commits so far.
+    pub fn group_stats(&self) -> GroupStats {
+        self.group.stats()
+    }
+}
+
+impl Store for SqliteStore {
+    /// One atomic transaction: a savepoint in a shared `BEGIN IMMEDIATE … COMMIT`, returned only
+    /// once that COMMIT succeeded (see the `group` module).
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.group.transact(f)
+    }
+}
+
+/// The per-connection pragmas of SPEC §14. The busy timeout comes first so that switching the
+/// journal mode waits for another process instead of failing.
+fn configure(conn: &Connection) -> Result<(), SqliteError> {
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|source| SqliteError::Pragma {
+            pragma: "busy_timeout",
+            source,
+        })?;
+    let journal_mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(|source| SqliteError::Pragma {
+            pragma: "journal_mode",
+            source,
+        })?;
+    if !journal_mode.eq_ignore_ascii_case("wal") {
+        return Err(SqliteError::PragmaMismatch {
+            pragma: "journal_mode",
+            expected: "wal".to_owned(),
+            actual: journal_mode,
+        });
+    }
+    for (pragma, value) in [("synchronous", "FULL"), ("foreign_keys", "ON")] {
+        conn.pragma_update(None, pragma, value)
+            .map_err(|source| SqliteError::Pragma { pragma, source })?;
+    }
+    let foreign_keys: i64 = conn
+        .pragma_query_value(None, "foreign_keys", |row| row.get(0))
+        .map_err(SqliteError::Query)?;
+    if foreign_keys != 1 {
+        return Err(SqliteError::PragmaMismatch {
+            pragma: "foreign_keys",
+            expected: "1".to_owned(),
+            actual: foreign_keys.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Applies the migrations. Two processes opening a new file at once may both see version 0;
+/// the loser's migration fails on the tables the winner created, and is fine if the file is now
+/// at the latest version.
+fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
+    let migrations = schema::migrations();
+    // The migration's own transaction takes the write lock up front too (SPEC §14), so a
+    // second process waits for the first instead of failing on a lock upgrade.
+    conn.set_transaction_behavior(TransactionBehavior::Immediate);
+    match migrations.to_latest(conn) {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            let version: i64 = conn
+                .pragma_query_value(None, "user_version", |row| row.get(0))
+                .map_err(SqliteError::Query)?;
+            if version == SCHEMA_VERSION {
+                Ok(())
+            } else {
+                Err(SqliteError::Migration(error))
+            }
+        }
+    }
+}

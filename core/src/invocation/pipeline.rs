@@ -27,7 +27,7 @@ use crate::run::checkpoint::{PinnedCall, ResultRef};
 use crate::run::state::{close_invocation, close_with_code, update_fields};
 use crate::run::{Lease, Run};
 use crate::scope::{missing_scopes, missing_scopes_message};
-use crate::store::{Store, StoreTx, TxError};
+use crate::store::{Store, TxError};
 use crate::time::Timestamp;
 use crate::tool::spec::ToolSpec;
 use crate::vocab::{
@@ -119,8 +119,13 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         ToolPipeline { env }
     }
 
-    /// Runs one call to its end (or its park).
+    /// Runs one call to its end (or its park), inside a `call` tracing span.
     pub async fn run_call(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
+        let span = tracing::info_span!("call", step = site.step, call_id = %site.call.call.call_id, tool = %site.call.call.tool);
+        tracing::Instrument::instrument(self.run_call_inner(site), span).await
+    }
+
+    async fn run_call_inner(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
         // Step 1: replay lookup.
         if let Some(found) = self.replay_lookup(site)? {
             return match found {
@@ -593,6 +598,10 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             if next.side_effect != SideEffectClass::None {
                 next.effect_sent_at = Some(now);
             }
+            #[cfg(feature = "mutants")]
+            if crate::testing::mutants::skip_watermark() {
+                next.effect_sent_at = None;
+            }
             next.updated_at = now;
             tx.update_invocation(InvocationStatus::Authorized, &next)?;
             tx.append_event(&NewEvent {
@@ -639,12 +648,10 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 with_result.output_bytes = Some(to_canonical_string(structured).len() as u64);
                 with_result.structured_result = Some(structured.clone());
             }
-            // The guarded update compares the stored status, so writing the result fields in
-            // the same row update is safe.
-            close_invocation_with(
+            // FINISH: the structured result and the outcome in one guarded update (RUNNING →).
+            close_invocation(
                 tx,
-                &row,
-                with_result,
+                &with_result,
                 outcome.clone(),
                 &item,
                 &worker_actor(site),
@@ -859,6 +866,8 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             ApprovalStatus::Cancelled => codes::APPROVAL_CANCELLED,
             ApprovalStatus::Approved => {
                 let verdict = self.revalidation(site, &row, &approval, now);
+                #[cfg(feature = "mutants")]
+                let verdict = crate::testing::mutants::approve_without_revalidation(verdict, &row);
                 let ruleset_version = self.env.ruleset.version.as_str().to_owned();
                 let next = self.env.transact(|tx| {
                     tx.guard_lease(site.lease)?;
@@ -979,23 +988,6 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         };
         revalidate(identity, fresh, &approval.policy_version)
     }
-}
-
-/// FINISH's write: the closing outcome plus the structured result in one guarded update.
-fn close_invocation_with(
-    tx: &mut dyn StoreTx,
-    stored: &Invocation,
-    with_result: Invocation,
-    outcome: Outcome,
-    item: &ResultItem,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<Invocation, TxError> {
-    // `close_invocation` guards on the stored status and writes `with_result` closed.
-    let mut closed = close_invocation(tx, &with_result, outcome, item, actor, now)?;
-    debug_assert_eq!(stored.status, InvocationStatus::Running);
-    closed.structured_result = with_result.structured_result;
-    Ok(closed)
 }
 
 /// What step 1 found: a row to recover, or a refusal to return.

@@ -13,6 +13,10 @@ pub fn recovery_action(
     use IdempotencyClass::*;
     use InvocationStatus::*;
     use RecoveryAction::*;
+    #[cfg(feature = "mutants")]
+    if crate::testing::mutants::replay_uncertain() && (status, class) == (Running, NonIdempotent) {
+        return Reexecute;
+    }
     match (status, class, watermarked) {
         (Succeeded | Failed | Denied | Uncertain, _, _) => ReturnOutcome,
         // Kept so the table is total; v1 never stores PROPOSED, so meeting one is an internal error.

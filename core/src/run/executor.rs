@@ -308,6 +308,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 }
             })
             .collect();
+        #[cfg(feature = "mutants")]
+        let parallel_ok =
+            parallel_ok || crate::testing::mutants::parallel_mixed_batch(pinned.len());
         let admission = if parallel_ok {
             Admission::Parallel {
                 parallel_group: ParallelGroupId(self.env.new_uuid()),
@@ -423,6 +426,23 @@ impl<'e, S: Store> RunExecutor<'e, S> {
 
     /// Dispatches a batch, then parks or records it; returns `Some` when execution ends.
     async fn run_batch(
+        &self,
+        run: &Run,
+        lease: &Lease,
+        token: &CancelToken,
+        state: &mut CheckpointState,
+        version: &mut u32,
+        batch: &PendingBatch,
+    ) -> Result<Option<ExecutionEnd>, Halt> {
+        let span = tracing::info_span!("step", step = batch.step, calls = batch.calls.len());
+        tracing::Instrument::instrument(
+            self.run_batch_inner(run, lease, token, state, version, batch),
+            span,
+        )
+        .await
+    }
+
+    async fn run_batch_inner(
         &self,
         run: &Run,
         lease: &Lease,
@@ -663,16 +683,23 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 &actor,
                 now,
             )?;
+            let next = current.clone();
+            #[cfg(feature = "mutants")]
+            let next = crate::testing::mutants::resume_counts_attempt(next);
             transition(
                 tx,
                 &current,
-                current.clone(),
+                next,
                 Change::Park {
                     approval_ids: pending,
                 },
                 &actor,
                 now,
             )?;
+            #[cfg(feature = "mutants")]
+            if crate::testing::mutants::park_without_announcing() {
+                return Ok(ParkWrite::Parked);
+            }
             // By this commit every pending approval of the run is announced (§16 #20).
             for approval in tx.approvals_of_run(run.id)? {
                 if approval.status == ApprovalStatus::Pending && approval.requested_at.is_none() {
@@ -700,6 +727,8 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         match result {
             Ok(ParkWrite::Parked) => {
                 self.env.reached(CrashPoint::AfterPark).await;
+                #[cfg(feature = "mutants")]
+                crate::testing::mutants::announce_after_park(self.env, run.id, &actor);
                 Parked::Done(ExecutionEnd::Parked)
             }
             Ok(ParkWrite::Cancelled) => {

@@ -74,6 +74,7 @@ pub fn check(snapshot: &MemSnapshot, effects: &[Effect]) -> Vec<Violation> {
         violations: Vec::new(),
     };
     inv_10_bodies_run_only_with_authority(&mut checker);
+    inv_10_approved_rows_were_revalidated(&mut checker);
     inv_11_watermark_before_effect(&mut checker);
     inv_12_no_transaction_during_tools(&mut checker);
     inv_13_non_idempotent_effects_at_most_once(&mut checker);
@@ -83,14 +84,17 @@ pub fn check(snapshot: &MemSnapshot, effects: &[Effect]) -> Vec<Violation> {
     inv_18_uncertain_never_repeated(&mut checker);
     inv_19_one_approval_per_action(&mut checker);
     inv_20_park_announces_pending_approvals(&mut checker);
+    inv_20_waiting_runs_have_announced_approvals(&mut checker);
     inv_21_waiting_runs_hold_nothing(&mut checker);
     inv_22_one_resolution_per_approval(&mut checker);
+    inv_22_resolution_matches_its_event(&mut checker);
     inv_23_nothing_approved_after_expiry(&mut checker);
     inv_27_runs_follow_the_state_machine(&mut checker);
     inv_29_attempts_count_reclaims(&mut checker);
     inv_30_terminal_runs_are_closed(&mut checker);
     inv_31_cancel_never_abandons_an_effect(&mut checker);
     inv_36_parallel_batches_are_read_only(&mut checker);
+    inv_36_results_in_planner_order(&mut checker);
     inv_39_taint_sticks(&mut checker);
     inv_40_event_sequences(&mut checker);
     checker.violations
@@ -760,5 +764,163 @@ fn inv_40_event_sequences(c: &mut Checker<'_>) {
     }
     for detail in failures {
         c.fail("inv_40_event_sequences", detail);
+    }
+}
+
+/// #10 (G2, §10.3): a row authorized by REVALIDATE carries the fresh decision of the revalidating
+/// policy version, and a `require_approval` is kept only under the version the human approved.
+fn inv_10_approved_rows_were_revalidated(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for approval in c.snapshot.approvals.values() {
+        let (ApprovalStatus::Approved, Some(revalidated)) = (
+            approval.status,
+            approval.revalidated_policy_version.as_deref(),
+        ) else {
+            continue;
+        };
+        let Some(row) = c.snapshot.invocations.get(&approval.action_id) else {
+            continue;
+        };
+        let events = c
+            .events_by_run
+            .get(&row.run_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let authorized =
+            !invocation_event(events, EventType::ToolCallAuthorized, row.id).is_empty();
+        if !authorized {
+            continue;
+        }
+        let Some(decision) = row.policy_decision.as_ref() else {
+            failures.push(format!("authorized invocation {} has no decision", row.id));
+            continue;
+        };
+        let fresh = decision.policy_version == revalidated;
+        let kept = match decision.decision {
+            PolicyDecisionType::Allow => true,
+            PolicyDecisionType::RequireApproval => {
+                decision.policy_version == approval.policy_version
+            }
+            _ => false,
+        };
+        if !fresh || !kept {
+            failures.push(format!(
+                "invocation {} was authorized at resume with {} under {} (approved under {}, revalidated under {revalidated})",
+                row.id, decision.decision, decision.policy_version, approval.policy_version
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_10_bodies_run_only_with_authority", detail);
+    }
+}
+
+/// #20: a waiting run's pending approvals are all announced.
+fn inv_20_waiting_runs_have_announced_approvals(c: &mut Checker<'_>) {
+    let mut failures = Vec::new();
+    for run in c
+        .snapshot
+        .runs
+        .values()
+        .filter(|r| r.status() == RunStatus::WaitingForApproval)
+    {
+        for approval in c.snapshot.approvals.values().filter(|a| {
+            a.run_id == run.id && a.status == ApprovalStatus::Pending && a.requested_at.is_none()
+        }) {
+            failures.push(format!(
+                "waiting run {} has the unannounced pending approval {}",
+                run.id, approval.id
+            ));
+        }
+    }
+    for detail in failures {
+        c.fail("inv_20_park_announces_pending_approvals", detail);
+    }
+}
+
+/// #22: a resolved approval has exactly one `approval.resolved`, naming its stored resolution.
+fn inv_22_resolution_matches_its_event(c: &mut Checker<'_>) {
+    let mut resolved: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for event in c
+        .snapshot
+        .events
+        .iter()
+        .filter(|e| e.event_type == EventType::ApprovalResolved)
+    {
+        if let Some(id) = event.payload["approval_id"].as_str() {
+            resolved.entry(id.to_owned()).or_default().push(
+                event.payload["resolution"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            );
+        }
+    }
+    let mut failures = Vec::new();
+    for approval in c.snapshot.approvals.values() {
+        let events = resolved
+            .get(&approval.id.to_string())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        match (approval.status, approval.resolution) {
+            (ApprovalStatus::Approved | ApprovalStatus::Denied, Some(resolution))
+                if events != [resolution.as_str()] =>
+            {
+                failures.push(format!(
+                    "approval {} is {} but its approval.resolved events say {events:?}",
+                    approval.id, approval.status
+                ));
+            }
+            (ApprovalStatus::Approved | ApprovalStatus::Denied, Some(_)) => {}
+            _ if !events.is_empty() => failures.push(format!(
+                "approval {} is {} yet has approval.resolved",
+                approval.id, approval.status
+            )),
+            _ => {}
+        }
+    }
+    for detail in failures {
+        c.fail("inv_22_one_resolution_per_approval", detail);
+    }
+}
+
+/// #36: the checkpointed results of a step are in planner order.
+fn inv_36_results_in_planner_order(c: &mut Checker<'_>) {
+    use crate::run::checkpoint::ResultRef;
+    let mut failures = Vec::new();
+    for checkpoint in c.snapshot.checkpoints.values() {
+        for step in &checkpoint.state.history {
+            if step.calls.len() != step.results.len() {
+                failures.push(format!(
+                    "run {} step {}: {} calls but {} results",
+                    checkpoint.run_id,
+                    step.step,
+                    step.calls.len(),
+                    step.results.len()
+                ));
+                continue;
+            }
+            for (call, result) in step.calls.iter().zip(&step.results) {
+                let matches = match result {
+                    ResultRef::Invocation { invocation_id } => {
+                        c.snapshot.invocations.get(invocation_id).is_some_and(|i| {
+                            i.call_id == call.call_id && i.step_number == step.step
+                        })
+                    }
+                    ResultRef::Refusal { derivation_key } => {
+                        derivation_key.ends_with(&format!(":{}:{}", step.step, call.call_id))
+                    }
+                };
+                if !matches {
+                    failures.push(format!(
+                        "run {} step {}: the result for {} is out of planner order",
+                        checkpoint.run_id, step.step, call.call_id
+                    ));
+                }
+            }
+        }
+    }
+    for detail in failures {
+        c.fail("inv_36_parallel_batches_are_read_only", detail);
     }
 }

@@ -8,3 +8,5 @@
 pub mod contract;
 pub mod fixtures;
 pub mod invariants;
+#[cfg(feature = "mutants")]
+pub mod mutants;

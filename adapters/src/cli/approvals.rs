@@ -1,0 +1,127 @@
+//! `airlock approvals list|get|approve|deny|expire` (Appendix A).
+
+use airlock_core::control::ControlService;
+use airlock_core::ids::{ApprovalId, RunId};
+use airlock_core::principal::Principal;
+use airlock_core::vocab::{ApprovalResolution, ResolveState};
+use clap::Subcommand;
+use serde_json::json;
+
+use super::output::{app_error, parse_id, print, service_error};
+use super::{Globals, json};
+use crate::exit::Exit;
+use crate::host::app::{App, HostStore};
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// List pending approvals, newest first.
+    List {
+        #[arg(long)]
+        run: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        cursor: Option<String>,
+    },
+    /// Show one approval.
+    Get { id: String },
+    /// Approve once.
+    Approve {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Deny.
+    Deny {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Expire the caller tenant's due approvals.
+    Expire,
+}
+
+pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
+    let principal = match globals.principal() {
+        Ok(p) => p,
+        Err(exit) => return exit,
+    };
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
+    };
+    let control = app.control(None);
+    match command {
+        ApprovalsCommand::List { run, limit, cursor } => {
+            let run: Option<RunId> = match run.as_deref().map(|r| parse_id("--run", r)).transpose()
+            {
+                Ok(run) => run,
+                Err(exit) => return exit,
+            };
+            match control.list_pending(&principal, run, limit, cursor.as_deref()) {
+                Ok(page) => print(&json!({
+                    "items": page.items.iter().map(json::approval).collect::<Vec<_>>(),
+                    "next_cursor": page.next_cursor,
+                })),
+                Err(e) => service_error(&e),
+            }
+        }
+        ApprovalsCommand::Get { id } => {
+            let id: ApprovalId = match parse_id("ID", &id) {
+                Ok(id) => id,
+                Err(exit) => return exit,
+            };
+            match control.get_approval(&principal, id) {
+                Ok(approval) => print(&json::approval(&approval)),
+                Err(e) => service_error(&e),
+            }
+        }
+        ApprovalsCommand::Approve { id, reason } => {
+            resolve(
+                &control,
+                &principal,
+                &id,
+                ApprovalResolution::ApproveOnce,
+                reason,
+            )
+            .await
+        }
+        ApprovalsCommand::Deny { id, reason } => {
+            resolve(&control, &principal, &id, ApprovalResolution::Deny, reason).await
+        }
+        ApprovalsCommand::Expire => match control.expire_due(&principal).await {
+            Ok(expired) => print(&json!({"expired": expired})),
+            Err(e) => service_error(&e),
+        },
+    }
+}
+
+/// `{"state":…,"approval":…}`; a resolve answered `already_resolved_differently` exits 1.
+async fn resolve(
+    control: &ControlService<HostStore>,
+    principal: &Principal,
+    id: &str,
+    resolution: ApprovalResolution,
+    reason: Option<String>,
+) -> Exit {
+    let id: ApprovalId = match parse_id("ID", id) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    match control
+        .resolve(principal, id, resolution, reason.as_deref())
+        .await
+    {
+        Ok(resolved) => {
+            print(
+                &json!({"state": resolved.state.as_str(), "approval": json::approval(&resolved.approval)}),
+            );
+            if resolved.state == ResolveState::AlreadyResolvedDifferently {
+                Exit::Refusal
+            } else {
+                Exit::Ok
+            }
+        }
+        Err(e) => service_error(&e),
+    }
+}

@@ -1,0 +1,62 @@
+//! `airlock invocations uncertain|settle` (Appendix A, SPEC §9.5).
+
+use airlock_core::ids::InvocationId;
+use airlock_core::vocab::SettlementOutcome;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::output::{app_error, invalid_argument, parse_id, print, service_error};
+use super::{Globals, json};
+use crate::exit::Exit;
+use crate::host::app::App;
+
+#[derive(Debug, Subcommand)]
+pub enum InvocationsCommand {
+    /// The UNCERTAIN review queue, newest first.
+    Uncertain {
+        /// Include settled invocations.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Record a finding about an UNCERTAIN invocation (it stays UNCERTAIN).
+    Settle {
+        id: String,
+        #[arg(long)]
+        outcome: String,
+        #[arg(long)]
+        note: String,
+    },
+}
+
+pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
+    let principal = match globals.principal() {
+        Ok(p) => p,
+        Err(exit) => return exit,
+    };
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
+    };
+    let control = app.control(None);
+    match command {
+        InvocationsCommand::Uncertain { all } => match control.list_uncertain(&principal, all) {
+            Ok(items) => {
+                print(&json!({"items": items.iter().map(json::invocation).collect::<Vec<_>>()}))
+            }
+            Err(e) => service_error(&e),
+        },
+        InvocationsCommand::Settle { id, outcome, note } => {
+            let id: InvocationId = match parse_id("ID", &id) {
+                Ok(id) => id,
+                Err(exit) => return exit,
+            };
+            let Ok(outcome) = outcome.parse::<SettlementOutcome>() else {
+                return invalid_argument("--outcome must be succeeded or failed");
+            };
+            match control.settle(&principal, id, outcome, &note).await {
+                Ok(settlement) => print(&json::settlement(&settlement)),
+                Err(e) => service_error(&e),
+            }
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Printing results and errors the Appendix A way: JSON on stdout, `{"error":…}` objects for
+//! service errors, exit codes by error kind.
+
+use airlock_core::control::ServiceError;
+use serde_json::Value;
+
+use crate::exit::{Exit, error_json};
+use crate::host::app::AppError;
+
+/// The exit class of a service error (Appendix A).
+pub fn exit_for(error: &ServiceError) -> Exit {
+    match error {
+        ServiceError::InvalidArgument(_) => Exit::InvalidInput,
+        ServiceError::Storage(_) => Exit::Storage,
+        ServiceError::Forbidden(_)
+        | ServiceError::NotFound
+        | ServiceError::SelfApproval
+        | ServiceError::NoLongerPending { .. }
+        | ServiceError::Expired
+        | ServiceError::Conflict(_) => Exit::Refusal,
+    }
+}
+
+/// Prints a value as one line of compact JSON.
+pub fn print(value: &Value) -> Exit {
+    println!("{value}");
+    Exit::Ok
+}
+
+/// Prints a service error object and returns its exit class.
+pub fn service_error(error: &ServiceError) -> Exit {
+    println!("{}", error_json(error.code(), &error.to_string()));
+    exit_for(error)
+}
+
+/// An invalid command-line value: the error object and exit 2.
+pub fn invalid_argument(message: &str) -> Exit {
+    println!("{}", error_json("invalid_argument", message));
+    Exit::InvalidInput
+}
+
+/// A process that could not start: policy errors exit 3 on stderr, others 4.
+pub fn app_error(error: &AppError) -> Exit {
+    match error {
+        AppError::Policy(e) => {
+            eprintln!("error: {e}");
+            Exit::PolicyLoad
+        }
+        AppError::Storage(_) => {
+            println!("{}", error_json("storage", &error.to_string()));
+            Exit::Storage
+        }
+        AppError::Config(_) => {
+            println!("{}", error_json("configuration", &error.to_string()));
+            Exit::Storage
+        }
+    }
+}
+
+/// Parses a UUID-typed id argument.
+pub fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, Exit> {
+    text.parse::<T>()
+        .map_err(|_| invalid_argument(&format!("{what} must be a UUID, got '{text}'")))
+}

@@ -1,0 +1,150 @@
+//! `airlock run submit` and `airlock runs show|events|cancel|resume` (Appendix A).
+
+use std::path::PathBuf;
+
+use airlock_core::ids::RunId;
+use airlock_core::planner::script::RunScript;
+use airlock_core::principal::Principal;
+use airlock_core::worker::WorkerSettings;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::output::{app_error, invalid_argument, parse_id, print, service_error};
+use super::{Globals, json};
+use crate::exit::Exit;
+use crate::host::app::App;
+
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// Submit a run script (SPEC §15); acts as the script's tenant and principal.
+    Submit {
+        /// The run script JSON file.
+        script: PathBuf,
+        /// Execute it in this process until it parks or ends.
+        #[arg(long)]
+        inline: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Show a run.
+    Show { run: String },
+    /// Print a run's events as JSON Lines.
+    Events { run: String },
+    /// Cancel a run.
+    Cancel { run: String },
+    /// Execute a QUEUED run in this process until it parks or ends.
+    Resume { run: String },
+}
+
+/// The worker id of in-process execution (`--inline`, `runs resume`).
+fn inline_worker_id() -> String {
+    format!("inline-{}", uuid::Uuid::new_v4())
+}
+
+pub async fn submit(globals: &Globals, script: &PathBuf, inline: bool) -> Exit {
+    let text = match std::fs::read_to_string(script) {
+        Ok(text) => text,
+        Err(e) => return invalid_argument(&format!("cannot read '{}': {e}", script.display())),
+    };
+    let parsed = match RunScript::parse(&text) {
+        Ok(parsed) => parsed,
+        Err(e) => return invalid_argument(&e.to_string()),
+    };
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
+    };
+    let principal = match globals.principal() {
+        Ok(p) => Principal {
+            tenant_id: parsed.tenant_id.clone(),
+            principal_id: parsed.principal_id.clone(),
+            scopes: p.scopes,
+        },
+        Err(exit) => return exit,
+    };
+    let control = app.control(None);
+    let submitted = match control.submit_run(&principal, &text).await {
+        Ok(submitted) => submitted,
+        Err(e) => return service_error(&e),
+    };
+    let mut status = submitted.status;
+    if inline {
+        let worker = app.worker(WorkerSettings::new(inline_worker_id()));
+        if let Err(e) = worker.run_inline(submitted.run_id).await {
+            return service_error(&e.into());
+        }
+        match control.get_run(&principal, submitted.run_id) {
+            Ok(run) => status = run.status(),
+            Err(e) => return service_error(&e),
+        }
+    }
+    print(&json!({
+        "run_id": submitted.run_id.to_string(),
+        "session_id": submitted.session_id.to_string(),
+        "status": status.as_str(),
+    }))
+}
+
+pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
+    let (RunsCommand::Show { run }
+    | RunsCommand::Events { run }
+    | RunsCommand::Cancel { run }
+    | RunsCommand::Resume { run }) = &command;
+    let id: RunId = match parse_id("RUN", run) {
+        Ok(id) => id,
+        Err(exit) => return exit,
+    };
+    let principal = match globals.principal() {
+        Ok(p) => p,
+        Err(exit) => return exit,
+    };
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
+    };
+    let control = app.control(None);
+    match command {
+        RunsCommand::Show { .. } => match control.get_run(&principal, id) {
+            Ok(run) => print(&json::run(&run)),
+            Err(e) => service_error(&e),
+        },
+        RunsCommand::Events { .. } => {
+            let mut after = None;
+            loop {
+                match control.list_events(&principal, id, after, Some(1000)) {
+                    Ok(page) => {
+                        for event in &page.items {
+                            println!("{}", event.to_json());
+                        }
+                        match page.next_cursor.and_then(|c| c.parse::<i64>().ok()) {
+                            Some(next) => after = Some(next),
+                            None => return Exit::Ok,
+                        }
+                    }
+                    Err(e) => return service_error(&e),
+                }
+            }
+        }
+        RunsCommand::Cancel { .. } => match control.cancel_run(&principal, id).await {
+            Ok(outcome) => {
+                print(&json!({"accepted": outcome.accepted, "status": outcome.status.as_str()}))
+            }
+            Err(e) => service_error(&e),
+        },
+        RunsCommand::Resume { .. } => {
+            if let Err(e) = control.resume_run(&principal, id) {
+                return service_error(&e);
+            }
+            let worker = app.worker(WorkerSettings::new(inline_worker_id()));
+            if let Err(e) = worker.run_inline(id).await {
+                return service_error(&e.into());
+            }
+            match control.get_run(&principal, id) {
+                Ok(run) => print(&json::run(&run)),
+                Err(e) => service_error(&e),
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+//! `airlock worker` (Appendix A, SPEC §8.2): core's worker loop on the tokio host, with graceful
+//! shutdown on SIGINT/SIGTERM and `--until-idle`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use airlock_core::worker::WorkerSettings;
+
+use super::Globals;
+use super::output::{app_error, invalid_argument, service_error};
+use crate::exit::Exit;
+use crate::host::TokioSpawner;
+use crate::host::app::App;
+
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// Runs executed at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Exit once nothing is in flight and no run is QUEUED or RUNNING.
+    #[arg(long)]
+    pub until_idle: bool,
+    /// This worker's lease owner id (default: a fresh one).
+    #[arg(long)]
+    pub worker_id: Option<String>,
+    /// Lease length; heartbeats run every lease/3.
+    #[arg(long, default_value_t = 30_000)]
+    pub lease_ms: u64,
+}
+
+pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
+    if args.concurrency == 0 || args.lease_ms < 3 {
+        return invalid_argument("--concurrency must be at least 1 and --lease-ms at least 3");
+    }
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
+    };
+    let mut settings = WorkerSettings::new(
+        args.worker_id
+            .unwrap_or_else(|| format!("worker-{}", uuid::Uuid::new_v4())),
+    );
+    settings.concurrency = args.concurrency;
+    settings.lease_ms = args.lease_ms;
+    let worker = app.worker(settings);
+    let control = app.control(Some(worker.tokens().clone()));
+    let stopping = Arc::new(AtomicBool::new(false));
+    spawn_signal_listener(Arc::clone(&stopping));
+    tracing::info!(worker_id = %worker.settings().worker_id, "worker started");
+    let until_idle = args.until_idle;
+    let idle_worker = Arc::clone(&worker);
+    let stop = move || {
+        stopping.load(Ordering::SeqCst) || (until_idle && idle_worker.is_idle().unwrap_or(false))
+    };
+    match worker.run(&TokioSpawner, &control, &stop).await {
+        Ok(()) => Exit::Ok,
+        Err(e) => service_error(&e.into()),
+    }
+}
+
+/// SIGINT or SIGTERM: stop claiming; in-flight runs end or park before the process exits.
+fn spawn_signal_listener(stopping: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+        stopping.store(true, Ordering::SeqCst);
+    });
+}

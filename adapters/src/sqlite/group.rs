@@ -1,0 +1,286 @@
+//! Group commit for the SQLite store (SPEC §2.2, §14): concurrent `transact` calls share one
+//! `BEGIN IMMEDIATE … COMMIT`, so one fsync makes a whole group durable.
+//!
+//! **Design.** One connection per store behind one `Mutex`, plus a `Mutex`/`Condvar` pair per
+//! group for its outcome. Closures run on their callers' threads (they are neither `Send` nor
+//! `'static`, and the host calls `transact` inside `block_in_place`). A caller announces itself in `arriving`, takes the lock, and:
+//!
+//! 1. opens a group with `BEGIN IMMEDIATE` if none is open, else joins the open one;
+//! 2. runs its closure inside its own `SAVEPOINT`: `RELEASE` on `Ok`, `ROLLBACK TO` + `RELEASE`
+//!    on `Err` or panic, so an `Err` undoes exactly that caller's writes. Savepoints run one at
+//!    a time under the lock, so the group is equivalent to its members run one after another in
+//!    lock order, and the order of the savepoints is the commit order;
+//! 3. closes the group — `COMMIT`, one fsync — if nobody else is arriving or the group is full
+//!    ([`MAX_GROUP`]); otherwise it leaves the group open for the callers queued behind it, the
+//!    last of which commits;
+//! 4. releases the lock, waits on its group's own condvar until the outcome is known, and only
+//!    then returns: its own result if the COMMIT succeeded, `TxError::Backend` for every member
+//!    if it failed (also for members whose closure failed or only read: they may have read a
+//!    group-mate's write that never became durable).
+//!
+//! A lone caller therefore never waits: it finds `arriving == 0` and commits at once. Under
+//! load, the callers that arrive while a COMMIT is syncing queue on the lock and form the next
+//! group, so the number of fsyncs per second stays about what one disk allows while the
+//! transactions per fsync grow with the number of concurrent callers. The only wait a caller
+//! adds is for group-mates that are already queued on the lock, each of which runs one short
+//! closure (SPEC §2.2: no I/O inside a transaction).
+//!
+//! **Failures.** SQLite may roll a transaction back by itself after an I/O error; the group is
+//! then "broken": no later member runs its closure (it could otherwise run in autocommit mode
+//! and commit on its own), and closing the group rolls back whatever is left and fails every
+//! member. A failed `SAVEPOINT`, `RELEASE` or `ROLLBACK TO` breaks the group the same way. A
+//! panic inside a closure rolls back that member's savepoint, lets the group finish, and then
+//! resumes unwinding on the caller's thread. Nested `transact` calls from inside a closure
+//! deadlock, as they would on SQLite's write lock (and do on `MemStore`).
+
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use rusqlite::Connection;
+
+use airlock_core::store::{StoreTx, TxError};
+
+use super::tx::{SqliteTx, tx_error};
+
+/// At most this many transactions share one COMMIT. A bound keeps a steady stream of arrivals
+/// from holding one group (and SQLite's write lock) open indefinitely; 64 is far above the
+/// number of runs a host executes at once (4 per worker by default, SPEC §8.2).
+pub(super) const MAX_GROUP: usize = 64;
+
+const MEMBER_SAVEPOINT: &str = "airlock_transaction";
+
+/// How one group ended: committed, or the message every member gets as `Backend`.
+type GroupOutcome = Result<(), String>;
+
+/// One `BEGIN IMMEDIATE … COMMIT`, shared by its members. Members wait for the outcome on the
+/// group's own lock, not the connection's: a member of a committed group can then return (and
+/// come back with its next transaction) while the next group's members still hold the
+/// connection, instead of queueing behind them just to read one word.
+#[derive(Default)]
+struct Group {
+    outcome: Mutex<Option<GroupOutcome>>,
+    closed: Condvar,
+}
+
+impl Group {
+    /// Publishes the outcome, once, and wakes every member.
+    fn close(&self, outcome: GroupOutcome) {
+        let mut slot = self.outcome.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(outcome);
+        }
+        self.closed.notify_all();
+    }
+
+    /// Blocks until the group is closed.
+    fn wait(&self) -> GroupOutcome {
+        let mut slot = self.outcome.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(outcome) = &*slot {
+                return outcome.clone();
+            }
+            slot = self
+                .closed
+                .wait(slot)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Everything behind the lock.
+struct Shared {
+    conn: Connection,
+    /// The group whose transaction is open, if any.
+    open: Option<Arc<Group>>,
+    /// Members of the open group so far.
+    members: usize,
+    /// The open group can no longer commit (see "Failures" in the module docs).
+    broken: Option<String>,
+}
+
+/// Counters for tests and benchmarks: how well transactions share commits.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// `transact` calls that ran inside a group.
+    pub transactions: u64,
+    /// Groups closed (COMMIT or, for a broken group, ROLLBACK).
+    pub groups: u64,
+}
+
+/// The connection and the group-commit protocol.
+pub(super) struct GroupCommit {
+    shared: Mutex<Shared>,
+    /// Callers between announcing themselves and taking the lock: the group waits for them.
+    arriving: AtomicUsize,
+    transactions: AtomicU64,
+    groups: AtomicU64,
+}
+
+/// What a member's closure did.
+enum MemberResult<R> {
+    Returned(Result<R, TxError>),
+    Panicked(Box<dyn std::any::Any + Send + 'static>),
+}
+
+impl GroupCommit {
+    pub(super) fn new(conn: Connection) -> GroupCommit {
+        GroupCommit {
+            shared: Mutex::new(Shared {
+                conn,
+                open: None,
+                members: 0,
+                broken: None,
+            }),
+            arriving: AtomicUsize::new(0),
+            transactions: AtomicU64::new(0),
+            groups: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn stats(&self) -> GroupStats {
+        GroupStats {
+            transactions: self.transactions.load(Ordering::Relaxed),
+            groups: self.groups.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The lock. Closures run under `catch_unwind`, so a poisoned lock can only come from a
+    /// panic in this module's own bookkeeping, which leaves `Shared` consistent: recover it.
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads from the connection outside any group, for diagnostics (pragmas). Waits for no
+    /// group; reading inside an open one is harmless.
+    pub(super) fn with_connection<T>(&self, f: impl FnOnce(&Connection) -> T) -> T {
+        f(&self.lock().conn)
+    }
+
+    pub(super) fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.arriving.fetch_add(1, Ordering::SeqCst);
+        let mut shared = self.lock();
+        self.arriving.fetch_sub(1, Ordering::SeqCst);
+
+        let group = match &shared.open {
+            Some(group) => Arc::clone(group),
+            None => {
+                // Nobody else holds a group open, so this caller leads a new one. A failed
+                // BEGIN (another process kept the write lock past busy_timeout) involves no
+                // one else.
+                shared
+                    .conn
+                    .execute_batch("BEGIN IMMEDIATE")
+                    .map_err(tx_error)?;
+                let group = Arc::new(Group::default());
+                shared.open = Some(Arc::clone(&group));
+                shared.members = 0;
+                shared.broken = None;
+                group
+            }
+        };
+        shared.members += 1;
+        self.transactions.fetch_add(1, Ordering::Relaxed);
+
+        let result = match shared.broken.clone() {
+            Some(reason) => MemberResult::Returned(Err(TxError::Backend(reason))),
+            None => {
+                let (result, broken) = run_member(&shared.conn, f);
+                shared.broken = broken;
+                result
+            }
+        };
+
+        if self.arriving.load(Ordering::SeqCst) == 0 || shared.members >= MAX_GROUP {
+            self.close_group(&mut shared, &group);
+        }
+        drop(shared);
+        let outcome = group.wait();
+
+        match result {
+            MemberResult::Panicked(payload) => resume_unwind(payload),
+            MemberResult::Returned(result) => match outcome {
+                Ok(()) => result,
+                Err(reason) => Err(TxError::Backend(reason)),
+            },
+        }
+    }
+
+    /// Ends the open group: COMMIT (one fsync for every member), or ROLLBACK if it is broken
+    /// or the COMMIT fails; then publishes the outcome to every member.
+    fn close_group(&self, shared: &mut Shared, group: &Group) {
+        let outcome = match shared.broken.take() {
+            Some(reason) => {
+                rollback_if_open(&shared.conn);
+                Err(reason)
+            }
+            None => match shared.conn.execute_batch("COMMIT") {
+                Ok(()) => Ok(()),
+                Err(error) => {
+                    rollback_if_open(&shared.conn);
+                    Err(format!("commit failed: {error}"))
+                }
+            },
+        };
+        shared.open = None;
+        shared.members = 0;
+        self.groups.fetch_add(1, Ordering::Relaxed);
+        group.close(outcome);
+    }
+}
+
+/// Rolls back whatever part of the group's transaction SQLite still has open. Its error is
+/// irrelevant: the members already get `Backend`, and an open transaction left behind would
+/// make the next BEGIN fail loudly rather than silently.
+fn rollback_if_open(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+}
+
+/// Runs one member's closure in its own savepoint. Returns what the closure did and, if the
+/// group can no longer commit, why.
+fn run_member<R>(
+    conn: &Connection,
+    f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+) -> (MemberResult<R>, Option<String>) {
+    // Without an open transaction, SAVEPOINT would start a new one that RELEASE commits alone.
+    if conn.is_autocommit() {
+        let reason = "the group's transaction was rolled back by SQLite".to_owned();
+        return (
+            MemberResult::Returned(Err(TxError::Backend(reason.clone()))),
+            Some(reason),
+        );
+    }
+    if let Err(error) = conn.execute_batch(&format!("SAVEPOINT {MEMBER_SAVEPOINT}")) {
+        let reason = format!("savepoint failed: {error}");
+        return (
+            MemberResult::Returned(Err(TxError::Backend(reason.clone()))),
+            Some(reason),
+        );
+    }
+    let mut tx = SqliteTx::new(conn);
+    let result = match catch_unwind(AssertUnwindSafe(|| f(&mut tx))) {
+        Ok(returned) => MemberResult::Returned(returned),
+        Err(payload) => MemberResult::Panicked(payload),
+    };
+    let keep = matches!(result, MemberResult::Returned(Ok(_)));
+    let end = if keep {
+        format!("RELEASE {MEMBER_SAVEPOINT}")
+    } else {
+        format!("ROLLBACK TO {MEMBER_SAVEPOINT}; RELEASE {MEMBER_SAVEPOINT}")
+    };
+    let broken = if conn.is_autocommit() {
+        Some("the group's transaction was rolled back by SQLite".to_owned())
+    } else {
+        match conn.execute_batch(&end) {
+            Ok(()) if !conn.is_autocommit() => None,
+            Ok(()) => Some("the group's transaction ended early".to_owned()),
+            Err(error) => Some(format!("ending a savepoint failed: {error}")),
+        }
+    };
+    (result, broken)
+}

@@ -1,0 +1,274 @@
+//! The SQLite schema of SPEC §14, applied as migration M1 through `rusqlite_migration` (which
+//! keeps `PRAGMA user_version`, so a store at M1 reports `user_version = 1`).
+//!
+//! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
+//! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
+//! `TxError::Conflict`) names the rule it broke. Besides the §14 constraints the schema keeps
+//! three CHECKs that only restate what core's `RunState` already guarantees (failure iff FAILED,
+//! final message iff COMPLETED, `scheduled_for` only while QUEUED), and `ix_approvals_run` for
+//! `approvals_of_run`; neither can reject a row core builds.
+//!
+//! Foreign keys are immediate and exactly the parent links `MemStore` checks (`NotFound`): a
+//! deferred key would fail at COMMIT, which under group commit would fail every transaction of
+//! the group, not just the offending one.
+
+use rusqlite_migration::{M, Migrations};
+
+/// M1: the whole v1 schema.
+const M1: &str = r#"
+CREATE TABLE sessions (
+    id                  TEXT    NOT NULL PRIMARY KEY,
+    tenant_id           TEXT    NOT NULL,
+    principal_id        TEXT    NOT NULL,
+    next_event_sequence INTEGER NOT NULL DEFAULT 1
+        CONSTRAINT ck_sessions_next_event_sequence CHECK (next_event_sequence >= 1),
+    created_at          INTEGER NOT NULL
+);
+
+CREATE TABLE runs (
+    id                  TEXT    NOT NULL PRIMARY KEY,
+    session_id          TEXT    NOT NULL REFERENCES sessions (id),
+    tenant_id           TEXT    NOT NULL,
+    principal_id        TEXT    NOT NULL,
+    principal_scopes    TEXT    NOT NULL,
+    origin_trust        TEXT    NOT NULL,
+    planner_kind        TEXT    NOT NULL DEFAULT 'scripted',
+    planner_input       TEXT    NOT NULL,
+    status              TEXT    NOT NULL
+        CONSTRAINT ck_runs_status CHECK (status IN ('QUEUED', 'RUNNING', 'WAITING_FOR_APPROVAL',
+                                                    'COMPLETED', 'FAILED', 'CANCELLED')),
+    step_count          INTEGER NOT NULL DEFAULT 0,
+    tool_call_count     INTEGER NOT NULL DEFAULT 0,
+    limits              TEXT    NOT NULL,
+    deadline_at         INTEGER,
+    lease_owner         TEXT,
+    lease_epoch         INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at    INTEGER,
+    attempts            INTEGER NOT NULL DEFAULT 0,
+    scheduled_for       INTEGER,
+    cancel_requested_at INTEGER,
+    failure             TEXT,
+    final_message       TEXT,
+    created_at          INTEGER NOT NULL,
+    updated_at          INTEGER NOT NULL,
+    CONSTRAINT ck_runs_lease_iff_running
+        CHECK ((status = 'RUNNING') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CONSTRAINT ck_runs_lease_columns_together
+        CHECK ((lease_owner IS NULL) = (lease_expires_at IS NULL)),
+    CONSTRAINT ck_runs_failure_iff_failed CHECK ((status = 'FAILED') = (failure IS NOT NULL)),
+    CONSTRAINT ck_runs_final_message_iff_completed
+        CHECK ((status = 'COMPLETED') = (final_message IS NOT NULL)),
+    CONSTRAINT ck_runs_scheduled_only_when_queued
+        CHECK (scheduled_for IS NULL OR status = 'QUEUED')
+);
+CREATE UNIQUE INDEX uq_runs_one_active_per_session ON runs (session_id)
+    WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
+CREATE INDEX ix_runs_claim ON runs (created_at, id) WHERE status = 'QUEUED';
+CREATE INDEX ix_runs_lease_expires_at ON runs (lease_expires_at, id) WHERE status = 'RUNNING';
+
+CREATE TABLE checkpoints (
+    run_id     TEXT    NOT NULL REFERENCES runs (id),
+    version    INTEGER NOT NULL CONSTRAINT ck_checkpoints_version CHECK (version >= 1),
+    "trigger"  TEXT    NOT NULL
+        CONSTRAINT ck_checkpoints_trigger CHECK ("trigger" IN ('seed', 'tool_pending', 'tool_batch',
+                                                                'suspended', 'final')),
+    state      TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (run_id, version)
+) WITHOUT ROWID;
+CREATE TRIGGER checkpoints_versions_contiguous BEFORE INSERT ON checkpoints
+WHEN NEW.version <> 1 + COALESCE((SELECT MAX(version) FROM checkpoints WHERE run_id = NEW.run_id), 0)
+BEGIN
+    SELECT RAISE(ABORT, 'checkpoints: versions are contiguous');
+END;
+
+CREATE TABLE tool_invocations (
+    id                        TEXT    NOT NULL PRIMARY KEY,
+    run_id                    TEXT    NOT NULL REFERENCES runs (id),
+    session_id                TEXT    NOT NULL REFERENCES sessions (id),
+    tenant_id                 TEXT    NOT NULL,
+    step_number               INTEGER NOT NULL,
+    call_id                   TEXT    NOT NULL,
+    tool_name                 TEXT    NOT NULL,
+    tool_version              TEXT    NOT NULL,
+    side_effect               TEXT    NOT NULL,
+    risk                      TEXT    NOT NULL,
+    idempotency_class         TEXT    NOT NULL,
+    required_scopes           TEXT    NOT NULL,
+    raw_arguments             TEXT    NOT NULL,
+    arguments                 TEXT    NOT NULL,
+    normalized_arguments_hash TEXT    NOT NULL,
+    effective_arguments_hash  TEXT    NOT NULL,
+    idempotency_key           TEXT    NOT NULL,
+    argument_trust            TEXT    NOT NULL,
+    origin_trust              TEXT    NOT NULL,
+    parallel_group            TEXT,
+    created_at                INTEGER NOT NULL,
+    status                    TEXT    NOT NULL
+        CONSTRAINT ck_tool_invocations_status
+        CHECK (status IN ('PROPOSED', 'AUTHORIZED', 'WAITING_FOR_APPROVAL', 'RUNNING',
+                          'SUCCEEDED', 'FAILED', 'DENIED', 'UNCERTAIN')),
+    policy_decision           TEXT,
+    effect_sent_at            INTEGER,
+    suspended_kind            TEXT
+        CONSTRAINT ck_tool_invocations_suspended_kind CHECK (suspended_kind IN ('approval')),
+    suspended_ref             TEXT,
+    structured_result         TEXT,
+    output_bytes              INTEGER,
+    outcome                   TEXT,
+    result_item               TEXT,
+    outcome_status            TEXT
+        CONSTRAINT ck_tool_invocations_outcome_status
+        CHECK (outcome_status IN ('succeeded', 'failed', 'denied', 'uncertain')),
+    reason_code               TEXT,
+    updated_at                INTEGER NOT NULL,
+    CONSTRAINT uq_tool_invocations_call UNIQUE (run_id, step_number, call_id),
+    CONSTRAINT ck_tool_invocations_suspension
+        CHECK ((suspended_kind IS NULL) = (suspended_ref IS NULL)),
+    CONSTRAINT ck_tool_invocations_effect_sent_at
+        CHECK (effect_sent_at IS NULL OR status IN ('RUNNING', 'SUCCEEDED', 'FAILED', 'UNCERTAIN')),
+    CONSTRAINT ck_tool_invocations_terminal_outcome
+        CHECK (status NOT IN ('SUCCEEDED', 'FAILED', 'DENIED', 'UNCERTAIN')
+               OR (outcome IS NOT NULL AND result_item IS NOT NULL))
+);
+CREATE UNIQUE INDEX uq_tool_invocations_idempotency_key ON tool_invocations (idempotency_key);
+CREATE INDEX ix_tool_invocations_tenant_status ON tool_invocations (tenant_id, status);
+
+CREATE TABLE approvals (
+    id                         TEXT    NOT NULL PRIMARY KEY,
+    tenant_id                  TEXT    NOT NULL,
+    principal_id               TEXT    NOT NULL,
+    session_id                 TEXT    NOT NULL,
+    run_id                     TEXT    NOT NULL REFERENCES runs (id),
+    action_kind                TEXT    NOT NULL,
+    action_id                  TEXT    NOT NULL,
+    tool_invocation_id         TEXT    NOT NULL,
+    tool_name                  TEXT    NOT NULL,
+    tool_version               TEXT    NOT NULL,
+    action_summary             TEXT    NOT NULL,
+    arguments                  TEXT    NOT NULL,
+    normalized_arguments_hash  TEXT    NOT NULL,
+    effective_arguments_hash   TEXT    NOT NULL,
+    required_scopes            TEXT    NOT NULL,
+    risk                       TEXT    NOT NULL,
+    policy_reason              TEXT    NOT NULL,
+    policy_decision            TEXT    NOT NULL,
+    policy_version             TEXT    NOT NULL,
+    revalidated_policy_version TEXT,
+    status                     TEXT    NOT NULL
+        CONSTRAINT ck_approvals_status
+        CHECK (status IN ('pending', 'approved', 'denied', 'expired', 'cancelled')),
+    resolution                 TEXT
+        CONSTRAINT ck_approvals_resolution CHECK (resolution IN ('approve_once', 'deny')),
+    resolution_reason          TEXT,
+    expires_at                 INTEGER NOT NULL,
+    created_at                 INTEGER NOT NULL,
+    requested_at               INTEGER,
+    resolved_at                INTEGER,
+    resolved_by                TEXT,
+    CONSTRAINT ck_approvals_resolution_iff_resolved
+        CHECK ((status IN ('approved', 'denied')) = (resolution IS NOT NULL)),
+    CONSTRAINT ck_approvals_resolved_at_iff_closed
+        CHECK ((status = 'pending') = (resolved_at IS NULL))
+);
+CREATE UNIQUE INDEX uq_approvals_action_id ON approvals (action_id);
+CREATE INDEX ix_approvals_tenant_status ON approvals (tenant_id, status, created_at, id);
+CREATE INDEX ix_approvals_pending_expires_at ON approvals (expires_at, id) WHERE status = 'pending';
+CREATE INDEX ix_approvals_run ON approvals (run_id);
+
+CREATE TABLE events (
+    id                     INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id             TEXT    NOT NULL REFERENCES sessions (id),
+    run_id                 TEXT    REFERENCES runs (id),
+    sequence               INTEGER NOT NULL CONSTRAINT ck_events_sequence CHECK (sequence >= 1),
+    event_type             TEXT    NOT NULL,
+    payload_schema_version INTEGER NOT NULL,
+    actor_type             TEXT    NOT NULL
+        CONSTRAINT ck_events_actor_type
+        CHECK (actor_type IN ('principal', 'worker', 'application', 'maintenance', 'process')),
+    actor_id               TEXT,
+    payload                TEXT    NOT NULL,
+    derivation_key         TEXT,
+    created_at             INTEGER NOT NULL,
+    CONSTRAINT uq_events_session_sequence UNIQUE (session_id, sequence),
+    CONSTRAINT uq_events_derivation_key UNIQUE (derivation_key)
+);
+CREATE INDEX ix_events_run ON events (run_id, id);
+
+CREATE TABLE process_events (
+    id                     TEXT    NOT NULL PRIMARY KEY,
+    event_type             TEXT    NOT NULL,
+    payload_schema_version INTEGER NOT NULL,
+    actor_type             TEXT    NOT NULL
+        CONSTRAINT ck_process_events_actor_type
+        CHECK (actor_type IN ('principal', 'worker', 'application', 'maintenance', 'process')),
+    actor_id               TEXT,
+    payload                TEXT    NOT NULL,
+    derivation_key         TEXT    NOT NULL,
+    created_at             INTEGER NOT NULL,
+    CONSTRAINT uq_process_events_derivation_key UNIQUE (derivation_key)
+);
+CREATE INDEX ix_process_events_type ON process_events (event_type, created_at);
+
+CREATE TABLE policy_profiles (
+    policy_version  TEXT    NOT NULL PRIMARY KEY,
+    profile_name    TEXT    NOT NULL,
+    profile_sha256  TEXT    NOT NULL,
+    hardline_sha256 TEXT    NOT NULL,
+    rule_count      INTEGER NOT NULL,
+    loaded_at       INTEGER NOT NULL,
+    loaded_by       TEXT    NOT NULL
+);
+
+CREATE TABLE uncertain_settlements (
+    id            TEXT    NOT NULL PRIMARY KEY,
+    invocation_id TEXT    NOT NULL REFERENCES tool_invocations (id),
+    run_id        TEXT    NOT NULL,
+    tenant_id     TEXT    NOT NULL,
+    outcome       TEXT    NOT NULL
+        CONSTRAINT ck_uncertain_settlements_outcome CHECK (outcome IN ('succeeded', 'failed')),
+    note          TEXT    NOT NULL,
+    settled_by    TEXT    NOT NULL,
+    settled_at    INTEGER NOT NULL,
+    CONSTRAINT uq_uncertain_settlements_invocation UNIQUE (invocation_id)
+);
+
+CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER process_events_no_update BEFORE UPDATE ON process_events
+BEGIN SELECT RAISE(ABORT, 'process_events are append-only'); END;
+CREATE TRIGGER process_events_no_delete BEFORE DELETE ON process_events
+BEGIN SELECT RAISE(ABORT, 'process_events are append-only'); END;
+CREATE TRIGGER policy_profiles_no_update BEFORE UPDATE ON policy_profiles
+BEGIN SELECT RAISE(ABORT, 'policy_profiles are append-only'); END;
+CREATE TRIGGER policy_profiles_no_delete BEFORE DELETE ON policy_profiles
+BEGIN SELECT RAISE(ABORT, 'policy_profiles are append-only'); END;
+CREATE TRIGGER uncertain_settlements_no_update BEFORE UPDATE ON uncertain_settlements
+BEGIN SELECT RAISE(ABORT, 'uncertain_settlements are append-only'); END;
+CREATE TRIGGER uncertain_settlements_no_delete BEFORE DELETE ON uncertain_settlements
+BEGIN SELECT RAISE(ABORT, 'uncertain_settlements are append-only'); END;
+"#;
+
+/// Every migration, oldest first; the schema version is their count.
+const MIGRATIONS: &[M<'static>] = &[M::up(M1)];
+
+/// The schema version a fully migrated store reports as `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+pub(super) fn migrations() -> Migrations<'static> {
+    Migrations::from_slice(MIGRATIONS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_valid_and_end_at_the_schema_version() {
+        let migrations = migrations();
+        assert!(migrations.validate().is_ok());
+        assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION);
+    }
+}

@@ -1,0 +1,1211 @@
+//! `SqliteTx`: core's [`StoreTx`] as SQL on one open transaction (SPEC §2.2, §8.1, §8.2, §9.1,
+//! §10.1, §13, §14), with `MemStore`'s semantics, orderings and error kinds.
+//!
+//! **Guarded writes** read the current row first, so that a failed guard is reported exactly as
+//! `MemStore` reports it (a lease that no longer holds is `Fenced` whatever else changed; a
+//! status mismatch without a lease is `Conflict`; a changed immutable field is `Conflict`), and
+//! then write with the guarded statement of SPEC §8.1 — `UPDATE … WHERE id = ? AND status = ?
+//! [AND lease_owner = ? AND lease_epoch = ?]` — whose zero-row result is again `Fenced` or
+//! `Conflict`. **Constraint violations** map to `Conflict` (UNIQUE, PRIMARY KEY, CHECK, trigger)
+//! or `NotFound` (a missing parent row, as in `MemStore`); anything else is `Backend`.
+//!
+//! **Atomic methods.** Every method is one statement or checks everything before its single
+//! write, except `append_event`, which writes the event and the session's counter inside its own
+//! savepoint; so a caller that handles an `Err` and carries on sees no partial write, as with
+//! `MemStore`. **A dead transaction** — SQLite rolls the whole transaction back by itself after
+//! some I/O errors — is detected at the start of every method (`is_autocommit`) and answered
+//! with `Backend`, so that no later statement can run outside the transaction and commit on its
+//! own.
+//!
+//! The `MemStore`-only rules are repeated where they are cheap because the current row is read
+//! anyway: run edges, `lease_epoch` and `attempts` discipline, the watermark written only by
+//! START, outcome/status agreement, object payloads, the run's session, and settlements only of
+//! UNCERTAIN invocations.
+
+use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
+
+use airlock_core::approval::Approval;
+use airlock_core::events::{Event, NewEvent, ProcessEvent};
+use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use airlock_core::invocation::Invocation;
+use airlock_core::run::checkpoint::Checkpoint;
+use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
+use airlock_core::store::{ApprovalCursor, StoreTx, TxError};
+use airlock_core::time::Timestamp;
+use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+
+use super::rows::{self, int, json, opt_json, opt_ts, ts};
+
+/// The payload schema version of every event v1 writes (SPEC §13.1).
+const PAYLOAD_SCHEMA_VERSION: u32 = 1;
+
+/// The savepoint around `append_event`'s two writes (nested in the caller's savepoint).
+const STATEMENT_SAVEPOINT: &str = "airlock_statement";
+
+/// Maps an SQLite error to core's error kinds (see the module docs).
+pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
+    if let rusqlite::Error::SqliteFailure(failure, message) = &error
+        && failure.code == rusqlite::ErrorCode::ConstraintViolation
+    {
+        if failure.extended_code == ffi::SQLITE_CONSTRAINT_FOREIGNKEY {
+            return TxError::NotFound;
+        }
+        return TxError::Conflict(message.clone().unwrap_or_else(|| failure.to_string()));
+    }
+    TxError::Backend(error.to_string())
+}
+
+fn conflict(message: impl Into<String>) -> TxError {
+    TxError::Conflict(message.into())
+}
+
+/// A `LIMIT` value; `usize` beyond `i64::MAX` means "no limit" in practice.
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Whether `lease` is the run's current lease: RUNNING under exactly this owner and epoch.
+fn holds(run: &Run, lease: &Lease) -> bool {
+    run.id == lease.run_id
+        && run.lease_epoch == lease.lease_epoch
+        && matches!(&run.state, RunState::Running { lease_owner, .. } if *lease_owner == lease.worker_id)
+}
+
+/// The run edges of SPEC §8.1; a same-status update is no transition.
+fn run_edge_allowed(from: RunStatus, to: RunStatus) -> bool {
+    use RunStatus::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Queued, Running | Cancelled)
+                | (
+                    Running,
+                    Queued | WaitingForApproval | Completed | Failed | Cancelled
+                )
+                | (WaitingForApproval, Queued | Cancelled)
+        )
+}
+
+/// `MemStore`'s defence-in-depth rules on a run update (cheap here: the row is read anyway):
+/// §8.1 edges, the epoch advancing by one exactly at CLAIM, the lease owner changing only
+/// through CLAIM, and `attempts` growing by one only when RECLAIM takes a run out of RUNNING.
+fn check_run_change(current: &Run, next: &Run) -> Result<(), TxError> {
+    let (from, to) = (current.status(), next.status());
+    if !run_edge_allowed(from, to) {
+        return Err(conflict(format!("invalid run transition {from}->{to}")));
+    }
+    let claiming = to == RunStatus::Running && from != RunStatus::Running;
+    if claiming && Some(next.lease_epoch) != current.lease_epoch.checked_add(1) {
+        return Err(conflict("lease_epoch advances by exactly one at CLAIM"));
+    }
+    if !claiming && next.lease_epoch != current.lease_epoch {
+        return Err(conflict("lease_epoch changes only at CLAIM"));
+    }
+    if from == RunStatus::Running && to == RunStatus::Running && current.lease() != next.lease() {
+        return Err(conflict(
+            "a running run's lease owner changes only through CLAIM",
+        ));
+    }
+    let leaving_running = from == RunStatus::Running && to != RunStatus::Running;
+    let attempts_ok = next.attempts == current.attempts
+        || (leaving_running && Some(next.attempts) == current.attempts.checked_add(1));
+    if !attempts_ok {
+        return Err(conflict(
+            "attempts grows by one only when RECLAIM takes a run out of RUNNING",
+        ));
+    }
+    Ok(())
+}
+
+/// Outcome/status agreement of a terminal invocation (`Invocation::close` derives one from the
+/// other); the CHECKs of SPEC §14 themselves are in the schema.
+fn check_outcome_agrees(invocation: &Invocation) -> Result<(), TxError> {
+    if let Some(outcome) = &invocation.outcome
+        && invocation.status.is_terminal()
+        && (outcome.invocation_status() != invocation.status
+            || invocation.outcome_status != Some(outcome.status))
+    {
+        return Err(conflict(format!(
+            "tool_invocations: outcome {} does not match status {}",
+            outcome.status, invocation.status
+        )));
+    }
+    Ok(())
+}
+
+/// One transaction's view of the connection. Created per `transact` caller, inside that
+/// caller's savepoint.
+pub(super) struct SqliteTx<'c> {
+    conn: &'c Connection,
+}
+
+impl<'c> SqliteTx<'c> {
+    pub(super) fn new(conn: &'c Connection) -> SqliteTx<'c> {
+        SqliteTx { conn }
+    }
+
+    /// The connection, if the transaction is still open (see "a dead transaction" above).
+    fn conn(&self) -> Result<&'c Connection, TxError> {
+        if self.conn.is_autocommit() {
+            return Err(TxError::Backend(
+                "the transaction was rolled back by SQLite".to_owned(),
+            ));
+        }
+        Ok(self.conn)
+    }
+
+    /// Runs a cached statement that changes rows and returns how many.
+    fn execute(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize, TxError> {
+        let conn = self.conn()?;
+        let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
+        statement.execute(params).map_err(tx_error)
+    }
+
+    /// At most one row.
+    fn one<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        map: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>, TxError> {
+        let conn = self.conn()?;
+        let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
+        statement
+            .query_row(params, map)
+            .optional()
+            .map_err(tx_error)
+    }
+
+    /// Every row, in the statement's order.
+    fn all<T>(
+        &self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>, TxError> {
+        let conn = self.conn()?;
+        let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
+        let rows = statement.query_map(params, map).map_err(tx_error)?;
+        rows.collect::<rusqlite::Result<Vec<T>>>().map_err(tx_error)
+    }
+
+    /// Runs `f` inside a nested savepoint, so a method with several writes is all or nothing.
+    fn atomically<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, TxError>,
+    ) -> Result<T, TxError> {
+        let conn = self.conn()?;
+        conn.execute_batch(&format!("SAVEPOINT {STATEMENT_SAVEPOINT}"))
+            .map_err(tx_error)?;
+        let result = f(self);
+        let end = if result.is_ok() {
+            format!("RELEASE {STATEMENT_SAVEPOINT}")
+        } else {
+            format!("ROLLBACK TO {STATEMENT_SAVEPOINT}; RELEASE {STATEMENT_SAVEPOINT}")
+        };
+        match (result, self.conn()?.execute_batch(&end)) {
+            (Ok(value), Ok(())) => Ok(value),
+            (Err(error), _) => Err(error),
+            (Ok(_), Err(error)) => Err(tx_error(error)),
+        }
+    }
+
+    fn run_row(&self, id: RunId) -> Result<Option<Run>, TxError> {
+        self.one(
+            &format!("SELECT {} FROM runs WHERE id = ?1", rows::RUN_COLUMNS),
+            params![id.to_string()],
+            rows::run,
+        )
+    }
+
+    /// The session a run belongs to, if the run exists.
+    fn run_session(&self, id: RunId) -> Result<Option<String>, TxError> {
+        self.one(
+            "SELECT session_id FROM runs WHERE id = ?1",
+            params![id.to_string()],
+            |row| row.get(0),
+        )
+    }
+}
+
+impl StoreTx for SqliteTx<'_> {
+    fn insert_session(&mut self, session: &Session) -> Result<(), TxError> {
+        self.execute(
+            "INSERT INTO sessions (id, tenant_id, principal_id, next_event_sequence, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                session.id.to_string(),
+                session.tenant_id,
+                session.principal_id,
+                int(session.next_event_sequence, "sessions.next_event_sequence")?,
+                ts(session.created_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM sessions WHERE id = ?1",
+                rows::SESSION_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::session,
+        )
+    }
+
+    fn insert_run(&mut self, run: &Run) -> Result<(), TxError> {
+        let state = rows::state_columns(&run.state)?;
+        self.execute(
+            &format!(
+                "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
+                 ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+                rows::RUN_COLUMNS
+            ),
+            params![
+                run.id.to_string(),
+                run.session_id.to_string(),
+                run.tenant_id,
+                run.principal_id,
+                json(&run.principal_scopes, "runs.principal_scopes")?,
+                run.origin_trust.as_str(),
+                run.planner_kind,
+                run.planner_input,
+                state.status,
+                run.step_count,
+                run.tool_call_count,
+                json(&run.limits, "runs.limits")?,
+                opt_ts(run.deadline_at),
+                state.lease_owner,
+                int(run.lease_epoch, "runs.lease_epoch")?,
+                state.lease_expires_at,
+                run.attempts,
+                state.scheduled_for,
+                opt_ts(run.cancel_requested_at),
+                state.failure,
+                state.final_message,
+                ts(run.created_at),
+                ts(run.updated_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        self.run_row(id)
+    }
+
+    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
+        let id: Option<String> = self.one(
+            "SELECT id FROM runs WHERE session_id = ?1 \
+             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            params![session.to_string()],
+            |row| row.get(0),
+        )?;
+        id.map(|id| {
+            id.parse()
+                .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+        })
+        .transpose()
+    }
+
+    fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
+        let held = self.one(
+            "SELECT 1 FROM runs WHERE id = ?1 AND status = 'RUNNING' AND lease_owner = ?2 \
+             AND lease_epoch = ?3",
+            params![
+                lease.run_id.to_string(),
+                lease.worker_id,
+                int(lease.lease_epoch, "lease_epoch")?
+            ],
+            |row| row.get::<_, i64>(0),
+        )?;
+        match held {
+            Some(_) => Ok(()),
+            None => Err(TxError::Fenced),
+        }
+    }
+
+    fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
+        // Runs are never deleted, so a missing row is a caller bug, except that a lease on it
+        // cannot hold either.
+        let missing = if guard.lease.is_some() {
+            TxError::Fenced
+        } else {
+            TxError::NotFound
+        };
+        let current = self.run_row(guard.run_id)?.ok_or(missing)?;
+        // A lease guard that no longer holds is fencing whatever else changed; without one, the
+        // status guard is an ordinary race lost to another transaction.
+        if let Some(lease) = &guard.lease {
+            if lease.run_id != guard.run_id
+                || current.status() != guard.status
+                || !holds(&current, lease)
+            {
+                return Err(TxError::Fenced);
+            }
+        } else if current.status() != guard.status {
+            return Err(conflict(format!(
+                "run {} is {}, not the expected {}",
+                guard.run_id,
+                current.status(),
+                guard.status
+            )));
+        }
+        if next.id != guard.run_id || !current.same_identity(next) {
+            return Err(conflict(format!(
+                "runs: an immutable field of run {} changed",
+                guard.run_id
+            )));
+        }
+        check_run_change(&current, next)?;
+
+        let state = rows::state_columns(&next.state)?;
+        let set = "UPDATE runs SET status = ?3, step_count = ?4, tool_call_count = ?5, \
+                   lease_owner = ?6, lease_epoch = ?7, lease_expires_at = ?8, attempts = ?9, \
+                   scheduled_for = ?10, cancel_requested_at = ?11, failure = ?12, \
+                   final_message = ?13, updated_at = ?14 WHERE id = ?1 AND status = ?2";
+        let next_epoch = int(next.lease_epoch, "runs.lease_epoch")?;
+        let values: [&dyn ToSql; 14] = [
+            &guard.run_id.to_string(),
+            &guard.status.as_str(),
+            &state.status,
+            &next.step_count,
+            &next.tool_call_count,
+            &state.lease_owner,
+            &next_epoch,
+            &state.lease_expires_at,
+            &next.attempts,
+            &state.scheduled_for,
+            &opt_ts(next.cancel_requested_at),
+            &state.failure,
+            &state.final_message,
+            &ts(next.updated_at),
+        ];
+        let changed = match &guard.lease {
+            Some(lease) => {
+                let guard_epoch = int(lease.lease_epoch, "lease_epoch")?;
+                let mut with_lease: Vec<&dyn ToSql> = values.to_vec();
+                with_lease.push(&lease.worker_id);
+                with_lease.push(&guard_epoch);
+                self.execute(
+                    &format!("{set} AND lease_owner = ?15 AND lease_epoch = ?16"),
+                    &with_lease,
+                )?
+            }
+            None => self.execute(set, &values)?,
+        };
+        if changed == 0 {
+            return Err(match guard.lease {
+                Some(_) => TxError::Fenced,
+                None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
+            });
+        }
+        Ok(next.clone())
+    }
+
+    /// Exactly the one statement of SPEC §8.2: it renews any lease that still holds, even one
+    /// past its expiry that no RECLAIM has taken yet, and touches nothing else (`now` is
+    /// unused, as in `MemStore`).
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        until: Timestamp,
+        _now: Timestamp,
+    ) -> Result<Option<HeartbeatObs>, TxError> {
+        let renewed: Option<Option<i64>> = self.one(
+            "UPDATE runs SET lease_expires_at = ?1 WHERE id = ?2 AND status = 'RUNNING' \
+             AND lease_owner = ?3 AND lease_epoch = ?4 RETURNING cancel_requested_at",
+            params![
+                ts(until),
+                lease.run_id.to_string(),
+                lease.worker_id,
+                int(lease.lease_epoch, "lease_epoch")?
+            ],
+            |row| row.get(0),
+        )?;
+        Ok(renewed.map(|cancel| HeartbeatObs {
+            cancel_requested_at: cancel.map(Timestamp::from_micros),
+        }))
+    }
+
+    fn next_claimable_run(
+        &mut self,
+        now: Timestamp,
+        only: Option<RunId>,
+    ) -> Result<Option<Run>, TxError> {
+        match only {
+            Some(id) => self.one(
+                &format!(
+                    "SELECT {} FROM runs WHERE status = 'QUEUED' AND id = ?2 \
+                     AND (scheduled_for IS NULL OR scheduled_for <= ?1)",
+                    rows::RUN_COLUMNS
+                ),
+                params![ts(now), id.to_string()],
+                rows::run,
+            ),
+            None => self.one(
+                &format!(
+                    "SELECT {} FROM runs WHERE status = 'QUEUED' \
+                     AND (scheduled_for IS NULL OR scheduled_for <= ?1) \
+                     ORDER BY created_at, id LIMIT 1",
+                    rows::RUN_COLUMNS
+                ),
+                params![ts(now)],
+                rows::run,
+            ),
+        }
+    }
+
+    fn expired_leases(&mut self, now: Timestamp, limit_rows: usize) -> Result<Vec<Run>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM runs WHERE status = 'RUNNING' AND lease_expires_at <= ?1 \
+                 ORDER BY lease_expires_at, id LIMIT ?2",
+                rows::RUN_COLUMNS
+            ),
+            params![ts(now), limit(limit_rows)],
+            rows::run,
+        )
+    }
+
+    fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {
+        let count: Option<i64> = self.one(
+            "SELECT COUNT(*) FROM runs WHERE status = ?1",
+            params![status.as_str()],
+            |row| row.get(0),
+        )?;
+        u64::try_from(count.unwrap_or(0)).map_err(|e| TxError::Backend(e.to_string()))
+    }
+
+    fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
+        if self.run_session(checkpoint.run_id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        let latest: Option<i64> = self
+            .one(
+                "SELECT MAX(version) FROM checkpoints WHERE run_id = ?1",
+                params![checkpoint.run_id.to_string()],
+                |row| row.get(0),
+            )?
+            .flatten();
+        let expected = latest.map_or(Some(1), |v| v.checked_add(1));
+        if expected != Some(i64::from(checkpoint.version)) {
+            return Err(conflict(format!(
+                "checkpoints: version {} of run {} is not contiguous (expected {})",
+                checkpoint.version,
+                checkpoint.run_id,
+                expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
+            )));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO checkpoints ({}) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rows::CHECKPOINT_COLUMNS
+            ),
+            params![
+                checkpoint.run_id.to_string(),
+                checkpoint.version,
+                checkpoint.trigger.as_str(),
+                json(&checkpoint.state, "checkpoints.state")?,
+                ts(checkpoint.created_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM checkpoints WHERE run_id = ?1 ORDER BY version DESC LIMIT 1",
+                rows::CHECKPOINT_COLUMNS
+            ),
+            params![run.to_string()],
+            rows::checkpoint,
+        )
+    }
+
+    fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError> {
+        let run_session = self
+            .run_session(invocation.run_id)?
+            .ok_or(TxError::NotFound)?;
+        if run_session != invocation.session_id.to_string() {
+            return Err(conflict(
+                "tool_invocations: session_id differs from the run's",
+            ));
+        }
+        check_outcome_agrees(invocation)?;
+        let output_bytes = invocation
+            .output_bytes
+            .map(|b| int(b, "tool_invocations.output_bytes"))
+            .transpose()?;
+        let values: [&dyn ToSql; 33] = [
+            &invocation.id.to_string(),
+            &invocation.run_id.to_string(),
+            &invocation.session_id.to_string(),
+            &invocation.tenant_id,
+            &invocation.step_number,
+            &invocation.call_id,
+            &invocation.tool_name,
+            &invocation.tool_version,
+            &invocation.side_effect.as_str(),
+            &invocation.risk.as_str(),
+            &invocation.idempotency_class.as_str(),
+            &json(
+                &invocation.required_scopes,
+                "tool_invocations.required_scopes",
+            )?,
+            &json(&invocation.raw_arguments, "tool_invocations.raw_arguments")?,
+            &invocation.arguments,
+            &invocation.normalized_arguments_hash,
+            &invocation.effective_arguments_hash,
+            &invocation.idempotency_key,
+            &json(
+                &invocation.argument_trust,
+                "tool_invocations.argument_trust",
+            )?,
+            &invocation.origin_trust.as_str(),
+            &invocation.parallel_group.map(|g| g.to_string()),
+            &ts(invocation.created_at),
+            &invocation.status.as_str(),
+            &opt_json(
+                invocation.policy_decision.as_ref(),
+                "tool_invocations.policy_decision",
+            )?,
+            &opt_ts(invocation.effect_sent_at),
+            &invocation
+                .suspended_approval
+                .map(|_| rows::SUSPENDED_KIND_APPROVAL),
+            &invocation.suspended_approval.map(|a| a.to_string()),
+            &opt_json(
+                invocation.structured_result.as_ref(),
+                "tool_invocations.structured_result",
+            )?,
+            &output_bytes,
+            &opt_json(invocation.outcome.as_ref(), "tool_invocations.outcome")?,
+            &invocation.result_item,
+            &invocation.outcome_status.map(|s| s.as_str()),
+            &invocation.reason_code,
+            &ts(invocation.updated_at),
+        ];
+        self.execute(
+            &format!(
+                "INSERT INTO tool_invocations ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
+                 ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
+                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
+                rows::INVOCATION_COLUMNS
+            ),
+            &values,
+        )
+        .map(drop)
+    }
+
+    fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE id = ?1",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::invocation,
+        )
+    }
+
+    fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE idempotency_key = ?1",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![idempotency_key],
+            rows::invocation,
+        )
+    }
+
+    fn invocation_by_call(
+        &mut self,
+        run: RunId,
+        step: u32,
+        call_id: &str,
+    ) -> Result<Option<Invocation>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM tool_invocations \
+                 WHERE run_id = ?1 AND step_number = ?2 AND call_id = ?3",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![run.to_string(), step, call_id],
+            rows::invocation,
+        )
+    }
+
+    fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE run_id = ?1 \
+                 ORDER BY step_number, created_at, id",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![run.to_string()],
+            rows::invocation,
+        )
+    }
+
+    fn update_invocation(
+        &mut self,
+        expected: InvocationStatus,
+        next: &Invocation,
+    ) -> Result<(), TxError> {
+        let current = self.invocation(next.id)?.ok_or(TxError::NotFound)?;
+        if current.status != expected {
+            return Err(conflict(format!(
+                "invocation {} is {}, not the expected {expected}",
+                next.id, current.status
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "tool_invocations: an immutable field of invocation {} changed",
+                next.id
+            )));
+        }
+        if current.status.is_terminal() && current != *next {
+            return Err(conflict(format!(
+                "tool_invocations: terminal invocation {} never changes",
+                next.id
+            )));
+        }
+        if current.status != next.status && !current.status.may_become(next.status) {
+            return Err(conflict(format!(
+                "invalid invocation transition {}->{}",
+                current.status, next.status
+            )));
+        }
+        // The watermark is written once, by START (AUTHORIZED -> RUNNING), and never changes.
+        match (current.effect_sent_at, next.effect_sent_at) {
+            (Some(sent), next_sent) if next_sent != Some(sent) => {
+                return Err(conflict(
+                    "tool_invocations: effect_sent_at never changes once set",
+                ));
+            }
+            (None, Some(_))
+                if !(current.status == InvocationStatus::Authorized
+                    && next.status == InvocationStatus::Running) =>
+            {
+                return Err(conflict(
+                    "tool_invocations: effect_sent_at is set only by START",
+                ));
+            }
+            _ => {}
+        }
+        check_outcome_agrees(next)?;
+        let output_bytes = next
+            .output_bytes
+            .map(|b| int(b, "tool_invocations.output_bytes"))
+            .transpose()?;
+        let changed = self.execute(
+            "UPDATE tool_invocations SET status = ?3, policy_decision = ?4, effect_sent_at = ?5, \
+             suspended_kind = ?6, suspended_ref = ?7, structured_result = ?8, output_bytes = ?9, \
+             outcome = ?10, result_item = ?11, outcome_status = ?12, reason_code = ?13, \
+             updated_at = ?14 WHERE id = ?1 AND status = ?2",
+            params![
+                next.id.to_string(),
+                expected.as_str(),
+                next.status.as_str(),
+                opt_json(
+                    next.policy_decision.as_ref(),
+                    "tool_invocations.policy_decision"
+                )?,
+                opt_ts(next.effect_sent_at),
+                next.suspended_approval
+                    .map(|_| rows::SUSPENDED_KIND_APPROVAL),
+                next.suspended_approval.map(|a| a.to_string()),
+                opt_json(
+                    next.structured_result.as_ref(),
+                    "tool_invocations.structured_result"
+                )?,
+                output_bytes,
+                opt_json(next.outcome.as_ref(), "tool_invocations.outcome")?,
+                next.result_item,
+                next.outcome_status.map(|s| s.as_str()),
+                next.reason_code,
+                ts(next.updated_at),
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!(
+                "invocation {} is not {expected}",
+                next.id
+            )));
+        }
+        Ok(())
+    }
+
+    fn uncertain_invocations(
+        &mut self,
+        tenant: &str,
+        include_settled: bool,
+    ) -> Result<Vec<Invocation>, TxError> {
+        let unsettled = if include_settled {
+            ""
+        } else {
+            " AND NOT EXISTS (SELECT 1 FROM uncertain_settlements s \
+               WHERE s.invocation_id = tool_invocations.id)"
+        };
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE tenant_id = ?1 AND status = 'UNCERTAIN'{unsettled} \
+                 ORDER BY updated_at DESC, id DESC",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![tenant],
+            rows::invocation,
+        )
+    }
+
+    fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError> {
+        let values: [&dyn ToSql; 28] = [
+            &approval.id.to_string(),
+            &approval.tenant_id,
+            &approval.principal_id,
+            &approval.session_id.to_string(),
+            &approval.run_id.to_string(),
+            &approval.action_kind.as_str(),
+            &approval.action_id.to_string(),
+            &approval.tool_invocation_id.to_string(),
+            &approval.tool_name,
+            &approval.tool_version,
+            &approval.action_summary,
+            &json(&approval.arguments, "approvals.arguments")?,
+            &approval.normalized_arguments_hash,
+            &approval.effective_arguments_hash,
+            &json(&approval.required_scopes, "approvals.required_scopes")?,
+            &approval.risk.as_str(),
+            &approval.policy_reason,
+            &approval.policy_decision.as_str(),
+            &approval.policy_version,
+            &approval.revalidated_policy_version,
+            &approval.status.as_str(),
+            &approval.resolution.map(|r| r.as_str()),
+            &approval.resolution_reason,
+            &ts(approval.expires_at),
+            &ts(approval.created_at),
+            &opt_ts(approval.requested_at),
+            &opt_ts(approval.resolved_at),
+            &approval.resolved_by,
+        ];
+        self.execute(
+            &format!(
+                "INSERT INTO approvals ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
+                 ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, \
+                 ?27, ?28)",
+                rows::APPROVAL_COLUMNS
+            ),
+            &values,
+        )
+        .map(drop)
+    }
+
+    fn approval(&mut self, id: ApprovalId) -> Result<Option<Approval>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM approvals WHERE id = ?1",
+                rows::APPROVAL_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::approval,
+        )
+    }
+
+    fn approval_by_action(&mut self, action_id: InvocationId) -> Result<Option<Approval>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM approvals WHERE action_id = ?1",
+                rows::APPROVAL_COLUMNS
+            ),
+            params![action_id.to_string()],
+            rows::approval,
+        )
+    }
+
+    /// By `(created_at, id)`: the order the approvals were proposed in.
+    fn approvals_of_run(&mut self, run: RunId) -> Result<Vec<Approval>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE run_id = ?1 ORDER BY created_at, id",
+                rows::APPROVAL_COLUMNS
+            ),
+            params![run.to_string()],
+            rows::approval,
+        )
+    }
+
+    fn update_approval(
+        &mut self,
+        expected: ApprovalStatus,
+        next: &Approval,
+    ) -> Result<(), TxError> {
+        let current = self.approval(next.id)?.ok_or(TxError::NotFound)?;
+        if current.status != expected {
+            return Err(conflict(format!(
+                "approval {} is {}, not the expected {expected}",
+                next.id, current.status
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "approvals: an immutable field of approval {} changed",
+                next.id
+            )));
+        }
+        if current.status != ApprovalStatus::Pending {
+            // SPEC §10.1: a terminal row changes only by the single write of
+            // `revalidated_policy_version`, from null to a value.
+            let mut unchanged = next.clone();
+            unchanged
+                .revalidated_policy_version
+                .clone_from(&current.revalidated_policy_version);
+            let single_write = current.revalidated_policy_version.is_none()
+                || current.revalidated_policy_version == next.revalidated_policy_version;
+            if unchanged != current || !single_write {
+                return Err(conflict(format!(
+                    "approvals: terminal approval {} changes only by the single write of revalidated_policy_version",
+                    next.id
+                )));
+            }
+        }
+        let changed = self.execute(
+            "UPDATE approvals SET action_kind = ?3, action_summary = ?4, arguments = ?5, \
+             policy_reason = ?6, policy_decision = ?7, revalidated_policy_version = ?8, \
+             status = ?9, resolution = ?10, resolution_reason = ?11, requested_at = ?12, \
+             resolved_at = ?13, resolved_by = ?14 WHERE id = ?1 AND status = ?2",
+            params![
+                next.id.to_string(),
+                expected.as_str(),
+                next.action_kind.as_str(),
+                next.action_summary,
+                json(&next.arguments, "approvals.arguments")?,
+                next.policy_reason,
+                next.policy_decision.as_str(),
+                next.revalidated_policy_version,
+                next.status.as_str(),
+                next.resolution.map(|r| r.as_str()),
+                next.resolution_reason,
+                opt_ts(next.requested_at),
+                opt_ts(next.resolved_at),
+                next.resolved_by,
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!("approval {} is not {expected}", next.id)));
+        }
+        Ok(())
+    }
+
+    fn pending_approvals(
+        &mut self,
+        tenant: &str,
+        run: Option<RunId>,
+        after: Option<ApprovalCursor>,
+        limit_rows: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        // Optional filters are written as `?n IS NULL OR …`, so one cached statement serves
+        // every combination.
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE tenant_id = ?1 AND status = 'pending' \
+                 AND requested_at IS NOT NULL AND (?2 IS NULL OR run_id = ?2) \
+                 AND (?3 IS NULL OR created_at < ?3 OR (created_at = ?3 AND id < ?4)) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?5",
+                rows::APPROVAL_COLUMNS
+            ),
+            params![
+                tenant,
+                run.map(|r| r.to_string()),
+                after.map(|c| ts(c.created_at)),
+                after.map(|c| c.id.to_string()),
+                limit(limit_rows),
+            ],
+            rows::approval,
+        )
+    }
+
+    fn due_approvals(
+        &mut self,
+        now: Timestamp,
+        tenant: Option<&str>,
+        limit_rows: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE status = 'pending' AND requested_at IS NOT NULL \
+                 AND expires_at <= ?1 AND (?2 IS NULL OR tenant_id = ?2) \
+                 ORDER BY expires_at, id LIMIT ?3",
+                rows::APPROVAL_COLUMNS
+            ),
+            params![ts(now), tenant, limit(limit_rows)],
+            rows::approval,
+        )
+    }
+
+    fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
+        // The idempotent repeat comes first and consumes nothing: no sequence, no id.
+        if let Some(key) = &event.derivation_key
+            && let Some(stored) = self.event_by_key(key)?
+        {
+            if stored.event_type == event.event_type
+                && stored.run_id == event.run_id
+                && stored.payload == event.payload
+            {
+                return Ok(stored);
+            }
+            return Err(conflict(format!(
+                "events: derivation key {key} already names a different event"
+            )));
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK events: payload is a JSON object"));
+        }
+        let sequence: i64 = self
+            .one(
+                "SELECT next_event_sequence FROM sessions WHERE id = ?1",
+                params![event.session_id.to_string()],
+                |row| row.get(0),
+            )?
+            .ok_or(TxError::NotFound)?;
+        if let Some(run_id) = event.run_id {
+            let run_session = self.run_session(run_id)?.ok_or(TxError::NotFound)?;
+            if run_session != event.session_id.to_string() {
+                return Err(conflict(format!(
+                    "events: run {run_id} is not in session {}",
+                    event.session_id
+                )));
+            }
+        }
+        let next_sequence = sequence
+            .checked_add(1)
+            .ok_or_else(|| TxError::Backend("event sequence overflow".to_owned()))?;
+        let payload = json(&event.payload, "events.payload")?;
+        self.atomically(|tx| {
+            let id: i64 = tx
+                .one(
+                    "INSERT INTO events (session_id, run_id, sequence, event_type, \
+                     payload_schema_version, actor_type, actor_id, payload, derivation_key, \
+                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+                    params![
+                        event.session_id.to_string(),
+                        event.run_id.map(|r| r.to_string()),
+                        sequence,
+                        event.event_type.as_str(),
+                        PAYLOAD_SCHEMA_VERSION,
+                        event.actor.actor_type.as_str(),
+                        event.actor.actor_id,
+                        payload,
+                        event.derivation_key,
+                        ts(event.created_at),
+                    ],
+                    |row| row.get(0),
+                )?
+                .ok_or_else(|| TxError::Backend("INSERT … RETURNING gave no row".to_owned()))?;
+            tx.execute(
+                "UPDATE sessions SET next_event_sequence = ?2 WHERE id = ?1",
+                params![event.session_id.to_string(), next_sequence],
+            )?;
+            Ok(id)
+        })
+        .and_then(|id| {
+            Ok(Event {
+                id,
+                session_id: event.session_id,
+                run_id: event.run_id,
+                sequence: u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?,
+                event_type: event.event_type,
+                payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+                actor: event.actor.clone(),
+                payload: event.payload.clone(),
+                derivation_key: event.derivation_key.clone(),
+                created_at: event.created_at,
+            })
+        })
+    }
+
+    fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM events WHERE derivation_key = ?1",
+                rows::EVENT_COLUMNS
+            ),
+            params![derivation_key],
+            rows::event,
+        )
+    }
+
+    fn events_of_run(
+        &mut self,
+        run: RunId,
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM events WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
+                rows::EVENT_COLUMNS
+            ),
+            params![
+                run.to_string(),
+                after_id.unwrap_or(i64::MIN),
+                limit(limit_rows)
+            ],
+            rows::event,
+        )
+    }
+
+    fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
+        let stored = self.one(
+            &format!(
+                "SELECT {} FROM process_events WHERE derivation_key = ?1",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            params![event.derivation_key],
+            rows::process_event,
+        )?;
+        if let Some(stored) = stored {
+            if stored.event_type == event.event_type && stored.payload == event.payload {
+                return Ok(stored);
+            }
+            return Err(conflict(format!(
+                "process_events: derivation key {} already names a different event",
+                event.derivation_key
+            )));
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK process_events: payload is a JSON object"));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO process_events ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            params![
+                event.id.hyphenated().to_string(),
+                event.event_type.as_str(),
+                event.payload_schema_version,
+                event.actor.actor_type.as_str(),
+                event.actor.actor_id,
+                json(&event.payload, "process_events.payload")?,
+                event.derivation_key,
+                ts(event.created_at),
+            ],
+        )?;
+        Ok(event.clone())
+    }
+
+    /// In commit order: the implicit rowid grows with every insert and rows are never deleted.
+    fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM process_events ORDER BY rowid",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            [].as_slice(),
+            rows::process_event,
+        )
+    }
+
+    fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError> {
+        let status: String = self
+            .one(
+                "SELECT status FROM tool_invocations WHERE id = ?1",
+                params![settlement.invocation_id.to_string()],
+                |row| row.get(0),
+            )?
+            .ok_or(TxError::NotFound)?;
+        if status != InvocationStatus::Uncertain.as_str() {
+            return Err(conflict(format!(
+                "uncertain_settlements: invocation {} is {status}, not UNCERTAIN",
+                settlement.invocation_id
+            )));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO uncertain_settlements ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                rows::SETTLEMENT_COLUMNS
+            ),
+            params![
+                settlement.id.to_string(),
+                settlement.invocation_id.to_string(),
+                settlement.run_id.to_string(),
+                settlement.tenant_id,
+                settlement.outcome.as_str(),
+                settlement.note,
+                settlement.settled_by,
+                ts(settlement.settled_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn settlement_by_invocation(
+        &mut self,
+        invocation: InvocationId,
+    ) -> Result<Option<Settlement>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM uncertain_settlements WHERE invocation_id = ?1",
+                rows::SETTLEMENT_COLUMNS
+            ),
+            params![invocation.to_string()],
+            rows::settlement,
+        )
+    }
+
+    fn insert_policy_profile(
+        &mut self,
+        record: &PolicyProfileRecord,
+    ) -> Result<PolicyProfileRecord, TxError> {
+        let stored = self.one(
+            &format!(
+                "SELECT {} FROM policy_profiles WHERE policy_version = ?1",
+                rows::PROFILE_COLUMNS
+            ),
+            params![record.policy_version],
+            rows::profile,
+        )?;
+        match stored {
+            Some(stored) if stored.same_content(record) => Ok(stored),
+            Some(_) => Err(conflict("policy version identifies different rules")),
+            None => {
+                self.execute(
+                    &format!(
+                        "INSERT INTO policy_profiles ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        rows::PROFILE_COLUMNS
+                    ),
+                    params![
+                        record.policy_version,
+                        record.profile_name,
+                        record.profile_sha256,
+                        record.hardline_sha256,
+                        record.rule_count,
+                        ts(record.loaded_at),
+                        record.loaded_by,
+                    ],
+                )?;
+                Ok(record.clone())
+            }
+        }
+    }
+
+    /// By `policy_version`.
+    fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM policy_profiles ORDER BY policy_version",
+                rows::PROFILE_COLUMNS
+            ),
+            [].as_slice(),
+            rows::profile,
+        )
+    }
+}

@@ -1,0 +1,184 @@
+//! Planted bugs for the simulator's mutant check (issue 5): a mutant is a named, deliberate
+//! violation of one rule of SPEC §16 that the simulator must catch within 1,000 seeds.
+//!
+//! **Selection.** Everything here is compiled only with the `mutants` cargo feature, which is off
+//! by default, so a normal build carries no hook at all. With the feature on, the hooks in
+//! `core/src` are one `#[cfg(feature = "mutants")]` statement each and do nothing until
+//! [`activate`] selects a mutant by name at run time; the selection is one process-global, so one
+//! build tests every mutant (`airlock-sim mutants` selects each in turn). Only one mutant is
+//! active at a time.
+//!
+//! | mutant | hook | rule it breaks |
+//! |---|---|---|
+//! | `skip_watermark` | pipeline START | #11: START commits no `effect_sent_at` |
+//! | `replay_uncertain` | recovery table | #13, G4: a watermarked non-idempotent row re-executes instead of MARK_UNCERTAIN |
+//! | `second_resolution_wins` | control `resolve` | #22: a differing second resolution is reported `applied` |
+//! | `release_lease_before_park` | executor PARK | #20: PARK releases the lease before its approvals are announced (a second transaction after `after_park`) |
+//! | `no_fencing_check` | `MemStore::guard_lease` | #28: a fenced worker's transactions commit |
+//! | `approve_without_revalidation` | pipeline RESUME_APPROVAL | #10, G2: an approved row is authorized with its old decision, without §10.3 |
+//! | `resume_counts_attempt` | executor PARK | #29: the park/resume cycle counts as an attempt (MemStore refuses an attempts change at CLAIM, so the hook sits at the commit that ends the attempt) |
+//! | `parallel_mixed_batch` | executor admission | #36: any batch of 2..=8 calls runs concurrently |
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::action::PolicyDecision;
+use crate::approval::Approval;
+use crate::approval::revalidate::Revalidation;
+use crate::env::Env;
+use crate::events::{Actor, EventType, NewEvent, keys};
+use crate::ids::RunId;
+use crate::invocation::Invocation;
+use crate::run::Run;
+use crate::store::Store;
+use crate::time::Timestamp;
+use crate::vocab::{ApprovalResolution, ApprovalStatus};
+
+/// Every planted bug, by name.
+pub const NAMES: [&str; 8] = [
+    "skip_watermark",
+    "replay_uncertain",
+    "second_resolution_wins",
+    "release_lease_before_park",
+    "no_fencing_check",
+    "approve_without_revalidation",
+    "resume_counts_attempt",
+    "parallel_mixed_batch",
+];
+
+/// 0: none; `i + 1`: `NAMES[i]`.
+static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Selects the mutant called `name`, or none. An unknown name is an error and changes nothing.
+pub fn activate(name: Option<&str>) -> Result<(), String> {
+    let index = match name {
+        None => 0,
+        Some(name) => {
+            NAMES
+                .iter()
+                .position(|n| *n == name)
+                .ok_or_else(|| format!("unknown mutant '{name}'"))?
+                + 1
+        }
+    };
+    ACTIVE.store(index, Ordering::SeqCst);
+    Ok(())
+}
+
+/// The active mutant, if any.
+pub fn current() -> Option<&'static str> {
+    match ACTIVE.load(Ordering::Relaxed) {
+        0 => None,
+        i => NAMES.get(i - 1).copied(),
+    }
+}
+
+/// Whether the mutant called `name` is active.
+pub fn active(name: &str) -> bool {
+    current() == Some(name)
+}
+
+/// `second_resolution_wins`: the approval as a second, different resolution would leave it. The
+/// store refuses to change a resolved approval, so the mutant only reports `applied`.
+pub fn resolved_as(
+    approval: &Approval,
+    resolution: ApprovalResolution,
+    now: Timestamp,
+) -> Approval {
+    let mut next = approval.clone();
+    next.status = match resolution {
+        ApprovalResolution::ApproveOnce => ApprovalStatus::Approved,
+        ApprovalResolution::Deny => ApprovalStatus::Denied,
+    };
+    next.resolution = Some(resolution);
+    next.resolved_at = Some(now);
+    next
+}
+
+/// `second_resolution_wins`: whether a resolve of an already resolved approval reports `applied`.
+pub fn second_resolution_wins(approval: &Approval, resolution: ApprovalResolution) -> bool {
+    let requested = match resolution {
+        ApprovalResolution::ApproveOnce => ApprovalStatus::Approved,
+        ApprovalResolution::Deny => ApprovalStatus::Denied,
+    };
+    active("second_resolution_wins") && approval.status != requested
+}
+
+/// `release_lease_before_park`: whether PARK commits without announcing its approvals.
+pub fn park_without_announcing() -> bool {
+    active("release_lease_before_park")
+}
+
+/// `release_lease_before_park`: announces the run's unannounced pending approvals in a second
+/// transaction, after the lease is gone (a crash at `after_park` leaves them unannounced).
+pub fn announce_after_park<S: Store>(env: &Env<S>, run: RunId, actor: &Actor) {
+    if !park_without_announcing() {
+        return;
+    }
+    let now = env.clock.now();
+    let _ = env.transact(|tx| {
+        for approval in tx.approvals_of_run(run)? {
+            if approval.status == ApprovalStatus::Pending && approval.requested_at.is_none() {
+                let mut announced = approval.clone();
+                announced.requested_at = Some(now);
+                tx.update_approval(ApprovalStatus::Pending, &announced)?;
+                tx.append_event(&NewEvent {
+                    session_id: approval.session_id,
+                    run_id: Some(approval.run_id),
+                    event_type: EventType::ApprovalRequested,
+                    actor: actor.clone(),
+                    payload: serde_json::json!({
+                        "approval_id": approval.id.to_string(),
+                        "invocation_id": approval.action_id.to_string(),
+                        "risk": approval.risk.as_str(),
+                        "expires_at": approval.expires_at.to_string(),
+                    }),
+                    derivation_key: Some(keys::approval_requested(approval.id)),
+                    created_at: now,
+                })?;
+            }
+        }
+        Ok(())
+    });
+}
+
+/// `no_fencing_check`: whether `guard_lease` lets every lease pass.
+pub fn skip_fencing() -> bool {
+    active("no_fencing_check")
+}
+
+/// `approve_without_revalidation`: an approved row keeps its stored decision, whatever §10.3
+/// says.
+pub fn approve_without_revalidation(verdict: Revalidation, row: &Invocation) -> Revalidation {
+    if !active("approve_without_revalidation") {
+        return verdict;
+    }
+    row.policy_decision
+        .clone()
+        .map_or(verdict, |decision: PolicyDecision| {
+            Revalidation::Authorized(decision)
+        })
+}
+
+/// `resume_counts_attempt`: the parked run's `attempts` grows as if the park were an expiry.
+pub fn resume_counts_attempt(mut run: Run) -> Run {
+    if active("resume_counts_attempt") {
+        run.attempts += 1;
+    }
+    run
+}
+
+/// `parallel_mixed_batch`: whether a batch of `len` calls is admitted in parallel regardless
+/// of its tools.
+pub fn parallel_mixed_batch(len: usize) -> bool {
+    active("parallel_mixed_batch") && (2..=8).contains(&len)
+}
+
+/// `skip_watermark`: whether START leaves `effect_sent_at` null.
+pub fn skip_watermark() -> bool {
+    active("skip_watermark")
+}
+
+/// `replay_uncertain`: whether a watermarked non-idempotent RUNNING row re-executes.
+pub fn replay_uncertain() -> bool {
+    active("replay_uncertain")
+}

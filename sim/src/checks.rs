@@ -1,0 +1,628 @@
+//! The simulator's checkers (SPEC §16, rules marked S): core's snapshot checker
+//! (`testing::invariants::check`) plus the rules that need what only the simulator observed —
+//! commit boundaries, the approver's answers, the ground truth of effects and workspaces, and
+//! the state after the quiet phase. Each violation names its rule (`inv_28_…`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use airlock_core::control::ServiceError;
+use airlock_core::events::{Event, EventType};
+use airlock_core::ids::{ApprovalId, InvocationId, RunId};
+use airlock_core::invocation::outcome::ResultItem;
+use airlock_core::mem_store::MemSnapshot;
+use airlock_core::testing::invariants::{Effect, Violation, check};
+use airlock_core::vocab::{
+    ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus, ResolveState,
+    RunStatus, TrustLevel,
+};
+
+/// One answer the approver got from `resolve`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolveRecord {
+    pub approval: ApprovalId,
+    pub requested: ApprovalResolution,
+    pub answer: Result<ResolveState, ServiceError>,
+}
+
+/// A workspace read as the simulated workspace served it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadRecord {
+    pub key: String,
+    pub incarnation: String,
+    pub run: RunId,
+    pub path: String,
+    pub content: Vec<u8>,
+    pub claimed: TrustLevel,
+}
+
+/// A workspace write by one process incarnation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteRecord {
+    pub incarnation: String,
+    pub run: RunId,
+    pub path: String,
+    pub content: Vec<u8>,
+}
+
+/// A request sent to a simulated service (a body entered), in the order they were sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: String,
+    pub idempotency: IdempotencyClass,
+    pub replay: bool,
+}
+
+/// Everything a world observed besides the store.
+#[derive(Debug, Default)]
+pub struct Observations {
+    /// Body entries, in the order the effects landed (`testing::invariants::Effect`).
+    pub effects: Vec<Effect>,
+    /// Every body entry, in the order the requests were sent.
+    pub entries: Vec<Entry>,
+    /// Per entry of `effects`: whether it changed the outside world (a replay the service
+    /// deduplicated by key did not).
+    pub landed: Vec<bool>,
+    pub resolves: Vec<ResolveRecord>,
+    pub reads: Vec<ReadRecord>,
+    pub writes: Vec<WriteRecord>,
+    /// §16 #12 breaches seen at a planner or dispatcher call.
+    pub open_transaction_calls: Vec<String>,
+    /// A worker loop that returned an error (the node stops polling).
+    pub worker_errors: Vec<String>,
+}
+
+/// What the world looked like when the quiet phase ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuietEnd {
+    /// Whether every run was terminal or parked before the quiet phase's time bound.
+    pub settled: bool,
+}
+
+/// Every check, in rule order.
+pub fn check_world(
+    snapshot: &MemSnapshot,
+    commits: &[Vec<Event>],
+    commit_violations: &[String],
+    observations: &Observations,
+    quiet: QuietEnd,
+) -> Vec<Violation> {
+    let mut out = check(snapshot, &observations.effects);
+    let mut fail = |invariant: &'static str, detail: String| {
+        out.push(Violation { invariant, detail });
+    };
+    for detail in &observations.open_transaction_calls {
+        fail("inv_12_no_transaction_during_tools", detail.clone());
+    }
+    for detail in replays_land_once(observations) {
+        fail("inv_13_non_idempotent_effects_at_most_once", detail);
+    }
+    for detail in commit_violations {
+        fail("inv_15_invocation_rows_are_well_formed", detail.clone());
+    }
+    for detail in park_commits_announce(commits) {
+        fail("inv_20_park_announces_pending_approvals", detail);
+    }
+    for detail in waiting_runs_never_reclaimed(commits) {
+        fail("inv_21_waiting_runs_hold_nothing", detail);
+    }
+    for detail in approver_answers(snapshot, &observations.resolves) {
+        fail("inv_22_one_resolution_per_approval", detail);
+    }
+    for detail in fenced_workers_commit_nothing(commits) {
+        fail("inv_28_fenced_worker_commits_nothing", detail);
+    }
+    for detail in parked_cancel_is_one_commit(snapshot, commits) {
+        fail("inv_32_parked_cancel_is_one_commit", detail);
+    }
+    for detail in provenance(snapshot, observations) {
+        fail("inv_38_provenance_after_restart", detail);
+    }
+    for detail in events_append_only(snapshot, commits) {
+        fail("inv_40_event_sequences", detail);
+    }
+    for detail in &observations.worker_errors {
+        fail("worker_loop_error", detail.clone());
+    }
+    for (invariant, detail) in liveness(snapshot, quiet) {
+        fail(invariant, detail);
+    }
+    out
+}
+
+/// #13 / G4 for `conditionally_idempotent` tools: every request after the first for one key is
+/// a REPLAY_IDEMPOTENCY_KEY (`ctx.replay`), and the key takes effect once.
+fn replays_land_once(o: &Observations) -> Vec<String> {
+    let mut failures = Vec::new();
+    let mut sent: BTreeSet<&str> = BTreeSet::new();
+    for entry in o
+        .entries
+        .iter()
+        .filter(|e| e.idempotency == IdempotencyClass::ConditionallyIdempotent)
+    {
+        if !sent.insert(entry.key.as_str()) && !entry.replay {
+            failures.push(format!(
+                "conditionally idempotent key {} was sent again without the replay flag",
+                entry.key
+            ));
+        }
+    }
+    let mut landed: BTreeMap<&str, usize> = BTreeMap::new();
+    for (effect, did_land) in o.effects.iter().zip(&o.landed) {
+        if effect.idempotency == IdempotencyClass::ConditionallyIdempotent && *did_land {
+            *landed.entry(effect.idempotency_key.as_str()).or_default() += 1;
+        }
+    }
+    failures.extend(
+        landed
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(key, n)| format!("conditionally idempotent key {key} took effect {n} times")),
+    );
+    failures
+}
+
+/// The run whose lease an event of a worker is about (`run.*` events and everything else).
+fn worker_of(event: &Event) -> Option<&str> {
+    (event.actor.actor_type.as_str() == "worker")
+        .then_some(event.actor.actor_id.as_deref())
+        .flatten()
+}
+
+fn run_state_after(event: &Event) -> Option<RunStatus> {
+    match event.event_type {
+        EventType::RunQueued | EventType::RunRequeued => Some(RunStatus::Queued),
+        EventType::RunStarted => Some(RunStatus::Running),
+        EventType::RunWaitingForApproval => Some(RunStatus::WaitingForApproval),
+        EventType::RunCompleted => Some(RunStatus::Completed),
+        EventType::RunFailed => Some(RunStatus::Failed),
+        EventType::RunCancelled => Some(RunStatus::Cancelled),
+        _ => None,
+    }
+}
+
+/// #28: every commit a worker makes about a run is made while that worker holds the run's
+/// lease (or is the CLAIM that takes it). Replays the lease owner from `run.*` events.
+fn fenced_workers_commit_nothing(commits: &[Vec<Event>]) -> Vec<String> {
+    let mut owner: BTreeMap<RunId, String> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (n, commit) in commits.iter().enumerate() {
+        let claims: BTreeSet<(RunId, &str)> = commit
+            .iter()
+            .filter(|e| e.event_type == EventType::RunStarted)
+            .filter_map(|e| Some((e.run_id?, e.payload["worker_id"].as_str()?)))
+            .collect();
+        let mut reported = BTreeSet::new();
+        for event in commit {
+            let (Some(run), Some(worker)) = (event.run_id, worker_of(event)) else {
+                continue;
+            };
+            let holds = owner.get(&run).map(String::as_str) == Some(worker)
+                || claims.contains(&(run, worker));
+            if !holds && reported.insert((run, worker)) {
+                failures.push(format!(
+                    "commit {n}: worker {worker} wrote {} for run {run} without holding its lease (holder {:?})",
+                    event.event_type,
+                    owner.get(&run)
+                ));
+            }
+        }
+        for event in commit {
+            let Some(run) = event.run_id else { continue };
+            match event.event_type {
+                EventType::RunStarted => {
+                    if let Some(worker) = event.payload["worker_id"].as_str() {
+                        owner.insert(run, worker.to_owned());
+                    }
+                }
+                _ if run_state_after(event).is_some() => {
+                    owner.remove(&run);
+                }
+                _ => {}
+            }
+        }
+    }
+    failures
+}
+
+/// #20, by commit: the commit that parks announces each of its approvals, unless an earlier
+/// commit already did.
+fn park_commits_announce(commits: &[Vec<Event>]) -> Vec<String> {
+    let mut announced: BTreeSet<String> = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (n, commit) in commits.iter().enumerate() {
+        for event in commit
+            .iter()
+            .filter(|e| e.event_type == EventType::ApprovalRequested)
+        {
+            if let Some(id) = event.payload["approval_id"].as_str() {
+                announced.insert(id.to_owned());
+            }
+        }
+        for event in commit
+            .iter()
+            .filter(|e| e.event_type == EventType::RunWaitingForApproval)
+        {
+            for id in event.payload["approval_ids"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+            {
+                if !announced.contains(id) {
+                    failures.push(format!(
+                        "commit {n} parked run {:?} on approval {id} without announcing it",
+                        event.run_id
+                    ));
+                }
+            }
+        }
+    }
+    failures
+}
+
+/// #21: a waiting run is never reclaimed (no `lease_expired` requeue leaves WAITING).
+fn waiting_runs_never_reclaimed(commits: &[Vec<Event>]) -> Vec<String> {
+    let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for event in commits.iter().flatten() {
+        let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) else {
+            continue;
+        };
+        if event.event_type == EventType::RunRequeued
+            && event.payload["reason"] == "lease_expired"
+            && state.get(&run) != Some(&RunStatus::Running)
+        {
+            failures.push(format!(
+                "run {run} was reclaimed while {:?}",
+                state.get(&run)
+            ));
+        }
+        state.insert(run, next);
+    }
+    failures
+}
+
+/// #22 from the caller's side: one `applied` per approval, and every answer agrees with the
+/// resolution the approval ended with.
+fn approver_answers(snapshot: &MemSnapshot, resolves: &[ResolveRecord]) -> Vec<String> {
+    let mut applied: BTreeMap<ApprovalId, usize> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for record in resolves {
+        let Some(approval) = snapshot.approvals.get(&record.approval) else {
+            failures.push(format!("resolve of unknown approval {}", record.approval));
+            continue;
+        };
+        let requested = match record.requested {
+            ApprovalResolution::ApproveOnce => ApprovalStatus::Approved,
+            ApprovalResolution::Deny => ApprovalStatus::Denied,
+        };
+        let consistent = match &record.answer {
+            Ok(ResolveState::Applied) => {
+                *applied.entry(record.approval).or_default() += 1;
+                approval.status == requested
+            }
+            Ok(ResolveState::AlreadyResolvedIdentically) => approval.status == requested,
+            Ok(ResolveState::AlreadyResolvedDifferently) => {
+                matches!(
+                    approval.status,
+                    ApprovalStatus::Approved | ApprovalStatus::Denied
+                ) && approval.status != requested
+            }
+            Err(ServiceError::Expired) => approval.status == ApprovalStatus::Expired,
+            Err(ServiceError::NoLongerPending { status }) => approval.status == *status,
+            Err(_) => true,
+        };
+        if !consistent {
+            failures.push(format!(
+                "resolve({}) of approval {} answered {:?} but the approval is {}",
+                record.requested.as_str(),
+                record.approval,
+                record.answer,
+                approval.status
+            ));
+        }
+    }
+    for (id, n) in applied {
+        if n > 1 {
+            failures.push(format!("approval {id} was applied {n} times"));
+        }
+    }
+    failures
+}
+
+/// #32: cancelling a parked run closes its pending approvals (`cancelled`) and their calls
+/// (`DENIED tool.run_cancelled`) in the commit that cancels the run.
+fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[Vec<Event>]) -> Vec<String> {
+    let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
+    let mut closed: BTreeSet<String> = BTreeSet::new();
+    let mut failures = Vec::new();
+    for (n, commit) in commits.iter().enumerate() {
+        for event in commit {
+            let Some(run) = event.run_id else { continue };
+            if event.event_type == EventType::RunCancelled
+                && state.get(&run) == Some(&RunStatus::WaitingForApproval)
+            {
+                for approval in snapshot.approvals.values().filter(|a| {
+                    a.run_id == run
+                        && a.requested_at.is_some()
+                        && !closed.contains(&a.id.to_string())
+                }) {
+                    let id = approval.id.to_string();
+                    let cancelled_here = commit.iter().any(|e| {
+                        e.event_type == EventType::ApprovalCancelled
+                            && e.payload["approval_id"].as_str() == Some(id.as_str())
+                    });
+                    let call = approval.action_id.to_string();
+                    let denied_here = commit.iter().any(|e| {
+                        e.event_type == EventType::ToolCallDenied
+                            && e.payload["invocation_id"].as_str() == Some(call.as_str())
+                            && e.payload["reason_code"] == "tool.run_cancelled"
+                    });
+                    if !(cancelled_here && denied_here) {
+                        failures.push(format!(
+                            "commit {n} cancelled parked run {run} but approval {id} (cancelled here: {cancelled_here}, call denied here: {denied_here}) was not closed with it"
+                        ));
+                    }
+                }
+            }
+        }
+        for event in commit {
+            if matches!(
+                event.event_type,
+                EventType::ApprovalResolved
+                    | EventType::ApprovalExpired
+                    | EventType::ApprovalCancelled
+            ) && let Some(id) = event.payload["approval_id"].as_str()
+            {
+                closed.insert(id.to_owned());
+            }
+            if let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) {
+                state.insert(run, next);
+            }
+        }
+    }
+    failures
+}
+
+/// #38: a workspace read is `internal_tool` only if this process incarnation wrote the same
+/// bytes; and core keeps the lower of the tool's claim and the spec's trust (§9.3).
+fn provenance(snapshot: &MemSnapshot, o: &Observations) -> Vec<String> {
+    let mut failures = Vec::new();
+    // A read-only call may run more than once (REEXECUTE, or a zombie racing its successor);
+    // the row keeps the result of whichever execution finished it.
+    let mut claimed: BTreeMap<&str, BTreeSet<TrustLevel>> = BTreeMap::new();
+    for read in &o.reads {
+        claimed
+            .entry(read.key.as_str())
+            .or_default()
+            .insert(read.claimed);
+        if read.claimed == TrustLevel::InternalTool
+            && !o.writes.iter().any(|w| {
+                w.incarnation == read.incarnation
+                    && w.run == read.run
+                    && w.path == read.path
+                    && w.content == read.content
+            })
+        {
+            failures.push(format!(
+                "read of {} in run {} by {} claimed internal_tool without its own write",
+                read.path, read.run, read.incarnation
+            ));
+        }
+    }
+    for row in snapshot
+        .invocations
+        .values()
+        .filter(|i| i.status == InvocationStatus::Succeeded && i.tool_name == "sim.ws_read")
+    {
+        let item = row.result_item.as_deref().and_then(ResultItem::parse);
+        if let (Some(item), Some(claims)) = (item, claimed.get(row.idempotency_key.as_str()))
+            && !claims
+                .iter()
+                .any(|claim| item.trust == claim.lower(TrustLevel::InternalTool))
+        {
+            failures.push(format!(
+                "invocation {} reports trust {} for a read claimed {claims:?}",
+                row.id, item.trust
+            ));
+        }
+    }
+    failures
+}
+
+/// #40: events are never updated or deleted — the final log is exactly what the commits
+/// appended, in commit order.
+fn events_append_only(snapshot: &MemSnapshot, commits: &[Vec<Event>]) -> Vec<String> {
+    let appended: Vec<&Event> = commits.iter().flatten().collect();
+    if appended.len() != snapshot.events.len() {
+        return vec![format!(
+            "{} events were appended but {} are stored",
+            appended.len(),
+            snapshot.events.len()
+        )];
+    }
+    appended
+        .iter()
+        .zip(&snapshot.events)
+        .filter(|(a, b)| **a != *b)
+        .map(|(a, _)| format!("event {} changed after its commit", a.id))
+        .take(5)
+        .collect()
+}
+
+/// After the quiet phase (no faults, every node up): every run is terminal or parked (#34: no
+/// due run is left unclaimed; #33: a requested cancel has ended its run).
+fn liveness(snapshot: &MemSnapshot, quiet: QuietEnd) -> Vec<(&'static str, String)> {
+    let mut failures = Vec::new();
+    for run in snapshot.runs.values() {
+        let status = run.status();
+        if status.is_terminal() {
+            continue;
+        }
+        if run.cancel_requested_at.is_some() {
+            failures.push((
+                "inv_33_cancel_requested_runs_end",
+                format!(
+                    "run {} is {status} after the quiet phase with a cancel requested",
+                    run.id
+                ),
+            ));
+        } else if status == RunStatus::Queued {
+            failures.push((
+                "inv_34_queued_runs_are_claimed",
+                format!("run {} is still QUEUED after the quiet phase", run.id),
+            ));
+        } else if status != RunStatus::WaitingForApproval {
+            failures.push((
+                "liveness_terminal_or_parked",
+                format!("run {} is {status} after the quiet phase", run.id),
+            ));
+        }
+    }
+    if !quiet.settled && failures.is_empty() {
+        failures.push((
+            "liveness_terminal_or_parked",
+            "the quiet phase hit its time bound".to_owned(),
+        ));
+    }
+    failures
+}
+
+/// The invocations a violation's detail mentions, for the failure report.
+pub fn mentioned_runs(snapshot: &MemSnapshot, detail: &str) -> BTreeSet<RunId> {
+    let mut runs: BTreeSet<RunId> = snapshot
+        .runs
+        .keys()
+        .filter(|id| detail.contains(&id.to_string()))
+        .copied()
+        .collect();
+    let invocations: Vec<InvocationId> = snapshot
+        .invocations
+        .keys()
+        .filter(|id| detail.contains(&id.to_string()))
+        .copied()
+        .collect();
+    for id in invocations {
+        if let Some(row) = snapshot.invocations.get(&id) {
+            runs.insert(row.run_id);
+        }
+    }
+    for approval in snapshot.approvals.values() {
+        if detail.contains(&approval.id.to_string()) {
+            runs.insert(approval.run_id);
+        }
+    }
+    for row in snapshot.invocations.values() {
+        if detail.contains(&row.idempotency_key) {
+            runs.insert(row.run_id);
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_core::events::Actor;
+    use airlock_core::ids::SessionId;
+    use airlock_core::time::Timestamp;
+    use serde_json::json;
+
+    fn event(
+        id: i64,
+        run: RunId,
+        kind: EventType,
+        actor: Actor,
+        payload: serde_json::Value,
+    ) -> Event {
+        Event {
+            id,
+            session_id: SessionId(uuid::Uuid::nil()),
+            run_id: Some(run),
+            sequence: id as u64,
+            event_type: kind,
+            payload_schema_version: 1,
+            actor,
+            payload,
+            derivation_key: None,
+            created_at: Timestamp::from_micros(id),
+        }
+    }
+
+    fn run() -> RunId {
+        RunId(uuid::Uuid::from_u128(7))
+    }
+
+    #[test]
+    fn a_commit_by_a_worker_without_the_lease_is_caught() {
+        let w1 = Actor::worker("w1.1");
+        let claim = vec![event(
+            1,
+            run(),
+            EventType::RunStarted,
+            w1.clone(),
+            json!({"worker_id": "w1.1", "lease_epoch": 1}),
+        )];
+        let reclaim = vec![event(
+            2,
+            run(),
+            EventType::RunRequeued,
+            Actor::maintenance(),
+            json!({"reason": "lease_expired"}),
+        )];
+        let zombie = vec![event(
+            3,
+            run(),
+            EventType::RunCheckpointed,
+            w1.clone(),
+            json!({}),
+        )];
+        assert!(fenced_workers_commit_nothing(&[claim.clone(), zombie.clone()]).is_empty());
+        let found = fenced_workers_commit_nothing(&[claim.clone(), reclaim.clone(), zombie]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(waiting_runs_never_reclaimed(&[claim, reclaim]).is_empty());
+    }
+
+    #[test]
+    fn a_park_that_announces_later_is_caught() {
+        let w = Actor::worker("w0.1");
+        let park = event(
+            5,
+            run(),
+            EventType::RunWaitingForApproval,
+            w.clone(),
+            json!({"approval_ids": ["a1"]}),
+        );
+        let announce = event(
+            6,
+            run(),
+            EventType::ApprovalRequested,
+            w,
+            json!({"approval_id": "a1"}),
+        );
+        assert!(park_commits_announce(&[vec![park.clone(), announce.clone()]]).is_empty());
+        assert_eq!(
+            park_commits_announce(&[vec![park], vec![announce]]).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_second_request_without_the_replay_flag_is_caught() {
+        let entry = |replay| Entry {
+            key: "k".into(),
+            idempotency: IdempotencyClass::ConditionallyIdempotent,
+            replay,
+        };
+        let ok = Observations {
+            entries: vec![entry(false), entry(true)],
+            ..Observations::default()
+        };
+        assert!(replays_land_once(&ok).is_empty());
+        let bad = Observations {
+            entries: vec![entry(false), entry(false)],
+            ..Observations::default()
+        };
+        assert_eq!(replays_land_once(&bad).len(), 1);
+    }
+}

@@ -1,0 +1,1083 @@
+//! One simulated world on madsim (only under `--cfg madsim`). The world supplies ports and
+//! actors and decides nothing: each worker node's `init` runs core's unchanged `Worker` (with its
+//! own `ControlService` for the approval sweep) over the one durable `SimStore`; a client node
+//! runs the submitter, approver, canceller and reviewer through core's `ControlService`; the
+//! supervisor (madsim's main task) injects the plan's faults, then runs a quiet phase and hands
+//! back everything the checkers need.
+//!
+//! Crash model (SPEC §14): a node kill drops every task, token, heartbeat, inbox and provenance
+//! map of that node; only committed transactions (and the outside world: the ledger and the
+//! workspace files) survive. `restart` re-runs `init`, which is a process restart.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use airlock_core::action::JsonMap;
+use airlock_core::control::{ControlService, ServiceError};
+use airlock_core::env::Env;
+use airlock_core::ids::RunId;
+use airlock_core::mem_store::MemSnapshot;
+use airlock_core::planner::script::ScriptedPlannerFactory;
+use airlock_core::policy::Ruleset;
+use airlock_core::ports::{
+    BoxFut, Clock, Dispatcher, EntryKind, FaultHook, IdSource, Planner, PlannerError,
+    PlannerFactory, PlannerInput, PlannerTurn, Provenance, Spawner, Tool, ToolContext, ToolFailure,
+    ToolSpec, ToolSuccess, Workspace, WorkspaceEntry, WorkspaceError, WorkspaceFactory, WsPath,
+};
+use airlock_core::principal::Principal;
+use airlock_core::run::Run;
+use airlock_core::scope::platform_scopes;
+use airlock_core::testing::invariants::Effect;
+use airlock_core::time::Timestamp;
+use airlock_core::tool::registry::ToolRegistry;
+use airlock_core::vocab::{
+    ApprovalResolution, CrashPoint, IdempotencyClass, RunStatus, SettlementOutcome, ToolFailureKind,
+};
+use airlock_core::worker::{Worker, WorkerSettings};
+use madsim::runtime::Handle;
+use madsim::task::NodeId;
+use madsim::time::{Instant, sleep};
+use madsim_tokio::sync::mpsc;
+use serde_json::{Value, json};
+
+use crate::catalog::{self, Body};
+use crate::checks::{Observations, QuietEnd, ReadRecord, ResolveRecord, WriteRecord};
+use crate::plan::{APPROVER_MOVES, ApproverMove, Plan, SimRng, point_index};
+use crate::store::SimStore;
+
+/// 2026-01-01T00:00:00Z: the wall clock of every world starts here.
+pub const EPOCH_MICROS: i64 = 1_767_225_600_000_000;
+/// How long the quiet phase may take before liveness fails (simulated).
+const QUIET_BOUND: Duration = Duration::from_secs(600);
+/// The supervisor's step.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Everything a seed leaves for the checkers and the report.
+pub struct Outcome {
+    pub snapshot: MemSnapshot,
+    pub commits: Vec<Vec<airlock_core::events::Event>>,
+    pub commit_violations: Vec<String>,
+    pub observations: Observations,
+    pub quiet: QuietEnd,
+    pub faults: BTreeMap<String, u64>,
+    pub fault_log: Vec<String>,
+    pub simulated: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Worker,
+    Client,
+}
+
+struct Slot {
+    name: String,
+    role: Role,
+    id: Option<NodeId>,
+    incarnation: u32,
+    down_until: Option<Duration>,
+    paused_until: Option<Duration>,
+    inbox: Option<mpsc::UnboundedSender<RunId>>,
+}
+
+#[derive(Default)]
+struct FaultLog {
+    counts: BTreeMap<String, u64>,
+    log: Vec<String>,
+}
+
+/// The simulated clock: madsim's virtual time from a fixed epoch, plus forward jumps of the
+/// wall clock (timers keep their durations, as monotonic timers do).
+#[derive(Clone)]
+struct SimClock {
+    start: Instant,
+    jump_micros: Arc<AtomicI64>,
+}
+
+impl SimClock {
+    fn elapsed(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.start)
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = i64::try_from(self.elapsed().as_micros()).unwrap_or(i64::MAX / 2);
+        Timestamp::from_micros(EPOCH_MICROS + elapsed + self.jump_micros.load(Ordering::SeqCst))
+    }
+
+    fn sleep_until(&self, t: Timestamp) -> BoxFut<'static, ()> {
+        let micros = (t.as_micros() - self.now().as_micros()).max(0);
+        Box::pin(sleep(Duration::from_micros(micros as u64)))
+    }
+}
+
+/// Seeded, sequential v4-shaped UUIDs: deterministic under madsim's schedule.
+struct SeqIds {
+    salt: u64,
+    next: AtomicU64,
+}
+
+impl IdSource for SeqIds {
+    fn new_uuid(&self) -> uuid::Uuid {
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let value = (u128::from(self.salt) << 64) | u128::from(n);
+        uuid::Builder::from_u128(value)
+            .with_version(uuid::Version::Random)
+            .with_variant(uuid::Variant::RFC4122)
+            .into_uuid()
+    }
+}
+
+pub struct World {
+    plan: Plan,
+    rng: Mutex<SimRng>,
+    store: Arc<SimStore>,
+    clock: SimClock,
+    ids: Arc<SeqIds>,
+    observations: Mutex<Observations>,
+    /// The simulated services' memory of applied idempotency keys (their responses).
+    services: Mutex<BTreeMap<String, Value>>,
+    /// Workspace files: the outside world, so they survive restarts.
+    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
+    /// 0: chaos, 1: quiet.
+    phase: AtomicU8,
+    nodes: Mutex<Vec<Slot>>,
+    next_submission: AtomicUsize,
+    faults: Mutex<FaultLog>,
+    shipped: Arc<Ruleset>,
+    rollout: Arc<Ruleset>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn alice() -> Principal {
+    Principal {
+        tenant_id: "acme".into(),
+        principal_id: "alice".into(),
+        scopes: platform_scopes(),
+    }
+}
+
+fn bob() -> Principal {
+    Principal {
+        tenant_id: "acme".into(),
+        principal_id: "bob".into(),
+        scopes: platform_scopes(),
+    }
+}
+
+impl World {
+    fn draw<R>(&self, f: impl FnOnce(&mut SimRng) -> R) -> R {
+        f(&mut lock(&self.rng))
+    }
+
+    fn chaos(&self) -> bool {
+        self.phase.load(Ordering::SeqCst) == 0
+    }
+
+    fn observations(&self) -> MutexGuard<'_, Observations> {
+        lock(&self.observations)
+    }
+
+    fn fault(&self, kind: &str, detail: String) {
+        let elapsed = self.clock.elapsed();
+        let mut faults = lock(&self.faults);
+        *faults.counts.entry(kind.to_owned()).or_default() += 1;
+        faults
+            .log
+            .push(format!("t={:.3}s {kind}: {detail}", elapsed.as_secs_f64()));
+    }
+
+    /// Kills node `index` (a process crash) and schedules its restart.
+    fn kill(&self, index: usize, kind: &str, detail: String) {
+        let downtime = self.draw(|r| r.range(self.plan.downtime_ms.0, self.plan.downtime_ms.1));
+        let now = self.clock.elapsed();
+        let name = {
+            let mut nodes = lock(&self.nodes);
+            let slot = &mut nodes[index];
+            if slot.down_until.is_some() {
+                return;
+            }
+            let Some(id) = slot.id else { return };
+            Handle::current().kill(id);
+            slot.inbox = None;
+            slot.paused_until = None;
+            slot.down_until = Some(now + Duration::from_millis(downtime));
+            format!("{}.{}", slot.name, slot.incarnation)
+        };
+        self.fault(kind, format!("{name} {detail}"));
+    }
+
+    /// A new incarnation of node `index`; returns its process name.
+    fn begin_incarnation(&self, index: usize) -> String {
+        let mut nodes = lock(&self.nodes);
+        let slot = &mut nodes[index];
+        slot.incarnation += 1;
+        format!("{}.{}", slot.name, slot.incarnation)
+    }
+
+    fn env(
+        self: &Arc<Self>,
+        index: usize,
+        incarnation: &str,
+        ruleset: Arc<Ruleset>,
+    ) -> Env<SimStore> {
+        let mut registry = ToolRegistry::new();
+        for (spec, body) in catalog::tools() {
+            registry
+                .register(Arc::new(SimTool {
+                    spec,
+                    body,
+                    world: Arc::clone(self),
+                    node: index,
+                    incarnation: incarnation.to_owned(),
+                }))
+                .expect("the simulated tools register");
+        }
+        Env {
+            store: Arc::clone(&self.store),
+            clock: Arc::new(self.clock.clone()),
+            ids: self.ids.clone(),
+            ruleset,
+            tools: Arc::new(registry),
+            workspaces: Some(Arc::new(SimWorkspaces {
+                files: Arc::clone(&self.files),
+                written: Arc::new(Mutex::new(BTreeSet::new())),
+            })),
+            planners: Arc::new(SimPlanners {
+                world: Arc::clone(self),
+            }),
+            faults: Arc::new(SimFaults {
+                world: Arc::clone(self),
+                node: index,
+            }),
+        }
+    }
+
+    fn dispatcher(self: &Arc<Self>) -> Arc<dyn Dispatcher> {
+        Arc::new(SimDispatcher {
+            world: Arc::clone(self),
+        })
+    }
+
+    /// A dispatch hint on its way to a worker: lost, duplicated or late while faults run.
+    fn deliver(&self, run: RunId, what: &str) {
+        if self.store.transaction_open() {
+            self.observations()
+                .open_transaction_calls
+                .push(format!("dispatcher.{what}({run}) ran inside a transaction"));
+        }
+        let chaos = self.chaos();
+        let (lost, copies, delay_ms) = self.draw(|r| {
+            let lost = chaos && r.chance(self.plan.lost_dispatch);
+            let copies = if chaos && r.chance(self.plan.duplicate_dispatch) {
+                2
+            } else {
+                1
+            };
+            let delay = if chaos && r.chance(self.plan.delayed_dispatch) {
+                r.range(1, 3_000)
+            } else {
+                0
+            };
+            (lost, copies, delay)
+        });
+        if lost {
+            self.fault("dispatch_lost", format!("{what} {run}"));
+            return;
+        }
+        if copies > 1 {
+            self.fault("dispatch_duplicated", format!("{what} {run}"));
+        }
+        let inboxes: Vec<mpsc::UnboundedSender<RunId>> = lock(&self.nodes)
+            .iter()
+            .filter(|s| s.role == Role::Worker && s.down_until.is_none())
+            .filter_map(|s| s.inbox.clone())
+            .collect();
+        if inboxes.is_empty() {
+            return;
+        }
+        for _ in 0..copies {
+            let inbox = self.draw(|r| r.pick(&inboxes).clone());
+            if delay_ms == 0 {
+                let _ = inbox.send(run);
+            } else {
+                madsim::task::spawn(async move {
+                    sleep(Duration::from_millis(delay_ms)).await;
+                    let _ = inbox.send(run);
+                });
+            }
+        }
+    }
+
+    /// One incarnation of a worker process.
+    async fn worker_main(self: Arc<Self>, index: usize) {
+        let name = self.begin_incarnation(index);
+        let rollout = self.chaos() && self.draw(|r| r.chance(self.plan.rollout));
+        let ruleset = if rollout {
+            Arc::clone(&self.rollout)
+        } else {
+            Arc::clone(&self.shipped)
+        };
+        let env = self.env(index, &name, ruleset);
+        let settings = WorkerSettings {
+            worker_id: name.clone(),
+            lease_ms: self.plan.lease_ms,
+            poll_ms: self.plan.poll_ms,
+            reclaim_every_ms: self.plan.reclaim_every_ms,
+            approval_sweep_every_ms: self.plan.approval_sweep_every_ms,
+            max_attempts: self.plan.max_attempts,
+            concurrency: self.plan.concurrency,
+        };
+        let worker = Worker::new(env.clone(), settings);
+        let control = ControlService::new(env, self.dispatcher(), Some(worker.tokens().clone()));
+        if let Err(error) = control.record_policy_profile(&name).await {
+            self.observations()
+                .worker_errors
+                .push(format!("{name}: PROFILE failed: {error}"));
+            return;
+        }
+        let (sender, mut receiver) = mpsc::unbounded_channel();
+        lock(&self.nodes)[index].inbox = Some(sender);
+        let listener = Arc::clone(&worker);
+        madsim::task::spawn(async move {
+            // The inline dispatcher (SPEC §10.5): CLAIM restricted to the hinted run.
+            while let Some(run) = receiver.recv().await {
+                let worker = Arc::clone(&listener);
+                madsim::task::spawn(async move {
+                    let _ = worker.run_inline(run).await;
+                });
+            }
+        });
+        if let Err(error) = worker.run(&SimSpawner, &control, &|| false).await {
+            self.observations()
+                .worker_errors
+                .push(format!("{name}: worker loop ended: {error:?}"));
+        }
+    }
+
+    /// One incarnation of the client process: submitter, approver, canceller, reviewer.
+    async fn client_main(self: Arc<Self>, index: usize) {
+        let name = self.begin_incarnation(index);
+        let env = self.env(index, &name, Arc::clone(&self.shipped));
+        let control = Arc::new(ControlService::new(env, self.dispatcher(), None));
+        madsim::task::spawn(Arc::clone(&self).submitter(Arc::clone(&control)));
+        madsim::task::spawn(Arc::clone(&self).approver(Arc::clone(&control)));
+        if self.plan.cancel_per_s > 0.0 {
+            madsim::task::spawn(Arc::clone(&self).canceller(Arc::clone(&control)));
+        }
+        if self.plan.settle_per_s > 0.0 {
+            madsim::task::spawn(Arc::clone(&self).reviewer(Arc::clone(&control)));
+        }
+        std::future::pending::<()>().await;
+    }
+
+    async fn submitter(self: Arc<Self>, control: Arc<ControlService<SimStore>>) {
+        loop {
+            let index = self.next_submission.load(Ordering::SeqCst);
+            let Some(planned) = self.plan.runs.get(index) else {
+                return;
+            };
+            let due = Duration::from_millis(planned.at_ms);
+            let now = self.clock.elapsed();
+            if due > now {
+                sleep(due - now).await;
+            }
+            if !self.chaos() {
+                return;
+            }
+            // At most once: a crash after SUBMIT commits loses the answer, not the run.
+            self.next_submission.fetch_add(1, Ordering::SeqCst);
+            let _ = control
+                .submit_run(&alice(), &planned.script.to_string())
+                .await;
+        }
+    }
+
+    fn record_resolve(
+        &self,
+        approval: airlock_core::ids::ApprovalId,
+        requested: ApprovalResolution,
+        answer: Result<airlock_core::control::Resolved, ServiceError>,
+    ) {
+        self.observations().resolves.push(ResolveRecord {
+            approval,
+            requested,
+            answer: answer.map(|r| r.state),
+        });
+    }
+
+    async fn resolve(
+        self: Arc<Self>,
+        control: Arc<ControlService<SimStore>>,
+        approval: airlock_core::ids::ApprovalId,
+        resolution: ApprovalResolution,
+    ) {
+        let answer = control
+            .resolve(&bob(), approval, resolution, Some("simulated approver"))
+            .await;
+        self.record_resolve(approval, resolution, answer);
+    }
+
+    async fn approver(self: Arc<Self>, control: Arc<ControlService<SimStore>>) {
+        use ApprovalResolution::{ApproveOnce, Deny};
+        while self.chaos() {
+            let pause = self.draw(|r| {
+                r.range(
+                    self.plan.approver_period_ms.0,
+                    self.plan.approver_period_ms.1,
+                )
+            });
+            sleep(Duration::from_millis(pause)).await;
+            if !self.chaos() {
+                return;
+            }
+            let Ok(page) = control.list_pending(&bob(), None, Some(100), None) else {
+                continue;
+            };
+            for approval in page.items {
+                let the_move =
+                    self.draw(|r| APPROVER_MOVES[r.weighted(&self.plan.approver_weights)]);
+                let id = approval.id;
+                let spawn_resolve = |resolution| {
+                    madsim::task::spawn(Arc::clone(&self).resolve(
+                        Arc::clone(&control),
+                        id,
+                        resolution,
+                    ))
+                };
+                match the_move {
+                    ApproverMove::Approve => {
+                        Arc::clone(&self)
+                            .resolve(Arc::clone(&control), id, ApproveOnce)
+                            .await
+                    }
+                    ApproverMove::Deny => {
+                        Arc::clone(&self)
+                            .resolve(Arc::clone(&control), id, Deny)
+                            .await
+                    }
+                    ApproverMove::Ignore => {}
+                    ApproverMove::Duplicate => {
+                        let resolution = if self.draw(|r| r.chance(0.5)) {
+                            ApproveOnce
+                        } else {
+                            Deny
+                        };
+                        let a = spawn_resolve(resolution);
+                        let b = spawn_resolve(resolution);
+                        let _ = (a.await, b.await);
+                    }
+                    ApproverMove::RaceResolutions => {
+                        let a = spawn_resolve(ApproveOnce);
+                        let b = spawn_resolve(Deny);
+                        let _ = (a.await, b.await);
+                    }
+                    ApproverMove::RaceCancel => {
+                        let a = spawn_resolve(ApproveOnce);
+                        let canceller = Arc::clone(&control);
+                        let run = approval.run_id;
+                        let b = madsim::task::spawn(async move {
+                            let _ = canceller.cancel_run(&alice(), run).await;
+                        });
+                        let _ = (a.await, b.await);
+                    }
+                    ApproverMove::RaceExpire => {
+                        let a = spawn_resolve(ApproveOnce);
+                        let expirer = Arc::clone(&control);
+                        let b = madsim::task::spawn(async move {
+                            let _ = expirer.expire_due(&bob()).await;
+                        });
+                        let _ = (a.await, b.await);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn canceller(self: Arc<Self>, control: Arc<ControlService<SimStore>>) {
+        let mean_ms = (1_000.0 / self.plan.cancel_per_s) as u64;
+        while self.chaos() {
+            let pause = self.draw(|r| r.range(1, 2 * mean_ms.max(2)));
+            sleep(Duration::from_millis(pause)).await;
+            if !self.chaos() {
+                return;
+            }
+            let runs: Vec<RunId> = self.store.inspect(|s| s.runs.keys().copied().collect());
+            if runs.is_empty() {
+                continue;
+            }
+            let (run, twice) = self.draw(|r| (*r.pick(&runs), r.chance(0.2)));
+            let _ = control.cancel_run(&alice(), run).await;
+            if twice {
+                let _ = control.cancel_run(&alice(), run).await;
+            }
+        }
+    }
+
+    async fn reviewer(self: Arc<Self>, control: Arc<ControlService<SimStore>>) {
+        let mean_ms = (1_000.0 / self.plan.settle_per_s) as u64;
+        while self.chaos() {
+            let pause = self.draw(|r| r.range(1, 2 * mean_ms.max(2)));
+            sleep(Duration::from_millis(pause)).await;
+            let Ok(queue) = control.list_uncertain(&bob(), false) else {
+                continue;
+            };
+            if let Some(invocation) = queue.first() {
+                let outcome = if self.draw(|r| r.chance(0.5)) {
+                    SettlementOutcome::Succeeded
+                } else {
+                    SettlementOutcome::Failed
+                };
+                let _ = control
+                    .settle(&bob(), invocation.id, outcome, "checked the ledger")
+                    .await;
+            }
+        }
+    }
+
+    /// The supervisor: faults during the chaos phase, then a quiet phase until every run is
+    /// terminal or parked (or the bound passes).
+    async fn supervise(self: Arc<Self>) -> QuietEnd {
+        let chaos_until = Duration::from_millis(self.plan.chaos_ms);
+        let tick = TICK.as_secs_f64();
+        while self.clock.elapsed() < chaos_until {
+            sleep(TICK).await;
+            self.wake_due_nodes(false);
+            let (kill, pause, jump) = self.draw(|r| {
+                (
+                    r.chance(self.plan.random_kill_per_s * tick),
+                    r.chance(self.plan.pause_per_s * tick),
+                    r.chance(self.plan.jump_per_s * tick),
+                )
+            });
+            if kill && let Some(index) = self.random_live_worker() {
+                self.kill(index, "kill_random_await", "at a random await".to_owned());
+            }
+            if pause && let Some(index) = self.random_live_worker() {
+                let lease = self.plan.lease_ms;
+                let length = self.draw(|r| r.range(lease + lease / 3, 3 * lease));
+                let now = self.clock.elapsed();
+                let name = {
+                    let mut nodes = lock(&self.nodes);
+                    let slot = &mut nodes[index];
+                    if let Some(id) = slot.id {
+                        Handle::current().pause(id);
+                    }
+                    slot.paused_until = Some(now + Duration::from_millis(length));
+                    format!("{}.{}", slot.name, slot.incarnation)
+                };
+                self.fault("pause_zombie", format!("{name} for {length} ms"));
+            }
+            if jump {
+                let seconds = self.draw(|r| {
+                    *r.pick(&[
+                        (2 * self.plan.lease_ms / 1000).max(1) as i64,
+                        600,
+                        3_600,
+                        4 * 3_600,
+                        86_400,
+                        86_400,
+                    ])
+                });
+                self.clock
+                    .jump_micros
+                    .fetch_add(seconds * 1_000_000, Ordering::SeqCst);
+                self.fault("clock_jump", format!("+{seconds} s"));
+            }
+        }
+        // Quiet phase: no new faults; every node up.
+        self.phase.store(1, Ordering::SeqCst);
+        self.wake_due_nodes(true);
+        let quiet_until = self.clock.elapsed() + QUIET_BOUND;
+        loop {
+            sleep(Duration::from_millis(500)).await;
+            self.wake_due_nodes(true);
+            let settled = self.store.inspect(|s| {
+                s.runs.values().all(|r| {
+                    r.status().is_terminal() || r.status() == RunStatus::WaitingForApproval
+                })
+            });
+            if settled {
+                return QuietEnd { settled: true };
+            }
+            if self.clock.elapsed() >= quiet_until {
+                return QuietEnd { settled: false };
+            }
+        }
+    }
+
+    fn random_live_worker(&self) -> Option<usize> {
+        let live: Vec<usize> = lock(&self.nodes)
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                s.role == Role::Worker && s.down_until.is_none() && s.paused_until.is_none()
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if live.is_empty() {
+            None
+        } else {
+            Some(self.draw(|r| *r.pick(&live)))
+        }
+    }
+
+    /// Restarts killed nodes and resumes paused ones whose time has come (all of them if `all`).
+    fn wake_due_nodes(&self, all: bool) {
+        let now = self.clock.elapsed();
+        let mut nodes = lock(&self.nodes);
+        for slot in nodes.iter_mut() {
+            let Some(id) = slot.id else { continue };
+            if slot.paused_until.is_some_and(|t| all || now >= t) {
+                slot.paused_until = None;
+                Handle::current().resume(id);
+            }
+            if slot.down_until.is_some_and(|t| all || now >= t) {
+                slot.down_until = None;
+                Handle::current().restart(id);
+            }
+        }
+    }
+}
+
+/// Runs one world to its end; call inside a madsim runtime seeded with `plan.seed`.
+pub async fn simulate(plan: Plan) -> Outcome {
+    let seed = plan.seed;
+    let world = Arc::new(World {
+        rng: Mutex::new(SimRng::new(seed, 1)),
+        store: SimStore::shared(),
+        clock: SimClock {
+            start: Instant::now(),
+            jump_micros: Arc::new(AtomicI64::new(0)),
+        },
+        ids: Arc::new(SeqIds {
+            salt: seed,
+            next: AtomicU64::new(1),
+        }),
+        observations: Mutex::new(Observations::default()),
+        services: Mutex::new(BTreeMap::new()),
+        files: Arc::new(Mutex::new(BTreeMap::new())),
+        phase: AtomicU8::new(0),
+        nodes: Mutex::new(Vec::new()),
+        next_submission: AtomicUsize::new(0),
+        faults: Mutex::new(FaultLog::default()),
+        shipped: Arc::new(catalog::ruleset_shipped()),
+        rollout: Arc::new(catalog::ruleset_rollout()),
+        plan,
+    });
+    {
+        let mut nodes = lock(&world.nodes);
+        for i in 0..world.plan.workers {
+            nodes.push(Slot {
+                name: format!("w{i}"),
+                role: Role::Worker,
+                id: None,
+                incarnation: 0,
+                down_until: None,
+                paused_until: None,
+                inbox: None,
+            });
+        }
+        nodes.push(Slot {
+            name: "client".into(),
+            role: Role::Client,
+            id: None,
+            incarnation: 0,
+            down_until: None,
+            paused_until: None,
+            inbox: None,
+        });
+    }
+    let handle = Handle::current();
+    let count = world.plan.workers + 1;
+    for index in 0..count {
+        let for_init = Arc::clone(&world);
+        let (name, role) = {
+            let nodes = lock(&world.nodes);
+            (nodes[index].name.clone(), nodes[index].role)
+        };
+        let node = handle
+            .create_node()
+            .name(name)
+            .init(move || {
+                let world = Arc::clone(&for_init);
+                async move {
+                    match role {
+                        Role::Worker => world.worker_main(index).await,
+                        Role::Client => world.client_main(index).await,
+                    }
+                }
+            })
+            .build();
+        lock(&world.nodes)[index].id = Some(node.id());
+    }
+    let quiet = Arc::clone(&world).supervise().await;
+    let simulated = world.clock.elapsed();
+    // Stop every node so nothing runs while the outcome is collected.
+    for slot in lock(&world.nodes).iter() {
+        if let Some(id) = slot.id {
+            handle.kill(id);
+        }
+    }
+    let snapshot = world.store.snapshot();
+    let (commits, commit_violations) = {
+        let mut log = world.store.log();
+        (
+            std::mem::take(&mut log.commits),
+            std::mem::take(&mut log.violations),
+        )
+    };
+    let observations = std::mem::take(&mut *world.observations());
+    let faults = std::mem::take(&mut *lock(&world.faults));
+    Outcome {
+        snapshot,
+        commits,
+        commit_violations,
+        observations,
+        quiet,
+        faults: faults.counts,
+        fault_log: faults.log,
+        simulated,
+    }
+}
+
+struct SimSpawner;
+
+impl Spawner for SimSpawner {
+    fn spawn(&self, f: BoxFut<'static, ()>) {
+        madsim::task::spawn(f);
+    }
+}
+
+struct SimDispatcher {
+    world: Arc<World>,
+}
+
+impl Dispatcher for SimDispatcher {
+    fn dispatch(&self, run: RunId) {
+        self.world.deliver(run, "dispatch");
+    }
+    fn resume(&self, run: RunId) {
+        self.world.deliver(run, "resume");
+    }
+}
+
+/// Kills the node at a crash point with the plan's probability: the awaiting future never
+/// completes and madsim drops every task of the node.
+struct SimFaults {
+    world: Arc<World>,
+    node: usize,
+}
+
+impl FaultHook for SimFaults {
+    fn reached(&self, point: CrashPoint) -> BoxFut<'static, ()> {
+        let world = &self.world;
+        let kill =
+            world.chaos() && world.draw(|r| r.chance(world.plan.kill_at[point_index(point)]));
+        if kill {
+            world.kill(self.node, &format!("kill_{point}"), format!("at {point}"));
+            return Box::pin(std::future::pending());
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+struct SimPlanners {
+    world: Arc<World>,
+}
+
+impl PlannerFactory for SimPlanners {
+    fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        Ok(Arc::new(SimPlanner {
+            inner: ScriptedPlannerFactory.for_run(run)?,
+            world: Arc::clone(&self.world),
+        }))
+    }
+}
+
+/// Core's scripted planner behind a simulated thinking time.
+struct SimPlanner {
+    inner: Arc<dyn Planner>,
+    world: Arc<World>,
+}
+
+impl Planner for SimPlanner {
+    fn next_turn<'a>(
+        &'a self,
+        input: PlannerInput<'a>,
+    ) -> BoxFut<'a, Result<PlannerTurn, PlannerError>> {
+        Box::pin(async move {
+            if self.world.store.transaction_open() {
+                self.world
+                    .observations()
+                    .open_transaction_calls
+                    .push(format!(
+                        "the planner ran inside a transaction (run {})",
+                        input.run.id
+                    ));
+            }
+            let think_ms = self.world.draw(|r| r.range(1, 300));
+            sleep(Duration::from_millis(think_ms)).await;
+            self.inner.next_turn(input).await
+        })
+    }
+}
+
+/// A simulated external service. Its effect lands in the ground-truth ledger (keyed by the
+/// idempotency key) before the response travels back, so a crash or a timeout can fall between
+/// the effect and its acknowledgement.
+struct SimTool {
+    spec: ToolSpec,
+    body: Body,
+    world: Arc<World>,
+    node: usize,
+    incarnation: String,
+}
+
+impl SimTool {
+    /// Records a body entry; returns whether it changed the world and the service's answer.
+    fn land(&self, ctx: &ToolContext<'_>, watermarked: bool, open: bool, args: &JsonMap) -> Value {
+        let world = &self.world;
+        let key = ctx.idempotency_key.to_owned();
+        let mut services = lock(&world.services);
+        // A service with idempotency keys applies a key once, whichever request carrying it
+        // lands first: a zombie's request still in flight may land after the replay.
+        let deduplicated = self.spec.idempotency == IdempotencyClass::ConditionallyIdempotent
+            && services.contains_key(&key);
+        let answer = if deduplicated {
+            services[&key].clone()
+        } else {
+            let answer = json!({"service": self.spec.name, "arguments": args, "receipt": format!("r-{}", &key[..12.min(key.len())])});
+            services.insert(key.clone(), answer.clone());
+            answer
+        };
+        drop(services);
+        let mut observations = world.observations();
+        observations.effects.push(Effect {
+            tool_name: self.spec.name.clone(),
+            idempotency_key: key,
+            idempotency: self.spec.idempotency,
+            replay: ctx.replay,
+            watermarked_at_entry: watermarked,
+            transaction_open_at_entry: open,
+        });
+        observations.landed.push(!deduplicated);
+        answer
+    }
+
+    fn workspace_read(
+        &self,
+        ctx: &ToolContext<'_>,
+        args: &JsonMap,
+    ) -> Result<(Value, Option<airlock_core::vocab::TrustLevel>), ToolFailure> {
+        let path_text = args["path"].as_str().unwrap_or_default();
+        let not_found = || {
+            ToolFailure::new(
+                ToolFailureKind::NotFound,
+                "tool.workspace.not_found",
+                "no such file",
+            )
+        };
+        let (Some(workspace), Ok(path)) = (ctx.workspace.as_ref(), WsPath::parse(path_text)) else {
+            return Err(not_found());
+        };
+        let content = workspace
+            .read_bounded(&path, 4_096)
+            .map_err(|_| not_found())?;
+        let claimed = workspace.provenance(&path, Some(&content)).trust();
+        self.world.observations().reads.push(ReadRecord {
+            key: ctx.idempotency_key.to_owned(),
+            incarnation: self.incarnation.clone(),
+            run: ctx.run_id,
+            path: path.as_relative(),
+            content: content.clone(),
+            claimed,
+        });
+        Ok((
+            json!({"path": path.as_relative(), "content": String::from_utf8_lossy(&content)}),
+            Some(claimed),
+        ))
+    }
+
+    fn workspace_write(&self, ctx: &ToolContext<'_>, args: &JsonMap) -> Result<Value, ToolFailure> {
+        let path_text = args["path"].as_str().unwrap_or_default();
+        let content = args["text"]
+            .as_str()
+            .unwrap_or_default()
+            .as_bytes()
+            .to_vec();
+        let failed = || {
+            ToolFailure::new(
+                ToolFailureKind::Internal,
+                "tool.internal_error",
+                "no workspace",
+            )
+        };
+        let (Some(workspace), Ok(path)) = (ctx.workspace.as_ref(), WsPath::parse(path_text)) else {
+            return Err(failed());
+        };
+        let created = workspace.write(&path, &content).map_err(|_| failed())?;
+        self.world.observations().writes.push(WriteRecord {
+            incarnation: self.incarnation.clone(),
+            run: ctx.run_id,
+            path: path.as_relative(),
+            content,
+        });
+        Ok(json!({"path": path.as_relative(), "created": created}))
+    }
+}
+
+impl Tool for SimTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        ctx: &'a ToolContext<'a>,
+        args: &'a JsonMap,
+    ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
+        Box::pin(async move {
+            let world = &self.world;
+            let watermarked = world.store.watermarked(ctx.idempotency_key);
+            let open = world.store.transaction_open();
+            world.observations().entries.push(crate::checks::Entry {
+                key: ctx.idempotency_key.to_owned(),
+                idempotency: self.spec.idempotency,
+                replay: ctx.replay,
+            });
+            let chaos = world.chaos();
+            let plan = &world.plan;
+            let (request_ms, response_ms, fail, crash_after) = world.draw(|r| {
+                let total = if chaos && r.chance(plan.tool_slow) {
+                    r.range(1_500, 3_500)
+                } else {
+                    r.range(2, 200)
+                };
+                let request = r.below(total);
+                (
+                    request,
+                    total - request,
+                    chaos && r.chance(plan.tool_fail),
+                    chaos && r.chance(plan.tool_crash_after_effect),
+                )
+            });
+            sleep(Duration::from_millis(request_ms)).await;
+            if fail {
+                // A failure other than a timeout only when no effect happened (SPEC §9.3).
+                return Err(ToolFailure::new(
+                    ToolFailureKind::UpstreamError,
+                    "tool.upstream.unavailable",
+                    "simulated outage before any effect",
+                ));
+            }
+            let (structured, trust) = match self.body {
+                Body::Service { claim } => (self.land(ctx, watermarked, open, args), claim),
+                Body::WorkspaceRead => {
+                    self.land(ctx, watermarked, open, args);
+                    self.workspace_read(ctx, args)?
+                }
+                Body::WorkspaceWrite => {
+                    self.land(ctx, watermarked, open, args);
+                    (self.workspace_write(ctx, args)?, None)
+                }
+            };
+            if crash_after {
+                world.kill(
+                    self.node,
+                    "kill_after_effect",
+                    format!("inside {} after its effect", self.spec.name),
+                );
+                std::future::pending::<()>().await;
+            }
+            sleep(Duration::from_millis(response_ms)).await;
+            Ok(ToolSuccess { structured, trust })
+        })
+    }
+}
+
+/// Per-incarnation workspace handles over the durable files: provenance (what this process
+/// wrote) is memory and dies with the process (SPEC §12.3, §16 #38).
+struct SimWorkspaces {
+    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
+    written: Arc<Mutex<BTreeSet<(String, RunId, String, Vec<u8>)>>>,
+}
+
+impl WorkspaceFactory for SimWorkspaces {
+    fn for_run(&self, tenant: &str, run: RunId) -> Result<Arc<dyn Workspace>, WorkspaceError> {
+        Ok(Arc::new(SimWorkspace {
+            files: Arc::clone(&self.files),
+            written: Arc::clone(&self.written),
+            tenant: tenant.to_owned(),
+            run,
+        }))
+    }
+}
+
+struct SimWorkspace {
+    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
+    written: Arc<Mutex<BTreeSet<(String, RunId, String, Vec<u8>)>>>,
+    tenant: String,
+    run: RunId,
+}
+
+impl SimWorkspace {
+    fn key(&self, path: &WsPath) -> (String, RunId, String) {
+        (self.tenant.clone(), self.run, path.as_relative())
+    }
+}
+
+impl Workspace for SimWorkspace {
+    fn read_bounded(&self, path: &WsPath, max_bytes: u64) -> Result<Vec<u8>, WorkspaceError> {
+        let data = lock(&self.files)
+            .get(&self.key(path))
+            .cloned()
+            .ok_or(WorkspaceError::NotFound)?;
+        if data.len() as u64 > max_bytes {
+            return Err(WorkspaceError::TooLarge);
+        }
+        Ok(data)
+    }
+
+    fn write(&self, path: &WsPath, data: &[u8]) -> Result<bool, WorkspaceError> {
+        let (tenant, run, relative) = self.key(path);
+        lock(&self.written).insert((tenant.clone(), run, relative.clone(), data.to_vec()));
+        Ok(lock(&self.files)
+            .insert((tenant, run, relative), data.to_vec())
+            .is_none())
+    }
+
+    fn list(
+        &self,
+        _path: &WsPath,
+        _recursive: bool,
+    ) -> Result<Vec<WorkspaceEntry>, WorkspaceError> {
+        Ok(lock(&self.files)
+            .iter()
+            .filter(|((t, r, _), _)| *t == self.tenant && *r == self.run)
+            .map(|((_, _, p), d)| WorkspaceEntry {
+                path: p.clone(),
+                kind: EntryKind::File,
+                byte_count: d.len() as u64,
+            })
+            .collect())
+    }
+
+    fn provenance(&self, path: &WsPath, content: Option<&[u8]>) -> Provenance {
+        let (tenant, run, relative) = self.key(path);
+        match content {
+            Some(bytes)
+                if lock(&self.written).contains(&(tenant, run, relative, bytes.to_vec())) =>
+            {
+                Provenance::Written
+            }
+            _ => Provenance::Unknown,
+        }
+    }
+}

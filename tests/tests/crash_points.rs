@@ -1,0 +1,412 @@
+//! Every `CrashPoint` through `AIRLOCK_CRASH_AT` against the real binary (SPEC §2.2, §16 #41):
+//! the process aborts right after the named commit, and a fresh process recovers per §9.4 with
+//! no duplicate effect and every committed watermark still present.
+
+use airlock_e2e::*;
+use serde_json::{Value, json};
+
+/// A command with a crash point: it must abort (SIGABRT, no exit code).
+fn crash(data: &DataDir, point: &str, principal: &str, args: &[&str]) {
+    let output = data
+        .command(principal, args)
+        .env("AIRLOCK_CRASH_AT", point)
+        .output()
+        .expect("airlock runs");
+    assert_eq!(
+        output.status.code(),
+        None,
+        "{point}: expected an abort, got {:?}; stderr {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains(point),
+        "{point}: the abort names the point"
+    );
+}
+
+/// Workers until nothing is queued or running, approving every pending approval in between.
+fn settle_everything(data: &DataDir) {
+    for _ in 0..10 {
+        let worker = data.worker_until_idle(1_000);
+        assert_eq!(
+            worker.status.code(),
+            Some(0),
+            "worker: {}",
+            String::from_utf8_lossy(&worker.stderr)
+        );
+        let pending = data.json("operator", &["approvals", "list"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if pending.is_empty() {
+            return;
+        }
+        for approval in pending {
+            data.json(
+                "operator",
+                &["approvals", "approve", approval["id"].as_str().unwrap()],
+            );
+        }
+    }
+    panic!("runs did not settle");
+}
+
+/// The mixed script: a workspace write, a parallel read-only pair, a refusal, an approval.
+fn mixed() -> Value {
+    script(json!([
+        [workspace_write("w1", "notes/a.txt", "hello")],
+        [{"call_id": "r1", "tool": "workspace.read_text", "arguments": {"path": "notes/a.txt"}},
+         {"call_id": "t1", "tool": "system.current_time", "arguments": {}}],
+        [{"call_id": "u1", "tool": "no.such_tool", "arguments": {}}],
+        [external_write("x1", "effect")]
+    ]))
+}
+
+/// Runs the mixed script with a worker crashing at `point` (after approving when needed), then
+/// recovers with fresh workers and checks the end state.
+fn worker_crash(point: &str, approve_first: bool) {
+    let data = DataDir::new();
+    let run = data.submit(&mixed());
+    if approve_first {
+        assert_eq!(data.worker_until_idle(1_000).status.code(), Some(0));
+        let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+        data.json("operator", &["approvals", "approve", &id]);
+    }
+    crash(
+        &data,
+        point,
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    settle_everything(&data);
+    assert_eq!(data.run_status(&run), "COMPLETED", "{point}");
+    assert!(data.outbox().len() <= 1, "{point}: at most one effect");
+    assert_no_duplicate_effects(&data);
+}
+
+#[test]
+fn after_claim() {
+    worker_crash("after_claim", false);
+}
+
+#[test]
+fn after_pending() {
+    worker_crash("after_pending", false);
+}
+
+#[test]
+fn after_refuse() {
+    worker_crash("after_refuse", false);
+}
+
+#[test]
+fn after_propose() {
+    worker_crash("after_propose", false);
+}
+
+#[test]
+fn after_start() {
+    worker_crash("after_start", false);
+}
+
+#[test]
+fn after_invoke() {
+    worker_crash("after_invoke", false);
+}
+
+#[test]
+fn after_finish() {
+    worker_crash("after_finish", false);
+}
+
+#[test]
+fn after_batch() {
+    worker_crash("after_batch", false);
+}
+
+#[test]
+fn after_park() {
+    worker_crash("after_park", false);
+}
+
+#[test]
+fn after_final() {
+    worker_crash("after_final", true);
+}
+
+#[test]
+fn after_revalidate() {
+    worker_crash("after_revalidate", true);
+}
+
+#[test]
+fn after_invoke_of_the_approved_external_write_leaves_it_uncertain_with_its_watermark() {
+    // The effect happened; the worker died before FINISH. The watermark survives the abort and
+    // recovery marks the call UNCERTAIN instead of sending it again.
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[external_write("x1", "once")]])));
+    data.worker_until_idle(1_000);
+    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+    data.json("operator", &["approvals", "approve", &id]);
+    crash(
+        &data,
+        "after_invoke",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    let rows = invocations(&data);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].0, "RUNNING");
+    assert!(
+        rows[0].3.is_some(),
+        "the committed watermark is present on reopen"
+    );
+    assert_eq!(data.outbox().len(), 1);
+    settle_everything(&data);
+    let rows = invocations(&data);
+    assert_eq!(rows[0].0, "UNCERTAIN");
+    assert_eq!(data.outbox().len(), 1);
+    assert_no_duplicate_effects(&data);
+}
+
+#[test]
+fn after_recover() {
+    // A second crash, right after RECOVER marked the call UNCERTAIN.
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[external_write("x1", "once")]])));
+    data.worker_until_idle(1_000);
+    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+    data.json("operator", &["approvals", "approve", &id]);
+    crash(
+        &data,
+        "after_start",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    crash(
+        &data,
+        "after_recover",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    assert_eq!(invocations(&data)[0].0, "UNCERTAIN");
+    settle_everything(&data);
+    assert_eq!(data.run_status(&run), "COMPLETED");
+    assert!(
+        data.outbox().is_empty(),
+        "the body never ran: START committed, the crash came before invoke"
+    );
+    assert_no_duplicate_effects(&data);
+}
+
+#[test]
+fn after_reclaim() {
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[workspace_write("w1", "a.txt", "x")]])));
+    crash(
+        &data,
+        "after_start",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    crash(
+        &data,
+        "after_reclaim",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    assert_eq!(data.run_status(&run), "QUEUED");
+    settle_everything(&data);
+    assert_eq!(data.run_status(&run), "COMPLETED");
+}
+
+#[test]
+fn after_submit() {
+    let data = DataDir::new();
+    let path = data.script("s", &script(json!([[workspace_write("w1", "a.txt", "x")]])));
+    crash(
+        &data,
+        "after_submit",
+        "alice",
+        &["run", "submit", path.to_str().unwrap()],
+    );
+    settle_everything(&data);
+    let conn = db(&data);
+    let statuses: Vec<String> = conn
+        .prepare("SELECT status FROM runs")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        statuses,
+        ["COMPLETED"],
+        "the committed submission survived the abort"
+    );
+}
+
+#[test]
+fn after_resolve() {
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[external_write("x1", "once")]])));
+    data.worker_until_idle(1_000);
+    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+    crash(
+        &data,
+        "after_resolve",
+        "operator",
+        &["approvals", "approve", &id],
+    );
+    assert_eq!(
+        data.json("operator", &["approvals", "get", &id])["status"],
+        "approved"
+    );
+    assert_eq!(data.run_status(&run), "QUEUED");
+    settle_everything(&data);
+    assert_eq!(data.run_status(&run), "COMPLETED");
+    assert_eq!(data.outbox().len(), 1);
+}
+
+#[test]
+fn after_expire() {
+    let data = DataDir::new();
+    let policies = data.path().join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    std::fs::write(
+        policies.join("default.toml"),
+        std::fs::read_to_string(root.join("default.toml"))
+            .unwrap()
+            .replace("high = 14400", "high = 1"),
+    )
+    .unwrap();
+    std::fs::copy(root.join("hardline.toml"), policies.join("hardline.toml")).unwrap();
+    let dir = policies.to_str().unwrap();
+    let path = data.script("s", &script(json!([[external_write("x1", "late")]])));
+    let submitted = data.run(
+        "alice",
+        &["--policy-dir", dir, "run", "submit", path.to_str().unwrap()],
+    );
+    let run = serde_json::from_slice::<Value>(&submitted.stdout).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        data.run("operator", &["--policy-dir", dir, "worker", "--until-idle"])
+            .status
+            .code(),
+        Some(0)
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    crash(
+        &data,
+        "after_expire",
+        "operator",
+        &["--policy-dir", dir, "approvals", "expire"],
+    );
+    assert_eq!(data.run_status(&run), "QUEUED");
+    assert_eq!(
+        data.run("operator", &["--policy-dir", dir, "worker", "--until-idle"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(data.run_status(&run), "COMPLETED");
+    assert!(data.outbox().is_empty());
+}
+
+#[test]
+fn after_cancel() {
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[external_write("x1", "never")]])));
+    data.worker_until_idle(1_000);
+    crash(&data, "after_cancel", "alice", &["runs", "cancel", &run]);
+    assert_eq!(data.run_status(&run), "CANCELLED");
+    assert!(data.pending(&run).is_empty());
+}
+
+#[test]
+fn after_settle() {
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[external_write("x1", "once")]])));
+    data.worker_until_idle(1_000);
+    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+    data.json("operator", &["approvals", "approve", &id]);
+    crash(
+        &data,
+        "after_invoke",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    settle_everything(&data);
+    let call = data.json("operator", &["invocations", "uncertain"])["items"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    crash(
+        &data,
+        "after_settle",
+        "operator",
+        &[
+            "invocations",
+            "settle",
+            &call,
+            "--outcome",
+            "failed",
+            "--note",
+            "not delivered",
+        ],
+    );
+    let again = data.json(
+        "operator",
+        &[
+            "invocations",
+            "settle",
+            &call,
+            "--outcome",
+            "failed",
+            "--note",
+            "same finding",
+        ],
+    );
+    assert_eq!(
+        again["note"], "not delivered",
+        "the committed settlement is returned"
+    );
+}
+
+#[test]
+fn after_profile() {
+    // Every process that opens the store records its policy first; the record survives an abort.
+    let data = DataDir::new();
+    crash(&data, "after_profile", "operator", &["approvals", "list"]);
+    let conn = db(&data);
+    let (version, rules): (String, i64) = conn
+        .query_row(
+            "SELECT policy_version, rule_count FROM policy_profiles",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(version, "default@9f2e26918d43+hce0d2844");
+    assert_eq!(rules, 22);
+    let loaded: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM process_events WHERE event_type = 'policy.profile.loaded'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(loaded, 1);
+    data.json("operator", &["approvals", "list"]);
+    let loaded: i64 = db(&data)
+        .query_row("SELECT COUNT(*) FROM process_events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        loaded, 1,
+        "one policy.profile.loaded per policy_version (§16 #7)"
+    );
+}
