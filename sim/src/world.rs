@@ -141,7 +141,7 @@ pub struct World {
     /// The simulated services' memory of applied idempotency keys (their responses).
     services: Mutex<BTreeMap<String, Value>>,
     /// Workspace files: the outside world, so they survive restarts.
-    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
+    files: Files,
     /// 0: chaos, 1: quiet.
     phase: AtomicU8,
     nodes: Mutex<Vec<Slot>>,
@@ -150,6 +150,11 @@ pub struct World {
     shipped: Arc<Ruleset>,
     rollout: Arc<Ruleset>,
 }
+
+/// Workspace files by tenant, run and relative path: the outside world, durable.
+type Files = Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>;
+/// What one process incarnation wrote (tenant, run, path, bytes): its provenance memory.
+type Written = Arc<Mutex<BTreeSet<(String, RunId, String, Vec<u8>)>>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -1005,8 +1010,8 @@ impl Tool for SimTool {
 /// Per-incarnation workspace handles over the durable files: provenance (what this process
 /// wrote) is memory and dies with the process (SPEC §12.3, §16 #38).
 struct SimWorkspaces {
-    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
-    written: Arc<Mutex<BTreeSet<(String, RunId, String, Vec<u8>)>>>,
+    files: Files,
+    written: Written,
 }
 
 impl WorkspaceFactory for SimWorkspaces {
@@ -1021,8 +1026,8 @@ impl WorkspaceFactory for SimWorkspaces {
 }
 
 struct SimWorkspace {
-    files: Arc<Mutex<BTreeMap<(String, RunId, String), Vec<u8>>>>,
-    written: Arc<Mutex<BTreeSet<(String, RunId, String, Vec<u8>)>>>,
+    files: Files,
+    written: Written,
     tenant: String,
     run: RunId,
 }

@@ -12,6 +12,21 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
     // services now apply a key once, and the checker orders requests by when they were sent).
     (1120, "inv_13: zombie request lands after the replay"),
     (2485, "inv_13: zombie request lands after the replay"),
+    // A read-only call ran twice (a zombie racing its successor); the row kept the result of
+    // the execution that finished it while the checker compared it with the other execution's
+    // provenance claim (a checker bug; it now accepts any claim made for the key).
+    (
+        104987,
+        "inv_38: two executions of one read claim different trust",
+    ),
+    (
+        105219,
+        "inv_38: two executions of one read claim different trust",
+    ),
+    (
+        107985,
+        "inv_38: two executions of one read claim different trust",
+    ),
 ];
 
 #[test]
