@@ -179,7 +179,14 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
             actual: journal_mode,
         });
     }
-    for (pragma, value) in [("synchronous", "FULL"), ("foreign_keys", "ON")] {
+    // temp_store=MEMORY keeps the statement journals of the group's savepoints (one per member,
+    // one per multi-statement write) in memory rather than in temporary files: they only ever
+    // serve a ROLLBACK TO inside the open transaction, never recovery, so durability is unchanged.
+    for (pragma, value) in [
+        ("synchronous", "FULL"),
+        ("foreign_keys", "ON"),
+        ("temp_store", "MEMORY"),
+    ] {
         conn.pragma_update(None, pragma, value)
             .map_err(|source| SqliteError::Pragma { pragma, source })?;
     }

@@ -653,6 +653,24 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    fn invocations_of_run_in(
+        &mut self,
+        run: RunId,
+        status: InvocationStatus,
+    ) -> Result<Vec<Invocation>, TxError> {
+        // The (run_id, step_number, call_id) unique index finds the run's rows; only the rows
+        // in `status` are decoded.
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE run_id = ?1 AND status = ?2 \
+                 ORDER BY step_number, created_at, id",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![run.to_string(), status.as_str()],
+            rows::invocation,
+        )
+    }
+
     fn update_invocation(
         &mut self,
         expected: InvocationStatus,

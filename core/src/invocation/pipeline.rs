@@ -197,11 +197,13 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         // Step 5: never repeat a call whose identical twin has an unknown outcome.
         let repeats_uncertain = self.env.transact(|tx| {
             tx.guard_lease(site.lease)?;
-            Ok(tx.invocations_of_run(site.run.id)?.iter().any(|i| {
-                i.status == InvocationStatus::Uncertain
-                    && i.tool_name == prepared.spec.name
-                    && i.effective_arguments_hash == prepared.arguments_hash
-            }))
+            Ok(tx
+                .invocations_of_run_in(site.run.id, InvocationStatus::Uncertain)?
+                .iter()
+                .any(|i| {
+                    i.tool_name == prepared.spec.name
+                        && i.effective_arguments_hash == prepared.arguments_hash
+                }))
         })?;
         if repeats_uncertain {
             return self

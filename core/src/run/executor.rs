@@ -156,6 +156,8 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             .planners
             .for_run(run)
             .map_err(|_| Halt::Fail(FailureReason::PlannerError))?;
+        // The planner's history, extended by each checkpointed step rather than reloaded whole.
+        let mut history = Vec::new();
         loop {
             observe(token)?; // point 1
             self.check_deadline(run)?;
@@ -163,7 +165,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             if step > run.limits.max_steps {
                 return Err(Halt::Fail(FailureReason::MaxStepsExceeded));
             }
-            let history = self.history(lease, state)?;
+            self.load_history(lease, state, &mut history)?;
             // No transaction is open while the planner runs.
             let turn = planner
                 .next_turn(PlannerInput {
@@ -373,11 +375,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             .transact(|tx| {
                 tx.guard_lease(lease)?;
                 Ok(tx
-                    .invocations_of_run(run.id)?
+                    .invocations_of_run_in(run.id, InvocationStatus::Running)?
                     .into_iter()
-                    .filter(|i| {
-                        i.step_number == batch.step && i.status == InvocationStatus::Running
-                    })
+                    .filter(|i| i.step_number == batch.step)
                     .map(|i| i.call_id)
                     .collect())
             })
@@ -584,13 +584,31 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         Ok(())
     }
 
-    /// The result items of the checkpointed history, loaded for the planner.
-    fn history(&self, lease: &Lease, state: &CheckpointState) -> Result<Vec<PlannerStep>, Halt> {
-        self.env
+    /// Brings `loaded` up to the checkpointed history, loading the result items of the steps it
+    /// lacks. A checkpointed step never changes (its invocations are closed, its refusals are
+    /// events), so steps loaded earlier in this execution stay valid; a loaded prefix that does
+    /// not match the checkpoint's step numbers is discarded and reloaded.
+    fn load_history(
+        &self,
+        lease: &Lease,
+        state: &CheckpointState,
+        loaded: &mut Vec<PlannerStep>,
+    ) -> Result<(), Halt> {
+        let prefix_matches = loaded.len() <= state.history.len()
+            && loaded
+                .iter()
+                .zip(&state.history)
+                .all(|(have, want)| have.step == want.step);
+        if !prefix_matches {
+            loaded.clear();
+        }
+        let missing = &state.history[loaded.len()..];
+        let more = self
+            .env
             .transact(|tx| {
                 tx.guard_lease(lease)?;
-                let mut steps = Vec::with_capacity(state.history.len());
-                for step in &state.history {
+                let mut steps = Vec::with_capacity(missing.len());
+                for step in missing {
                     let mut results = Vec::with_capacity(step.results.len());
                     for reference in &step.results {
                         let text = match reference {
@@ -615,7 +633,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 }
                 Ok(steps)
             })
-            .map_err(|_| Halt::Fail(FailureReason::InternalError))
+            .map_err(|_| Halt::Fail(FailureReason::InternalError))?;
+        loaded.extend(more);
+        Ok(())
     }
 
     /// PARK (SPEC §10.2): an observation point; parks only while an approval is pending.

@@ -37,6 +37,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     checkpoint_versions_are_contiguous(&make());
     invocation_uniqueness(&make());
     invocation_lookups_and_run_order(&make());
+    invocations_of_run_by_status(&make());
     invocation_transitions_follow_the_edges(&make());
     invocation_immutable_fields_conflict(&make());
     terminal_invocations_never_change(&make());
@@ -953,6 +954,70 @@ fn invocation_lookups_and_run_order<S: Store>(store: &S) {
     assert_eq!(by_key.as_ref(), Some(&b), "invocation_by_key");
     assert_eq!(by_call.as_ref(), Some(&b), "invocation_by_call");
     assert_eq!(missing, None, "invocation_by_call: step is part of the key");
+}
+
+/// `invocations_of_run_in`: exactly the run's rows in that status, in the run order.
+fn invocations_of_run_by_status<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let other = seed_run(store, 2, RunStatus::Running);
+    let later = seed_invocation(
+        store,
+        sample_invocation(1, &run, 2, "c1", InvocationStatus::Authorized),
+    );
+    let earlier = seed_invocation(
+        store,
+        sample_invocation(2, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+    let to_start = seed_invocation(
+        store,
+        sample_invocation(3, &run, 1, "c2", InvocationStatus::Authorized),
+    );
+    seed_invocation(
+        store,
+        sample_invocation(4, &other, 1, "c1", InvocationStatus::Authorized),
+    );
+    let mut started = to_start.clone();
+    started.status = InvocationStatus::Running;
+    started.effect_sent_at = Some(at(1));
+    started.updated_at = at(1);
+    store
+        .transact(|tx| tx.update_invocation(InvocationStatus::Authorized, &started))
+        .expect("AUTHORIZED → RUNNING");
+
+    let ids = |status| -> Vec<_> {
+        read(store, |tx| tx.invocations_of_run_in(run.id, status))
+            .into_iter()
+            .map(|i| i.id)
+            .collect()
+    };
+    assert_eq!(
+        ids(InvocationStatus::Authorized),
+        vec![earlier.id, later.id],
+        "invocations_of_run_in: this run's AUTHORIZED rows by step"
+    );
+    assert_eq!(
+        ids(InvocationStatus::Running),
+        vec![started.id],
+        "invocations_of_run_in: the RUNNING row only"
+    );
+    assert_eq!(
+        ids(InvocationStatus::Uncertain),
+        Vec::new(),
+        "invocations_of_run_in: no row in a status nobody has"
+    );
+    let full: Vec<_> = read(store, |tx| tx.invocations_of_run(run.id));
+    for status in [InvocationStatus::Authorized, InvocationStatus::Running] {
+        let filtered: Vec<_> = full
+            .iter()
+            .filter(|i| i.status == status)
+            .cloned()
+            .collect();
+        assert_eq!(
+            read(store, |tx| tx.invocations_of_run_in(run.id, status)),
+            filtered,
+            "invocations_of_run_in agrees with invocations_of_run filtered by {status}"
+        );
+    }
 }
 
 /// SPEC §9.1: updates are guarded by the expected status and follow `may_become`.
