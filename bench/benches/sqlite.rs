@@ -13,8 +13,8 @@
 //!
 //! After criterion, a summary runs each line for a fixed time and prints commits/s, calls/s,
 //! the ratio to the raw limit and the transactions per COMMIT. Run with
-//! `cd bench && cargo bench --bench sqlite` (see BENCHMARKS.md). The full tool-call benchmark
-//! through the worker belongs beside `store_calls` as another workload on the same helpers.
+//! `cd bench && cargo bench --bench sqlite` (see BENCHMARKS.md). Whole tool calls through the
+//! worker (claim, policy, checkpoints, workspace write) are measured by `benches/worker.rs`.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};

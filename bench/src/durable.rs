@@ -4,9 +4,9 @@
 //!
 //! The acceptance figure compares tool calls per second with 4 or more concurrent runs to a third
 //! of the raw limit, so everything here is measured in the same directory (the bench's
-//! `CARGO_TARGET_TMPDIR`, or any directory the caller picks) with the same pragmas. The later
-//! full tool-call benchmark through the worker can reuse [`raw_limit`], [`on_threads`] and
-//! [`Rate`] and add its own workload beside [`ToolCallRun`].
+//! `CARGO_TARGET_TMPDIR`, or any directory the caller picks) with the same pragmas. The full
+//! tool-call benchmark through the worker (`crate::worker_calls`, `benches/worker.rs`) shares
+//! [`raw_limit`] and [`Rate`].
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,9 +1,11 @@
 //! Shared code of the policy-engine benchmark: the conformance mix, the Cedar rendering of the
 //! shipped policy (`cedar/airlock.cedar`), the mapping from a [`ProposedAction`] to a Cedar
 //! request and from a Cedar response back to airlock's three outcomes, and the agreement check.
-//! The durable-transaction benchmark's shared code is in [`durable`].
+//! The durable-transaction benchmark's shared code is in [`durable`] (store level) and
+//! [`worker_calls`] (whole tool calls through the worker).
 
 pub mod durable;
+pub mod worker_calls;
 
 use std::collections::HashMap;
 use std::fmt;

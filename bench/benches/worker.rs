@@ -1,0 +1,93 @@
+//! Whole tool calls through the worker against the disk's raw commit limit (SPEC §14; the
+//! adapter's acceptance item 6: with 4 or more runs at once, durable tool calls per second must
+//! exceed a third of the raw limit).
+//!
+//! Each line submits run scripts of `workspace.write_text` calls (one call per step, 32 per run)
+//! into a fresh data directory and runs one `Worker` with `concurrency = N` until every run is
+//! terminal; it then checks that every call SUCCEEDED and reports calls per second of wall time
+//! (see `airlock_bench::worker_calls`). The raw limit (single-row INSERTs, WAL,
+//! `synchronous=FULL`) is measured in the same directory before and after the worker lines, and
+//! the ratios use the mean. Each line runs `REPEATS` times; the table shows the median.
+//!
+//! Run with `cd bench && cargo bench --bench worker` (about 2 minutes; see BENCHMARKS.md).
+
+use std::path::Path;
+use std::time::Duration;
+
+use airlock_bench::durable::raw_limit;
+use airlock_bench::worker_calls::{POLL_MS, WorkerLoad, WorkerReport, measure};
+
+const CONCURRENT_RUNS: [usize; 4] = [1, 4, 8, 16];
+const CALLS_PER_RUN: u32 = 32;
+/// Calls per line (over all slots), so each line takes a few seconds whatever its concurrency.
+const CALLS_PER_LINE: usize = 1024;
+const REPEATS: usize = 3;
+const RAW_SECONDS: u64 = 5;
+
+fn bench_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("airlock-worker-bench-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .expect("temp dir")
+}
+
+fn median(mut reports: Vec<WorkerReport>) -> WorkerReport {
+    reports.sort_by(|a, b| a.calls.per_second().total_cmp(&b.calls.per_second()));
+    reports[reports.len() / 2]
+}
+
+fn line(dir: &Path, concurrent_runs: usize) -> WorkerReport {
+    let runs_per_slot = (CALLS_PER_LINE / (CALLS_PER_RUN as usize * concurrent_runs)).max(1);
+    let load = WorkerLoad {
+        concurrent_runs,
+        runs_per_slot,
+        calls_per_run: CALLS_PER_RUN,
+    };
+    let reports = (0..REPEATS)
+        .map(|repeat| {
+            let data_dir = dir.join(format!("worker-{concurrent_runs}-{repeat}"));
+            measure(&data_dir, load).unwrap_or_else(|e| panic!("{concurrent_runs} runs: {e}"))
+        })
+        .collect();
+    median(reports)
+}
+
+fn main() {
+    // `cargo test --benches` runs this binary with `--bench` absent; keep that run short.
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let dir = bench_dir();
+    let raw_time = Duration::from_secs(if quick { 1 } else { RAW_SECONDS });
+    let before = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
+    let lines: Vec<(usize, WorkerReport)> = CONCURRENT_RUNS
+        .iter()
+        .filter(|&&n| !quick || n == 4)
+        .map(|&n| (n, line(dir.path(), n)))
+        .collect();
+    let after = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
+    let limit = (before + after) / 2.0;
+
+    println!(
+        "tool calls through the worker: workspace.write_text, {CALLS_PER_RUN} per run, one per \
+         step, poll {POLL_MS} ms, median of {REPEATS}, in {}",
+        dir.path().display()
+    );
+    println!(
+        "raw limit: {limit:.0} commits/s (before {before:.0}, after {after:.0}; single-row INSERT, \
+         WAL, synchronous=FULL)"
+    );
+    println!(
+        "{:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10}",
+        "runs", "calls", "calls/s", "calls/(limit/3)", "tx/call", "COMMITs/call", "tx/COMMIT"
+    );
+    for (runs, report) in lines {
+        let per_second = report.calls.per_second();
+        println!(
+            "{runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2}",
+            report.calls.operations,
+            per_second / (limit / 3.0),
+            report.per_call(report.transactions),
+            report.per_call(report.groups),
+            report.transactions_per_commit(),
+        );
+    }
+}

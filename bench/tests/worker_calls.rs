@@ -1,0 +1,51 @@
+//! The worker benchmark's workload does what it claims: every submitted call runs through the
+//! worker to SUCCEEDED, the report counts exactly those calls, and group commit was in play.
+
+use airlock_bench::worker_calls::{WorkerLoad, measure, write_script};
+
+#[test]
+fn every_call_of_the_load_succeeds_and_is_counted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let load = WorkerLoad {
+        concurrent_runs: 3,
+        runs_per_slot: 2,
+        calls_per_run: 4,
+    };
+    let report = measure(dir.path(), load).expect("the load runs to completion");
+    assert_eq!(report.calls.operations, 3 * 2 * 4, "calls counted");
+    assert!(report.calls.per_second() > 0.0);
+    assert!(
+        report.transactions >= report.groups && report.groups > 0,
+        "transactions {} in {} groups",
+        report.transactions,
+        report.groups
+    );
+    // The files the calls wrote exist in the runs' workspaces.
+    let written = walk(dir.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .count();
+    assert_eq!(written, 3 * 2 * 4, "one file per write_text call");
+}
+
+#[test]
+fn the_script_has_one_write_per_step_and_fits_its_limits() {
+    let script: serde_json::Value = serde_json::from_str(&write_script(5)).expect("JSON");
+    assert_eq!(script["steps"].as_array().map(Vec::len), Some(5));
+    assert_eq!(script["limits"]["max_steps"], 6, "the final message is a step too");
+    assert_eq!(script["limits"]["max_tool_calls"], 5);
+    assert_eq!(script["steps"][4]["calls"][0]["tool"], "workspace.write_text");
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
