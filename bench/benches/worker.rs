@@ -2,14 +2,14 @@
 //! adapter's acceptance item 6: with 4 or more runs at once, durable tool calls per second must
 //! exceed a third of the raw limit).
 //!
-//! Each line submits run scripts of `workspace.write_text` calls (one call per step, 32 per run)
+//! Each line submits run scripts of `workspace.write_text` calls (32 per run; 1 or 8 per step)
 //! into a fresh data directory and runs one `Worker` with `concurrency = N` until every run is
 //! terminal; it then checks that every call SUCCEEDED and reports calls per second of wall time
 //! (see `airlock_bench::worker_calls`). The raw limit (single-row INSERTs, WAL,
 //! `synchronous=FULL`) is measured in the same directory before and after the worker lines, and
 //! the ratios use the mean. Each line runs `REPEATS` times; the table shows the median.
 //!
-//! Run with `cd bench && cargo bench --bench worker` (about 2 minutes; see BENCHMARKS.md).
+//! Run with `cd bench && cargo bench --bench worker` (about 90 s; see BENCHMARKS.md).
 
 use std::path::Path;
 use std::time::Duration;
@@ -18,6 +18,8 @@ use airlock_bench::durable::raw_limit;
 use airlock_bench::worker_calls::{POLL_MS, WorkerLoad, WorkerReport, measure};
 
 const CONCURRENT_RUNS: [usize; 4] = [1, 4, 8, 16];
+/// One call per step (a planner that calls one tool per turn), and 8 (a turn that fans out).
+const CALLS_PER_STEP: [u32; 2] = [1, 8];
 const CALLS_PER_RUN: u32 = 32;
 /// Calls per line (over all slots), so each line takes a few seconds whatever its concurrency.
 const CALLS_PER_LINE: usize = 1024;
@@ -36,16 +38,19 @@ fn median(mut reports: Vec<WorkerReport>) -> WorkerReport {
     reports[reports.len() / 2]
 }
 
-fn line(dir: &Path, concurrent_runs: usize) -> WorkerReport {
+fn line(dir: &Path, calls_per_step: u32, concurrent_runs: usize) -> WorkerReport {
     let runs_per_slot = (CALLS_PER_LINE / (CALLS_PER_RUN as usize * concurrent_runs)).max(1);
     let load = WorkerLoad {
         concurrent_runs,
         runs_per_slot,
         calls_per_run: CALLS_PER_RUN,
+        calls_per_step,
     };
     let reports = (0..REPEATS)
         .map(|repeat| {
-            let data_dir = dir.join(format!("worker-{concurrent_runs}-{repeat}"));
+            let data_dir = dir.join(format!(
+                "worker-{calls_per_step}-{concurrent_runs}-{repeat}"
+            ));
             measure(&data_dir, load).unwrap_or_else(|e| panic!("{concurrent_runs} runs: {e}"))
         })
         .collect();
@@ -58,17 +63,21 @@ fn main() {
     let dir = bench_dir();
     let raw_time = Duration::from_secs(if quick { 1 } else { RAW_SECONDS });
     let before = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
-    let lines: Vec<(usize, WorkerReport)> = CONCURRENT_RUNS
-        .iter()
-        .filter(|&&n| !quick || n == 4)
-        .map(|&n| (n, line(dir.path(), n)))
-        .collect();
+    let mut lines = Vec::new();
+    for per_step in CALLS_PER_STEP {
+        for runs in CONCURRENT_RUNS {
+            if quick && (per_step != 1 || runs != 4) {
+                continue;
+            }
+            lines.push((per_step, runs, line(dir.path(), per_step, runs)));
+        }
+    }
     let after = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
     let limit = (before + after) / 2.0;
 
     println!(
-        "tool calls through the worker: workspace.write_text, {CALLS_PER_RUN} per run, one per \
-         step, poll {POLL_MS} ms, median of {REPEATS}, in {}",
+        "tool calls through the worker: workspace.write_text, {CALLS_PER_RUN} per run, poll \
+         {POLL_MS} ms, median of {REPEATS}, in {}",
         dir.path().display()
     );
     println!(
@@ -76,13 +85,20 @@ fn main() {
          WAL, synchronous=FULL)"
     );
     println!(
-        "{:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10}",
-        "runs", "calls", "calls/s", "calls/(limit/3)", "tx/call", "COMMITs/call", "tx/COMMIT"
+        "{:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10}",
+        "calls/step",
+        "runs",
+        "calls",
+        "calls/s",
+        "calls/(limit/3)",
+        "tx/call",
+        "COMMITs/call",
+        "tx/COMMIT"
     );
-    for (runs, report) in lines {
+    for (per_step, runs, report) in lines {
         let per_second = report.calls.per_second();
         println!(
-            "{runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2}",
+            "{per_step:>10} {runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2}",
             report.calls.operations,
             per_second / (limit / 3.0),
             report.per_call(report.transactions),

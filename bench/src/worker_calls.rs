@@ -31,8 +31,11 @@ pub struct WorkerLoad {
     pub concurrent_runs: usize,
     /// Runs submitted per concurrency slot; slots refill as runs end.
     pub runs_per_slot: usize,
-    /// `workspace.write_text` calls per run, one per step (an agent's usual shape).
+    /// `workspace.write_text` calls per run.
     pub calls_per_run: u32,
+    /// Calls per step (a planner turn): 1 is an agent calling one tool at a time; more share
+    /// the step's checkpoints and reads. `calls_per_run` must be a multiple of it.
+    pub calls_per_step: u32,
 }
 
 /// What one measurement did.
@@ -74,22 +77,27 @@ fn bench_principal() -> Principal {
     }
 }
 
-/// A run script of `calls` steps, each one trusted `workspace.write_text` to its own file.
-pub fn write_script(calls: u32) -> String {
+/// A run script of `calls` trusted `workspace.write_text` calls, each to its own file,
+/// `per_step` to a step (the last step takes the remainder).
+pub fn write_script(calls: u32, per_step: u32) -> String {
+    let per_step = per_step.max(1);
+    let call = |i: u32| {
+        json!({"call_id": format!("w{i}"), "tool": "workspace.write_text",
+            "arguments": {"path": format!("out/{i}.txt"), "content": format!("line {i}\n")},
+            "argument_trust": {"path": "user", "content": "user"}})
+    };
     let steps: Vec<_> = (0..calls)
-        .map(|i| {
-            json!({"calls": [{"call_id": format!("w{i}"), "tool": "workspace.write_text",
-                "arguments": {"path": format!("out/{i}.txt"), "content": format!("line {i}\n")},
-                "argument_trust": {"path": "user", "content": "user"}}]})
-        })
+        .step_by(per_step as usize)
+        .map(|first| json!({"calls": (first..(first + per_step).min(calls)).map(call).collect::<Vec<_>>()}))
         .collect();
+    let step_count = u32::try_from(steps.len()).unwrap_or(u32::MAX);
     json!({
         "schema_version": 1,
         "tenant_id": "bench",
         "principal_id": "bench",
         "principal_scopes": ["workspace.read", "workspace.write"],
         "origin_trust": "user",
-        "limits": {"max_steps": calls + 1, "max_tool_calls": calls},
+        "limits": {"max_steps": step_count + 1, "max_tool_calls": calls},
         "steps": steps,
         "final_message": "done"
     })
@@ -135,7 +143,7 @@ async fn measure_async(
         .map_err(|e| WorkerBenchError::Open(e.to_string()))?;
     let principal = bench_principal();
     let control = app.control(None);
-    let script = write_script(load.calls_per_run);
+    let script = write_script(load.calls_per_run, load.calls_per_step);
     let mut runs = Vec::new();
     for _ in 0..load.concurrent_runs * load.runs_per_slot {
         let submitted = control

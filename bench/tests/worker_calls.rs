@@ -10,6 +10,7 @@ fn every_call_of_the_load_succeeds_and_is_counted() {
         concurrent_runs: 3,
         runs_per_slot: 2,
         calls_per_run: 4,
+        calls_per_step: 2,
     };
     let report = measure(dir.path(), load).expect("the load runs to completion");
     assert_eq!(report.calls.operations, 3 * 2 * 4, "calls counted");
@@ -29,12 +30,26 @@ fn every_call_of_the_load_succeeds_and_is_counted() {
 }
 
 #[test]
-fn the_script_has_one_write_per_step_and_fits_its_limits() {
-    let script: serde_json::Value = serde_json::from_str(&write_script(5)).expect("JSON");
-    assert_eq!(script["steps"].as_array().map(Vec::len), Some(5));
-    assert_eq!(script["limits"]["max_steps"], 6, "the final message is a step too");
-    assert_eq!(script["limits"]["max_tool_calls"], 5);
-    assert_eq!(script["steps"][4]["calls"][0]["tool"], "workspace.write_text");
+fn the_script_groups_writes_into_steps_and_fits_its_limits() {
+    let one: serde_json::Value = serde_json::from_str(&write_script(5, 1)).expect("JSON");
+    assert_eq!(one["steps"].as_array().map(Vec::len), Some(5));
+    assert_eq!(
+        one["limits"]["max_steps"], 6,
+        "the final message is a step too"
+    );
+    assert_eq!(one["limits"]["max_tool_calls"], 5);
+    assert_eq!(one["steps"][4]["calls"][0]["tool"], "workspace.write_text");
+
+    let grouped: serde_json::Value = serde_json::from_str(&write_script(5, 2)).expect("JSON");
+    let sizes: Vec<usize> = grouped["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|s| s["calls"].as_array().map_or(0, Vec::len))
+        .collect();
+    assert_eq!(sizes, vec![2, 2, 1]);
+    assert_eq!(grouped["limits"]["max_steps"], 4);
+    assert_eq!(grouped["steps"][2]["calls"][0]["call_id"], "w4");
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
