@@ -88,7 +88,10 @@ pub fn write_script(calls: u32, per_step: u32) -> String {
     };
     let steps: Vec<_> = (0..calls)
         .step_by(per_step as usize)
-        .map(|first| json!({"calls": (first..(first + per_step).min(calls)).map(call).collect::<Vec<_>>()}))
+        .map(|first| {
+            let batch: Vec<_> = (first..(first + per_step).min(calls)).map(call).collect();
+            json!({ "calls": batch })
+        })
         .collect();
     let step_count = u32::try_from(steps.len()).unwrap_or(u32::MAX);
     json!({
