@@ -555,3 +555,49 @@ fn concurrent_opens_of_a_new_file_all_succeed() {
         assert_eq!(version, SCHEMA_VERSION);
     }
 }
+
+/// `Store::read` runs beside the writer: while a write transaction is open (and holds the
+/// writer's lock), a read on another thread completes, and it sees the last committed state,
+/// not the open transaction's write.
+#[test]
+fn a_read_completes_while_a_write_transaction_is_open_and_sees_only_committed_rows() {
+    let (_dir, store) = fresh();
+    let store = Arc::new(store);
+    let committed = seed_run(&*store, 1, RunStatus::Queued);
+    let uncommitted = sample_session(9);
+    let (inside_tx, writer_inside) = std::sync::mpsc::channel();
+    let (read_done, reader_done) = std::sync::mpsc::channel();
+
+    let writer = {
+        let store = Arc::clone(&store);
+        let uncommitted = uncommitted.clone();
+        thread::spawn(move || {
+            store
+                .transact(|tx| {
+                    tx.insert_session(&uncommitted)?;
+                    inside_tx.send(()).expect("signal");
+                    // Stay inside the transaction until the read has finished (or give up).
+                    Ok(reader_done.recv_timeout(Duration::from_secs(10)).is_ok())
+                })
+                .expect("the write commits")
+        })
+    };
+    writer_inside
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the writer opened its transaction");
+    let (run, session) = store
+        .read(|tx| Ok((tx.run(committed.id)?, tx.session(uncommitted.id)?)))
+        .expect("read");
+    read_done.send(()).expect("signal");
+    assert!(
+        writer.join().expect("writer thread"),
+        "the read finished while the write transaction was still open"
+    );
+    assert_eq!(run.as_ref(), Some(&committed), "sees the committed run");
+    assert_eq!(session, None, "does not see the open transaction's write");
+    assert_eq!(
+        store.read(|tx| tx.session(uncommitted.id)).expect("read"),
+        Some(uncommitted),
+        "a read after the COMMIT sees it"
+    );
+}

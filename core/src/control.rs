@@ -279,9 +279,7 @@ impl<S: Store> ControlService<S> {
 
     pub fn get_run(&self, principal: &Principal, id: RunId) -> Result<Run, ServiceError> {
         require(principal, "run.read")?;
-        Ok(self
-            .env
-            .transact(|tx| Self::visible_run(tx, principal, id))?)
+        Ok(self.env.read(|tx| Self::visible_run(tx, principal, id))?)
     }
 
     /// The run's events by id; `after_id` is the previous page's `next_cursor`.
@@ -299,7 +297,7 @@ impl<S: Store> ControlService<S> {
                 "limit must be in 1..=1000".to_owned(),
             ));
         }
-        let mut items = self.env.transact(|tx| {
+        let mut items = self.env.read(|tx| {
             Self::visible_run(tx, principal, run)?;
             tx.events_of_run(run, after_id, limit + 1)
         })?;
@@ -321,7 +319,7 @@ impl<S: Store> ControlService<S> {
         require(principal, "approval.read")?;
         Ok(self
             .env
-            .transact(|tx| Self::visible_approval(tx, principal, id))?)
+            .read(|tx| Self::visible_approval(tx, principal, id))?)
     }
 
     /// The tenant's announced pending approvals, newest first.
@@ -342,7 +340,7 @@ impl<S: Store> ControlService<S> {
         let after = cursor.map(parse_cursor).transpose()?;
         let mut items = self
             .env
-            .transact(|tx| tx.pending_approvals(&principal.tenant_id, run, after, limit + 1))?;
+            .read(|tx| tx.pending_approvals(&principal.tenant_id, run, after, limit + 1))?;
         let more = items.len() > limit;
         items.truncate(limit);
         let next_cursor = if more {
@@ -482,7 +480,7 @@ impl<S: Store> ControlService<S> {
     async fn expire_pass(&self, now: Timestamp, tenant: Option<&str>) -> Result<usize, TxError> {
         let mut expired = 0;
         loop {
-            let due = self.env.transact(|tx| tx.due_approvals(now, tenant, 100))?;
+            let due = self.env.read(|tx| tx.due_approvals(now, tenant, 100))?;
             if due.is_empty() {
                 return Ok(expired);
             }
@@ -575,9 +573,7 @@ impl<S: Store> ControlService<S> {
     /// Re-dispatches a QUEUED run without changing it.
     pub fn resume_run(&self, principal: &Principal, id: RunId) -> Result<(), ServiceError> {
         require(principal, "run.write")?;
-        let run = self
-            .env
-            .transact(|tx| Self::visible_run(tx, principal, id))?;
+        let run = self.env.read(|tx| Self::visible_run(tx, principal, id))?;
         if run.status() != RunStatus::Queued {
             return Err(ServiceError::Conflict(format!(
                 "run is {}, not QUEUED",
@@ -597,7 +593,7 @@ impl<S: Store> ControlService<S> {
         require(principal, "invocation.read")?;
         Ok(self
             .env
-            .transact(|tx| tx.uncertain_invocations(&principal.tenant_id, all))?)
+            .read(|tx| tx.uncertain_invocations(&principal.tenant_id, all))?)
     }
 
     /// SETTLE: records a human finding; the invocation stays UNCERTAIN.

@@ -46,6 +46,14 @@ impl<S: Store> Env<S> {
         self.store.transact(f)
     }
 
+    /// One read-only transaction (see [`Store::read`]).
+    pub fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.store.read(f)
+    }
+
     /// Awaits the host's fault hook right after a commit (or a tool's return).
     pub async fn reached(&self, point: CrashPoint) {
         self.faults.reached(point).await;

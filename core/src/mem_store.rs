@@ -127,6 +127,26 @@ impl Store for MemStore {
         }
         result
     }
+
+    /// Runs `f` on a copy that is never committed, and refuses the read if `f` changed it: a
+    /// write inside a read is a bug that the SQLite store's read-only connections would also
+    /// refuse.
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let committed = self.lock();
+        let mut working = committed.clone();
+        let result = f(&mut MemTx {
+            tables: &mut working,
+        });
+        if working.rows != committed.rows {
+            return Err(TxError::Backend(
+                "a read-only transaction tried to write".to_owned(),
+            ));
+        }
+        result
+    }
 }
 
 /// One transaction: exclusive access to the working copy of the tables.

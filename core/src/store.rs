@@ -43,6 +43,18 @@ pub trait Store: Send + Sync {
         &self,
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError>;
+
+    /// One read-only transaction: a consistent view of everything committed before it began.
+    /// `f` must not write. A store may run reads beside its writer (SQLite: a second
+    /// connection, outside the group commit), so a read neither queues behind writers nor
+    /// waits for their fsync; such a store refuses a write inside with `Backend`, as
+    /// `MemStore` does. The default runs the read as a write transaction.
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.transact(f)
+    }
 }
 
 /// What one transaction may do. Guarded writes name the expected status (and lease); when no

@@ -276,7 +276,7 @@ impl<S: Store + 'static> Worker<S> {
         if self.in_flight() > 0 {
             return Ok(false);
         }
-        self.env.transact(|tx| {
+        self.env.read(|tx| {
             Ok(tx.count_runs(RunStatus::Queued)? == 0 && tx.count_runs(RunStatus::Running)? == 0)
         })
     }

@@ -132,4 +132,16 @@ impl Store for SimStore {
         }
         result
     }
+
+    /// `MemStore`'s read: a write inside is refused, as the SQLite store's read connections
+    /// refuse it, so a core read that writes fails here too. Reads commit nothing to log.
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.open.fetch_add(1, Ordering::SeqCst);
+        let result = self.inner.read(f);
+        self.open.fetch_sub(1, Ordering::SeqCst);
+        result
+    }
 }

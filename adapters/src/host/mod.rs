@@ -85,12 +85,27 @@ impl<S: Store> Store for BlockingStore<S> {
         &self,
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread {
+        if multi_thread_runtime() {
             tokio::task::block_in_place(|| self.0.transact(f))
         } else {
             self.0.transact(f)
         }
     }
+
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        if multi_thread_runtime() {
+            tokio::task::block_in_place(|| self.0.read(f))
+        } else {
+            self.0.read(f)
+        }
+    }
+}
+
+/// Whether this thread runs on a multi-thread tokio runtime, where `block_in_place` is allowed.
+fn multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
 }

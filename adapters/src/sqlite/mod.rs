@@ -1,11 +1,12 @@
 //! `SqliteStore`: the production [`Store`] (SPEC §2.2, §7.5, §13, §14, §16 #40–#41).
 //!
 //! One file holds every table of §14 (`schema`, applied through `rusqlite_migration`, so
-//! `PRAGMA user_version = 1`). Each store keeps one connection with the per-connection pragmas
-//! of §14 — `journal_mode=WAL`, `synchronous=FULL` (a committed watermark must survive power
-//! loss, G4), `foreign_keys=ON`, `busy_timeout=5000` — and several processes may open the same
-//! file: every transaction takes the write lock up front with `BEGIN IMMEDIATE`, and a process
-//! that finds it held waits up to the busy timeout.
+//! `PRAGMA user_version = 1`). Each store keeps one writing connection with the per-connection
+//! pragmas of §14 — `journal_mode=WAL`, `synchronous=FULL` (a committed watermark must survive
+//! power loss, G4), `foreign_keys=ON`, `busy_timeout=5000` — and several processes may open the
+//! same file: every write transaction takes the write lock up front with `BEGIN IMMEDIATE`,
+//! and a process that finds it held waits up to the busy timeout. Read-only transactions
+//! (`Store::read`) run on a pool of `query_only` connections beside the writer (`readers`).
 //!
 //! Transactions are grouped (`group`): concurrent `transact` calls run one after another, each
 //! in its own savepoint of one shared `BEGIN IMMEDIATE … COMMIT`, and return only after the
@@ -14,6 +15,7 @@
 //! (`airlock_core::testing::contract`) checks both stores alike.
 
 mod group;
+mod readers;
 mod rows;
 mod schema;
 mod tx;
@@ -30,10 +32,10 @@ pub use group::GroupStats;
 pub use schema::SCHEMA_VERSION;
 
 /// How long a connection waits for another process's write lock (SPEC §14).
-const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// Room for every distinct statement `SqliteTx` prepares, so none is ever re-prepared.
-const STATEMENT_CACHE_CAPACITY: usize = 128;
+pub(super) const STATEMENT_CACHE_CAPACITY: usize = 128;
 
 /// Why a store could not be opened or inspected.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +83,7 @@ pub struct PragmaReport {
 pub struct SqliteStore {
     path: PathBuf,
     group: group::GroupCommit,
+    readers: readers::Readers,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -113,6 +116,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path: path.to_owned(),
             group: group::GroupCommit::new(conn),
+            readers: readers::Readers::new(path),
         })
     }
 
@@ -155,6 +159,14 @@ impl Store for SqliteStore {
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
         self.group.transact(f)
+    }
+
+    /// On a pooled `query_only` connection, beside the writer (see the `readers` module).
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.readers.read(f)
     }
 }
 

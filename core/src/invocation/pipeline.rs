@@ -195,7 +195,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             idempotency_key: key,
         };
         // Step 5: never repeat a call whose identical twin has an unknown outcome.
-        let repeats_uncertain = self.env.transact(|tx| {
+        let repeats_uncertain = self.env.read(|tx| {
             tx.guard_lease(site.lease)?;
             Ok(tx
                 .invocations_of_run_in(site.run.id, InvocationStatus::Uncertain)?
@@ -257,7 +257,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
 
     fn replay_lookup(&self, site: &CallSite<'_>) -> Result<Option<Replay>, Halt> {
         let call_id = &site.call.call.call_id;
-        let found = self.env.transact(|tx| {
+        let found = self.env.read(|tx| {
             tx.guard_lease(site.lease)?;
             if let Some(row) = tx.invocation_by_call(site.run.id, site.step, call_id)? {
                 return Ok(Some(Found::Row(Box::new(row))));

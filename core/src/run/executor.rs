@@ -95,7 +95,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
 
     /// Executes a claimed run until it parks, ends, or must be abandoned.
     pub async fn execute(&self, lease: &Lease, token: &CancelToken) -> ExecutionEnd {
-        let read = self.env.transact(|tx| {
+        let read = self.env.read(|tx| {
             tx.guard_lease(lease)?;
             let run = tx.run(lease.run_id)?.ok_or(TxError::NotFound)?;
             let checkpoint = tx
@@ -226,7 +226,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             }
             let used = self
                 .env
-                .transact(|tx| {
+                .read(|tx| {
                     tx.guard_lease(lease)?;
                     Ok(tx.run(run.id)?.ok_or(TxError::NotFound)?.tool_call_count)
                 })
@@ -372,7 +372,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
     ) -> Result<(), Halt> {
         let running: BTreeSet<String> = self
             .env
-            .transact(|tx| {
+            .read(|tx| {
                 tx.guard_lease(lease)?;
                 Ok(tx
                     .invocations_of_run_in(run.id, InvocationStatus::Running)?
@@ -605,7 +605,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         let missing = &state.history[loaded.len()..];
         let more = self
             .env
-            .transact(|tx| {
+            .read(|tx| {
                 tx.guard_lease(lease)?;
                 let mut steps = Vec::with_capacity(missing.len());
                 for step in missing {

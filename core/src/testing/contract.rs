@@ -23,6 +23,7 @@ use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStat
 /// Runs every check on a fresh store from `make`.
 pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     transact_returns_the_closure_value_and_commits(&make());
+    read_sees_commits_and_refuses_writes(&make());
     error_from_f_rolls_back_every_write(&make());
     fenced_transaction_rolls_back_its_earlier_writes(&make());
     guard_lease_fences_wrong_owner_epoch_or_status(&make());
@@ -1018,6 +1019,51 @@ fn invocations_of_run_by_status<S: Store>(store: &S) {
             "invocations_of_run_in agrees with invocations_of_run filtered by {status}"
         );
     }
+}
+
+/// `Store::read`: sees every transaction committed before it, returns the closure's value and
+/// errors as they are, and refuses a write inside with `Backend`, keeping nothing of it.
+fn read_sees_commits_and_refuses_writes<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Queued);
+    let seen = store.read(|tx| tx.run(run.id)).expect("read");
+    assert_eq!(seen.as_ref(), Some(&run), "read: sees the committed run");
+    assert!(
+        matches!(
+            store.read(|tx| tx.run(run.id).and(Err::<(), _>(TxError::NotFound))),
+            Err(TxError::NotFound)
+        ),
+        "read: the closure's error comes back as it is"
+    );
+
+    let written = store.read(|tx| tx.insert_session(&sample_session(7)));
+    assert!(
+        matches!(written, Err(TxError::Backend(_))),
+        "read: a write inside is refused with Backend, got {written:?}"
+    );
+    assert_eq!(
+        read(store, |tx| tx.session(sample_session(7).id)),
+        None,
+        "read: nothing of a refused write is kept"
+    );
+
+    let mut next = run.clone();
+    next.updated_at = at(5);
+    let guard = RunGuard {
+        run_id: run.id,
+        status: RunStatus::Queued,
+        lease: None,
+    };
+    store
+        .transact(|tx| tx.update_run(&guard, &next))
+        .expect("a write transaction");
+    assert_eq!(
+        store
+            .read(|tx| tx.run(run.id))
+            .expect("read")
+            .map(|r| r.updated_at),
+        Some(at(5)),
+        "read: sees a write committed after an earlier read"
+    );
 }
 
 /// SPEC §9.1: updates are guarded by the expected status and follow `may_become`.
