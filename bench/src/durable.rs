@@ -25,8 +25,8 @@ use airlock_core::vocab::{InvocationStatus, RunStatus, TrustLevel};
 use serde_json::json;
 
 /// Durable commits one tool call makes through the store: PROPOSE, START, FINISH (SPEC §9.2).
-/// The two read transactions before PROPOSE (replay lookup, UNCERTAIN twin check) write
-/// nothing, so their COMMIT writes no WAL frame and syncs nothing.
+/// The two reads before PROPOSE (replay lookup, UNCERTAIN twin check) go through
+/// `Store::read`, on a read connection beside the writer, as `ToolPipeline` does.
 pub const COMMITS_PER_CALL: u64 = 3;
 
 /// Opens a connection with the store's pragmas and a one-column table.
@@ -180,16 +180,17 @@ impl ToolCallRun {
             created_at: now,
         };
 
-        // Step 1: replay lookup.
-        self.store.transact(|tx| {
+        // Step 1: replay lookup (a read, beside the writer).
+        self.store.read(|tx| {
             tx.guard_lease(&lease)?;
             tx.invocation_by_call(run_id, step, "c1")?;
             tx.event_by_key(&keys::refused(run_id, step, "c1"))
         })?;
-        // Step 5: no UNCERTAIN twin.
-        self.store.transact(|tx| {
+        // Step 5: no UNCERTAIN twin (a read).
+        self.store.read(|tx| {
             tx.guard_lease(&lease)?;
-            tx.invocations_of_run(run_id).map(|rows| rows.len())
+            tx.invocations_of_run_in(run_id, InvocationStatus::Uncertain)
+                .map(|rows| rows.len())
         })?;
         // Step 7: PROPOSE.
         let now = self.now();
