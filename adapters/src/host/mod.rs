@@ -85,27 +85,27 @@ impl<S: Store> Store for BlockingStore<S> {
         &self,
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
-        if multi_thread_runtime() {
-            tokio::task::block_in_place(|| self.0.transact(f))
-        } else {
-            self.0.transact(f)
-        }
+        blocking(|| self.0.transact(f))
     }
 
     fn read<R>(
         &self,
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
-        if multi_thread_runtime() {
-            tokio::task::block_in_place(|| self.0.read(f))
-        } else {
-            self.0.read(f)
-        }
+        blocking(|| self.0.read(f))
     }
 }
 
-/// Whether this thread runs on a multi-thread tokio runtime, where `block_in_place` is allowed.
-fn multi_thread_runtime() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+/// Runs short blocking work (a transaction, file I/O) from inside an async body: through
+/// `block_in_place` on a multi-thread runtime, so the worker thread's other tasks move elsewhere
+/// meanwhile, and directly anywhere else (a current-thread runtime or no runtime, where
+/// `block_in_place` would panic).
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }

@@ -94,20 +94,6 @@ fn bool_arg_or(args: &JsonMap, name: &str, default: bool) -> Result<bool, ToolFa
     }
 }
 
-/// Runs short blocking file I/O from inside an async body: through `block_in_place` on a
-/// multi-thread runtime, so the worker thread's other tasks move elsewhere meanwhile, and
-/// directly anywhere else (a current-thread runtime or no runtime, where `block_in_place` would
-/// panic).
-fn blocking<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current() {
-        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(work)
-        }
-        _ => work(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use airlock_core::tool::builtin::builtin_specs;

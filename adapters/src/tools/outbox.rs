@@ -19,7 +19,8 @@ use airlock_core::tool::builtin::demo_external_write_spec;
 use airlock_core::tool::spec::ToolSpec;
 use serde_json::json;
 
-use super::{blocking, checksum, failure, string_arg};
+use super::{checksum, failure, string_arg};
+use crate::host::blocking;
 
 /// The outbox's file name inside the data directory.
 pub const OUTBOX_FILE: &str = "outbox.jsonl";

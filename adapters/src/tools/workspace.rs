@@ -31,7 +31,8 @@ use airlock_core::tool::spec::ToolSpec;
 use airlock_core::vocab::TrustLevel;
 use serde_json::{Value, json};
 
-use super::{blocking, bool_arg_or, checksum, failure, string_arg, string_arg_or};
+use super::{bool_arg_or, checksum, failure, string_arg, string_arg_or};
+use crate::host::blocking;
 
 /// The most bytes `workspace.read_text` reads (§12.5).
 pub const MAX_READ_BYTES: u64 = 1_048_576;
