@@ -2,7 +2,9 @@
 //! spelling a resolver might accept, and test it against the rule's ranges. No DNS: hostnames
 //! never match here, and `host_on_allowlist` denies them anyway.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+// Address *values* only: `core::net` holds the IP types and their parsers, and no socket or
+// resolver API, so matching stays pure and deterministic (no port is needed for it).
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
