@@ -1078,6 +1078,21 @@ async fn after_batch_the_next_step_is_planned_once() {
         .map(|t| t.step)
         .collect();
     assert_eq!(steps, [2, 3]);
+    // Step 3 is planned in the same execution as step 2, so its history was extended by step 2
+    // rather than reloaded: it must still be every step's stored items, in step order.
+    let item = |i: usize| rows[i].result_item.clone().expect("closed row has its item");
+    let histories: Vec<Vec<Vec<String>>> = planners
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| t.history.clone())
+        .collect();
+    assert_eq!(
+        histories,
+        [vec![vec![item(0)]], vec![vec![item(0)], vec![item(1)]]],
+        "each turn sees the whole checkpointed history, byte-identically"
+    );
     assert_eq!(p2.run(run).step_count, 3);
     check_invariants(&sim, &p2, run);
 }
