@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use airlock::sqlite::SqliteStore;
 use airlock_bench::durable::{
-    COMMITS_PER_CALL, Rate, ToolCallRun, on_threads, raw_commit, raw_connection, raw_limit,
+    COMMITS_PER_CALL, Rate, ToolCallRun, bench_dir, on_threads, raw_commit, raw_connection,
+    raw_limit,
 };
 use criterion::{BenchmarkId, Criterion, Throughput};
 
@@ -31,14 +32,6 @@ const GROUP: &str = "sqlite";
 const THREAD_COUNTS: [usize; 3] = [1, 4, 8];
 const SUMMARY_THREAD_COUNTS: [usize; 5] = [1, 2, 4, 8, 16];
 const SUMMARY_SECONDS: u64 = 5;
-
-/// A fresh directory under the bench's target tmp dir: the same disk for every line.
-fn bench_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("airlock-sqlite-bench-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("temp dir")
-}
 
 /// A fresh store with `threads` runs, one per thread.
 fn store_with_runs(
@@ -146,7 +139,7 @@ fn summary(dir: &Path) {
 }
 
 fn main() {
-    let dir = bench_dir();
+    let dir = bench_dir(env!("CARGO_TARGET_TMPDIR"), "airlock-sqlite-bench-");
     let path: PathBuf = dir.path().to_owned();
     let mut criterion = Criterion::default().configure_from_args();
     criterion_lines(&mut criterion, &path);

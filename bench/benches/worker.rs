@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use airlock_bench::durable::raw_limit;
+use airlock_bench::durable::{bench_dir, raw_limit};
 use airlock_bench::worker_calls::{POLL_MS, WorkerLoad, WorkerReport, measure};
 
 const CONCURRENT_RUNS: [usize; 4] = [1, 4, 8, 16];
@@ -25,13 +25,6 @@ const CALLS_PER_RUN: u32 = 32;
 const CALLS_PER_LINE: usize = 1024;
 const REPEATS: usize = 3;
 const RAW_SECONDS: u64 = 5;
-
-fn bench_dir() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("airlock-worker-bench-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .expect("temp dir")
-}
 
 fn median(mut reports: Vec<WorkerReport>) -> WorkerReport {
     reports.sort_by(|a, b| a.calls.per_second().total_cmp(&b.calls.per_second()));
@@ -60,7 +53,7 @@ fn line(dir: &Path, calls_per_step: u32, concurrent_runs: usize) -> WorkerReport
 fn main() {
     // `cargo test --benches` runs this binary with `--bench` absent; keep that run short.
     let quick = !std::env::args().any(|a| a == "--bench");
-    let dir = bench_dir();
+    let dir = bench_dir(env!("CARGO_TARGET_TMPDIR"), "airlock-worker-bench-");
     let raw_time = Duration::from_secs(if quick { 1 } else { RAW_SECONDS });
     let before = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
     let mut lines = Vec::new();

@@ -29,6 +29,15 @@ use serde_json::json;
 /// `Store::read`, on a read connection beside the writer, as `ToolPipeline` does.
 pub const COMMITS_PER_CALL: u64 = 3;
 
+/// A fresh directory under `root` (a bench passes its `CARGO_TARGET_TMPDIR`): the raw limit and
+/// the stores of one run share it, so they are measured on the same disk.
+pub fn bench_dir(root: &str, prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(root)
+        .expect("temp dir")
+}
+
 /// Opens a connection with the store's pragmas and a one-column table.
 pub fn raw_connection(path: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).expect("open the raw-limit file");

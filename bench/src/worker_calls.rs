@@ -195,7 +195,7 @@ fn count_succeeded_writes(app: &App, runs: &[RunId]) -> Result<u64, WorkerBenchE
         let (status, writes) = app
             .env
             .store
-            .transact(|tx| {
+            .read(|tx| {
                 let run = tx.run(run_id)?;
                 let writes = tx
                     .invocations_of_run(run_id)?

@@ -32,10 +32,10 @@ pub use group::GroupStats;
 pub use schema::SCHEMA_VERSION;
 
 /// How long a connection waits for another process's write lock (SPEC §14).
-pub(super) const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
+const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
 
 /// Room for every distinct statement `SqliteTx` prepares, so none is ever re-prepared.
-pub(super) const STATEMENT_CACHE_CAPACITY: usize = 128;
+const STATEMENT_CACHE_CAPACITY: usize = 128;
 
 /// Why a store could not be opened or inspected.
 #[derive(Debug, thiserror::Error)]

@@ -23,8 +23,8 @@ use rusqlite::{Connection, OpenFlags};
 
 use airlock_core::store::{StoreTx, TxError};
 
-use super::BUSY_TIMEOUT;
 use super::tx::{SqliteTx, tx_error};
+use super::{BUSY_TIMEOUT, STATEMENT_CACHE_CAPACITY};
 
 /// Idle connections kept for reuse; more can be open at once while reads overlap.
 const MAX_IDLE: usize = 8;
@@ -103,7 +103,7 @@ impl Readers {
         conn.busy_timeout(BUSY_TIMEOUT).map_err(tx_error)?;
         conn.pragma_update(None, "query_only", "ON")
             .map_err(tx_error)?;
-        conn.set_prepared_statement_cache_capacity(super::STATEMENT_CACHE_CAPACITY);
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         Ok(conn)
     }
 }
