@@ -1080,7 +1080,12 @@ async fn after_batch_the_next_step_is_planned_once() {
     assert_eq!(steps, [2, 3]);
     // Step 3 is planned in the same execution as step 2, so its history was extended by step 2
     // rather than reloaded: it must still be every step's stored items, in step order.
-    let item = |i: usize| rows[i].result_item.clone().expect("closed row has its item");
+    let item = |i: usize| {
+        rows[i]
+            .result_item
+            .clone()
+            .expect("closed row has its item")
+    };
     let histories: Vec<Vec<Vec<String>>> = planners
         .seen
         .lock()
