@@ -33,7 +33,6 @@ CREATE TABLE runs (
     principal_scopes    TEXT    NOT NULL,
     origin_trust        TEXT    NOT NULL,
     planner_kind        TEXT    NOT NULL DEFAULT 'scripted',
-    planner_input       TEXT    NOT NULL,
     status              TEXT    NOT NULL
         CONSTRAINT ck_runs_status CHECK (status IN ('QUEUED', 'RUNNING', 'WAITING_FOR_APPROVAL',
                                                     'COMPLETED', 'FAILED', 'CANCELLED')),
@@ -51,6 +50,10 @@ CREATE TABLE runs (
     final_message       TEXT,
     created_at          INTEGER NOT NULL,
     updated_at          INTEGER NOT NULL,
+    -- Last, because it is large (the whole run script) and never changes: an UPDATE that keeps
+    -- the row's size rewrites only the bytes that changed, and the columns before this one
+    -- stay on the row's own page, so a lease or status check never reads its overflow pages.
+    planner_input       TEXT    NOT NULL,
     CONSTRAINT ck_runs_lease_iff_running
         CHECK ((status = 'RUNNING') = (lease_owner IS NOT NULL AND lease_expires_at IS NOT NULL)),
     CONSTRAINT ck_runs_lease_columns_together

@@ -40,9 +40,6 @@ use super::rows::{self, int, json, opt_json, opt_ts, ts};
 /// The payload schema version of every event v1 writes (SPEC §13.1).
 const PAYLOAD_SCHEMA_VERSION: u32 = 1;
 
-/// The savepoint around `append_event`'s two writes (nested in the caller's savepoint).
-const STATEMENT_SAVEPOINT: &str = "airlock_statement";
-
 /// Maps an SQLite error to core's error kinds (see the module docs).
 pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
     if let rusqlite::Error::SqliteFailure(failure, message) = &error
@@ -190,27 +187,6 @@ impl<'c> SqliteTx<'c> {
         rows.collect::<rusqlite::Result<Vec<T>>>().map_err(tx_error)
     }
 
-    /// Runs `f` inside a nested savepoint, so a method with several writes is all or nothing.
-    fn atomically<T>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> Result<T, TxError>,
-    ) -> Result<T, TxError> {
-        let conn = self.conn()?;
-        conn.execute_batch(&format!("SAVEPOINT {STATEMENT_SAVEPOINT}"))
-            .map_err(tx_error)?;
-        let result = f(self);
-        let end = if result.is_ok() {
-            format!("RELEASE {STATEMENT_SAVEPOINT}")
-        } else {
-            format!("ROLLBACK TO {STATEMENT_SAVEPOINT}; RELEASE {STATEMENT_SAVEPOINT}")
-        };
-        match (result, self.conn()?.execute_batch(&end)) {
-            (Ok(value), Ok(())) => Ok(value),
-            (Err(error), _) => Err(error),
-            (Ok(_), Err(error)) => Err(tx_error(error)),
-        }
-    }
-
     fn run_row(&self, id: RunId) -> Result<Option<Run>, TxError> {
         self.one(
             &format!("SELECT {} FROM runs WHERE id = ?1", rows::RUN_COLUMNS),
@@ -226,6 +202,27 @@ impl<'c> SqliteTx<'c> {
             params![id.to_string()],
             |row| row.get(0),
         )
+    }
+}
+
+/// The SET list of an `UPDATE runs` and its values, in order (positional `?` parameters).
+#[derive(Default)]
+struct RunUpdate<'v> {
+    columns: String,
+    values: Vec<&'v dyn ToSql>,
+}
+
+impl<'v> RunUpdate<'v> {
+    fn column_if(&mut self, name: &str, changed: bool, value: &'v dyn ToSql) {
+        if !changed {
+            return;
+        }
+        if !self.columns.is_empty() {
+            self.columns.push_str(", ");
+        }
+        self.columns.push_str(name);
+        self.columns.push_str(" = ?");
+        self.values.push(value);
     }
 }
 
@@ -362,42 +359,83 @@ impl StoreTx for SqliteTx<'_> {
         }
         check_run_change(&current, next)?;
 
-        let state = rows::state_columns(&next.state)?;
-        let set = "UPDATE runs SET status = ?3, step_count = ?4, tool_call_count = ?5, \
-                   lease_owner = ?6, lease_epoch = ?7, lease_expires_at = ?8, attempts = ?9, \
-                   scheduled_for = ?10, cancel_requested_at = ?11, failure = ?12, \
-                   final_message = ?13, updated_at = ?14 WHERE id = ?1 AND status = ?2";
-        let next_epoch = int(next.lease_epoch, "runs.lease_epoch")?;
-        let values: [&dyn ToSql; 14] = [
-            &guard.run_id.to_string(),
-            &guard.status.as_str(),
-            &state.status,
+        // Only the columns that change are written: an index is rewritten only when one of its
+        // columns is in the SET list, so a PENDING or START that moves a counter touches the
+        // row's own page and none of the status and lease indexes.
+        let before = rows::state_columns(&current.state)?;
+        let after = rows::state_columns(&next.state)?;
+        let epoch = int(next.lease_epoch, "runs.lease_epoch")?;
+        let cancel_requested_at = opt_ts(next.cancel_requested_at);
+        let updated_at = ts(next.updated_at);
+        let mut set = RunUpdate::default();
+        set.column_if("status", before.status != after.status, &after.status);
+        set.column_if(
+            "step_count",
+            current.step_count != next.step_count,
             &next.step_count,
+        );
+        set.column_if(
+            "tool_call_count",
+            current.tool_call_count != next.tool_call_count,
             &next.tool_call_count,
-            &state.lease_owner,
-            &next_epoch,
-            &state.lease_expires_at,
+        );
+        set.column_if(
+            "lease_owner",
+            before.lease_owner != after.lease_owner,
+            &after.lease_owner,
+        );
+        set.column_if(
+            "lease_epoch",
+            current.lease_epoch != next.lease_epoch,
+            &epoch,
+        );
+        set.column_if(
+            "lease_expires_at",
+            before.lease_expires_at != after.lease_expires_at,
+            &after.lease_expires_at,
+        );
+        set.column_if(
+            "attempts",
+            current.attempts != next.attempts,
             &next.attempts,
-            &state.scheduled_for,
-            &opt_ts(next.cancel_requested_at),
-            &state.failure,
-            &state.final_message,
-            &ts(next.updated_at),
-        ];
-        let changed = match &guard.lease {
-            Some(lease) => {
-                let guard_epoch = int(lease.lease_epoch, "lease_epoch")?;
-                let mut with_lease: Vec<&dyn ToSql> = values.to_vec();
-                with_lease.push(&lease.worker_id);
-                with_lease.push(&guard_epoch);
-                self.execute(
-                    &format!("{set} AND lease_owner = ?15 AND lease_epoch = ?16"),
-                    &with_lease,
-                )?
-            }
-            None => self.execute(set, &values)?,
-        };
-        if changed == 0 {
+        );
+        set.column_if(
+            "scheduled_for",
+            before.scheduled_for != after.scheduled_for,
+            &after.scheduled_for,
+        );
+        set.column_if(
+            "cancel_requested_at",
+            current.cancel_requested_at != next.cancel_requested_at,
+            &cancel_requested_at,
+        );
+        set.column_if("failure", before.failure != after.failure, &after.failure);
+        set.column_if(
+            "final_message",
+            before.final_message != after.final_message,
+            &after.final_message,
+        );
+        set.column_if("updated_at", true, &updated_at);
+
+        let id = guard.run_id.to_string();
+        let status = guard.status.as_str();
+        let guard_epoch = guard
+            .lease
+            .as_ref()
+            .map(|lease| int(lease.lease_epoch, "lease_epoch"))
+            .transpose()?;
+        let mut sql = format!(
+            "UPDATE runs SET {} WHERE id = ? AND status = ?",
+            set.columns
+        );
+        set.values.push(&id);
+        set.values.push(&status);
+        if let (Some(lease), Some(guard_epoch)) = (&guard.lease, &guard_epoch) {
+            sql.push_str(" AND lease_owner = ? AND lease_epoch = ?");
+            set.values.push(&lease.worker_id);
+            set.values.push(guard_epoch);
+        }
+        if self.execute(&sql, &set.values)? == 0 {
             return Err(match guard.lease {
                 Some(_) => TxError::Fenced,
                 None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
@@ -986,53 +1024,48 @@ impl StoreTx for SqliteTx<'_> {
         if !event.payload.is_object() {
             return Err(conflict("CHECK events: payload is a JSON object"));
         }
-        let sequence: i64 = self
-            .one(
-                "SELECT next_event_sequence FROM sessions WHERE id = ?1",
-                params![event.session_id.to_string()],
-                |row| row.get(0),
-            )?
-            .ok_or(TxError::NotFound)?;
+        let session_id = event.session_id.to_string();
         if let Some(run_id) = event.run_id {
             let run_session = self.run_session(run_id)?.ok_or(TxError::NotFound)?;
-            if run_session != event.session_id.to_string() {
+            if run_session != session_id {
                 return Err(conflict(format!(
                     "events: run {run_id} is not in session {}",
                     event.session_id
                 )));
             }
         }
-        let next_sequence = sequence
-            .checked_add(1)
-            .ok_or_else(|| TxError::Backend("event sequence overflow".to_owned()))?;
         let payload = json(&event.payload, "events.payload")?;
-        self.atomically(|tx| {
-            let id: i64 = tx
-                .one(
-                    "INSERT INTO events (session_id, run_id, sequence, event_type, \
-                     payload_schema_version, actor_type, actor_id, payload, derivation_key, \
-                     created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
-                    params![
-                        event.session_id.to_string(),
-                        event.run_id.map(|r| r.to_string()),
-                        sequence,
-                        event.event_type.as_str(),
-                        PAYLOAD_SCHEMA_VERSION,
-                        event.actor.actor_type.as_str(),
-                        event.actor.actor_id,
-                        payload,
-                        event.derivation_key,
-                        ts(event.created_at),
-                    ],
-                    |row| row.get(0),
-                )?
-                .ok_or_else(|| TxError::Backend("INSERT … RETURNING gave no row".to_owned()))?;
-            tx.execute(
-                "UPDATE sessions SET next_event_sequence = ?2 WHERE id = ?1",
-                params![event.session_id.to_string(), next_sequence],
-            )?;
-            Ok(id)
-        })
+        // Take the session's next sequence and advance it in one statement. Every check that
+        // could refuse the INSERT below (derivation key, payload shape, session and run) has
+        // already passed, so only an I/O error can separate the two writes, and such an error
+        // fails the whole transaction.
+        let sequence: i64 = self
+            .one(
+                "UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
+                 WHERE id = ?1 RETURNING next_event_sequence - 1",
+                params![session_id],
+                |row| row.get(0),
+            )?
+            .ok_or(TxError::NotFound)?;
+        self.one(
+            "INSERT INTO events (session_id, run_id, sequence, event_type, \
+             payload_schema_version, actor_type, actor_id, payload, derivation_key, \
+             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+            params![
+                session_id,
+                event.run_id.map(|r| r.to_string()),
+                sequence,
+                event.event_type.as_str(),
+                PAYLOAD_SCHEMA_VERSION,
+                event.actor.actor_type.as_str(),
+                event.actor.actor_id,
+                payload,
+                event.derivation_key,
+                ts(event.created_at),
+            ],
+            |row| row.get::<_, i64>(0),
+        )?
+        .ok_or_else(|| TxError::Backend("INSERT … RETURNING gave no row".to_owned()))
         .and_then(|id| {
             Ok(Event {
                 id,
