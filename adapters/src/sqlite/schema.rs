@@ -69,6 +69,9 @@ CREATE UNIQUE INDEX uq_runs_one_active_per_session ON runs (session_id)
 CREATE INDEX ix_runs_claim ON runs (created_at, id) WHERE status = 'QUEUED';
 CREATE INDEX ix_runs_lease_expires_at ON runs (lease_expires_at, id) WHERE status = 'RUNNING';
 
+-- A rowid table, not WITHOUT ROWID: a snapshot of a few KB then sits whole on the table's
+-- right-most leaf, which every run's inserts share, instead of spilling all but ~500 bytes onto
+-- overflow pages of a per-run leaf (index b-trees keep at most ~1 KB of a row on the leaf).
 CREATE TABLE checkpoints (
     run_id     TEXT    NOT NULL REFERENCES runs (id),
     version    INTEGER NOT NULL CONSTRAINT ck_checkpoints_version CHECK (version >= 1),
@@ -78,7 +81,7 @@ CREATE TABLE checkpoints (
     state      TEXT    NOT NULL,
     created_at INTEGER NOT NULL,
     PRIMARY KEY (run_id, version)
-) WITHOUT ROWID;
+);
 CREATE TRIGGER checkpoints_versions_contiguous BEFORE INSERT ON checkpoints
 WHEN NEW.version <> 1 + COALESCE((SELECT MAX(version) FROM checkpoints WHERE run_id = NEW.run_id), 0)
 BEGIN

@@ -187,6 +187,48 @@ impl<'c> SqliteTx<'c> {
         rows.collect::<rusqlite::Result<Vec<T>>>().map_err(tx_error)
     }
 
+    /// Why `append_event`'s INSERT wrote nothing, checked in `MemStore`'s order: the
+    /// idempotent repeat of a derivation key first (it returns the stored event), then the
+    /// payload, the session and the run. `insert_error` is the INSERT's own constraint error,
+    /// returned if none of these explains it.
+    fn refused_event(
+        &mut self,
+        event: &NewEvent,
+        insert_error: Option<TxError>,
+    ) -> Result<Event, TxError> {
+        if let Some(key) = &event.derivation_key
+            && let Some(stored) = self.event_by_key(key)?
+        {
+            if stored.event_type == event.event_type
+                && stored.run_id == event.run_id
+                && stored.payload == event.payload
+            {
+                return Ok(stored);
+            }
+            return Err(conflict(format!(
+                "events: derivation key {key} already names a different event"
+            )));
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK events: payload is a JSON object"));
+        }
+        if self.session(event.session_id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        if let Some(run_id) = event.run_id {
+            let run_session = self.run_session(run_id)?.ok_or(TxError::NotFound)?;
+            if run_session != event.session_id.to_string() {
+                return Err(conflict(format!(
+                    "events: run {run_id} is not in session {}",
+                    event.session_id
+                )));
+            }
+        }
+        Err(insert_error.unwrap_or_else(|| {
+            TxError::Backend("events: the INSERT wrote no row for no known reason".to_owned())
+        }))
+    }
+
     fn run_row(&self, id: RunId) -> Result<Option<Run>, TxError> {
         self.one(
             &format!("SELECT {} FROM runs WHERE id = ?1", rows::RUN_COLUMNS),
@@ -1006,55 +1048,28 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    /// Two statements on the common path: an INSERT that takes the session's next sequence and
+    /// checks the run's session in the same statement, then the sequence's advance. Whatever
+    /// stops the INSERT — a repeated derivation key, a missing session or run, a run of another
+    /// session, a payload that is not an object — is sorted out afterwards by
+    /// [`SqliteTx::refused_event`], in `MemStore`'s order. A refused INSERT writes nothing, so
+    /// it consumes no sequence and no id.
     fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
-        // The idempotent repeat comes first and consumes nothing: no sequence, no id.
-        if let Some(key) = &event.derivation_key
-            && let Some(stored) = self.event_by_key(key)?
-        {
-            if stored.event_type == event.event_type
-                && stored.run_id == event.run_id
-                && stored.payload == event.payload
-            {
-                return Ok(stored);
-            }
-            return Err(conflict(format!(
-                "events: derivation key {key} already names a different event"
-            )));
-        }
         if !event.payload.is_object() {
-            return Err(conflict("CHECK events: payload is a JSON object"));
+            return self.refused_event(event, None);
         }
         let session_id = event.session_id.to_string();
-        if let Some(run_id) = event.run_id {
-            let run_session = self.run_session(run_id)?.ok_or(TxError::NotFound)?;
-            if run_session != session_id {
-                return Err(conflict(format!(
-                    "events: run {run_id} is not in session {}",
-                    event.session_id
-                )));
-            }
-        }
         let payload = json(&event.payload, "events.payload")?;
-        // Take the session's next sequence and advance it in one statement. Every check that
-        // could refuse the INSERT below (derivation key, payload shape, session and run) has
-        // already passed, so only an I/O error can separate the two writes, and such an error
-        // fails the whole transaction.
-        let sequence: i64 = self
-            .one(
-                "UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
-                 WHERE id = ?1 RETURNING next_event_sequence - 1",
-                params![session_id],
-                |row| row.get(0),
-            )?
-            .ok_or(TxError::NotFound)?;
-        self.one(
+        let inserted = self.one(
             "INSERT INTO events (session_id, run_id, sequence, event_type, \
-             payload_schema_version, actor_type, actor_id, payload, derivation_key, \
-             created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id",
+             payload_schema_version, actor_type, actor_id, payload, derivation_key, created_at) \
+             SELECT id, ?2, next_event_sequence, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sessions \
+             WHERE id = ?1 AND (?2 IS NULL OR EXISTS \
+                 (SELECT 1 FROM runs WHERE runs.id = ?2 AND runs.session_id = ?1)) \
+             RETURNING id, sequence",
             params![
                 session_id,
                 event.run_id.map(|r| r.to_string()),
-                sequence,
                 event.event_type.as_str(),
                 PAYLOAD_SCHEMA_VERSION,
                 event.actor.actor_type.as_str(),
@@ -1063,22 +1078,34 @@ impl StoreTx for SqliteTx<'_> {
                 event.derivation_key,
                 ts(event.created_at),
             ],
-            |row| row.get::<_, i64>(0),
-        )?
-        .ok_or_else(|| TxError::Backend("INSERT … RETURNING gave no row".to_owned()))
-        .and_then(|id| {
-            Ok(Event {
-                id,
-                session_id: event.session_id,
-                run_id: event.run_id,
-                sequence: u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?,
-                event_type: event.event_type,
-                payload_schema_version: PAYLOAD_SCHEMA_VERSION,
-                actor: event.actor.clone(),
-                payload: event.payload.clone(),
-                derivation_key: event.derivation_key.clone(),
-                created_at: event.created_at,
-            })
+            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
+        );
+        let (id, sequence) = match inserted {
+            Ok(Some(row)) => row,
+            Ok(None) => return self.refused_event(event, None),
+            Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
+            Err(error) => return Err(error),
+        };
+        let advanced = self.execute(
+            "UPDATE sessions SET next_event_sequence = next_event_sequence + 1 WHERE id = ?1",
+            params![session_id],
+        )?;
+        if advanced != 1 {
+            return Err(TxError::Backend(
+                "events: the session's sequence did not advance".to_owned(),
+            ));
+        }
+        Ok(Event {
+            id,
+            session_id: event.session_id,
+            run_id: event.run_id,
+            sequence: u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?,
+            event_type: event.event_type,
+            payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+            actor: event.actor.clone(),
+            payload: event.payload.clone(),
+            derivation_key: event.derivation_key.clone(),
+            created_at: event.created_at,
         })
     }
 

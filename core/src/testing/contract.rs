@@ -52,6 +52,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     due_approvals_order(&make());
     event_sequences_are_per_session(&make());
     append_event_needs_its_session(&make());
+    refused_events_consume_nothing(&make());
     rolled_back_events_leave_no_trace(&make());
     derivation_key_idempotency(&make());
     events_of_run_paging(&make());
@@ -1762,6 +1763,39 @@ fn event_sequences_are_per_session<S: Store>(store: &S) {
         read(store, |tx| tx.events_of_run(one.id, None, 10)),
         vec![e1, e2],
         "events: stored as returned"
+    );
+}
+
+/// SPEC §13.1: an event names an existing run of its own session and carries an object; an
+/// append refused for any of these reasons, inside a transaction that goes on and commits,
+/// takes no sequence number.
+fn refused_events_consume_nothing<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let other = seed_run(store, 2, RunStatus::Running);
+    let mut unknown_run = sample_event(&run, EventType::RunStarted, json!({}), None);
+    unknown_run.run_id = Some(run_id(99));
+    let mut foreign_run = sample_event(&run, EventType::RunStarted, json!({}), None);
+    foreign_run.run_id = Some(other.id);
+    let not_an_object = sample_event(&run, EventType::RunStarted, json!([1]), None);
+    let appended = commit(store, "refusals, then an event", |tx| {
+        assert_eq!(
+            tx.append_event(&unknown_run),
+            Err(TxError::NotFound),
+            "append_event: an unknown run is NotFound"
+        );
+        assert!(
+            matches!(tx.append_event(&foreign_run), Err(TxError::Conflict(_))),
+            "append_event: a run of another session is a Conflict"
+        );
+        assert!(
+            matches!(tx.append_event(&not_an_object), Err(TxError::Conflict(_))),
+            "append_event: a payload that is not an object is a Conflict"
+        );
+        tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))
+    });
+    assert_eq!(
+        appended.sequence, 1,
+        "append_event: refused appends take no sequence number"
     );
 }
 
