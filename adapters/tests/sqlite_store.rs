@@ -18,7 +18,7 @@ use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::{
     Admission, Checkpoint, CheckpointState, HistoryStep, PendingBatch, PinnedCall, ResultRef,
 };
-use airlock_core::run::{Failure, Run, RunState};
+use airlock_core::run::{Failure, Run, RunGuard, RunState};
 use airlock_core::store::{Store, TxError};
 use airlock_core::testing::fixtures::*;
 use airlock_core::vocab::{
@@ -600,4 +600,61 @@ fn a_read_completes_while_a_write_transaction_is_open_and_sees_only_committed_ro
         Some(uncommitted),
         "a read after the COMMIT sees it"
     );
+}
+
+/// A run update names only the columns that change (`SqliteTx::update_run`): moving a counter
+/// must not rewrite the status, lease or script columns, or SQLite rewrites the indexes over
+/// them and the script's overflow pages. An `UPDATE OF` trigger fires exactly when one of its
+/// columns is in the SET list, whatever the value.
+#[test]
+fn a_run_update_names_only_the_columns_that_change() {
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    conn.execute_batch(
+        "CREATE TABLE untouched_columns_written (n INTEGER);
+         CREATE TRIGGER untouched_columns AFTER UPDATE OF status, lease_owner, lease_epoch,
+             lease_expires_at, planner_input, attempts ON runs
+         BEGIN INSERT INTO untouched_columns_written VALUES (1); END;",
+    )
+    .expect("trigger");
+    let writes = || -> i64 {
+        conn.query_row("SELECT COUNT(*) FROM untouched_columns_written", [], |r| {
+            r.get(0)
+        })
+        .expect("count")
+    };
+    let guard = RunGuard {
+        run_id: run.id,
+        status: run.status(),
+        lease: run.lease(),
+    };
+
+    let mut counted = run.clone();
+    counted.step_count += 1;
+    counted.tool_call_count += 1;
+    counted.updated_at = counted.updated_at.saturating_add_seconds(1);
+    store
+        .transact(|tx| tx.update_run(&guard, &counted))
+        .expect("a counter update");
+    assert_eq!(
+        writes(),
+        0,
+        "a counter update wrote a column that did not change"
+    );
+    let stored = store.read(|tx| tx.run(run.id)).expect("read");
+    assert_eq!(stored.as_ref(), Some(&counted), "the update is stored");
+
+    // The trigger does see a status change, so the assertion above can fail.
+    let mut parked = counted.clone();
+    parked.state = RunState::WaitingForApproval;
+    store
+        .transact(|tx| tx.update_run(&guard, &parked))
+        .expect("a status change");
+    assert_eq!(
+        writes(),
+        1,
+        "a status change writes the status and lease columns"
+    );
+    assert_eq!(store.read(|tx| tx.run(run.id)).expect("read"), Some(parked));
 }

@@ -77,8 +77,13 @@ fn main() {
         "raw limit: {limit:.0} commits/s (before {before:.0}, after {after:.0}; single-row INSERT, \
          WAL, synchronous=FULL)"
     );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
-        "{:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10}",
+        "CPU: {cores} cores; \"CPU ceiling\" = cores / (CPU time per call), the rate at which \
+         every core would be busy"
+    );
+    println!(
+        "{:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10} {:>13} {:>24}",
         "calls/step",
         "runs",
         "calls",
@@ -86,17 +91,22 @@ fn main() {
         "calls/(limit/3)",
         "tx/call",
         "COMMITs/call",
-        "tx/COMMIT"
+        "tx/COMMIT",
+        "CPU ms/call",
+        "CPU ceiling/(limit/3)"
     );
     for (per_step, runs, report) in lines {
         let per_second = report.calls.per_second();
         println!(
-            "{per_step:>10} {runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2}",
+            "{per_step:>10} {runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2} \
+             {:>13.2} {:>24.2}",
             report.calls.operations,
             per_second / (limit / 3.0),
             report.per_call(report.transactions),
             report.per_call(report.groups),
             report.transactions_per_commit(),
+            report.cpu_ms_per_call(),
+            report.cpu_ceiling(cores) / (limit / 3.0),
         );
     }
 }

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use airlock::host::TokioSpawner;
 use airlock::host::app::App;
@@ -47,11 +47,24 @@ pub struct WorkerReport {
     pub transactions: u64,
     /// Group COMMITs during the measurement (a read-only group syncs nothing).
     pub groups: u64,
+    /// CPU time of the whole process (every thread, user and system) during the measurement.
+    pub cpu: Duration,
 }
 
 impl WorkerReport {
     pub fn transactions_per_commit(&self) -> f64 {
         self.transactions as f64 / self.groups.max(1) as f64
+    }
+
+    /// CPU milliseconds per completed call.
+    pub fn cpu_ms_per_call(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1000.0 / self.calls.operations.max(1) as f64
+    }
+
+    /// The calls per second `cores` CPUs could sustain at this CPU cost per call, were every
+    /// core busy all the time: a ceiling that no amount of fsync sharing can lift.
+    pub fn cpu_ceiling(&self, cores: usize) -> f64 {
+        cores as f64 * 1000.0 / self.cpu_ms_per_call()
     }
 
     pub fn per_call(&self, count: u64) -> f64 {
@@ -163,6 +176,7 @@ async fn measure_async(
     let control = app.control(Some(worker.tokens().clone()));
     let store = &app.env.store.0;
     let stats_before = store.group_stats();
+    let cpu_before = process_cpu();
     let start = Instant::now();
     let idle_worker = Arc::clone(&worker);
     let stop = move || idle_worker.is_idle().unwrap_or(false);
@@ -171,6 +185,7 @@ async fn measure_async(
         .await
         .map_err(|e| WorkerBenchError::Worker(e.to_string()))?;
     let elapsed = start.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu_before);
     let stats_after = store.group_stats();
 
     let succeeded = count_succeeded_writes(&app, &runs)?;
@@ -185,7 +200,26 @@ async fn measure_async(
         calls: Rate::new(succeeded, elapsed),
         transactions: stats_after.transactions - stats_before.transactions,
         groups: stats_after.groups - stats_before.groups,
+        cpu,
     })
+}
+
+/// User plus system CPU time of this process so far, over all its threads.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given, which lives on this stack frame
+    // and starts zeroed (a valid `rusage`).
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// SUCCEEDED `workspace.write_text` invocations of `runs`; fails if a run did not complete.

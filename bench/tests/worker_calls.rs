@@ -16,6 +16,11 @@ fn every_call_of_the_load_succeeds_and_is_counted() {
     assert_eq!(report.calls.operations, 3 * 2 * 4, "calls counted");
     assert!(report.calls.per_second() > 0.0);
     assert!(
+        report.cpu > std::time::Duration::ZERO && report.cpu_ceiling(2) > 0.0,
+        "the process's CPU time is measured: {:?}",
+        report.cpu
+    );
+    assert!(
         report.transactions >= report.groups && report.groups > 0,
         "transactions {} in {} groups",
         report.transactions,

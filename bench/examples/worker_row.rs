@@ -1,0 +1,48 @@
+//! One row of the worker benchmark, for profilers (`perf record`, `strace -c`) that should see
+//! the worker and nothing else: `cargo run --release --example worker_row -- <calls/step> <runs>
+//! [runs per slot]`. Prints calls/s and the group-commit counters; no raw limit is measured.
+
+use airlock_bench::durable::bench_dir;
+use airlock_bench::worker_calls::{WorkerLoad, measure};
+
+fn arg(n: usize, default: usize) -> usize {
+    std::env::args()
+        .nth(n)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let calls_per_step = u32::try_from(arg(1, 1)).unwrap_or(1);
+    let concurrent_runs = arg(2, 4);
+    let runs_per_slot = arg(3, 8);
+    let dir = bench_dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/target/tmp"),
+        "airlock-worker-row-",
+    );
+    let load = WorkerLoad {
+        concurrent_runs,
+        runs_per_slot,
+        calls_per_run: 32,
+        calls_per_step,
+    };
+    let result = measure(&dir.path().join("data"), load);
+    if std::env::var_os("KEEP").is_some() {
+        eprintln!("kept {}", dir.keep().display());
+    }
+    match result {
+        Ok(report) => println!(
+            "{calls_per_step} calls/step, {concurrent_runs} runs: {} calls, {:.0} calls/s, \
+             {:.1} tx/call, {:.2} tx/COMMIT, {:.2} CPU ms/call",
+            report.calls.operations,
+            report.calls.per_second(),
+            report.per_call(report.transactions),
+            report.transactions_per_commit(),
+            report.cpu_ms_per_call()
+        ),
+        Err(e) => {
+            eprintln!("worker row: {e}");
+            std::process::exit(1);
+        }
+    }
+}
