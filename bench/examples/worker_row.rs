@@ -1,6 +1,8 @@
 //! One row of the worker benchmark, for profilers (`perf record`, `strace -c`) that should see
 //! the worker and nothing else: `cargo run --release --example worker_row -- <calls/step> <runs>
-//! [runs per slot]`. Prints calls/s and the group-commit counters; no raw limit is measured.
+//! [runs per slot]`. Prints calls/s, the group-commit counters and CPU time per call; no raw
+//! limit is measured. With `KEEP=1` the data directory stays (its path goes to stderr), for
+//! reading the WAL or the database afterwards.
 
 use airlock_bench::durable::bench_dir;
 use airlock_bench::worker_calls::{WorkerLoad, measure};
