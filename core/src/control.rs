@@ -683,7 +683,7 @@ impl<S: Store> ControlService<S> {
         let event = ProcessEvent {
             id: uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes()),
             event_type: EventType::PolicyProfileLoaded,
-            payload_schema_version: 1,
+            payload_schema_version: crate::events::PAYLOAD_SCHEMA_VERSION,
             actor: Actor::process(),
             payload: json!({
                 "policy_version": version,

@@ -88,6 +88,27 @@ pub struct NewEvent {
     pub created_at: Timestamp,
 }
 
+impl NewEvent {
+    /// The event as stored under the `id` and `sequence` a store assigned it.
+    pub fn stored_as(&self, id: i64, sequence: u64) -> Event {
+        Event {
+            id,
+            session_id: self.session_id,
+            run_id: self.run_id,
+            sequence,
+            event_type: self.event_type,
+            payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+            actor: self.actor.clone(),
+            payload: self.payload.clone(),
+            derivation_key: self.derivation_key.clone(),
+            created_at: self.created_at,
+        }
+    }
+}
+
+/// The payload schema version of every event v1 writes (SPEC §13.1, §13.3).
+pub const PAYLOAD_SCHEMA_VERSION: u32 = 1;
+
 /// A stored conversation event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {

@@ -43,9 +43,6 @@ use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
-/// The payload schema version of every event v1 writes (SPEC §13.1).
-const PAYLOAD_SCHEMA_VERSION: u32 = 1;
-
 /// A copy of every committed table, for tests and the simulator's invariant checker.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MemSnapshot {
@@ -850,18 +847,7 @@ impl StoreTx for MemTx<'_> {
                 .ok_or_else(|| TxError::Backend("event id overflow".to_owned()))?,
             None => 1,
         };
-        let stored = Event {
-            id,
-            session_id: event.session_id,
-            run_id: event.run_id,
-            sequence,
-            event_type: event.event_type,
-            payload_schema_version: PAYLOAD_SCHEMA_VERSION,
-            actor: event.actor.clone(),
-            payload: event.payload.clone(),
-            derivation_key: event.derivation_key.clone(),
-            created_at: event.created_at,
-        };
+        let stored = event.stored_as(id, sequence);
 
         let tables = &mut *self.tables;
         let position = tables.rows.events.len();

@@ -22,6 +22,8 @@
 //! START, outcome/status agreement, object payloads, the run's session, and settlements only of
 //! UNCERTAIN invocations.
 
+use airlock_core::events::PAYLOAD_SCHEMA_VERSION;
+use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
 use airlock_core::approval::Approval;
@@ -36,9 +38,6 @@ use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
-
-/// The payload schema version of every event v1 writes (SPEC §13.1).
-const PAYLOAD_SCHEMA_VERSION: u32 = 1;
 
 /// Maps an SQLite error to core's error kinds (see the module docs).
 pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
@@ -247,6 +246,37 @@ impl<'c> SqliteTx<'c> {
     }
 }
 
+/// The columns of a run row that an update may change, in SET order, as SQL values. Comparing
+/// two runs' lists finds the columns an update has to name.
+fn mutable_columns(run: &Run) -> Result<[(&'static str, Value); 12], TxError> {
+    let state = rows::state_columns(&run.state)?;
+    let text = |t: Option<String>| t.map_or(Value::Null, Value::Text);
+    let integer = |i: Option<i64>| i.map_or(Value::Null, Value::Integer);
+    Ok([
+        ("status", Value::Text(state.status.to_owned())),
+        ("step_count", Value::Integer(i64::from(run.step_count))),
+        (
+            "tool_call_count",
+            Value::Integer(i64::from(run.tool_call_count)),
+        ),
+        ("lease_owner", text(state.lease_owner)),
+        (
+            "lease_epoch",
+            Value::Integer(int(run.lease_epoch, "runs.lease_epoch")?),
+        ),
+        ("lease_expires_at", integer(state.lease_expires_at)),
+        ("attempts", Value::Integer(i64::from(run.attempts))),
+        ("scheduled_for", integer(state.scheduled_for)),
+        (
+            "cancel_requested_at",
+            integer(opt_ts(run.cancel_requested_at)),
+        ),
+        ("failure", text(state.failure)),
+        ("final_message", text(state.final_message)),
+        ("updated_at", Value::Integer(ts(run.updated_at))),
+    ])
+}
+
 /// The SET list of an `UPDATE runs` and its values, in order (positional `?` parameters).
 #[derive(Default)]
 struct RunUpdate<'v> {
@@ -404,60 +434,12 @@ impl StoreTx for SqliteTx<'_> {
         // Only the columns that change are written: an index is rewritten only when one of its
         // columns is in the SET list, so a PENDING or START that moves a counter touches the
         // row's own page and none of the status and lease indexes.
-        let before = rows::state_columns(&current.state)?;
-        let after = rows::state_columns(&next.state)?;
-        let epoch = int(next.lease_epoch, "runs.lease_epoch")?;
-        let cancel_requested_at = opt_ts(next.cancel_requested_at);
-        let updated_at = ts(next.updated_at);
+        let before = mutable_columns(&current)?;
+        let after = mutable_columns(next)?;
         let mut set = RunUpdate::default();
-        set.column_if("status", before.status != after.status, &after.status);
-        set.column_if(
-            "step_count",
-            current.step_count != next.step_count,
-            &next.step_count,
-        );
-        set.column_if(
-            "tool_call_count",
-            current.tool_call_count != next.tool_call_count,
-            &next.tool_call_count,
-        );
-        set.column_if(
-            "lease_owner",
-            before.lease_owner != after.lease_owner,
-            &after.lease_owner,
-        );
-        set.column_if(
-            "lease_epoch",
-            current.lease_epoch != next.lease_epoch,
-            &epoch,
-        );
-        set.column_if(
-            "lease_expires_at",
-            before.lease_expires_at != after.lease_expires_at,
-            &after.lease_expires_at,
-        );
-        set.column_if(
-            "attempts",
-            current.attempts != next.attempts,
-            &next.attempts,
-        );
-        set.column_if(
-            "scheduled_for",
-            before.scheduled_for != after.scheduled_for,
-            &after.scheduled_for,
-        );
-        set.column_if(
-            "cancel_requested_at",
-            current.cancel_requested_at != next.cancel_requested_at,
-            &cancel_requested_at,
-        );
-        set.column_if("failure", before.failure != after.failure, &after.failure);
-        set.column_if(
-            "final_message",
-            before.final_message != after.final_message,
-            &after.final_message,
-        );
-        set.column_if("updated_at", true, &updated_at);
+        for ((name, old), (_, new)) in before.iter().zip(after.iter()) {
+            set.column_if(name, *name == "updated_at" || old != new, new);
+        }
 
         let id = guard.run_id.to_string();
         let status = guard.status.as_str();
@@ -1095,18 +1077,8 @@ impl StoreTx for SqliteTx<'_> {
                 "events: the session's sequence did not advance".to_owned(),
             ));
         }
-        Ok(Event {
-            id,
-            session_id: event.session_id,
-            run_id: event.run_id,
-            sequence: u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?,
-            event_type: event.event_type,
-            payload_schema_version: PAYLOAD_SCHEMA_VERSION,
-            actor: event.actor.clone(),
-            payload: event.payload.clone(),
-            derivation_key: event.derivation_key.clone(),
-            created_at: event.created_at,
-        })
+        let sequence = u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?;
+        Ok(event.stored_as(id, sequence))
     }
 
     fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {
