@@ -22,12 +22,11 @@
 //! START, outcome/status agreement, object payloads, the run's session, and settlements only of
 //! UNCERTAIN invocations.
 
-use airlock_core::events::PAYLOAD_SCHEMA_VERSION;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
 use airlock_core::approval::Approval;
-use airlock_core::events::{Event, NewEvent, ProcessEvent};
+use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::Checkpoint;
@@ -277,27 +276,6 @@ fn mutable_columns(run: &Run) -> Result<[(&'static str, Value); 12], TxError> {
     ])
 }
 
-/// The SET list of an `UPDATE runs` and its values, in order (positional `?` parameters).
-#[derive(Default)]
-struct RunUpdate<'v> {
-    columns: String,
-    values: Vec<&'v dyn ToSql>,
-}
-
-impl<'v> RunUpdate<'v> {
-    fn column_if(&mut self, name: &str, changed: bool, value: &'v dyn ToSql) {
-        if !changed {
-            return;
-        }
-        if !self.columns.is_empty() {
-            self.columns.push_str(", ");
-        }
-        self.columns.push_str(name);
-        self.columns.push_str(" = ?");
-        self.values.push(value);
-    }
-}
-
 impl StoreTx for SqliteTx<'_> {
     fn insert_session(&mut self, session: &Session) -> Result<(), TxError> {
         self.execute(
@@ -433,33 +411,45 @@ impl StoreTx for SqliteTx<'_> {
 
         // Only the columns that change are written: an index is rewritten only when one of its
         // columns is in the SET list, so a PENDING or START that moves a counter touches the
-        // row's own page and none of the status and lease indexes.
+        // row's own page and none of the status and lease indexes. With nothing to change, the
+        // guard checks on `current` above (same transaction, write lock held) are the answer.
         let before = mutable_columns(&current)?;
         let after = mutable_columns(next)?;
-        let mut set = RunUpdate::default();
-        for ((name, old), (_, new)) in before.iter().zip(after.iter()) {
-            set.column_if(name, *name == "updated_at" || old != new, new);
+        let changed: Vec<&(&str, Value)> = before
+            .iter()
+            .zip(&after)
+            .filter(|(old, new)| old.1 != new.1)
+            .map(|(_, new)| new)
+            .collect();
+        if changed.is_empty() {
+            return Ok(next.clone());
         }
-
-        let id = guard.run_id.to_string();
-        let status = guard.status.as_str();
-        let guard_epoch = guard
-            .lease
-            .as_ref()
-            .map(|lease| int(lease.lease_epoch, "lease_epoch"))
-            .transpose()?;
+        let set_list: Vec<String> = changed
+            .iter()
+            .map(|(name, _)| format!("{name} = ?"))
+            .collect();
         let mut sql = format!(
             "UPDATE runs SET {} WHERE id = ? AND status = ?",
-            set.columns
+            set_list.join(", ")
         );
-        set.values.push(&id);
-        set.values.push(&status);
-        if let (Some(lease), Some(guard_epoch)) = (&guard.lease, &guard_epoch) {
+        let id = guard.run_id.to_string();
+        let status = guard.status.as_str();
+        let mut values: Vec<&dyn ToSql> = changed
+            .iter()
+            .map(|(_, value)| value as &dyn ToSql)
+            .collect();
+        values.push(&id);
+        values.push(&status);
+        let lease_guard = match &guard.lease {
+            Some(lease) => Some((&lease.worker_id, int(lease.lease_epoch, "lease_epoch")?)),
+            None => None,
+        };
+        if let Some((owner, epoch)) = &lease_guard {
             sql.push_str(" AND lease_owner = ? AND lease_epoch = ?");
-            set.values.push(&lease.worker_id);
-            set.values.push(guard_epoch);
+            values.push(owner);
+            values.push(epoch);
         }
-        if self.execute(&sql, &set.values)? == 0 {
+        if self.execute(&sql, &values)? == 0 {
             return Err(match guard.lease {
                 Some(_) => TxError::Fenced,
                 None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),

@@ -388,6 +388,30 @@ fn guarded_run_update_fences_or_conflicts<S: Store>(store: &S) {
         run,
         "update_run: failed guards change nothing"
     );
+    // An update that changes nothing is guarded all the same (a store may skip the write).
+    let stale = Lease {
+        lease_epoch: run.lease_epoch + 1,
+        ..held_lease(&run)
+    };
+    assert_fenced(
+        store.transact(|tx| {
+            tx.update_run(
+                &RunGuard {
+                    lease: Some(stale),
+                    ..lease_guard(&run)
+                },
+                &run,
+            )
+        }),
+        "update_run: an unchanged row under a stale lease",
+    );
+    assert_eq!(
+        commit(store, "an unchanged row under the held lease", |tx| {
+            tx.update_run(&lease_guard(&run), &run)
+        }),
+        run,
+        "update_run: an unchanged row under the held lease returns it"
+    );
 
     let updated = commit(store, "update_run under the held lease", |tx| {
         tx.update_run(&lease_guard(&run), &next)
