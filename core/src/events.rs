@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use crate::store::TxError;
 use crate::time::Timestamp;
 use crate::vocab::ActorType;
 
@@ -89,6 +90,22 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// SPEC §13.1: appending under a derivation key that is already stored returns the stored
+    /// event when its type, run and payload are this one's, and is a `Conflict` otherwise. A
+    /// store calls this when it finds the key, before anything else.
+    pub fn repeat_of(&self, stored: Event) -> Result<Event, TxError> {
+        if stored.event_type == self.event_type
+            && stored.run_id == self.run_id
+            && stored.payload == self.payload
+        {
+            return Ok(stored);
+        }
+        Err(TxError::Conflict(format!(
+            "events: derivation key {} already names a different event",
+            self.derivation_key.as_deref().unwrap_or_default()
+        )))
+    }
+
     /// The event as stored under the `id` and `sequence` a store assigned it.
     pub fn stored_as(&self, id: i64, sequence: u64) -> Event {
         Event {
@@ -153,6 +170,21 @@ pub struct ProcessEvent {
     pub payload: Value,
     pub derivation_key: String,
     pub created_at: Timestamp,
+}
+
+impl ProcessEvent {
+    /// SPEC §13.3: idempotent by derivation key as conversation events are
+    /// ([`NewEvent::repeat_of`]): the stored event when type and payload are this one's, else
+    /// a `Conflict`.
+    pub fn repeat_of(&self, stored: ProcessEvent) -> Result<ProcessEvent, TxError> {
+        if stored.event_type == self.event_type && stored.payload == self.payload {
+            return Ok(stored);
+        }
+        Err(TxError::Conflict(format!(
+            "process_events: derivation key {} already names a different event",
+            self.derivation_key
+        )))
+    }
 }
 
 /// The derivation keys of SPEC §13.1.

@@ -800,15 +800,7 @@ impl StoreTx for MemTx<'_> {
                 .events
                 .get(position)
                 .ok_or_else(|| TxError::Backend("event index out of step".to_owned()))?;
-            if stored.event_type == event.event_type
-                && stored.run_id == event.run_id
-                && stored.payload == event.payload
-            {
-                return Ok(stored.clone());
-            }
-            return Err(conflict(format!(
-                "events: derivation key {key} already names a different event"
-            )));
+            return event.repeat_of(stored.clone());
         }
         if !event.payload.is_object() {
             return Err(conflict("CHECK events: payload is a JSON object"));
@@ -899,13 +891,7 @@ impl StoreTx for MemTx<'_> {
                 tables.rows.process_events.get(position).ok_or_else(|| {
                     TxError::Backend("process event index out of step".to_owned())
                 })?;
-            if stored.event_type == event.event_type && stored.payload == event.payload {
-                return Ok(stored.clone());
-            }
-            return Err(conflict(format!(
-                "process_events: derivation key {} already names a different event",
-                event.derivation_key
-            )));
+            return event.repeat_of(stored.clone());
         }
         if tables.rows.process_events.iter().any(|e| e.id == event.id) {
             return Err(conflict(format!(

@@ -197,15 +197,7 @@ impl<'c> SqliteTx<'c> {
         if let Some(key) = &event.derivation_key
             && let Some(stored) = self.event_by_key(key)?
         {
-            if stored.event_type == event.event_type
-                && stored.run_id == event.run_id
-                && stored.payload == event.payload
-            {
-                return Ok(stored);
-            }
-            return Err(conflict(format!(
-                "events: derivation key {key} already names a different event"
-            )));
+            return event.repeat_of(stored);
         }
         if !event.payload.is_object() {
             return Err(conflict("CHECK events: payload is a JSON object"));
@@ -1112,13 +1104,7 @@ impl StoreTx for SqliteTx<'_> {
             rows::process_event,
         )?;
         if let Some(stored) = stored {
-            if stored.event_type == event.event_type && stored.payload == event.payload {
-                return Ok(stored);
-            }
-            return Err(conflict(format!(
-                "process_events: derivation key {} already names a different event",
-                event.derivation_key
-            )));
+            return event.repeat_of(stored);
         }
         if !event.payload.is_object() {
             return Err(conflict("CHECK process_events: payload is a JSON object"));
