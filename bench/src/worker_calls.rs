@@ -43,9 +43,10 @@ pub struct WorkerLoad {
 pub struct WorkerReport {
     /// Completed `workspace.write_text` calls over the wall time.
     pub calls: Rate,
-    /// `transact` calls during the measurement (reads included).
+    /// Write transactions (`transact`) during the measurement. Reads (`Store::read`) run on
+    /// the store's read connections and are not counted.
     pub transactions: u64,
-    /// Group COMMITs during the measurement (a read-only group syncs nothing).
+    /// Group COMMITs during the measurement.
     pub groups: u64,
     /// CPU time of the whole process (every thread, user and system) during the measurement.
     pub cpu: Duration,
