@@ -338,21 +338,21 @@ fn guarded_run_update_fences_or_conflicts<S: Store>(store: &S) {
     next.step_count = 1;
     next.updated_at = at(1);
 
-    let wrong_epoch = Lease {
-        lease_epoch: run.lease_epoch + 1,
-        ..held_lease(&run)
+    let wrong_epoch = RunGuard {
+        lease: Some(Lease {
+            lease_epoch: run.lease_epoch + 1,
+            ..held_lease(&run)
+        }),
+        ..lease_guard(&run)
     };
     assert_fenced(
-        store.transact(|tx| {
-            tx.update_run(
-                &RunGuard {
-                    lease: Some(wrong_epoch),
-                    ..lease_guard(&run)
-                },
-                &next,
-            )
-        }),
+        store.transact(|tx| tx.update_run(&wrong_epoch, &next)),
         "update_run: wrong lease epoch",
+    );
+    // An update that changes nothing is guarded all the same (a store may skip the write).
+    assert_fenced(
+        store.transact(|tx| tx.update_run(&wrong_epoch, &run)),
+        "update_run: an unchanged row under a stale lease",
     );
     let wrong_owner = Lease {
         worker_id: "worker-2".to_owned(),
@@ -387,23 +387,6 @@ fn guarded_run_update_fences_or_conflicts<S: Store>(store: &S) {
         stored_run(store, &run),
         run,
         "update_run: failed guards change nothing"
-    );
-    // An update that changes nothing is guarded all the same (a store may skip the write).
-    let stale = Lease {
-        lease_epoch: run.lease_epoch + 1,
-        ..held_lease(&run)
-    };
-    assert_fenced(
-        store.transact(|tx| {
-            tx.update_run(
-                &RunGuard {
-                    lease: Some(stale),
-                    ..lease_guard(&run)
-                },
-                &run,
-            )
-        }),
-        "update_run: an unchanged row under a stale lease",
     );
     assert_eq!(
         commit(store, "an unchanged row under the held lease", |tx| {
