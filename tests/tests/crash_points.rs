@@ -2,8 +2,22 @@
 //! the process aborts right after the named commit, and a fresh process recovers per §9.4 with
 //! no duplicate effect and every committed watermark still present.
 
+use airlock_core::vocab::CrashPoint;
 use airlock_e2e::*;
 use serde_json::{Value, json};
+
+/// Each crash point's test is named after it, so a point added to core without an end-to-end
+/// test here fails this check instead of going unexercised (acceptance: every `CrashPoint`).
+#[test]
+fn every_crash_point_has_its_own_test() {
+    let source = include_str!("crash_points.rs");
+    let missing: Vec<&str> = CrashPoint::ALL
+        .iter()
+        .map(|point| point.as_str())
+        .filter(|name| !source.contains(&format!("fn {name}() {{")))
+        .collect();
+    assert!(missing.is_empty(), "no end-to-end test for {missing:?}");
+}
 
 /// A command with a crash point: it must abort (SIGABRT, no exit code).
 fn crash(data: &DataDir, point: &str, principal: &str, args: &[&str]) {
