@@ -29,20 +29,9 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// The SPEC §15 example script.
-const EXAMPLE_SCRIPT: &str = r#"{"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
- "principal_scopes": ["workspace.read", "workspace.write", "demo.write"],
- "session_id": null, "origin_trust": "user",
- "limits": {"max_steps": 4, "max_tool_calls": 8, "deadline_seconds": 3600},
- "steps": [
-  {"calls": [{"call_id": "c1", "tool": "workspace.write_text",
-              "arguments": {"path": "notes/a.txt", "content": "hello"},
-              "argument_trust": {"path": "user", "content": "user"}}]},
-  {"calls": [{"call_id": "c2", "tool": "workspace.read_text", "arguments": {"path": "notes/a.txt"}},
-             {"call_id": "c3", "tool": "system.current_time", "arguments": {}}]},
-  {"calls": [{"call_id": "c4", "tool": "demo.external_write",
-              "arguments": {"destination": "demo", "content": "hello"}}]}],
- "final_message": "done"}"#;
+/// The SPEC §15 example script: the file the README's by-hand walkthrough submits, so the demo
+/// and a newcomer typing the commands run the same script.
+const EXAMPLE_SCRIPT: &str = include_str!("../../../examples/example-run.json");
 
 /// A run whose one effect will be interrupted after it happened.
 const CRASH_SCRIPT: &str = r#"{"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
