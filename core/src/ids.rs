@@ -7,6 +7,23 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+/// Text that is not a UUID in the one spelling SPEC §2.2 allows: lowercase, hyphenated.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected a lowercase hyphenated UUID, got '{0}'")]
+pub struct IdSyntaxError(pub String);
+
+/// Parses a UUID written the §2.2 way and nothing else: `Uuid::parse_str` alone would also take
+/// upper case, braces, `urn:uuid:` and the simple form, so two spellings could name one record.
+pub fn parse_canonical_uuid(text: &str) -> Result<Uuid, IdSyntaxError> {
+    Uuid::parse_str(text)
+        .ok()
+        .filter(|uuid| {
+            let mut buffer = Uuid::encode_buffer();
+            uuid.hyphenated().encode_lower(&mut buffer) == text
+        })
+        .ok_or_else(|| IdSyntaxError(text.to_owned()))
+}
+
 macro_rules! uuid_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*
@@ -27,9 +44,9 @@ macro_rules! uuid_id {
         }
 
         impl FromStr for $name {
-            type Err = uuid::Error;
-            fn from_str(s: &str) -> Result<Self, uuid::Error> {
-                Uuid::parse_str(s).map($name)
+            type Err = IdSyntaxError;
+            fn from_str(s: &str) -> Result<Self, IdSyntaxError> {
+                parse_canonical_uuid(s).map($name)
             }
         }
     };
@@ -59,3 +76,32 @@ uuid_id!(
     /// A parallel batch's group.
     ParallelGroupId
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_lowercase_hyphenated_spelling_parses() {
+        let canonical = "0190a6f1-2b3c-7d4e-8f90-123456789abc";
+        assert_eq!(
+            canonical.parse::<RunId>().map(|id| id.to_string()),
+            Ok(canonical.to_owned())
+        );
+        for other in [
+            "0190A6F1-2B3C-7D4E-8F90-123456789ABC",
+            "{0190a6f1-2b3c-7d4e-8f90-123456789abc}",
+            "urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc",
+            "0190a6f12b3c7d4e8f90123456789abc",
+            " 0190a6f1-2b3c-7d4e-8f90-123456789abc",
+            "",
+            "not-a-uuid",
+        ] {
+            assert_eq!(
+                other.parse::<ApprovalId>(),
+                Err(IdSyntaxError(other.to_owned())),
+                "{other}"
+            );
+        }
+    }
+}

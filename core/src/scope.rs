@@ -28,7 +28,7 @@ const PLATFORM_SEGMENTS: [&str; 5] = ["run", "approval", "invocation", "workspac
 /// Why a scope string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScopeError {
-    #[error("invalid required scope '{0}'")]
+    #[error("invalid scope '{0}' (lowercase segments joined by dots, such as run.read)")]
     Invalid(String),
     #[error("unknown platform scope '{0}'")]
     UnknownPlatform(String),
@@ -162,7 +162,7 @@ mod tests {
         );
         assert_eq!(
             ScopeError::Invalid("X".into()).to_string(),
-            "invalid required scope 'X'"
+            "invalid scope 'X' (lowercase segments joined by dots, such as run.read)"
         );
         assert_eq!(
             ScopeError::UnknownPlatform("run.x".into()).to_string(),

@@ -15,7 +15,6 @@ use std::sync::Arc;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Number, Value, json};
-use uuid::Uuid;
 
 use crate::action::JsonMap;
 use crate::canonical::is_valid_call_id;
@@ -23,6 +22,7 @@ use crate::ids::SessionId;
 use crate::ports::{
     BoxFut, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, ProposedCall,
 };
+use crate::principal::{IdentityError, check_identity};
 use crate::run::{Limits, Run};
 use crate::scope::{Scope, ScopeSet};
 use crate::vocab::TrustLevel;
@@ -31,8 +31,6 @@ use crate::vocab::TrustLevel;
 pub const SCHEMA_VERSION: u32 = 1;
 /// The most steps a script may hold.
 pub const MAX_SCRIPT_STEPS: usize = 999;
-/// The longest tenant or principal id, in characters.
-pub const MAX_IDENTITY_CHARS: usize = 128;
 /// The longest final message, in characters.
 pub const MAX_FINAL_MESSAGE_CHARS: usize = 4096;
 /// The final message when a script gives none.
@@ -259,13 +257,11 @@ fn required<'a>(object: &'a JsonMap, key: &str, prefix: &str) -> Result<&'a Valu
 
 fn identity(object: &JsonMap, field: &'static str) -> Result<String, ScriptError> {
     let value = as_string(required(object, field, "")?, field)?;
-    if !(1..=MAX_IDENTITY_CHARS).contains(&value.chars().count()) {
-        return Err(ScriptError::IdentityLength(field));
+    match check_identity(value) {
+        Ok(()) => Ok(value.to_owned()),
+        Err(IdentityError::Length) => Err(ScriptError::IdentityLength(field)),
+        Err(IdentityError::Control) => Err(ScriptError::IdentityControl(field)),
     }
-    if value.chars().any(char::is_control) {
-        return Err(ScriptError::IdentityControl(field));
-    }
-    Ok(value.to_owned())
 }
 
 /// A trust label a script may declare: any but `platform` and `trusted_configuration` (§3).
@@ -392,11 +388,10 @@ impl RunScript {
             None | Some(Value::Null) => None,
             Some(value) => {
                 let text = as_string(value, "session_id")?;
-                let uuid = Uuid::parse_str(text)
-                    .ok()
-                    .filter(|uuid| uuid.hyphenated().to_string() == text)
-                    .ok_or_else(|| ScriptError::SessionId(shown(text)))?;
-                Some(SessionId(uuid))
+                let id: SessionId = text
+                    .parse()
+                    .map_err(|_| ScriptError::SessionId(shown(text)))?;
+                Some(id)
             }
         };
 
@@ -562,6 +557,7 @@ mod tests {
     use crate::ids::RunId;
     use crate::run::RunState;
     use crate::time::Timestamp;
+    use uuid::Uuid;
 
     const EXAMPLE: &str = r#"{"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
  "principal_scopes": ["workspace.read", "workspace.write", "demo.write"],
