@@ -117,7 +117,11 @@ fn broken_profile_exits_3_naming_the_profile() {
         stderr(&output),
         "error: profile: default_effect must fail closed\n"
     );
-    assert!(stdout(&output).is_empty());
+    assert_eq!(
+        stdout(&output),
+        "{\"error\":{\"code\":\"policy_load\",\"message\":\"profile: default_effect must fail closed\"}}\n",
+        "Appendix A: the error object on stdout"
+    );
 }
 
 #[test]
@@ -134,6 +138,8 @@ fn broken_hardline_exits_3_naming_the_hardline_file() {
         stderr(&output),
         "error: hardline: destructive_root_delete: rule matches its own near_miss\n"
     );
+    let error: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one object");
+    assert_eq!(error["error"]["code"], "policy_load");
 }
 
 #[test]
@@ -159,6 +165,104 @@ fn missing_policy_file_exits_3() {
         "{}",
         stderr(&output)
     );
+    let error: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one object");
+    assert_eq!(error["error"]["code"], "policy_load");
+}
+
+#[test]
+fn a_store_command_with_broken_policy_files_exits_3_with_the_error_object() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("policy-empty-store");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let data = tempfile::tempdir().expect("data dir");
+    let output = airlock(
+        &[
+            "--data-dir",
+            &dir_arg(data.path()),
+            "approvals",
+            "list",
+            "--policy-dir",
+            &dir_arg(&dir),
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(3));
+    let error: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one object");
+    assert_eq!(error["error"]["code"], "policy_load");
+}
+
+#[test]
+fn usage_errors_exit_2_with_the_error_object() {
+    for args in [
+        &["approvals", "list", "--limit=-1"][..],
+        &["no-such-command"][..],
+        &["worker", "--concurrency", "many"][..],
+    ] {
+        let output = airlock(args, b"");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let error: serde_json::Value =
+            serde_json::from_str(&stdout(&output)).expect("one object on stdout");
+        assert_eq!(error["error"]["code"], "invalid_argument", "{args:?}");
+        assert!(
+            stderr(&output).contains("--help"),
+            "clap's usage hint stays on stderr"
+        );
+    }
+    let help = airlock(&["--help"], b"");
+    assert_eq!(help.status.code(), Some(0));
+    assert!(stdout(&help).contains("Usage"));
+}
+
+#[test]
+fn empty_or_unprintable_identities_and_loose_ids_are_invalid_input() {
+    let data = tempfile::tempdir().expect("data dir");
+    let data_dir = dir_arg(data.path());
+    for (args, message) in [
+        (
+            vec!["--principal", "", "approvals", "list"],
+            "--principal must be 1..=128 characters",
+        ),
+        (
+            vec!["--tenant", "ac\tme", "approvals", "list"],
+            "--tenant must not contain control characters",
+        ),
+        (
+            vec!["worker", "--worker-id", ""],
+            "--worker-id must be 1..=128 characters",
+        ),
+        (
+            vec!["approvals", "get", "0190A6F1-2B3C-7D4E-8F90-123456789ABC"],
+            "ID must be a lowercase hyphenated UUID, got '0190A6F1-2B3C-7D4E-8F90-123456789ABC'",
+        ),
+        (
+            vec![
+                "runs",
+                "show",
+                "urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc",
+            ],
+            "RUN must be a lowercase hyphenated UUID, got 'urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc'",
+        ),
+    ] {
+        let mut full = vec!["--data-dir", data_dir.as_str()];
+        full.extend(args.iter().copied());
+        let output = airlock(&full, b"");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let error: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("object");
+        assert_eq!(error["error"]["code"], "invalid_argument", "{args:?}");
+        assert_eq!(error["error"]["message"], message, "{args:?}");
+    }
+    // Spaces after the commas of --scopes are not part of the scope.
+    let output = airlock(
+        &[
+            "--data-dir",
+            &data_dir,
+            "--scopes",
+            "approval.read, run.read",
+            "approvals",
+            "list",
+        ],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", stdout(&output));
 }
 
 #[test]

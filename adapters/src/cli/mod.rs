@@ -13,7 +13,7 @@ mod worker;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use airlock_core::principal::Principal;
+use airlock_core::principal::{Principal, check_identity};
 use airlock_core::scope::{Scope, ScopeSet, platform_scopes};
 use clap::{Parser, Subcommand};
 
@@ -48,13 +48,18 @@ impl Globals {
             .unwrap_or_else(|| PathBuf::from("./.airlock"))
     }
 
-    /// The caller, or an `invalid_argument` exit for a malformed scope.
+    /// The caller, or an `invalid_argument` exit for a malformed tenant, principal or scope.
+    /// Tenant and principal follow the script rule of SPEC §15 (1..=128 characters, no control
+    /// characters); scopes may be written with spaces after the commas.
     pub fn principal(&self) -> Result<Principal, Exit> {
+        for (flag, value) in [("--tenant", &self.tenant), ("--principal", &self.principal)] {
+            check_identity(value).map_err(|e| output::invalid_argument(&format!("{flag} {e}")))?;
+        }
         let scopes: ScopeSet = match &self.scopes {
             None => platform_scopes(),
             Some(list) => {
                 let mut set = ScopeSet::new();
-                for scope in list.iter().filter(|s| !s.is_empty()) {
+                for scope in list.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
                     match Scope::parse(scope) {
                         Ok(scope) => {
                             set.insert(scope);
@@ -118,19 +123,26 @@ fn init_tracing() {
         .try_init();
 }
 
+/// Help and version print on stdout and exit 0. A usage error is an invalid input like any
+/// other (Appendix A): the error object on stdout, exit 2; clap's own text, with the usage line
+/// and its hint, still goes to stderr for whoever is at the terminal.
+fn usage_error(error: &clap::Error) -> Exit {
+    if !error.use_stderr() {
+        let _ = error.print();
+        return Exit::Ok;
+    }
+    let rendered = error.to_string();
+    let first = rendered.lines().next().unwrap_or("invalid arguments");
+    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let _ = error.print();
+    output::invalid_argument(message)
+}
+
 /// Parses the process arguments and runs the command.
 pub fn run() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => {
-            // Help and version exit 0 on stdout; usage errors exit 2 on stderr.
-            let _ = error.print();
-            return ExitCode::from(if error.use_stderr() {
-                Exit::InvalidInput.code()
-            } else {
-                Exit::Ok.code()
-            });
-        }
+        Err(error) => return usage_error(&error).into(),
     };
     init_tracing();
     if let Command::Policy(command) = cli.command {

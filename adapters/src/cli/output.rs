@@ -39,13 +39,19 @@ pub fn invalid_argument(message: &str) -> Exit {
     Exit::InvalidInput
 }
 
-/// A process that could not start: policy errors exit 3 on stderr, others 4.
+/// The policy files did not load: the error object (`policy_load`) on stdout like every other
+/// error, and the same message on stderr as `error: …` for the person editing the files; exit 3.
+pub fn policy_error(error: &impl std::fmt::Display) -> Exit {
+    let message = error.to_string();
+    println!("{}", error_json("policy_load", &message));
+    eprintln!("error: {message}");
+    Exit::PolicyLoad
+}
+
+/// A process that could not start: policy errors exit 3, storage and configuration errors 4.
 pub fn app_error(error: &AppError) -> Exit {
     match error {
-        AppError::Policy(e) => {
-            eprintln!("error: {e}");
-            Exit::PolicyLoad
-        }
+        AppError::Policy(e) => policy_error(e),
         AppError::Storage(_) => {
             println!("{}", error_json("storage", &error.to_string()));
             Exit::Storage
@@ -57,8 +63,11 @@ pub fn app_error(error: &AppError) -> Exit {
     }
 }
 
-/// Parses a UUID-typed id argument.
+/// Parses a UUID-typed id argument (lowercase, hyphenated: SPEC §2.2).
 pub fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, Exit> {
-    text.parse::<T>()
-        .map_err(|_| invalid_argument(&format!("{what} must be a UUID, got '{text}'")))
+    text.parse::<T>().map_err(|_| {
+        invalid_argument(&format!(
+            "{what} must be a lowercase hyphenated UUID, got '{text}'"
+        ))
+    })
 }

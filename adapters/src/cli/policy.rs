@@ -9,6 +9,7 @@ use clap::Subcommand;
 use serde::Serialize;
 
 use super::Globals;
+use super::output::policy_error;
 use crate::exit::{Exit, error_json};
 use crate::policy_source::load_ruleset;
 
@@ -44,10 +45,7 @@ struct CheckReport<'a> {
 pub fn run(globals: &Globals, command: PolicyCommand) -> Exit {
     let ruleset = match load_ruleset(globals.policy_dir.as_deref()) {
         Ok(ruleset) => ruleset,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return Exit::PolicyLoad;
-        }
+        Err(error) => return policy_error(&error),
     };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use airlock_core::principal::check_identity;
 use airlock_core::worker::WorkerSettings;
 
 use super::Globals;
@@ -31,6 +32,11 @@ pub struct WorkerArgs {
 pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     if args.concurrency == 0 || args.lease_ms < 3 {
         return invalid_argument("--concurrency must be at least 1 and --lease-ms at least 3");
+    }
+    if let Some(id) = &args.worker_id
+        && let Err(e) = check_identity(id)
+    {
+        return invalid_argument(&format!("--worker-id {e}"));
     }
     let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
         Ok(app) => app,
