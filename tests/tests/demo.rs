@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use airlock_e2e::*;
 use serde_json::Value;
 
-fn demo(args: &[&str], tmpdir: Option<&Path>) -> Output {
+fn demo_output(args: &[&str], tmpdir: Option<&Path>) -> Output {
     let mut command = Command::new(airlock_bin());
     command
         .arg("demo")
@@ -18,7 +18,12 @@ fn demo(args: &[&str], tmpdir: Option<&Path>) -> Output {
     if let Some(dir) = tmpdir {
         command.env("TMPDIR", dir);
     }
-    let output = command.output().expect("airlock runs");
+    command.output().expect("airlock runs")
+}
+
+/// The demo, which must succeed.
+fn demo(args: &[&str], tmpdir: Option<&Path>) -> Output {
+    let output = demo_output(args, tmpdir);
     assert_eq!(
         output.status.code(),
         Some(0),
@@ -168,6 +173,11 @@ fn demo_json_prints_event_envelopes_only() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr).trim(),
+        format!("airlock demo: data dir {}", data.path().display()),
+        "with stdout kept for events, the data dir is named on stderr"
+    );
     let types: Vec<&str> = events
         .iter()
         .map(|e| e["event_type"].as_str().expect("event_type"))
@@ -194,4 +204,40 @@ fn demo_json_prints_event_envelopes_only() {
             .count() as i64,
         stored
     );
+}
+
+#[test]
+fn demo_refuses_a_data_dir_that_already_holds_a_store_and_touches_nothing() {
+    let data = DataDir::new();
+    let run = data.submit(&script(serde_json::json!([[external_write(
+        "x", "theirs"
+    )]])));
+    let output = demo_output(&["--data-dir", data.path().to_str().expect("utf-8")], None);
+    assert_eq!(output.status.code(), Some(2));
+    let error: Value = serde_json::from_slice(&output.stdout).expect("the error object");
+    assert_eq!(error["error"]["code"], "invalid_argument");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("fresh data dir")),
+        "{error}"
+    );
+    let conn = db(&data);
+    let (status, attempts): (String, i64) = conn
+        .query_row(
+            "SELECT status, attempts FROM runs WHERE id = ?1",
+            [&run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the run");
+    assert_eq!(
+        (status.as_str(), attempts),
+        ("QUEUED", 0),
+        "nobody claimed it"
+    );
+    let runs: i64 = conn
+        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(runs, 1, "the demo submitted nothing");
+    assert!(data.outbox().is_empty());
 }

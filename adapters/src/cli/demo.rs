@@ -17,9 +17,9 @@ use airlock_core::worker::WorkerSettings;
 use serde_json::Value;
 
 use super::Globals;
-use super::output::app_error;
+use super::output::{app_error, invalid_argument};
 use crate::exit::Exit;
-use crate::host::app::App;
+use crate::host::app::{App, STORE_FILE};
 use crate::tools::outbox_path;
 
 #[derive(Debug, clap::Args)]
@@ -79,6 +79,19 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
     let data_dir = globals.data_dir_arg.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("airlock-demo-{}", uuid::Uuid::new_v4()))
     });
+    // The demo's workers claim any queued run and one of them aborts on purpose, so on a store
+    // that already holds runs it would interrupt someone's work: it refuses before opening it.
+    if data_dir.join(STORE_FILE).exists() {
+        return invalid_argument(&format!(
+            "the demo needs a fresh data dir, and '{}' already holds a store; pass a new \
+             --data-dir or none (a new temporary one)",
+            data_dir.display()
+        ));
+    }
+    if args.json {
+        // stdout carries only events; the directory still has to be findable.
+        eprintln!("airlock demo: data dir {}", data_dir.display());
+    }
     let app = match App::open(&data_dir, globals.policy_dir.as_deref()).await {
         Ok(app) => app,
         Err(e) => return app_error(&e),
@@ -212,7 +225,7 @@ impl Demo {
             )));
         }
         self.say(&format!("  outbox.jsonl holds exactly {lines} line with that idempotency_key: the effect happened once"));
-        self.say(&format!("  settle it with: airlock --data-dir {} --tenant acme invocations settle {} --outcome succeeded --note 'checked billing'", self.app.data_dir.display(), call.id));
+        self.say(&format!("  settle it with: airlock --data-dir {} --tenant acme invocations settle {} --outcome succeeded --note 'checked billing'", shell_word(&self.app.data_dir.display().to_string()), call.id));
         self.say(&format!(
             "  run {} is {}",
             second.run_id,
@@ -357,6 +370,20 @@ fn detail(payload: &Value) -> String {
     parts.join(" ")
 }
 
+/// `word` as one POSIX shell word: as it is when that is safe, else single-quoted, so the
+/// printed settle command can be pasted whatever the data dir is called.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+:@%,=".contains(&b));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
 /// How many outbox lines carry `key`.
 fn outbox_lines(path: &Path, key: &str) -> Result<usize, DemoError> {
     let text = std::fs::read_to_string(path)
@@ -366,4 +393,18 @@ fn outbox_lines(path: &Path, key: &str) -> Result<usize, DemoError> {
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|v| v["idempotency_key"].as_str() == Some(key))
         .count())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn shell_words_quote_only_when_needed() {
+        assert_eq!(shell_word("/tmp/airlock-demo-1"), "/tmp/airlock-demo-1");
+        assert_eq!(shell_word("/tmp/sp ace"), "'/tmp/sp ace'");
+        assert_eq!(shell_word("/tmp/it's"), r"'/tmp/it'\''s'");
+        assert_eq!(shell_word("$HOME"), "'$HOME'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

@@ -32,6 +32,9 @@ pub enum AppError {
     Config(String),
 }
 
+/// The store's file inside a data directory (Appendix A).
+pub const STORE_FILE: &str = "airlock.sqlite3";
+
 /// The `loaded_by` of this binary's policy records.
 pub fn loaded_by() -> String {
     format!("airlock/{}", env!("CARGO_PKG_VERSION"))
@@ -48,13 +51,14 @@ impl App {
     /// Loads the policy, opens `{data_dir}/airlock.sqlite3` and records the loaded policy.
     pub async fn open(data_dir: &Path, policy_dir: Option<&Path>) -> Result<App, AppError> {
         let ruleset = load_ruleset(policy_dir)?;
+        // Configuration is checked before anything is created, so a typo creates no store.
+        let faults = AbortAt::from_env().map_err(|e| AppError::Config(e.to_string()))?;
         std::fs::create_dir_all(data_dir).map_err(|e| {
             AppError::Config(format!("cannot create '{}': {e}", data_dir.display()))
         })?;
-        let store = SqliteStore::open(&data_dir.join("airlock.sqlite3"))
+        let store = SqliteStore::open(&data_dir.join(STORE_FILE))
             .map_err(|e| AppError::Storage(e.to_string()))?;
         let tools = builtin_registry(data_dir).map_err(|e| AppError::Config(e.to_string()))?;
-        let faults = AbortAt::from_env().map_err(|e| AppError::Config(e.to_string()))?;
         let dispatcher = Arc::new(DurableDispatcher::default());
         let env = Env {
             store: Arc::new(BlockingStore(store)),
