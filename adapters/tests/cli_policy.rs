@@ -304,6 +304,28 @@ fn eval_jsonl_answers_every_line_and_exits_2_after_a_bad_one() {
 }
 
 #[test]
+fn eval_jsonl_counts_lines_the_same_way_at_every_length() {
+    // A newline ends a line: no input has no lines, "\n" one blank line, "\n\n" two.
+    for (input, answers) in [("", 0), ("\n", 1), ("\n\n", 2), ("\r\n", 1)] {
+        let output = airlock(&["policy", "eval", "--jsonl"], input.as_bytes());
+        let text = stdout(&output);
+        assert_eq!(text.lines().count(), answers, "{input:?}: {text}");
+        let expected_exit = if answers == 0 { 0 } else { 2 };
+        assert_eq!(output.status.code(), Some(expected_exit), "{input:?}");
+        for (index, line) in text.lines().enumerate() {
+            let error: serde_json::Value = serde_json::from_str(line).expect("an error object");
+            assert_eq!(error["error"]["code"], "invalid_action");
+            assert!(
+                error["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(&format!("line {}: ", index + 1))),
+                "{line}"
+            );
+        }
+    }
+}
+
+#[test]
 fn eval_of_a_missing_file_is_invalid_input() {
     let output = airlock(&["policy", "eval", "/nonexistent/airlock-action.json"], b"");
     assert_eq!(output.status.code(), Some(2));

@@ -152,12 +152,13 @@ fn eval(
         });
     }
     // Every input line gets exactly one output line, so answers stay aligned with questions; a
-    // blank line is an invalid action like any other.
+    // blank line is an invalid action like any other. A newline ends a line, so empty input has
+    // no lines and "\n" has one (blank) line.
     let mut failed = 0usize;
-    let body = input.strip_suffix(b"\n").unwrap_or(&input);
-    if body.is_empty() {
+    if input.is_empty() {
         return Ok(Exit::Ok);
     }
+    let body = input.strip_suffix(b"\n").unwrap_or(&input);
     for (index, line) in body.split(|b| *b == b'\n').enumerate() {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         match decide(ruleset, line) {
