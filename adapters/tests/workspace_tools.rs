@@ -533,3 +533,65 @@ async fn a_deep_tree_lists_without_running_out_of_descriptors() {
         .unwrap();
     assert_eq!(read.trust, Some(TrustLevel::InternalTool));
 }
+
+/// A workspace whose every operation blocks until the test releases it, like a hung mount.
+struct StuckWorkspace {
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl StuckWorkspace {
+    fn wait(&self) {
+        let release = self.release.lock().unwrap();
+        let _ = release.recv_timeout(std::time::Duration::from_secs(10));
+    }
+}
+
+impl Workspace for StuckWorkspace {
+    fn read_bounded(&self, _: &WsPath, _: u64) -> Result<Vec<u8>, WorkspaceError> {
+        self.wait();
+        Ok(b"late".to_vec())
+    }
+    fn write(&self, _: &WsPath, _: &[u8]) -> Result<bool, WorkspaceError> {
+        self.wait();
+        Ok(true)
+    }
+    fn list(
+        &self,
+        _: &WsPath,
+        _: bool,
+    ) -> Result<Vec<airlock_core::ports::WorkspaceEntry>, WorkspaceError> {
+        self.wait();
+        Ok(Vec::new())
+    }
+    fn provenance(&self, _: &WsPath, _: Option<&[u8]>) -> Provenance {
+        Provenance::Unknown
+    }
+}
+
+/// SPEC §9.2 step 10 races the body against the call's timeout. A body stuck in the file system
+/// must not hold the task that polls the timer, or the timeout could never fire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_workspace_body_does_not_keep_its_timeout_from_firing() {
+    let cases: [(&dyn Tool, Value); 3] = [
+        (&ReadText::new(), json!({"path": "a.txt"})),
+        (&WriteText::new(), json!({"path": "a.txt", "content": "x"})),
+        (&ListFiles::new(), json!({"path": ""})),
+    ];
+    for (tool, args) in cases {
+        let (release, stuck) = std::sync::mpsc::channel();
+        let workspace: Arc<dyn Workspace> = Arc::new(StuckWorkspace {
+            release: std::sync::Mutex::new(stuck),
+        });
+        let timed = tokio::time::timeout(
+            std::time::Duration::from_millis(100),
+            call(tool, Some(workspace), "k", args),
+        )
+        .await;
+        let _ = release.send(());
+        assert!(
+            timed.is_err(),
+            "{}: the body finished before its timeout could fire",
+            tool.spec().name
+        );
+    }
+}

@@ -96,7 +96,7 @@ impl<S: Store> Store for BlockingStore<S> {
     }
 }
 
-/// Runs short blocking work (a transaction, file I/O) from inside an async body: through
+/// Runs a short blocking transaction from inside an async body: through
 /// `block_in_place` on a multi-thread runtime, so the worker thread's other tasks move elsewhere
 /// meanwhile, and directly anywhere else (a current-thread runtime or no runtime, where
 /// `block_in_place` would panic).

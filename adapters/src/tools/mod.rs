@@ -48,6 +48,29 @@ pub fn checksum(bytes: &[u8]) -> String {
     format!("sha256:{}", sha256_hex(bytes))
 }
 
+/// Runs a body's blocking file work on tokio's blocking pool and awaits it. The pipeline races
+/// the body against the call's timeout (SPEC §9.2 step 10); with `block_in_place` the body would
+/// hold the very task that polls that timer, so a stuck read (a hung mount, say) could never time
+/// out. Here the timer wins and the call is classified as timed out while the thread finishes or
+/// stays stuck on its own. A panic in the work resumes in the caller, where the pipeline catches
+/// it. Outside a tokio runtime the work runs inline.
+async fn off_the_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolFailure> + Send + 'static,
+) -> Result<T, ToolFailure> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => match runtime.spawn_blocking(work).await {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            // A blocking task is only cancelled before it starts (runtime shutdown): no effect.
+            Err(_) => Err(failure(
+                codes::INTERNAL_ERROR,
+                "the runtime shut down before the tool body started",
+            )),
+        },
+        Err(_) => work(),
+    }
+}
+
 /// A failure with the kind that matches its reason code's family.
 fn failure(reason_code: &str, detail: impl Into<String>) -> ToolFailure {
     let kind = if reason_code == codes::INTERNAL_ERROR {

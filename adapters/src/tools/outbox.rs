@@ -10,7 +10,7 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_core::action::JsonMap;
 use airlock_core::invocation::outcome::codes;
@@ -19,8 +19,7 @@ use airlock_core::tool::builtin::demo_external_write_spec;
 use airlock_core::tool::spec::ToolSpec;
 use serde_json::json;
 
-use super::{checksum, failure, string_arg};
-use crate::host::blocking;
+use super::{checksum, failure, off_the_runtime, string_arg};
 
 /// The outbox's file name inside the data directory.
 pub const OUTBOX_FILE: &str = "outbox.jsonl";
@@ -43,7 +42,9 @@ impl ExternalWrite {
         }
     }
 
-    fn run(&self, ctx: &ToolContext<'_>, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
+    /// Everything but the effect: arguments, the line (its `recorded_at` from the clock) and
+    /// the result.
+    fn prepare(ctx: &ToolContext<'_>, args: &JsonMap) -> Result<Prepared, ToolFailure> {
         let destination = string_arg(args, "destination")?;
         let content = string_arg(args, "content")?;
         let checksum = checksum(content.as_bytes());
@@ -57,26 +58,38 @@ impl ExternalWrite {
         })
         .to_string();
         line.push('\n');
-        let mut file = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(OUTBOX_MODE)
-            .open(&self.outbox)
-            .map_err(|e| failure(codes::INTERNAL_ERROR, format!("open the outbox: {e}")))?;
-        // One write call appends the whole line (O_APPEND); from here on the effect may exist.
-        file.write_all(line.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| failure(codes::OUTCOME_UNKNOWN, format!("append to the outbox: {e}")))?;
-        Ok(ToolSuccess {
-            structured: json!({
-                "recorded": true,
-                "destination": destination,
-                "byte_count": content.len(),
-                "checksum": checksum,
-            }),
-            trust: None,
-        })
+        let structured = json!({
+            "recorded": true,
+            "destination": destination,
+            "byte_count": content.len(),
+            "checksum": checksum,
+        });
+        Ok(Prepared { line, structured })
     }
+}
+
+/// The line to append and the result to return once it is durable.
+struct Prepared {
+    line: String,
+    structured: serde_json::Value,
+}
+
+/// Appends the line and syncs it: the effect.
+fn append(outbox: &Path, prepared: Prepared) -> Result<ToolSuccess, ToolFailure> {
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(OUTBOX_MODE)
+        .open(outbox)
+        .map_err(|e| failure(codes::INTERNAL_ERROR, format!("open the outbox: {e}")))?;
+    // One write call appends the whole line (O_APPEND); from here on the effect may exist.
+    file.write_all(prepared.line.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|e| failure(codes::OUTCOME_UNKNOWN, format!("append to the outbox: {e}")))?;
+    Ok(ToolSuccess {
+        structured: prepared.structured,
+        trust: None,
+    })
 }
 
 impl Tool for ExternalWrite {
@@ -89,6 +102,10 @@ impl Tool for ExternalWrite {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move { blocking(|| self.run(ctx, args)) })
+        Box::pin(async move {
+            let prepared = ExternalWrite::prepare(ctx, args)?;
+            let outbox = self.outbox.clone();
+            off_the_runtime(move || append(&outbox, prepared)).await
+        })
     }
 }

@@ -31,8 +31,7 @@ use airlock_core::tool::spec::ToolSpec;
 use airlock_core::vocab::TrustLevel;
 use serde_json::{Value, json};
 
-use super::{bool_arg_or, checksum, failure, string_arg, string_arg_or};
-use crate::host::blocking;
+use super::{bool_arg_or, checksum, failure, off_the_runtime, string_arg, string_arg_or};
 
 /// The most bytes `workspace.read_text` reads (§12.5).
 pub const MAX_READ_BYTES: u64 = 1_048_576;
@@ -100,8 +99,7 @@ impl ReadText {
         }
     }
 
-    fn run(ctx: &ToolContext<'_>, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
-        let workspace = handle(ctx)?;
+    fn run(workspace: &dyn Workspace, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
         let text = string_arg(args, "path")?;
         let path = parse_path(Operation::Read, text)?;
         let bytes = workspace
@@ -144,7 +142,11 @@ impl Tool for ReadText {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move { blocking(|| ReadText::run(ctx, args)) })
+        Box::pin(async move {
+            let workspace = Arc::clone(handle(ctx)?);
+            let args = args.clone();
+            off_the_runtime(move || ReadText::run(workspace.as_ref(), &args)).await
+        })
     }
 }
 
@@ -161,8 +163,7 @@ impl ListFiles {
         }
     }
 
-    fn run(ctx: &ToolContext<'_>, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
-        let workspace = handle(ctx)?;
+    fn run(workspace: &dyn Workspace, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
         let text = string_arg_or(args, "path", "")?;
         let recursive = bool_arg_or(args, "recursive", false)?;
         let path = parse_path(Operation::List, text)?;
@@ -222,7 +223,11 @@ impl Tool for ListFiles {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move { blocking(|| ListFiles::run(ctx, args)) })
+        Box::pin(async move {
+            let workspace = Arc::clone(handle(ctx)?);
+            let args = args.clone();
+            off_the_runtime(move || ListFiles::run(workspace.as_ref(), &args)).await
+        })
     }
 }
 
@@ -239,8 +244,7 @@ impl WriteText {
         }
     }
 
-    fn run(ctx: &ToolContext<'_>, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
-        let workspace = handle(ctx)?;
+    fn run(workspace: &dyn Workspace, args: &JsonMap) -> Result<ToolSuccess, ToolFailure> {
         let text = string_arg(args, "path")?;
         let content = string_arg(args, "content")?;
         let path = parse_path(Operation::Write, text)?;
@@ -275,7 +279,11 @@ impl Tool for WriteText {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move { blocking(|| WriteText::run(ctx, args)) })
+        Box::pin(async move {
+            let workspace = Arc::clone(handle(ctx)?);
+            let args = args.clone();
+            off_the_runtime(move || WriteText::run(workspace.as_ref(), &args)).await
+        })
     }
 }
 
