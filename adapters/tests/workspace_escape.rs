@@ -377,6 +377,17 @@ async fn absolute_traversal_and_malformed_paths_are_escapes() {
     );
 }
 
+/// Runs `work` on its own thread and fails the test unless it returns within 10 s.
+fn within_10s<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(work());
+    });
+    result
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the workspace calls returned within 10 s")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fifo_neither_blocks_nor_is_read_written_or_listed() {
     let f = Fixture::new();
@@ -388,29 +399,32 @@ async fn a_fifo_neither_blocks_nor_is_read_written_or_listed() {
     .unwrap();
     rustix::fs::mkfifoat(&dir, "pipe", rustix::fs::Mode::from_raw_mode(0o600)).unwrap();
     // With no writer, a blocking open for reading would hang forever; every call must return.
-    assert_eq!(
-        f.ws().read_bounded(&path("pipe"), 1 << 20),
-        Err(WorkspaceError::NotAFile)
-    );
+    // The trait calls run on their own thread with a deadline, so a regression fails the test
+    // instead of hanging it (the tool calls are bounded by `Fixture::call`).
+    let ws = Arc::clone(&f.workspace);
+    let (read, write, list, listing) = within_10s(move || {
+        (
+            ws.read_bounded(&path("pipe"), 1 << 20),
+            ws.write(&path("pipe"), b"x"),
+            ws.list(&path("pipe"), false),
+            ws.list(&path(""), true),
+        )
+    });
+    assert_eq!(read, Err(WorkspaceError::NotAFile));
+    assert_eq!(write, Err(WorkspaceError::NotAFile));
+    assert_eq!(list, Err(WorkspaceError::NotADirectory));
+    assert_eq!(listing, Ok(vec![]));
     assert_eq!(
         f.read_code("pipe").await,
         "tool.invalid_arguments.not_a_file"
     );
-    assert_eq!(
-        f.ws().write(&path("pipe"), b"x"),
-        Err(WorkspaceError::NotAFile)
-    );
     assert_eq!(f.write_code("pipe", "x").await, ESCAPE);
-    assert_eq!(
-        f.ws().list(&path("pipe"), false),
-        Err(WorkspaceError::NotADirectory)
-    );
     assert_eq!(
         f.list_code("pipe", false).await,
         "tool.invalid_arguments.not_a_directory"
     );
     assert_eq!(f.read_code("pipe/x").await, NO_SUCH_PATH);
-    assert_eq!(f.ws().list(&path(""), true).unwrap(), vec![]);
+    assert_eq!(f.write_code("pipe/x", "x").await, ESCAPE);
     // The FIFO is still a FIFO.
     use std::os::unix::fs::FileTypeExt;
     assert!(
@@ -483,4 +497,63 @@ async fn a_workspace_root_planted_as_a_symlink_is_not_used() {
         Ok(_) => panic!("a symlinked root must not be opened"),
     }
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_file_gets_the_workspace_file_mode_once_the_tool_writes_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    let planted = f.root.join("shared.txt");
+    std::fs::write(&planted, b"host").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(f.ws().write(&path("shared.txt"), b"tool"), Ok(false));
+    let mode = std::fs::metadata(&planted).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode, 0o600,
+        "tool-written bytes are not left world-readable"
+    );
+    assert_eq!(std::fs::read(&planted).unwrap(), b"tool");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recursive_listing_shows_but_does_not_enter_a_directory_at_the_path_limit() {
+    // 17 nested directories of 240 bytes: the deepest one's relative path is exactly 4096 bytes,
+    // the longest a WsPath may name, so none of its children could be named. Planted from the
+    // host with *at calls, as an absolute path this long exceeds PATH_MAX.
+    let f = Fixture::new();
+    let name = "d".repeat(240);
+    let mut dir = rustix::fs::open(
+        &f.root,
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+        rustix::fs::Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..17 {
+        rustix::fs::mkdirat(&dir, name.as_str(), rustix::fs::Mode::from_raw_mode(0o700)).unwrap();
+        dir = rustix::fs::openat(
+            &dir,
+            name.as_str(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::DIRECTORY,
+            rustix::fs::Mode::empty(),
+        )
+        .unwrap();
+    }
+    rustix::fs::mkdirat(&dir, "x", rustix::fs::Mode::from_raw_mode(0o700)).unwrap();
+    let deepest = vec![name.as_str(); 17].join("/");
+    assert_eq!(deepest.len(), 4096);
+    let entries = f.ws().list(&path(""), true).expect("the listing succeeds");
+    assert_eq!(
+        entries.len(),
+        17,
+        "every named directory, nothing below the limit"
+    );
+    assert_eq!(
+        entries.last().map(|e| e.path.as_str()),
+        Some(deepest.as_str())
+    );
+    assert!(
+        entries
+            .iter()
+            .all(|e| e.kind == airlock_core::ports::EntryKind::Directory)
+    );
 }

@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_core::workspace::{EntryKind, WorkspaceEntry, WorkspaceError};
 use rustix::fs::{
-    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fstat, fsync, ftruncate, mkdirat,
-    openat, openat2, statat,
+    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fchmod, fstat, fsync, ftruncate,
+    mkdirat, openat, openat2, statat,
 };
 use rustix::io::Errno;
 
@@ -223,7 +223,12 @@ pub fn write_file(
     let (parents, name) = split(components)?;
     let dir = walk_dirs(root, parents, true)?;
     let (fd, created) = open_for_write(&dir, name)?;
-    require_single_regular_file(&fd)?;
+    let stat = require_single_regular_file(&fd)?;
+    // A file planted by the host keeps the host's mode until the tool first writes it; from then
+    // on it holds tool-written bytes, so it gets the workspace's file mode (§12.2: files 0600).
+    if stat.st_mode & 0o7777 != FILE_MODE {
+        fchmod(&fd, Mode::from_raw_mode(FILE_MODE)).map_err(|errno| io("chmod", errno))?;
+    }
     ftruncate(&fd, 0).map_err(|errno| io("truncate", errno))?;
     let mut file = std::fs::File::from(fd);
     file.write_all(data)
@@ -391,7 +396,12 @@ fn list_one(
             EntryKind::File => u64::try_from(stat.st_size).unwrap_or(0),
             EntryKind::Directory => 0,
         };
-        if kind == EntryKind::Directory && recursive {
+        // A directory whose children could not be named within the path limit is listed but
+        // not entered: reopening it would itself exceed the kernel's PATH_MAX.
+        if kind == EntryKind::Directory
+            && recursive
+            && relative.len() + 2 <= MAX_RELATIVE_PATH_BYTES
+        {
             pending.push(relative.clone());
         }
         entries.push(WorkspaceEntry {
