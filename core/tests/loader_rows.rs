@@ -1022,6 +1022,39 @@ fn row_19_invalid_cidr() {
     }
 }
 
+/// Beyond the §7.4 table: a protected path that names nothing once canonical would make the rule
+/// protect less than it says, so the load stops. A `~` entry that climbs out of home is the
+/// absolute path it names: `~/../etc` is `/etc`, and `~/..` is `/`, which protects every path,
+/// the rule's own near miss included (row 20).
+#[test]
+fn a_protected_path_that_names_nothing_is_refused() {
+    let shipped = "\"/etc\", \"/usr\"";
+    for bad in ["", ".", "..", "a/..", "./"] {
+        let err = hardline_edit(shipped, &format!("\"/etc\", \"{bad}\""));
+        assert_eq!(
+            err,
+            PolicyLoadError::InvalidPath {
+                id: "protected_host_path".to_owned(),
+                path: bad.to_owned()
+            },
+            "{bad:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("hardline: protected_host_path: invalid path '{bad}'")
+        );
+    }
+    for root in ["~/..", "~\\\\.."] {
+        assert_eq!(
+            hardline_edit(shipped, &format!("\"/etc\", \"{root}\"")),
+            PolicyLoadError::MatchesNearMiss("protected_host_path".to_owned()),
+            "{root}"
+        );
+    }
+    let climbed = edit(&shipped_hardline(), shipped, "\"~/../etc\", \"/usr\"");
+    assert!(Ruleset::load(DEFAULT_PROFILE, climbed.as_bytes()).is_ok());
+}
+
 // ----- Row 20: no rule matches its own near_miss -----
 
 #[test]

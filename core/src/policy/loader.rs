@@ -99,6 +99,9 @@ pub enum PolicyLoadError {
     InvalidPattern { id: String },
     #[error("hardline: {id}: invalid cidr '{cidr}'")]
     InvalidCidr { id: String, cidr: String },
+    /// Not in SPEC §7.4's table: a protected path that names nothing (see `ProtectedPaths::new`).
+    #[error("hardline: {id}: invalid path '{path}'")]
+    InvalidPath { id: String, path: String },
     #[error("hardline: {0}: rule matches its own near_miss")]
     MatchesNearMiss(String),
 }
@@ -535,7 +538,12 @@ fn matcher(head: &RuleHead<'_>) -> Result<Matcher, PolicyLoadError> {
         HardlineRuleKind::ProtectedPath => {
             let paths = string_list(value).ok_or_else(|| required("paths"))?;
             let paths: Vec<String> = paths.into_iter().map(str::to_owned).collect();
-            Ok(Matcher::ProtectedPath(ProtectedPaths::new(&paths)))
+            ProtectedPaths::new(&paths)
+                .map(Matcher::ProtectedPath)
+                .map_err(|path| PolicyLoadError::InvalidPath {
+                    id: id.clone(),
+                    path,
+                })
         }
         HardlineRuleKind::NetworkRange => {
             let cidrs = string_list(value).ok_or_else(|| required("cidrs"))?;

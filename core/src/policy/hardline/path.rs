@@ -96,29 +96,36 @@ fn percent_decode(s: &str) -> String {
 }
 
 impl ProtectedPaths {
-    /// Compiles the entries of a rule. `~/x` yields both `/home/x` and the relative `x`.
-    pub fn new(paths: &[String]) -> ProtectedPaths {
+    /// Compiles the entries of a rule. `~/x` yields both `/home/x` and the relative `x`; a `~`
+    /// entry that climbs out of home (`~/../etc`) is just the absolute path it names. A relative
+    /// entry that names nothing once canonical (`""`, `.`, `a/..`) would protect nothing, so it is
+    /// refused (returned as the error) rather than silently weakening the rule.
+    pub fn new(paths: &[String]) -> Result<ProtectedPaths, String> {
         let mut entries = Vec::new();
         for raw in paths {
             let normalized = raw.replace('\\', "/");
-            let owned = |parts: Vec<&str>| parts.into_iter().map(str::to_owned).collect::<Vec<_>>();
+            let owned = |parts: &[&str]| parts.iter().map(|p| (*p).to_owned()).collect::<Vec<_>>();
             if normalized == "~" || normalized.starts_with("~/") {
                 let components = canonical_components(&normalized);
-                let relative: Vec<String> = owned(components[1..].to_vec());
-                entries.push(Entry::Absolute(owned(components)));
-                if !relative.is_empty() {
-                    entries.push(Entry::Relative(relative));
+                let under_home = match components.split_first() {
+                    Some((&"home", rest)) if !rest.is_empty() => owned(rest),
+                    _ => Vec::new(),
+                };
+                entries.push(Entry::Absolute(owned(&components)));
+                if !under_home.is_empty() {
+                    entries.push(Entry::Relative(under_home));
                 }
             } else if normalized.starts_with('/') {
-                entries.push(Entry::Absolute(owned(canonical_components(&normalized))));
+                entries.push(Entry::Absolute(owned(&canonical_components(&normalized))));
             } else {
-                let relative = owned(canonical_components(&normalized));
-                if !relative.is_empty() {
-                    entries.push(Entry::Relative(relative));
+                let relative = owned(&canonical_components(&normalized));
+                if relative.is_empty() {
+                    return Err(raw.clone());
                 }
+                entries.push(Entry::Relative(relative));
             }
         }
-        ProtectedPaths { entries }
+        Ok(ProtectedPaths { entries })
     }
 
     /// Whether any entry protects the canonical form of `path`.
@@ -194,6 +201,7 @@ mod tests {
 
     fn shipped() -> ProtectedPaths {
         ProtectedPaths::new(&["/etc", "/usr", "~/.ssh", ".git/config", ".env"].map(String::from))
+            .unwrap()
     }
 
     #[test]
@@ -215,7 +223,7 @@ mod tests {
 
     #[test]
     fn entries_compile_home_as_absolute_and_relative() {
-        let paths = ProtectedPaths::new(&["~/.ssh".to_owned()]);
+        let paths = ProtectedPaths::new(&["~/.ssh".to_owned()]).unwrap();
         assert_eq!(
             paths.entries,
             vec![
