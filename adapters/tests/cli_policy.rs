@@ -1,5 +1,5 @@
-//! `airlock policy …` through the real binary: output, exit codes and error reporting
-//! (SPEC Appendix A, §7.4). Snapshots pin output a human reviewed.
+//! `airlock policy …` and the CLI's shared error paths through the real binary: output, exit
+//! codes and error reporting (SPEC Appendix A, §7.4). Snapshots pin output a human reviewed.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -337,4 +337,34 @@ fn usage_errors_exit_2() {
     let output = airlock(&["policy", "frobnicate"], b"");
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("unrecognized subcommand"));
+}
+
+#[test]
+fn output_that_cannot_be_written_ends_with_exit_4_not_a_panic() {
+    let data = tempfile::tempdir().expect("data dir");
+    for args in [
+        vec!["approvals", "list"],
+        vec!["policy", "version"],
+        vec!["approvals", "get", "not-a-uuid"],
+    ] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .arg("--data-dir")
+            .arg(data.path())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(full)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("airlock runs");
+        assert_eq!(output.status.code(), Some(4), "{args:?}: {output:?}");
+        assert!(
+            stderr(&output).starts_with("error: cannot write output: "),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
 }

@@ -17,7 +17,7 @@ use airlock_core::worker::WorkerSettings;
 use serde_json::Value;
 
 use super::Globals;
-use super::output::{app_error, invalid_argument};
+use super::output::{app_error, invalid_argument, line};
 use crate::exit::Exit;
 use crate::host::app::{App, STORE_FILE};
 use crate::tools::outbox_path;
@@ -105,10 +105,13 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
         started,
     };
     if !demo.json {
-        println!("airlock demo");
-        println!("  data dir:       {}", data_dir.display());
-        println!("  policy version: {}", demo.app.env.ruleset.version);
-        println!();
+        line("airlock demo");
+        line(format_args!("  data dir:       {}", data_dir.display()));
+        line(format_args!(
+            "  policy version: {}",
+            demo.app.env.ruleset.version
+        ));
+        line("");
     }
     match demo.walkthrough(globals).await {
         Ok(()) => Exit::Ok,
@@ -122,7 +125,7 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
 impl Demo {
     fn say(&self, text: &str) {
         if !self.json {
-            println!("{text}");
+            line(text);
         }
     }
 
@@ -288,15 +291,15 @@ impl Demo {
             .filter(|e| after.is_none_or(|a| e.id > a))
         {
             if self.json {
-                println!("{}", event.to_json());
+                line(event.to_json());
                 continue;
             }
             let seconds = (event.created_at.as_micros() - self.started.as_micros()) as f64 / 1e6;
-            println!(
+            line(format_args!(
                 "  {seconds:>7.3}s  {:<26} {}",
                 event.event_type.as_str(),
                 detail(&event.payload)
-            );
+            ));
         }
         Ok(())
     }

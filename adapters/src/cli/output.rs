@@ -21,21 +21,34 @@ pub fn exit_for(error: &ServiceError) -> Exit {
     }
 }
 
+/// Writes one line to stdout. `println!` would panic when the reader has gone (`| head`) or the
+/// disk is full; instead the process reports it and ends with exit 4, as the `policy` commands
+/// do. Nothing is left half-done by stopping here: output is printed after the commit it
+/// reports.
+pub fn line(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = writeln!(out, "{text}").and_then(|()| out.flush()) {
+        eprintln!("error: cannot write output: {error}");
+        std::process::exit(Exit::Storage.code().into());
+    }
+}
+
 /// Prints a value as one line of compact JSON.
 pub fn print(value: &Value) -> Exit {
-    println!("{value}");
+    line(value);
     Exit::Ok
 }
 
 /// Prints a service error object and returns its exit class.
 pub fn service_error(error: &ServiceError) -> Exit {
-    println!("{}", error_json(error.code(), &error.to_string()));
+    line(error_json(error.code(), &error.to_string()));
     exit_for(error)
 }
 
 /// An invalid command-line value: the error object and exit 2.
 pub fn invalid_argument(message: &str) -> Exit {
-    println!("{}", error_json("invalid_argument", message));
+    line(error_json("invalid_argument", message));
     Exit::InvalidInput
 }
 
@@ -43,7 +56,7 @@ pub fn invalid_argument(message: &str) -> Exit {
 /// error, and the same message on stderr as `error: …` for the person editing the files; exit 3.
 pub fn policy_error(error: &impl std::fmt::Display) -> Exit {
     let message = error.to_string();
-    println!("{}", error_json("policy_load", &message));
+    line(error_json("policy_load", &message));
     eprintln!("error: {message}");
     Exit::PolicyLoad
 }
@@ -53,11 +66,11 @@ pub fn app_error(error: &AppError) -> Exit {
     match error {
         AppError::Policy(e) => policy_error(e),
         AppError::Storage(_) => {
-            println!("{}", error_json("storage", &error.to_string()));
+            line(error_json("storage", &error.to_string()));
             Exit::Storage
         }
         AppError::Config(_) => {
-            println!("{}", error_json("configuration", &error.to_string()));
+            line(error_json("configuration", &error.to_string()));
             Exit::Storage
         }
     }

@@ -9,7 +9,7 @@ use airlock_core::worker::WorkerSettings;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, invalid_argument, parse_id, print, service_error};
+use super::output::{app_error, invalid_argument, line, parse_id, print, service_error};
 use super::{Globals, json};
 use crate::exit::Exit;
 use crate::host::app::App;
@@ -116,7 +116,7 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
                 match control.list_events(&principal, id, after, Some(1000)) {
                     Ok(page) => {
                         for event in &page.items {
-                            println!("{}", event.to_json());
+                            line(event.to_json());
                         }
                         match page.next_cursor.and_then(|c| c.parse::<i64>().ok()) {
                             Some(next) => after = Some(next),
