@@ -30,9 +30,20 @@ impl Timestamp {
         self.0
     }
 
-    /// Adds a duration, saturating at the ends of the representable range.
+    /// The latest instant the §2.2 form can spell, with its four-digit year:
+    /// 9999-12-31T23:59:59.999999Z.
+    pub const MAX: Timestamp = Timestamp(253_402_300_799_999_999);
+
+    /// Adds a duration, saturating at [`Timestamp::MAX`] (and at the bottom of the i64 range).
+    /// A huge lease or approval expiry then means "far future" and still prints as a time the
+    /// parser reads back, instead of a five-digit year.
     pub const fn saturating_add_micros(self, micros: i64) -> Timestamp {
-        Timestamp(self.0.saturating_add(micros))
+        let sum = self.0.saturating_add(micros);
+        if sum > Timestamp::MAX.0 {
+            Timestamp::MAX
+        } else {
+            Timestamp(sum)
+        }
     }
 
     pub const fn saturating_add_seconds(self, seconds: i64) -> Timestamp {
@@ -193,6 +204,22 @@ impl<'de> Deserialize<'de> for Timestamp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arithmetic_saturates_at_the_last_printable_instant() {
+        let far = Timestamp::from_micros(1_700_000_000_000_000).saturating_add_micros(i64::MAX);
+        assert_eq!(far, Timestamp::MAX);
+        assert_eq!(far.to_string(), "9999-12-31T23:59:59.999999Z");
+        assert_eq!("9999-12-31T23:59:59.999999Z".parse(), Ok(far));
+        assert_eq!(
+            Timestamp::MAX.saturating_add_micros(-1).as_micros(),
+            Timestamp::MAX.as_micros() - 1
+        );
+        assert_eq!(
+            Timestamp::from_micros(0).saturating_add_seconds(i64::MAX),
+            Timestamp::MAX
+        );
+    }
 
     #[test]
     fn formats_the_json_form() {

@@ -74,6 +74,36 @@ pub struct Worker<S: Store> {
     last_sweep: std::sync::Mutex<Option<Timestamp>>,
 }
 
+/// One execution's share of the worker's bookkeeping: counted in flight from entry, and on the
+/// way out (a return, or a panic unwinding through the task) its token is unregistered and the
+/// count given back. Without this, one panicking run would keep `--until-idle` and a graceful
+/// shutdown waiting forever and hold a concurrency slot.
+struct InFlight<'a> {
+    count: &'a AtomicUsize,
+    tokens: &'a TokenRegistry,
+    run: RunId,
+    epoch: u64,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter<S: Store>(worker: &'a Worker<S>, lease: &Lease) -> InFlight<'a> {
+        worker.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight {
+            count: &worker.in_flight,
+            tokens: &worker.tokens,
+            run: lease.run_id,
+            epoch: lease.lease_epoch,
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.tokens.unregister(self.run, self.epoch);
+        self.count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl<S: Store + 'static> Worker<S> {
     pub fn new(env: Env<S>, settings: WorkerSettings) -> Arc<Self> {
         Arc::new(Worker {
@@ -130,7 +160,7 @@ impl<S: Store + 'static> Worker<S> {
 
     /// Executes a claimed run with its heartbeat until it parks or ends.
     pub async fn execute(&self, run: Run, lease: Lease) -> ExecutionEnd {
-        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _in_flight = InFlight::enter(self, &lease);
         let token = self.tokens.register(run.id, lease.lease_epoch);
         if run.cancel_requested_at.is_some() {
             token.cancel(CancelReason::Requested);
@@ -143,14 +173,11 @@ impl<S: Store + 'static> Worker<S> {
             span,
         ));
         let heartbeat = Box::pin(self.heartbeat(&lease, &token, &switch));
-        let end = match select(execution, heartbeat).await {
+        match select(execution, heartbeat).await {
             Either::Left((end, _)) => end,
             // The heartbeat loop never ends by itself; if it did, the executor still owns the run.
             Either::Right(((), execution)) => execution.await,
-        };
-        self.tokens.unregister(run.id, lease.lease_epoch);
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        end
+        }
     }
 
     /// Renews the lease every lease/3 and reports cancellation (SPEC §8.2).
@@ -201,7 +228,9 @@ impl<S: Store + 'static> Worker<S> {
                     return Ok(true);
                 }
                 let mut next = run.clone();
-                next.attempts += 1;
+                // Saturating: a count read back from the store must end in max_attempts_exceeded,
+                // never wrap to a fresh run.
+                next.attempts = next.attempts.saturating_add(1);
                 let change = if next.attempts >= self.settings.max_attempts {
                     Change::Fail(Failure::new(FailureReason::MaxAttemptsExceeded, next.step_count, now))
                 } else {

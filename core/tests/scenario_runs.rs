@@ -677,6 +677,48 @@ async fn a_script_one_step_short_of_max_steps_completes_and_a_longer_one_is_reje
     );
 }
 
+/// A planner with a bug: it panics on its first turn.
+struct PanickingPlannerFactory;
+
+impl PlannerFactory for PanickingPlannerFactory {
+    fn for_run(&self, _run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        Ok(Arc::new(PanickingPlanner))
+    }
+}
+
+struct PanickingPlanner;
+
+impl Planner for PanickingPlanner {
+    fn next_turn<'a>(
+        &'a self,
+        _input: PlannerInput<'a>,
+    ) -> BoxFut<'a, Result<PlannerTurn, PlannerError>> {
+        panic!("planner bug")
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_execution_that_panics_gives_back_its_slot_and_its_token() {
+    // A panic unwinding out of an execution must not leave it counted in flight (a worker
+    // waiting to be idle or to shut down would wait forever) or its token registered.
+    use futures_util::FutureExt;
+    let h = Harness::new();
+    let mut env = h.env.clone();
+    env.planners = Arc::new(PanickingPlannerFactory);
+    let worker = Worker::new(env, WorkerSettings::new("w1"));
+    let run = h.submit(h.script(json!([]))).await;
+    let (claimed, lease) = worker.claim(None).await.unwrap().expect("claimed");
+    let execution = std::panic::AssertUnwindSafe(worker.execute(claimed, lease)).catch_unwind();
+    assert!(execution.await.is_err(), "the planner's panic unwinds");
+    assert_eq!(worker.in_flight(), 0);
+    assert!(!worker.tokens().contains(run));
+    assert_eq!(
+        h.run(run).status(),
+        RunStatus::Running,
+        "the lease expiry recovers it"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_planner_that_never_finishes_fails_max_steps_exceeded_without_a_fourth_turn() {
     // With max_steps 3 the planner is asked for steps 1–3 only; step 4 fails the run before

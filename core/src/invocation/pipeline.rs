@@ -593,7 +593,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             tx.guard_lease(site.lease)?;
             let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
             let mut next_run = current.clone();
-            next_run.tool_call_count += 1;
+            next_run.tool_call_count = next_run.tool_call_count.saturating_add(1);
             update_fields(tx, &current, next_run, now)?;
             let mut next = row.clone();
             next.status = InvocationStatus::Running;
@@ -790,7 +790,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             tx.guard_lease(site.lease)?;
             let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
             let mut next_run = current.clone();
-            next_run.tool_call_count += 1;
+            next_run.tool_call_count = next_run.tool_call_count.saturating_add(1);
             update_fields(tx, &current, next_run, now)?;
             let mut running = row.clone();
             running.status = InvocationStatus::Running;

@@ -161,7 +161,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         loop {
             observe(token)?; // point 1
             self.check_deadline(run)?;
-            let step = state.step + 1;
+            // Saturating: a step count read back from a tampered store must fail the run below,
+            // not overflow.
+            let step = state.step.saturating_add(1);
             if step > run.limits.max_steps {
                 return Err(Halt::Fail(FailureReason::MaxStepsExceeded));
             }
@@ -356,7 +358,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             )
         })?;
         *state = next_state;
-        *version += 1;
+        *version = version.saturating_add(1);
         self.env.reached(CrashPoint::AfterPending).await;
         Ok(())
     }
@@ -563,7 +565,8 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 "{}\u{0}{}\u{0}{}",
                 result.item.name, result.arguments_hash, result.reason_code
             );
-            *next.denial_counts.entry(key).or_insert(0) += 1;
+            let count = next.denial_counts.entry(key).or_insert(0);
+            *count = count.saturating_add(1);
         }
         let now = self.env.clock.now();
         self.env.transact(|tx| {
@@ -579,7 +582,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             )
         })?;
         *state = next;
-        *version += 1;
+        *version = version.saturating_add(1);
         self.env.reached(CrashPoint::AfterBatch).await;
         Ok(())
     }
