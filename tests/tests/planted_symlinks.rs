@@ -1,0 +1,160 @@
+//! SPEC §16 #37, end to end: symlinks planted in a run's workspace while the run waits for an
+//! approval are never followed by the workspace tools of the worker process that resumes it.
+//! The run goes on (a refused path is a failed call, not a failed run), nothing outside the root
+//! is read or written, and each call gets the §12.5 code.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::symlink;
+
+use airlock_core::canonical::sha256_hex;
+use airlock_e2e::*;
+use serde_json::{Value, json};
+
+const SECRET: &str = "outside the workspace";
+
+fn call(call_id: &str, tool: &str, arguments: Value) -> Value {
+    let trust: serde_json::Map<String, Value> = arguments
+        .as_object()
+        .expect("arguments")
+        .keys()
+        .map(|k| (k.clone(), json!("user")))
+        .collect();
+    json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
+}
+
+/// `{call_id: (status, reason_code, result_item)}` of one step's calls.
+fn step_calls(data: &DataDir, run: &str, step: i64) -> BTreeMap<String, (String, String, Value)> {
+    let conn = db(data);
+    let mut stmt = conn
+        .prepare(
+            "SELECT call_id, status, reason_code, result_item FROM tool_invocations \
+             WHERE run_id = ?1 AND step_number = ?2",
+        )
+        .expect("query");
+    stmt.query_map(rusqlite::params![run, step], |r| {
+        let item: String = r.get(3)?;
+        Ok((
+            r.get::<_, String>(0)?,
+            (
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                serde_json::from_str(&item).expect("result item JSON"),
+            ),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+#[test]
+fn symlinks_planted_during_a_park_are_never_followed_by_the_resuming_worker() {
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([
+        [workspace_write("w1", "notes/a.txt", "mine")],
+        [external_write("x1", "pause here")],
+        [
+            call("r_file", "workspace.read_text", json!({"path": "link.txt"})),
+            call(
+                "r_dir",
+                "workspace.read_text",
+                json!({"path": "dir/secret.txt"})
+            ),
+            call(
+                "ls",
+                "workspace.list_files",
+                json!({"path": "", "recursive": true})
+            ),
+            call(
+                "w_dir",
+                "workspace.write_text",
+                json!({"path": "dir/new.txt", "content": "x"})
+            ),
+            call(
+                "w_file",
+                "workspace.write_text",
+                json!({"path": "link.txt", "content": "x"})
+            )
+        ]
+    ])));
+    assert_eq!(data.worker_until_idle(1_000).status.code(), Some(0));
+    assert_eq!(data.run_status(&run), "WAITING_FOR_APPROVAL");
+
+    // The run's workspace root (§12.2), as written by the first step.
+    let root = data
+        .path()
+        .join("workspaces")
+        .join(sha256_hex(b"acme"))
+        .join(&run);
+    assert_eq!(
+        std::fs::read_to_string(root.join("notes/a.txt")).expect("step 1 wrote it"),
+        "mine"
+    );
+    let outside = tempfile::tempdir().expect("outside dir");
+    std::fs::write(outside.path().join("secret.txt"), SECRET).expect("secret");
+    symlink(outside.path().join("secret.txt"), root.join("link.txt")).expect("file link");
+    symlink(outside.path(), root.join("dir")).expect("directory link");
+
+    let id = data.pending(&run)[0]["id"]
+        .as_str()
+        .expect("approval")
+        .to_owned();
+    data.json("operator", &["approvals", "approve", &id]);
+    assert_eq!(data.worker_until_idle(1_000).status.code(), Some(0));
+    assert_eq!(data.run_status(&run), "COMPLETED");
+
+    let calls = step_calls(&data, &run, 3);
+    for refused in ["r_file", "r_dir", "w_dir", "w_file"] {
+        let (status, code, _) = &calls[refused];
+        assert_eq!(
+            (status.as_str(), code.as_str()),
+            ("FAILED", "tool.arguments_invalid"),
+            "{refused}"
+        );
+    }
+    let (status, _, listing) = &calls["ls"];
+    assert_eq!(status, "SUCCEEDED");
+    // The planner's result item carries the structured output as canonical JSON text.
+    let content: Value = serde_json::from_str(listing["content"].as_str().expect("content text"))
+        .expect("content JSON");
+    let listed: Vec<&str> = content["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("entries in {listing}"))
+        .iter()
+        .map(|e| e["path"].as_str().expect("path"))
+        .collect();
+    assert_eq!(
+        listed,
+        ["notes", "notes/a.txt"],
+        "links are neither listed nor entered"
+    );
+
+    // Nothing outside the root changed, and the links are still links.
+    let names: Vec<String> = std::fs::read_dir(outside.path())
+        .expect("outside")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["secret.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).expect("secret"),
+        SECRET
+    );
+    for link in ["link.txt", "dir"] {
+        assert!(
+            std::fs::symlink_metadata(root.join(link))
+                .expect("link")
+                .file_type()
+                .is_symlink(),
+            "{link}"
+        );
+    }
+    // No result the planner saw carries the secret.
+    let results = db(&data)
+        .query_row(
+            "SELECT group_concat(result_item, '') FROM tool_invocations WHERE run_id = ?1",
+            [&run],
+            |r| r.get::<_, String>(0),
+        )
+        .expect("results");
+    assert!(!results.contains(SECRET));
+}
