@@ -596,6 +596,27 @@ impl<S: Store> ControlService<S> {
             .read(|tx| tx.uncertain_invocations(&principal.tenant_id, all))?)
     }
 
+    /// [`ControlService::list_uncertain`] with each invocation's settlement, if it has one, read
+    /// in the same transaction. Not in SPEC §9.5: with `all`, the queue also holds settled calls,
+    /// and a reviewer needs to see which finding each one already has.
+    pub fn list_uncertain_with_settlements(
+        &self,
+        principal: &Principal,
+        all: bool,
+    ) -> Result<Vec<(Invocation, Option<Settlement>)>, ServiceError> {
+        require(principal, "invocation.read")?;
+        Ok(self.env.read(|tx| {
+            let invocations = tx.uncertain_invocations(&principal.tenant_id, all)?;
+            invocations
+                .into_iter()
+                .map(|invocation| {
+                    let settlement = tx.settlement_by_invocation(invocation.id)?;
+                    Ok((invocation, settlement))
+                })
+                .collect::<Result<Vec<_>, TxError>>()
+        })?)
+    }
+
     /// SETTLE: records a human finding; the invocation stays UNCERTAIN.
     pub async fn settle(
         &self,

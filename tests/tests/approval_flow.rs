@@ -2,7 +2,7 @@
 //! from another process, a worker resumes; expiry; cancel of a parked run; the review queue.
 
 use airlock_e2e::*;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[test]
 fn approved_run_resumes_in_a_new_worker_process_and_completes() {
@@ -186,6 +186,7 @@ fn interrupted_effect_enters_the_review_queue_and_can_be_settled() {
     let call = &items[0];
     assert_eq!(call["status"], "UNCERTAIN");
     assert_eq!(call["reason_code"], "tool.outcome_unknown");
+    assert_eq!(call["settlement"], Value::Null, "not settled yet");
     let outbox = data.outbox();
     assert_eq!(outbox.len(), 1, "the effect happened exactly once");
     assert_eq!(outbox[0]["idempotency_key"], call["idempotency_key"]);
@@ -209,12 +210,15 @@ fn interrupted_effect_enters_the_review_queue_and_can_be_settled() {
             .unwrap()
             .is_empty()
     );
+    let all = data.json("operator", &["invocations", "uncertain", "--all"])["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0]["id"], call["id"]);
     assert_eq!(
-        data.json("operator", &["invocations", "uncertain", "--all"])["items"]
-            .as_array()
-            .unwrap()
-            .len(),
-        1
+        all[0]["settlement"], settled,
+        "--all shows the finding each settled call has"
     );
     let conflict = data.run(
         "operator",

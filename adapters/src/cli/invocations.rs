@@ -39,12 +39,26 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
     };
     let control = app.control(None);
     match command {
-        InvocationsCommand::Uncertain { all } => match control.list_uncertain(&principal, all) {
-            Ok(items) => {
-                print(&json!({"items": items.iter().map(json::invocation).collect::<Vec<_>>()}))
+        // Each item is the invocation record plus `settlement` (the finding, or null), so
+        // `--all` shows which calls a human already settled.
+        InvocationsCommand::Uncertain { all } => {
+            match control.list_uncertain_with_settlements(&principal, all) {
+                Ok(items) => {
+                    let items: Vec<_> = items
+                        .iter()
+                        .map(|(invocation, settlement)| {
+                            let mut item = json::invocation(invocation);
+                            item["settlement"] = settlement
+                                .as_ref()
+                                .map_or(serde_json::Value::Null, json::settlement);
+                            item
+                        })
+                        .collect();
+                    print(&json!({ "items": items }))
+                }
+                Err(e) => service_error(&e),
             }
-            Err(e) => service_error(&e),
-        },
+        }
         InvocationsCommand::Settle { id, outcome, note } => {
             let id: InvocationId = match parse_id("ID", &id) {
                 Ok(id) => id,
