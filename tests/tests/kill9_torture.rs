@@ -1,5 +1,7 @@
 //! kill -9 torture (adapter issue, acceptance 3): workers are SIGKILLed at pseudo-random moments
 //! over 50 runs that mix `demo.external_write` and workspace writes, and restarted each time.
+//! Kills come 10–250 ms after a worker starts, while approved runs are executing (about 10 of the
+//! 50 runs are typically reclaimed mid-run; the test requires at least one).
 //! Afterwards no effect was duplicated, no approval was lost, and every run is terminal or
 //! parked.
 
@@ -59,7 +61,9 @@ fn sigkilled_workers_never_duplicate_an_effect_or_lose_an_approval() {
         data.submit(&script(json!([
             [workspace_write("w1", &format!("r{i}.txt"), "first")],
             [external_write("x", &format!("effect {i}"))],
-            [workspace_write("w2", &format!("r{i}.txt"), "second")]
+            [workspace_write("w2", &format!("r{i}.txt"), "second")],
+            [workspace_write("w3", &format!("r{i}/b.txt"), "third")],
+            [workspace_write("w4", &format!("r{i}.txt"), "fourth")]
         ])));
     }
     let mut rng = Rng(0x5EED_A1C0_C4E5_0001);
@@ -70,7 +74,7 @@ fn sigkilled_workers_never_duplicate_an_effect_or_lose_an_approval() {
             break;
         }
         let mut workers: Vec<_> = (0..2).map(|_| data.spawn_worker(400, None)).collect();
-        std::thread::sleep(Duration::from_millis(50 + rng.below(600)));
+        std::thread::sleep(Duration::from_millis(10 + rng.below(240)));
         for worker in &mut workers {
             if rng.below(4) != 0 && worker.try_wait().unwrap().is_none() {
                 worker.kill().unwrap();
@@ -127,4 +131,15 @@ fn sigkilled_workers_never_duplicate_an_effect_or_lose_an_approval() {
         )
         .unwrap();
     assert_eq!(finished, runs);
+    // The kills must have landed inside executions, not only between them: a run whose worker
+    // died mid-run is reclaimed after its lease expires, which counts an attempt.
+    let reclaimed: i64 = conn
+        .query_row("SELECT COUNT(*) FROM runs WHERE attempts > 0", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        reclaimed >= 1,
+        "{kills} kills interrupted no run; the torture tested nothing"
+    );
 }
