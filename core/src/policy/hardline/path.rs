@@ -221,6 +221,34 @@ mod tests {
         assert!(canonical_components("/").is_empty());
     }
 
+    proptest::proptest! {
+        /// Any entry list compiles or is refused, never panics, and a compiled list answers
+        /// any string; the alphabet leans on the characters canonicalization treats specially.
+        #[test]
+        fn any_entries_compile_or_are_refused_and_never_panic(
+            entries in proptest::collection::vec("[~/\\\\.a ]{0,8}", 0..4),
+            probe in "[~/\\\\.a ]{0,8}",
+        ) {
+            if let Ok(paths) = ProtectedPaths::new(&entries) {
+                let _ = paths.matches_string(&probe, false);
+                let _ = paths.matches_string(&probe, true);
+            }
+        }
+    }
+
+    #[test]
+    fn a_home_entry_that_climbs_out_of_home_is_the_absolute_path_it_names() {
+        let paths = ProtectedPaths::new(&["~/../etc".to_owned(), "~/..".to_owned()]).unwrap();
+        assert_eq!(
+            paths.entries,
+            vec![Entry::Absolute(vec!["etc".into()]), Entry::Absolute(vec![])]
+        );
+        assert_eq!(
+            ProtectedPaths::new(&["/etc".to_owned(), "a/..".to_owned()]),
+            Err("a/..".to_owned())
+        );
+    }
+
     #[test]
     fn entries_compile_home_as_absolute_and_relative() {
         let paths = ProtectedPaths::new(&["~/.ssh".to_owned()]).unwrap();
