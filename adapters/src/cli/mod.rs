@@ -114,11 +114,17 @@ pub enum Command {
     Invocations(invocations::InvocationsCommand),
 }
 
+/// `RUST_LOG` selects what goes to stderr (default `warn`). Core's spans — `run`, `step` and
+/// `call` — are logged when they close, with their fields and durations, so
+/// `RUST_LOG=airlock_core=info` shows one line per finished call, step and run even though core
+/// emits few events of its own. Colours only on a terminal, so redirected logs stay plain text.
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
