@@ -70,7 +70,9 @@ impl Fixture {
         self.outside().join("secret.txt")
     }
 
-    /// Every file below the outside directory with its content, and the secret's access time.
+    /// Every file and directory below the outside directory, with each file's content: proof
+    /// that nothing outside was written. That nothing was read rests on each call's error (no
+    /// content comes back); access times would prove little on a `relatime` mount.
     fn outside_snapshot(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         fn walk(dir: &Path, into: &mut BTreeMap<PathBuf, Vec<u8>>) {
             for entry in std::fs::read_dir(dir).unwrap() {
