@@ -46,21 +46,7 @@ fn approved_run_resumes_in_a_new_worker_process_and_completes() {
         .iter()
         .map(|e| e["event_type"].as_str().unwrap().to_owned())
         .collect();
-    let granted = [
-        "tool.call.proposed",
-        "run.waiting_for_approval",
-        "approval.requested",
-        "approval.resolved",
-        "run.requeued",
-        "run.started",
-        "tool.call.authorized",
-        "tool.call.started",
-        "tool.call.completed",
-    ];
-    let mut it = types.iter();
-    for want in granted {
-        assert!(it.any(|t| t == want), "missing {want} in order: {types:?}");
-    }
+    assert_subsequence(&types, &GRANTED_APPROVAL_EVENTS);
 }
 
 #[test]

@@ -108,24 +108,6 @@ fn the_by_hand_walkthrough_parks_approves_and_completes() {
             event["event_type"].as_str().expect("event_type").to_owned()
         })
         .collect();
-    // SPEC §13.1: a granted approval, as a subsequence of the run's events.
-    let granted = [
-        "tool.call.proposed",
-        "run.waiting_for_approval",
-        "approval.requested",
-        "approval.resolved",
-        "run.requeued",
-        "run.started",
-        "tool.call.authorized",
-        "tool.call.started",
-        "tool.call.completed",
-    ];
-    let mut rest = types.iter();
-    for expected in granted {
-        assert!(
-            rest.any(|t| t == expected),
-            "{expected} missing or out of order in {types:?}"
-        );
-    }
+    assert_subsequence(&types, &GRANTED_APPROVAL_EVENTS);
     assert_eq!(types.last().map(String::as_str), Some("run.completed"));
 }
