@@ -3,6 +3,7 @@
 mod common;
 
 use airlock_core::run::executor::ExecutionEnd;
+use airlock_core::testing::GRANTED_APPROVAL_EVENTS;
 use airlock_core::vocab::{ApprovalResolution, InvocationStatus, ResolveState, RunStatus};
 use common::*;
 use serde_json::json;
@@ -76,18 +77,5 @@ async fn granted_approval_parks_resumes_and_completes() {
     );
     assert_eq!(h.ledger.count("test.send"), 1);
     assert_eq!(h.run(run).attempts, 0);
-    assert_subsequence(
-        &h.event_types(run),
-        &[
-            "tool.call.proposed",
-            "run.waiting_for_approval",
-            "approval.requested",
-            "approval.resolved",
-            "run.requeued",
-            "run.started",
-            "tool.call.authorized",
-            "tool.call.started",
-            "tool.call.completed",
-        ],
-    );
+    assert_subsequence(&h.event_types(run), &GRANTED_APPROVAL_EVENTS);
 }

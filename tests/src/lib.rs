@@ -280,19 +280,6 @@ pub fn assert_no_duplicate_effects(data: &DataDir) {
     assert_eq!(dangling, 0, "a terminal run has an open invocation");
 }
 
-/// SPEC §13.1: the events of a granted approval, as a subsequence of the run's events.
-pub const GRANTED_APPROVAL_EVENTS: [&str; 9] = [
-    "tool.call.proposed",
-    "run.waiting_for_approval",
-    "approval.requested",
-    "approval.resolved",
-    "run.requeued",
-    "run.started",
-    "tool.call.authorized",
-    "tool.call.started",
-    "tool.call.completed",
-];
-
 /// Asserts that `expected` occurs in `types` in order, other events allowed in between.
 pub fn assert_subsequence(types: &[String], expected: &[&str]) {
     let mut rest = types.iter();

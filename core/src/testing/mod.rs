@@ -10,3 +10,17 @@ pub mod fixtures;
 pub mod invariants;
 #[cfg(feature = "mutants")]
 pub mod mutants;
+
+/// SPEC §13.1: the events of a granted approval, by wire name, as a subsequence of the run's
+/// events. Core's scenarios and the end-to-end tests check it against what was stored.
+pub const GRANTED_APPROVAL_EVENTS: [&str; 9] = [
+    "tool.call.proposed",
+    "run.waiting_for_approval",
+    "approval.requested",
+    "approval.resolved",
+    "run.requeued",
+    "run.started",
+    "tool.call.authorized",
+    "tool.call.started",
+    "tool.call.completed",
+];
