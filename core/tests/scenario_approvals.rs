@@ -366,20 +366,7 @@ async fn granted_approval_runs_the_call_once_after_revalidation() {
     assert_eq!(resumed(&h), vec![run]);
     drive_to_completion(&h, "w1").await;
 
-    assert_subsequence(
-        &h.event_types(run),
-        &[
-            "tool.call.proposed",
-            "run.waiting_for_approval",
-            "approval.requested",
-            "approval.resolved",
-            "run.requeued",
-            "run.started",
-            "tool.call.authorized",
-            "tool.call.started",
-            "tool.call.completed",
-        ],
-    );
+    assert_subsequence(&h.event_types(run), &GRANTED_APPROVAL_EVENTS);
     let resolved_event = &events_of_type(&h, run, "approval.resolved")[0];
     assert_eq!(
         resolved_event.payload,
