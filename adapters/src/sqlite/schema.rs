@@ -200,6 +200,13 @@ CREATE TABLE events (
     CONSTRAINT uq_events_derivation_key UNIQUE (derivation_key)
 );
 CREATE INDEX ix_events_run ON events (run_id, id);
+-- The session's counter advances inside the statement that takes a sequence (SPEC §13.1), so an
+-- event and its counter's advance are one atomic write: neither can stay without the other.
+CREATE TRIGGER events_advance_session_sequence AFTER INSERT ON events
+BEGIN
+    UPDATE sessions SET next_event_sequence = MAX(next_event_sequence, NEW.sequence + 1)
+    WHERE id = NEW.session_id;
+END;
 
 CREATE TABLE process_events (
     id                     TEXT    NOT NULL PRIMARY KEY,

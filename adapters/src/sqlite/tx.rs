@@ -10,9 +10,8 @@
 //! or `NotFound` (a missing parent row, as in `MemStore`); anything else is `Backend`.
 //!
 //! **Atomic methods.** Every method is one statement or checks everything before its single
-//! write, except `append_event`, which writes the event and the session's counter inside its own
-//! savepoint; so a caller that handles an `Err` and carries on sees no partial write, as with
-//! `MemStore`. **A dead transaction** — SQLite rolls the whole transaction back by itself after
+//! write (`append_event`'s counter advances in a trigger of its INSERT); so a caller that handles
+//! an `Err` and carries on sees no partial write, as with `MemStore`. **A dead transaction** — SQLite rolls the whole transaction back by itself after
 //! some I/O errors — is detected at the start of every method (`is_autocommit`) and answered
 //! with `Backend`, so that no later statement can run outside the transaction and commit on its
 //! own.
@@ -1012,10 +1011,11 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
-    /// Two statements on the common path: an INSERT that takes the session's next sequence and
-    /// checks the run's session in the same statement, then the sequence's advance. Whatever
-    /// stops the INSERT — a repeated derivation key, a missing session or run, a run of another
-    /// session, a payload that is not an object — is sorted out afterwards by
+    /// One statement on the common path: an INSERT that takes the session's next sequence and
+    /// checks the run's session, while the schema's `events_advance_session_sequence` trigger
+    /// advances the counter inside the same statement, so the event and the advance are atomic.
+    /// Whatever stops the INSERT — a repeated derivation key, a missing session or run, a run of
+    /// another session, a payload that is not an object — is sorted out afterwards by
     /// [`SqliteTx::refused_event`], in `MemStore`'s order. A refused INSERT writes nothing, so
     /// it consumes no sequence and no id.
     fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
@@ -1050,15 +1050,6 @@ impl StoreTx for SqliteTx<'_> {
             Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
             Err(error) => return Err(error),
         };
-        let advanced = self.execute(
-            "UPDATE sessions SET next_event_sequence = next_event_sequence + 1 WHERE id = ?1",
-            params![session_id],
-        )?;
-        if advanced != 1 {
-            return Err(TxError::Backend(
-                "events: the session's sequence did not advance".to_owned(),
-            ));
-        }
         let sequence = u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?;
         Ok(event.stored_as(id, sequence))
     }
