@@ -45,6 +45,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     invocation_row_checks(&make());
     uncertain_invocations_filter_and_order(&make());
     approval_action_id_is_unique(&make());
+    approvals_of_run_by_creation_then_id(&make());
     approval_updates_are_guarded_by_status(&make());
     terminal_approval_changes_only_by_revalidation(&make());
     approval_row_checks(&make());
@@ -1367,6 +1368,37 @@ fn approval_action_id_is_unique<S: Store>(store: &S) {
         of_run,
         vec![approval],
         "approvals_of_run: one approval per action"
+    );
+}
+
+/// `approvals_of_run` is ordered by `(created_at, id)`: PARK appends `approval.requested` and the
+/// sweep closes approvals in that order, so both stores must agree on it.
+fn approvals_of_run_by_creation_then_id<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let mut approvals = Vec::new();
+    // Inserted out of both orders: the tie at 0 s is inserted in descending id order.
+    for (n, created_seconds) in [(1u128, 5), (3, 0), (2, 0)] {
+        let invocation = seed_invocation(
+            store,
+            sample_invocation(
+                n,
+                &run,
+                1,
+                &format!("c{n}"),
+                InvocationStatus::WaitingForApproval,
+            ),
+        );
+        let mut approval = sample_approval(n, &invocation, ApprovalStatus::Pending);
+        approval.created_at = at(created_seconds);
+        commit(store, "approval", |tx| tx.insert_approval(&approval));
+        approvals.push(approval);
+    }
+    let of_run = read(store, |tx| tx.approvals_of_run(run.id));
+    let ids: Vec<_> = of_run.iter().map(|a| a.id).collect();
+    assert_eq!(
+        ids,
+        vec![approvals[2].id, approvals[1].id, approvals[0].id],
+        "approvals_of_run: by created_at, then id"
     );
 }
 
