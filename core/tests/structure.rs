@@ -94,11 +94,20 @@ fn core_sources_use_no_forbidden_api() {
     ];
     let mut hits = Vec::new();
     for (path, text) in sources() {
-        for line in code_lines(&text) {
+        let lines = code_lines(&text);
+        for line in &lines {
             for name in forbidden {
-                if line.contains(name) && !(path.ends_with("fuzzing.rs") && name == "std::fs") {
+                if line.contains(name) {
                     hits.push(format!("{}: {name}: {}", relative(&path), line.trim()));
                 }
+            }
+        }
+        for item in std_group_imports(&lines.join("\n")) {
+            if forbidden_std_item(&item) {
+                hits.push(format!(
+                    "{}: grouped import std::{{{item}}}",
+                    relative(&path)
+                ));
             }
         }
     }
@@ -107,6 +116,59 @@ fn core_sources_use_no_forbidden_api() {
         "core must stay sans-I/O (SPEC §2.1):\n{}",
         hits.join("\n")
     );
+}
+
+/// The items of every `std::{…}` group in `code`, nested groups flattened (`time::{Instant`
+/// keeps its prefix), so `use std::{env, fs};` is seen like `use std::fs;`.
+fn std_group_imports(code: &str) -> Vec<String> {
+    let compact: String = code.chars().filter(|c| !c.is_whitespace()).collect();
+    let mut items = Vec::new();
+    let mut rest = compact.as_str();
+    while let Some(at) = rest.find("std::{") {
+        let body = &rest[at + "std::{".len()..];
+        let mut depth = 1;
+        let mut end = body.len();
+        for (i, c) in body.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = i;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        items.extend(
+            body[..end]
+                .split(',')
+                .filter(|i| !i.is_empty())
+                .map(str::to_owned),
+        );
+        rest = &body[end..];
+    }
+    items
+}
+
+/// Whether an item of a `std::{…}` group names something core may not use.
+fn forbidden_std_item(item: &str) -> bool {
+    let head = item.split("::").next().unwrap_or(item);
+    matches!(head, "fs" | "net" | "env" | "thread" | "process")
+        || item.contains("SystemTime")
+        || item.contains("Instant")
+}
+
+#[test]
+fn the_scan_sees_grouped_std_imports() {
+    let code = "use std::{\n    collections::BTreeMap,\n    env, fs::File,\n    time::{Duration, Instant},\n};";
+    let flagged: Vec<String> = std_group_imports(code)
+        .into_iter()
+        .filter(|i| forbidden_std_item(i))
+        .collect();
+    assert_eq!(flagged, ["env", "fs::File", "Instant}"]);
+    assert!(std_group_imports("use std::sync::Arc;").is_empty());
 }
 
 #[test]
