@@ -2,6 +2,7 @@
 //! exactly what the fuzzer ran.
 
 use crate::action::ProposedAction;
+use crate::canonical::{sha256_hex, to_canonical_string};
 use crate::planner::script::RunScript;
 use crate::policy::{Ruleset, evaluate, shipped};
 use crate::workspace::WsPath;
@@ -88,4 +89,44 @@ pub fn run_script(data: &[u8]) {
         Ok(again) => assert_eq!(again, script, "a stored script reads back equal"),
         Err(error) => panic!("a stored script must parse again: {error}"),
     }
+}
+
+/// `canonical_json`: arbitrary bytes as JSON (SPEC §4.2). Encoding must never panic; the
+/// canonical text parses back to the same value, encodes to itself again (one spelling per value,
+/// whatever order the keys arrived in), has no whitespace outside strings, and hashes through the
+/// one hashing path.
+pub fn canonical_json(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let canonical = to_canonical_string(&value);
+    let again: serde_json::Value = match serde_json::from_str(&canonical) {
+        Ok(again) => again,
+        Err(error) => panic!("canonical JSON must parse: {error}: {canonical}"),
+    };
+    assert_eq!(
+        again, value,
+        "the canonical text reads back as the same value"
+    );
+    assert_eq!(
+        to_canonical_string(&again),
+        canonical,
+        "canonical JSON is a fixed point"
+    );
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in canonical.chars() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => in_string = !in_string,
+            (false, _, c) => assert!(!c.is_whitespace(), "no whitespace: {canonical}"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        crate::canonical::arguments_hash(&value),
+        sha256_hex(canonical.as_bytes()),
+        "the hash is of the canonical bytes"
+    );
 }

@@ -116,3 +116,8 @@ fn a_float_argument_survives_the_stored_round_trip() {
     assert_eq!(z.as_f64(), Some(123.567_890_123_456_79));
     assert_eq!(RunScript::parse(&script.to_json()).as_ref(), Ok(&script));
 }
+
+#[test]
+fn canonical_json_corpus_replays_clean() {
+    replay("canonical_json", airlock_core::fuzzing::canonical_json);
+}
