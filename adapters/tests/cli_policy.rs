@@ -207,6 +207,16 @@ fn usage_errors_exit_2_with_the_error_object() {
             "clap's usage hint stays on stderr"
         );
     }
+    let missing = airlock(
+        &["invocations", "settle", "x", "--outcome", "succeeded"],
+        b"",
+    );
+    let error: serde_json::Value = serde_json::from_str(&stdout(&missing)).expect("object");
+    assert_eq!(
+        error["error"]["message"],
+        "the following required arguments were not provided: --note <NOTE>",
+        "the missing flag is named"
+    );
     let help = airlock(&["--help"], b"");
     assert_eq!(help.status.code(), Some(0));
     assert!(stdout(&help).contains("Usage"));

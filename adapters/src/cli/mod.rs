@@ -137,11 +137,22 @@ fn usage_error(error: &clap::Error) -> Exit {
         let _ = error.print();
         return Exit::Ok;
     }
+    // clap's first paragraph is the error; some errors continue it on indented lines (the
+    // missing arguments), which belong in the message too.
     let rendered = error.to_string();
-    let first = rendered.lines().next().unwrap_or("invalid arguments");
-    let message = first.strip_prefix("error: ").unwrap_or(first);
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let joined = paragraph.join(" ");
+    let message = joined.strip_prefix("error: ").unwrap_or(&joined);
     let _ = error.print();
-    output::invalid_argument(message)
+    output::invalid_argument(if message.is_empty() {
+        "invalid arguments"
+    } else {
+        message
+    })
 }
 
 /// Parses the process arguments and runs the command.
