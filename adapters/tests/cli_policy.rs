@@ -208,7 +208,13 @@ fn usage_errors_exit_2_with_the_error_object() {
         );
     }
     let missing = airlock(
-        &["invocations", "settle", "x", "--outcome", "succeeded"],
+        &[
+            "invocations",
+            "settle",
+            "0190a6f1-2b3c-7d4e-8f90-123456789abc",
+            "--outcome",
+            "succeeded",
+        ],
         b"",
     );
     let error: serde_json::Value = serde_json::from_str(&stdout(&missing)).expect("object");
@@ -241,7 +247,7 @@ fn empty_or_unprintable_identities_and_loose_ids_are_invalid_input() {
         ),
         (
             vec!["approvals", "get", "0190A6F1-2B3C-7D4E-8F90-123456789ABC"],
-            "ID must be a lowercase hyphenated UUID, got '0190A6F1-2B3C-7D4E-8F90-123456789ABC'",
+            "invalid value '0190A6F1-2B3C-7D4E-8F90-123456789ABC' for '<ID>': expected a lowercase hyphenated UUID, got '0190A6F1-2B3C-7D4E-8F90-123456789ABC'",
         ),
         (
             vec![
@@ -249,7 +255,7 @@ fn empty_or_unprintable_identities_and_loose_ids_are_invalid_input() {
                 "show",
                 "urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc",
             ],
-            "RUN must be a lowercase hyphenated UUID, got 'urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc'",
+            "invalid value 'urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc' for '<RUN>': expected a lowercase hyphenated UUID, got 'urn:uuid:0190a6f1-2b3c-7d4e-8f90-123456789abc'",
         ),
     ] {
         let mut full = vec!["--data-dir", data_dir.as_str()];
@@ -260,7 +266,10 @@ fn empty_or_unprintable_identities_and_loose_ids_are_invalid_input() {
         assert_eq!(error["error"]["code"], "invalid_argument", "{args:?}");
         assert_eq!(error["error"]["message"], message, "{args:?}");
     }
-    // Spaces after the commas of --scopes are not part of the scope.
+    // Spaces after the commas of --scopes are not part of the scope. (A worker with nothing to
+    // do creates the store, which listing requires.)
+    let created = airlock(&["--data-dir", &data_dir, "worker", "--until-idle"], b"");
+    assert_eq!(created.status.code(), Some(0));
     let output = airlock(
         &[
             "--data-dir",
@@ -352,6 +361,9 @@ fn usage_errors_exit_2() {
 #[test]
 fn output_that_cannot_be_written_ends_with_exit_4_not_a_panic() {
     let data = tempfile::tempdir().expect("data dir");
+    let data_dir = dir_arg(data.path());
+    let created = airlock(&["--data-dir", &data_dir, "worker", "--until-idle"], b"");
+    assert_eq!(created.status.code(), Some(0), "a worker creates the store");
     for args in [
         vec!["approvals", "list"],
         vec!["policy", "version"],
@@ -372,9 +384,35 @@ fn output_that_cannot_be_written_ends_with_exit_4_not_a_panic() {
             .expect("airlock runs");
         assert_eq!(output.status.code(), Some(4), "{args:?}: {output:?}");
         assert!(
-            stderr(&output).starts_with("error: cannot write output: "),
+            stderr(&output).contains("error: cannot write output: "),
             "{args:?}: {}",
             stderr(&output)
         );
+    }
+}
+
+#[test]
+fn commands_on_stored_records_refuse_a_data_dir_without_a_store_and_create_nothing() {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let missing = parent.path().join("typo");
+    for args in [
+        vec!["approvals", "list"],
+        vec!["approvals", "expire"],
+        vec!["invocations", "uncertain"],
+        vec!["runs", "show", "0190a6f1-2b3c-7d4e-8f90-123456789abc"],
+    ] {
+        let mut full = vec!["--data-dir", missing.to_str().expect("utf-8")];
+        full.extend(args.iter().copied());
+        let output = airlock(&full, b"");
+        assert_eq!(output.status.code(), Some(4), "{args:?}");
+        let error: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("object");
+        assert_eq!(error["error"]["code"], "storage", "{args:?}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no store at")),
+            "{error}"
+        );
+        assert!(!missing.exists(), "{args:?} created the data dir");
     }
 }

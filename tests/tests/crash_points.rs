@@ -396,7 +396,12 @@ fn after_settle() {
 fn after_profile() {
     // Every process that opens the store records its policy first; the record survives an abort.
     let data = DataDir::new();
-    crash(&data, "after_profile", "operator", &["approvals", "list"]);
+    crash(
+        &data,
+        "after_profile",
+        "operator",
+        &["worker", "--until-idle"],
+    );
     let conn = db(&data);
     let (version, rules): (String, i64) = conn
         .query_row(

@@ -7,7 +7,7 @@ use airlock_core::vocab::{ApprovalResolution, ResolveState};
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, parse_id, print, service_error};
+use super::output::{app_error, print, service_error};
 use super::{Globals, json};
 use crate::exit::Exit;
 use crate::host::app::{App, HostStore};
@@ -17,23 +17,23 @@ pub enum ApprovalsCommand {
     /// List pending approvals, newest first.
     List {
         #[arg(long)]
-        run: Option<String>,
+        run: Option<RunId>,
         #[arg(long)]
         limit: Option<usize>,
         #[arg(long)]
         cursor: Option<String>,
     },
     /// Show one approval.
-    Get { id: String },
+    Get { id: ApprovalId },
     /// Approve once.
     Approve {
-        id: String,
+        id: ApprovalId,
         #[arg(long)]
         reason: Option<String>,
     },
     /// Deny.
     Deny {
-        id: String,
+        id: ApprovalId,
         #[arg(long)]
         reason: Option<String>,
     },
@@ -46,18 +46,13 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref()).await {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
     let control = app.control(None);
     match command {
         ApprovalsCommand::List { run, limit, cursor } => {
-            let run: Option<RunId> = match run.as_deref().map(|r| parse_id("--run", r)).transpose()
-            {
-                Ok(run) => run,
-                Err(exit) => return exit,
-            };
             match control.list_pending(&principal, run, limit, cursor.as_deref()) {
                 Ok(page) => print(&json!({
                     "items": page.items.iter().map(json::approval).collect::<Vec<_>>(),
@@ -66,28 +61,22 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
                 Err(e) => service_error(&e),
             }
         }
-        ApprovalsCommand::Get { id } => {
-            let id: ApprovalId = match parse_id("ID", &id) {
-                Ok(id) => id,
-                Err(exit) => return exit,
-            };
-            match control.get_approval(&principal, id) {
-                Ok(approval) => print(&json::approval(&approval)),
-                Err(e) => service_error(&e),
-            }
-        }
+        ApprovalsCommand::Get { id } => match control.get_approval(&principal, id) {
+            Ok(approval) => print(&json::approval(&approval)),
+            Err(e) => service_error(&e),
+        },
         ApprovalsCommand::Approve { id, reason } => {
             resolve(
                 &control,
                 &principal,
-                &id,
+                id,
                 ApprovalResolution::ApproveOnce,
                 reason,
             )
             .await
         }
         ApprovalsCommand::Deny { id, reason } => {
-            resolve(&control, &principal, &id, ApprovalResolution::Deny, reason).await
+            resolve(&control, &principal, id, ApprovalResolution::Deny, reason).await
         }
         ApprovalsCommand::Expire => match control.expire_due(&principal).await {
             Ok(expired) => print(&json!({"expired": expired})),
@@ -100,14 +89,10 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
 async fn resolve(
     control: &ControlService<HostStore>,
     principal: &Principal,
-    id: &str,
+    id: ApprovalId,
     resolution: ApprovalResolution,
     reason: Option<String>,
 ) -> Exit {
-    let id: ApprovalId = match parse_id("ID", id) {
-        Ok(id) => id,
-        Err(exit) => return exit,
-    };
     match control
         .resolve(principal, id, resolution, reason.as_deref())
         .await

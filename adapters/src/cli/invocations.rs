@@ -5,7 +5,7 @@ use airlock_core::vocab::SettlementOutcome;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, invalid_argument, parse_id, print, service_error};
+use super::output::{app_error, invalid_argument, print, service_error};
 use super::{Globals, json};
 use crate::exit::Exit;
 use crate::host::app::App;
@@ -20,7 +20,7 @@ pub enum InvocationsCommand {
     },
     /// Record a finding about an UNCERTAIN invocation (it stays UNCERTAIN).
     Settle {
-        id: String,
+        id: InvocationId,
         #[arg(long)]
         outcome: String,
         #[arg(long)]
@@ -33,7 +33,7 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref()).await {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
@@ -60,10 +60,6 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
             }
         }
         InvocationsCommand::Settle { id, outcome, note } => {
-            let id: InvocationId = match parse_id("ID", &id) {
-                Ok(id) => id,
-                Err(exit) => return exit,
-            };
             let Ok(outcome) = outcome.parse::<SettlementOutcome>() else {
                 return invalid_argument("--outcome must be succeeded or failed");
             };

@@ -75,12 +75,3 @@ pub fn app_error(error: &AppError) -> Exit {
         }
     }
 }
-
-/// Parses a UUID-typed id argument (lowercase, hyphenated: SPEC §2.2).
-pub fn parse_id<T: std::str::FromStr>(what: &str, text: &str) -> Result<T, Exit> {
-    text.parse::<T>().map_err(|_| {
-        invalid_argument(&format!(
-            "{what} must be a lowercase hyphenated UUID, got '{text}'"
-        ))
-    })
-}

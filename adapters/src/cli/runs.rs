@@ -9,7 +9,7 @@ use airlock_core::worker::WorkerSettings;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, invalid_argument, line, parse_id, print, service_error};
+use super::output::{app_error, invalid_argument, line, print, service_error};
 use super::{Globals, json};
 use crate::exit::Exit;
 use crate::host::app::App;
@@ -29,13 +29,13 @@ pub enum RunCommand {
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
     /// Show a run.
-    Show { run: String },
+    Show { run: RunId },
     /// Print a run's events as JSON Lines.
-    Events { run: String },
+    Events { run: RunId },
     /// Cancel a run.
-    Cancel { run: String },
+    Cancel { run: RunId },
     /// Execute a QUEUED run in this process until it parks or ends.
-    Resume { run: String },
+    Resume { run: RunId },
 }
 
 /// The worker id of in-process execution (`--inline`, `runs resume`).
@@ -92,15 +92,12 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
     | RunsCommand::Events { run }
     | RunsCommand::Cancel { run }
     | RunsCommand::Resume { run }) = &command;
-    let id: RunId = match parse_id("RUN", run) {
-        Ok(id) => id,
-        Err(exit) => return exit,
-    };
+    let id = *run;
     let principal = match globals.principal() {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref()).await {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };

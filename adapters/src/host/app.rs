@@ -40,6 +40,13 @@ pub fn loaded_by() -> String {
     format!("airlock/{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// What opening a data directory does when it holds no store yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MissingStore {
+    Create,
+    Refuse,
+}
+
 /// An opened data directory.
 pub struct App {
     pub env: Env<HostStore>,
@@ -48,16 +55,42 @@ pub struct App {
 }
 
 impl App {
-    /// Loads the policy, opens `{data_dir}/airlock.sqlite3` and records the loaded policy.
+    /// [`App::open`] for commands that only act on what is already stored (listing, showing,
+    /// resolving, cancelling, settling): a data dir without a store is a storage error, not a
+    /// new empty store, so a mistyped `--data-dir` cannot answer "nothing pending" from a
+    /// store it just created.
+    pub async fn open_existing(
+        data_dir: &Path,
+        policy_dir: Option<&Path>,
+    ) -> Result<App, AppError> {
+        App::open_with(data_dir, policy_dir, MissingStore::Refuse).await
+    }
+
+    /// Loads the policy, opens `{data_dir}/airlock.sqlite3` (creating the directory and the
+    /// store if needed) and records the loaded policy.
     pub async fn open(data_dir: &Path, policy_dir: Option<&Path>) -> Result<App, AppError> {
+        App::open_with(data_dir, policy_dir, MissingStore::Create).await
+    }
+
+    async fn open_with(
+        data_dir: &Path,
+        policy_dir: Option<&Path>,
+        missing: MissingStore,
+    ) -> Result<App, AppError> {
         let ruleset = load_ruleset(policy_dir)?;
         // Configuration is checked before anything is created, so a typo creates no store.
         let faults = AbortAt::from_env().map_err(|e| AppError::Config(e.to_string()))?;
+        let store_path = data_dir.join(STORE_FILE);
+        if missing == MissingStore::Refuse && !store_path.exists() {
+            return Err(AppError::Storage(format!(
+                "no store at '{}': nothing was submitted to this data dir (check --data-dir)",
+                store_path.display()
+            )));
+        }
         std::fs::create_dir_all(data_dir).map_err(|e| {
             AppError::Config(format!("cannot create '{}': {e}", data_dir.display()))
         })?;
-        let store = SqliteStore::open(&data_dir.join(STORE_FILE))
-            .map_err(|e| AppError::Storage(e.to_string()))?;
+        let store = SqliteStore::open(&store_path).map_err(|e| AppError::Storage(e.to_string()))?;
         let tools = builtin_registry(data_dir).map_err(|e| AppError::Config(e.to_string()))?;
         let dispatcher = Arc::new(DurableDispatcher::default());
         let env = Env {
