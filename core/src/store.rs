@@ -191,5 +191,6 @@ pub trait StoreTx {
         &mut self,
         record: &PolicyProfileRecord,
     ) -> Result<PolicyProfileRecord, TxError>;
+    /// Every recorded profile, ordered by `policy_version`.
     fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError>;
 }

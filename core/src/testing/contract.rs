@@ -2156,10 +2156,18 @@ fn policy_profile_idempotency<S: Store>(store: &S) {
     commit(store, "another version", |tx| {
         tx.insert_policy_profile(&second)
     });
+    let earlier = sample_policy_profile("v0");
+    commit(store, "a version that sorts first", |tx| {
+        tx.insert_policy_profile(&earlier)
+    });
+    let versions: Vec<String> = read(store, |tx| tx.policy_profiles())
+        .into_iter()
+        .map(|p| p.policy_version)
+        .collect();
     assert_eq!(
-        read(store, |tx| tx.policy_profiles()).len(),
-        2,
-        "policy_profiles: one row per version"
+        versions,
+        ["v0", "v1", "v2"],
+        "policy_profiles: one row per version, by version"
     );
     assert!(
         read(store, |tx| tx.policy_profiles()).contains(&first),
