@@ -362,14 +362,12 @@ impl<S: Store> ControlService<S> {
         reason: Option<&str>,
     ) -> Result<Resolved, ServiceError> {
         require(principal, "approval.resolve")?;
-        if reason.is_some_and(|r| r.chars().count() > 4096) {
-            return Err(ServiceError::InvalidArgument(
-                "reason must be at most 4096 characters".to_owned(),
-            ));
-        }
-        let now = self.env.clock.now();
         let self_approval = self.env.ruleset.profile.self_approval_enabled;
         let committed = self.env.transact(|tx| {
+            // Read once the write lock is held: a resolve that waited for the lock must not
+            // approve with a time from before it waited (§16 #23, nothing approved at or after
+            // expires_at).
+            let now = self.env.clock.now();
             let approval = Self::visible_approval(tx, principal, id)?;
             if !self_approval && approval.principal_id == principal.principal_id {
                 return Ok(Err(ServiceError::SelfApproval));
@@ -409,6 +407,13 @@ impl<S: Store> ControlService<S> {
             if now >= approval.expires_at {
                 let requeued = expire_one(tx, &approval, now)?;
                 return Ok(Ok(Committed::ExpiredNow { requeued }));
+            }
+            // The reason (§10.1, at most 4096 characters) matters only to a resolution that
+            // applies; every answer above comes first, in the spec's order.
+            if reason.is_some_and(|r| r.chars().count() > 4096) {
+                return Ok(Err(ServiceError::InvalidArgument(
+                    "reason must be at most 4096 characters".to_owned(),
+                )));
             }
             let mut next = approval.clone();
             next.status = match resolution {

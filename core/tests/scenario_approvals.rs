@@ -789,6 +789,66 @@ async fn self_approval_disabled_refuses_the_runs_principal_and_keeps_the_row_pen
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_over_long_reason_is_refused_only_where_a_resolution_would_apply() {
+    // §10.4's order comes first: another tenant gets NotFound and a repeat gets its answer;
+    // only a resolution that would apply is refused for its 4097-character reason.
+    let h = Harness::new();
+    let run = park(&h, send_script(&h, "hi")).await;
+    let approval = only_approval(&h, run);
+    let long = "r".repeat(4097);
+    assert_eq!(
+        h.control
+            .resolve(
+                &h.mallory(),
+                approval.id,
+                ApprovalResolution::ApproveOnce,
+                Some(&long)
+            )
+            .await
+            .map(|r| r.state),
+        Err(ServiceError::NotFound)
+    );
+    assert!(matches!(
+        h.control
+            .resolve(
+                &h.bob(),
+                approval.id,
+                ApprovalResolution::ApproveOnce,
+                Some(&long)
+            )
+            .await,
+        Err(ServiceError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        approval_row(&h, approval.id).status,
+        ApprovalStatus::Pending
+    );
+    let applied = h
+        .control
+        .resolve(
+            &h.bob(),
+            approval.id,
+            ApprovalResolution::ApproveOnce,
+            Some(&"r".repeat(4096)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.state, ResolveState::Applied);
+    assert_eq!(
+        h.control
+            .resolve(
+                &h.bob(),
+                approval.id,
+                ApprovalResolution::ApproveOnce,
+                Some(&long)
+            )
+            .await
+            .map(|r| r.state),
+        Ok(ResolveState::AlreadyResolvedIdentically)
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn other_tenant_sees_nothing_and_cannot_resolve() {
     // Mallory, in another tenant, gets NotFound or an empty page for acme's run and approval, and cannot resolve or expire it.
     let h = Harness::new();
