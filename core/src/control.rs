@@ -517,15 +517,19 @@ impl<S: Store> ControlService<S> {
         require(principal, "run.cancel")?;
         let now = self.env.clock.now();
         let actor = Actor::principal(&principal.principal_id);
-        let outcome = self.env.transact(|tx| {
+        // With whether the transaction wrote anything: the crash point follows a commit
+        // (§2.2), and a repeated request for a run that is still running commits nothing.
+        let (outcome, wrote) = self.env.transact(|tx| {
             let run = Self::visible_run(tx, principal, id)?;
             if run.status().is_terminal() {
-                return Ok(CancelOutcome {
+                let outcome = CancelOutcome {
                     accepted: false,
                     status: run.status(),
-                });
+                };
+                return Ok((outcome, false));
             }
-            let flagged = if run.cancel_requested_at.is_none() {
+            let first_request = run.cancel_requested_at.is_none();
+            let flagged = if first_request {
                 let mut next = run.clone();
                 next.cancel_requested_at = Some(now);
                 let stored = update_fields(tx, &run, next, now)?;
@@ -542,10 +546,9 @@ impl<S: Store> ControlService<S> {
             } else {
                 run
             };
-            let running_call = tx
-                .invocations_of_run(id)?
-                .iter()
-                .any(|i| i.status == InvocationStatus::Running);
+            let running_call = !tx
+                .invocations_of_run_in(id, InvocationStatus::Running)?
+                .is_empty();
             let direct = match flagged.status() {
                 RunStatus::Queued => !running_call,
                 RunStatus::WaitingForApproval => true,
@@ -554,23 +557,26 @@ impl<S: Store> ControlService<S> {
             if direct {
                 let cancelled =
                     transition(tx, &flagged, flagged.clone(), Change::Cancel, &actor, now)?;
-                return Ok(CancelOutcome {
+                let outcome = CancelOutcome {
                     accepted: true,
                     status: cancelled.status(),
-                });
+                };
+                return Ok((outcome, true));
             }
-            Ok(CancelOutcome {
+            let outcome = CancelOutcome {
                 accepted: true,
                 status: flagged.status(),
-            })
+            };
+            Ok((outcome, first_request))
         })?;
-        if outcome.accepted {
+        if wrote {
             self.env.reached(CrashPoint::AfterCancel).await;
-            if outcome.status == RunStatus::Running
-                && let Some(tokens) = &self.tokens
-            {
-                tokens.cancel(id, CancelReason::Requested);
-            }
+        }
+        if outcome.accepted
+            && outcome.status == RunStatus::Running
+            && let Some(tokens) = &self.tokens
+        {
+            tokens.cancel(id, CancelReason::Requested);
         }
         Ok(outcome)
     }

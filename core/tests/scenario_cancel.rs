@@ -868,3 +868,39 @@ async fn cancel_between_claim_and_registration_is_applied_when_the_execution_reg
     assert!(h.invocations(run).is_empty());
     assert_eq!(h.ledger.count("test.echo"), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_repeated_cancel_of_a_running_run_commits_nothing_and_reaches_no_crash_point() {
+    // §2.2: a crash point follows its commit. The first request flags the run; a second one,
+    // while the run is still RUNNING, writes nothing, so AFTER_CANCEL is not reached again.
+    let h = Harness::new();
+    let run = h
+        .submit(h.script(json!([[{"call_id": "c1", "tool": "test.echo", "arguments": {"text": "hi"}, "argument_trust": {"text": "user"}}]])))
+        .await;
+    let worker = h.worker("w1");
+    let (claimed, _lease) = worker.claim(None).await.unwrap().expect("claimed");
+    assert_eq!(claimed.status(), RunStatus::Running);
+    let cancels = || {
+        h.crash
+            .reached
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| **p == CrashPoint::AfterCancel)
+            .count()
+    };
+    let first = h.control.cancel_run(&h.alice(), run).await.unwrap();
+    assert_eq!(
+        first,
+        CancelOutcome {
+            accepted: true,
+            status: RunStatus::Running
+        }
+    );
+    assert_eq!(cancels(), 1);
+    let events = h.event_types(run).len();
+    let second = h.control.cancel_run(&h.alice(), run).await.unwrap();
+    assert_eq!(second, first);
+    assert_eq!(cancels(), 1, "nothing was committed the second time");
+    assert_eq!(h.event_types(run).len(), events);
+}
