@@ -796,54 +796,38 @@ async fn an_over_long_reason_is_refused_only_where_a_resolution_would_apply() {
     let run = park(&h, send_script(&h, "hi")).await;
     let approval = only_approval(&h, run);
     let long = "r".repeat(4097);
+    let approve = |who: airlock_core::principal::Principal, reason: String| {
+        let control = &h.control;
+        async move {
+            control
+                .resolve(
+                    &who,
+                    approval.id,
+                    ApprovalResolution::ApproveOnce,
+                    Some(&reason),
+                )
+                .await
+                .map(|r| r.state)
+        }
+    };
     assert_eq!(
-        h.control
-            .resolve(
-                &h.mallory(),
-                approval.id,
-                ApprovalResolution::ApproveOnce,
-                Some(&long)
-            )
-            .await
-            .map(|r| r.state),
+        approve(h.mallory(), long.clone()).await,
         Err(ServiceError::NotFound)
     );
     assert!(matches!(
-        h.control
-            .resolve(
-                &h.bob(),
-                approval.id,
-                ApprovalResolution::ApproveOnce,
-                Some(&long)
-            )
-            .await,
+        approve(h.bob(), long.clone()).await,
         Err(ServiceError::InvalidArgument(_))
     ));
     assert_eq!(
         approval_row(&h, approval.id).status,
         ApprovalStatus::Pending
     );
-    let applied = h
-        .control
-        .resolve(
-            &h.bob(),
-            approval.id,
-            ApprovalResolution::ApproveOnce,
-            Some(&"r".repeat(4096)),
-        )
-        .await
-        .unwrap();
-    assert_eq!(applied.state, ResolveState::Applied);
     assert_eq!(
-        h.control
-            .resolve(
-                &h.bob(),
-                approval.id,
-                ApprovalResolution::ApproveOnce,
-                Some(&long)
-            )
-            .await
-            .map(|r| r.state),
+        approve(h.bob(), "r".repeat(4096)).await,
+        Ok(ResolveState::Applied)
+    );
+    assert_eq!(
+        approve(h.bob(), long).await,
         Ok(ResolveState::AlreadyResolvedIdentically)
     );
 }
