@@ -17,7 +17,7 @@ use airlock_core::run::checkpoint::ResultRef;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::scope::Scope;
 use airlock_core::store::{Store, StoreTx};
-use airlock_core::testing::GRANTED_APPROVAL_EVENTS;
+use airlock_core::testing::{GRANTED_APPROVAL_EVENTS, assert_subsequence};
 use airlock_core::tool::spec::InputSchema;
 use airlock_core::vocab::{
     ActorType, ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus,

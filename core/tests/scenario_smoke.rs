@@ -3,7 +3,7 @@
 mod common;
 
 use airlock_core::run::executor::ExecutionEnd;
-use airlock_core::testing::GRANTED_APPROVAL_EVENTS;
+use airlock_core::testing::{GRANTED_APPROVAL_EVENTS, assert_subsequence};
 use airlock_core::vocab::{ApprovalResolution, InvocationStatus, ResolveState, RunStatus};
 use common::*;
 use serde_json::json;

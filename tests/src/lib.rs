@@ -279,14 +279,3 @@ pub fn assert_no_duplicate_effects(data: &DataDir) {
         .expect("count");
     assert_eq!(dangling, 0, "a terminal run has an open invocation");
 }
-
-/// Asserts that `expected` occurs in `types` in order, other events allowed in between.
-pub fn assert_subsequence(types: &[String], expected: &[&str]) {
-    let mut rest = types.iter();
-    for want in expected {
-        assert!(
-            rest.any(|t| t == want),
-            "{want} missing or out of order in {types:?}"
-        );
-    }
-}

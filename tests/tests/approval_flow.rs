@@ -1,7 +1,7 @@
 //! The CLI across separate processes (Appendix A): submit, a worker until idle, approve or deny
 //! from another process, a worker resumes; expiry; cancel of a parked run; the review queue.
 
-use airlock_core::testing::GRANTED_APPROVAL_EVENTS;
+use airlock_core::testing::{GRANTED_APPROVAL_EVENTS, assert_subsequence};
 use airlock_e2e::*;
 use serde_json::{Value, json};
 

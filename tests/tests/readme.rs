@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use airlock_core::testing::GRANTED_APPROVAL_EVENTS;
+use airlock_core::testing::{GRANTED_APPROVAL_EVENTS, assert_subsequence};
 use airlock_e2e::*;
 use serde_json::Value;
 

@@ -24,3 +24,15 @@ pub const GRANTED_APPROVAL_EVENTS: [&str; 9] = [
     "tool.call.started",
     "tool.call.completed",
 ];
+
+/// Asserts that `needle` occurs in `haystack` in order, other items allowed in between (event
+/// types, usually).
+pub fn assert_subsequence(haystack: &[String], needle: &[&str]) {
+    let mut rest = haystack.iter();
+    for want in needle {
+        assert!(
+            rest.any(|h| h == want),
+            "{want} missing or out of order in {haystack:#?}"
+        );
+    }
+}

@@ -625,14 +625,3 @@ impl Harness {
         tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
     }
 }
-
-/// Asserts `needle` occurs in `haystack` in order (not necessarily adjacent).
-pub fn assert_subsequence(haystack: &[String], needle: &[&str]) {
-    let mut it = haystack.iter();
-    for want in needle {
-        assert!(
-            it.any(|h| h == want),
-            "missing {want} in order within {haystack:#?}"
-        );
-    }
-}
