@@ -82,6 +82,18 @@ fn handle<'a>(ctx: &'a ToolContext<'_>) -> Result<&'a Arc<dyn Workspace>, ToolFa
         .ok_or_else(|| failure(codes::INTERNAL_ERROR, "no workspace handle was provided"))
 }
 
+/// A workspace body, run off the runtime (see `off_the_runtime`) with this call's handle and
+/// its own copy of the arguments: the blocking pool needs owned data.
+async fn on_the_handle(
+    ctx: &ToolContext<'_>,
+    args: &JsonMap,
+    body: fn(&dyn Workspace, &JsonMap) -> Result<ToolSuccess, ToolFailure>,
+) -> Result<ToolSuccess, ToolFailure> {
+    let workspace = Arc::clone(handle(ctx)?);
+    let args = args.clone();
+    off_the_runtime(move || body(workspace.as_ref(), &args)).await
+}
+
 fn parse_path(operation: Operation, text: &str) -> Result<WsPath, ToolFailure> {
     WsPath::parse(text).map_err(|error| workspace_failure(operation, &error))
 }
@@ -142,11 +154,7 @@ impl Tool for ReadText {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move {
-            let workspace = Arc::clone(handle(ctx)?);
-            let args = args.clone();
-            off_the_runtime(move || ReadText::run(workspace.as_ref(), &args)).await
-        })
+        Box::pin(on_the_handle(ctx, args, ReadText::run))
     }
 }
 
@@ -223,11 +231,7 @@ impl Tool for ListFiles {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move {
-            let workspace = Arc::clone(handle(ctx)?);
-            let args = args.clone();
-            off_the_runtime(move || ListFiles::run(workspace.as_ref(), &args)).await
-        })
+        Box::pin(on_the_handle(ctx, args, ListFiles::run))
     }
 }
 
@@ -279,11 +283,7 @@ impl Tool for WriteText {
         ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        Box::pin(async move {
-            let workspace = Arc::clone(handle(ctx)?);
-            let args = args.clone();
-            off_the_runtime(move || WriteText::run(workspace.as_ref(), &args)).await
-        })
+        Box::pin(on_the_handle(ctx, args, WriteText::run))
     }
 }
 
