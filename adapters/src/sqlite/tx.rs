@@ -11,10 +11,10 @@
 //!
 //! **Atomic methods.** Every method is one statement or checks everything before its single
 //! write (`append_event`'s counter advances in a trigger of its INSERT); so a caller that handles
-//! an `Err` and carries on sees no partial write, as with `MemStore`. **A dead transaction** — SQLite rolls the whole transaction back by itself after
-//! some I/O errors — is detected at the start of every method (`is_autocommit`) and answered
-//! with `Backend`, so that no later statement can run outside the transaction and commit on its
-//! own.
+//! an `Err` and carries on sees no partial write, as with `MemStore`. **A dead transaction** —
+//! SQLite rolls the whole transaction back by itself after some I/O errors — is detected at the
+//! start of every method (`is_autocommit`) and answered with `Backend`, so that no later
+//! statement can run outside the transaction and commit on its own.
 //!
 //! The `MemStore`-only rules are repeated where they are cheap because the current row is read
 //! anyway: run edges, `lease_epoch` and `attempts` discipline, the watermark written only by
