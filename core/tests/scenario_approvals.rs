@@ -9,15 +9,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use airlock_core::approval::Approval;
 use airlock_core::control::{ControlService, ServiceError};
+use airlock_core::env::Env;
 use airlock_core::events::Event;
 use airlock_core::ids::{ApprovalId, RunId};
+use airlock_core::mem_store::MemStore;
 use airlock_core::policy::{Ruleset, shipped};
 use airlock_core::ports::{Clock, IdSource, Tool};
 use airlock_core::run::checkpoint::ResultRef;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::scope::Scope;
-use airlock_core::store::{Store, StoreTx};
+use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::testing::{GRANTED_APPROVAL_EVENTS, assert_subsequence};
+use airlock_core::time::Timestamp;
 use airlock_core::tool::spec::InputSchema;
 use airlock_core::vocab::{
     ActorType, ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus,
@@ -1174,4 +1177,85 @@ async fn revalidation_under_the_same_version_requiring_approval_authorizes_and_r
         Some(SHIPPED_VERSION)
     );
     assert!(h.ledger.effects.lock().unwrap().is_empty());
+}
+
+/// The harness clock plus however long transactions have waited for the write lock.
+struct LockWaitClock {
+    base: Arc<dyn Clock>,
+    waited_micros: std::sync::Mutex<i64>,
+}
+
+impl Clock for LockWaitClock {
+    fn now(&self) -> Timestamp {
+        let waited = *self.waited_micros.lock().unwrap();
+        self.base.now().saturating_add_micros(waited)
+    }
+    fn sleep_until(&self, t: Timestamp) -> airlock_core::ports::BoxFut<'static, ()> {
+        self.base.sleep_until(t)
+    }
+}
+
+/// A store whose every write transaction first waits `wait_micros` for the lock, as SQLite's
+/// `BEGIN IMMEDIATE` can behind another process's writer.
+struct LockWaitStore {
+    inner: Arc<MemStore>,
+    clock: Arc<LockWaitClock>,
+    wait_micros: i64,
+}
+
+impl Store for LockWaitStore {
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        *self.clock.waited_micros.lock().unwrap() += self.wait_micros;
+        self.inner.transact(f)
+    }
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.inner.read(f)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resolve_that_waits_for_the_lock_past_expiry_expires_instead_of_approving() {
+    // §16 #23: nothing is approved at or after expires_at. The approval is still pending when
+    // resolve is called, but its transaction gets the lock only after expires_at: the time that
+    // counts is the one read under the lock.
+    let h = Harness::new();
+    let run = park(&h, send_script(&h, "hi")).await;
+    let approval = only_approval(&h, run);
+    let remaining = approval.expires_at.as_micros() - h.clock.now().as_micros();
+    assert!(remaining > 0, "still pending when resolve is called");
+    let clock = Arc::new(LockWaitClock {
+        base: h.clock.clone(),
+        waited_micros: std::sync::Mutex::new(0),
+    });
+    let mut env = Env {
+        store: Arc::new(LockWaitStore {
+            inner: h.store.clone(),
+            clock: clock.clone(),
+            wait_micros: remaining + 1_000_000,
+        }),
+        clock: h.env.clock.clone(),
+        ids: h.env.ids.clone(),
+        ruleset: h.env.ruleset.clone(),
+        tools: h.env.tools.clone(),
+        workspaces: h.env.workspaces.clone(),
+        planners: h.env.planners.clone(),
+        faults: h.env.faults.clone(),
+    };
+    env.clock = clock;
+    let control = ControlService::new(env, h.dispatcher.clone(), None);
+    let answer = control
+        .resolve(&h.bob(), approval.id, ApprovalResolution::ApproveOnce, None)
+        .await
+        .map(|r| r.state);
+    assert_eq!(answer, Err(ServiceError::Expired));
+    assert_eq!(
+        approval_row(&h, approval.id).status,
+        ApprovalStatus::Expired
+    );
 }
