@@ -139,16 +139,21 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     None
 }
 
-/// Four decimal parts, each ≤ 255; leading zeros are read as decimal.
+/// Four decimal parts, each ≤ 255; leading zeros are read as decimal, however many there are
+/// (`100.100.100.0000000000200` is 100.100.100.200).
 fn strict_dotted_decimal(text: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
     let mut parts = text.split('.');
     for octet in &mut octets {
         let part = parts.next()?;
-        if part.is_empty() || part.len() > 12 || !part.bytes().all(|b| b.is_ascii_digit()) {
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        *octet = u8::try_from(part.parse::<u64>().ok()?).ok()?;
+        let significant = without_leading_zeros(part);
+        if significant.len() > 3 {
+            return None;
+        }
+        *octet = u8::try_from(parse_digits(significant, 10)?).ok()?;
     }
     parts.next().is_none().then(|| Ipv4Addr::from(octets))
 }
@@ -163,10 +168,29 @@ fn aton_part(part: &str) -> Option<u64> {
         } else {
             (part, 10)
         };
-    if digits.is_empty() || digits.len() > 32 || !digits.chars().all(|c| c.is_digit(radix)) {
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return None;
     }
+    // Leading zeros never change the value, however many there are; what is left of a part
+    // that fits in 32 bits is short, so anything longer is out of range.
+    let significant = without_leading_zeros(digits);
+    if significant.len() > 32 {
+        return None;
+    }
+    parse_digits(significant, radix)
+}
+
+/// The value of digits already checked for `radix`; `""` (a part that was all zeros) is 0.
+fn parse_digits(digits: &str, radix: u32) -> Option<u64> {
+    if digits.is_empty() {
+        return Some(0);
+    }
     u64::from_str_radix(digits, radix).ok()
+}
+
+/// `digits` without its leading zeros; `""` for a part that is all zeros (value 0).
+fn without_leading_zeros(digits: &str) -> &str {
+    digits.trim_start_matches('0')
 }
 
 /// The classic resolver reading: 1–4 parts; the last part fills the remaining bytes.
@@ -226,6 +250,38 @@ mod tests {
             strict_dotted_decimal("010.001.1.1"),
             Some(Ipv4Addr::new(10, 1, 1, 1))
         );
+    }
+
+    #[test]
+    fn leading_zeros_do_not_count_towards_a_parts_length() {
+        let target = Some(Ipv4Addr::new(100, 100, 100, 200));
+        assert_eq!(strict_dotted_decimal("100.100.100.0000000000200"), target);
+        assert_eq!(
+            strict_dotted_decimal("0000000000169.254.169.254"),
+            Some(Ipv4Addr::new(169, 254, 169, 254))
+        );
+        assert_eq!(
+            strict_dotted_decimal("0.00.000.0000000000000"),
+            Some(Ipv4Addr::UNSPECIFIED)
+        );
+        assert_eq!(strict_dotted_decimal("1.1.1.0000000000256"), None);
+        // inet_aton reads the same spellings as octal or hex with any number of zeros.
+        assert_eq!(
+            inet_aton("0x00000000000000000000000000000000000a9fea9fe"),
+            Some(Ipv4Addr::new(169, 254, 169, 254))
+        );
+        assert_eq!(
+            inet_aton("00000000000000000000000000000000000000251.0376.0251.0376"),
+            Some(Ipv4Addr::new(169, 254, 169, 254))
+        );
+        assert_eq!(inet_aton("0x0.0.0.0"), Some(Ipv4Addr::UNSPECIFIED));
+        let r = metadata();
+        for text in [
+            "http://100.100.100.0000000000200/",
+            "http://0000000000169.254.169.254/latest",
+        ] {
+            assert!(r.matches_string(text), "{text} should match");
+        }
     }
 
     #[test]

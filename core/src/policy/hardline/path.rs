@@ -1,12 +1,13 @@
 //! `protected_path` matching (SPEC §6.3): canonicalize every candidate path, then compare by
 //! components against absolute and relative entries.
 
-use std::borrow::Cow;
-
 use super::strings::is_ws;
 
-/// Characters a shell treats specially; replaced by spaces before a command is tokenized so that
-/// `cat</etc/passwd` still yields `/etc/passwd` (a tightening of "removing" them).
+/// Characters a shell treats specially (SPEC §6.3). A command is tokenized twice when it holds
+/// any: once with them removed, as the spec says (`cat /e''tc/passwd` → `/etc/passwd`), and once
+/// with them replaced by spaces (`cat</etc/passwd` → `/etc/passwd`, which removal would glue into
+/// one token). A token of either reading that names a protected path matches, so this is the
+/// spec's rule plus a tightening, never less.
 const SHELL_CHARACTERS: [char; 9] = ['"', '\'', '<', '>', '|', ';', '&', '(', ')'];
 
 /// One entry of a rule's `paths`, pre-split into components.
@@ -156,18 +157,22 @@ impl ProtectedPaths {
         if self.matches_candidate(s) {
             return true;
         }
-        if code_execution {
-            let cleaned: Cow<'_, str> = if s.contains(SHELL_CHARACTERS) {
-                Cow::Owned(s.replace(SHELL_CHARACTERS, " "))
-            } else {
-                Cow::Borrowed(s)
-            };
-            return cleaned
-                .split(is_ws)
-                .filter(|t| !t.is_empty())
-                .any(|token| self.matches_candidate(token));
+        if !code_execution {
+            return false;
         }
-        false
+        if !s.contains(SHELL_CHARACTERS) {
+            return self.matches_any_token(s);
+        }
+        self.matches_any_token(&s.replace(SHELL_CHARACTERS, ""))
+            || self.matches_any_token(&s.replace(SHELL_CHARACTERS, " "))
+    }
+
+    /// Whether any whitespace-separated token of `command` names a protected path.
+    fn matches_any_token(&self, command: &str) -> bool {
+        command
+            .split(is_ws)
+            .filter(|t| !t.is_empty())
+            .any(|token| self.matches_candidate(token))
     }
 
     fn matches_candidate(&self, s: &str) -> bool {
@@ -233,6 +238,34 @@ mod tests {
                 let _ = paths.matches_string(&probe, false);
                 let _ = paths.matches_string(&probe, true);
             }
+        }
+    }
+
+    #[test]
+    fn shell_characters_inside_a_command_token_are_removed_and_also_split_on() {
+        let paths = shipped();
+        for command in [
+            "cat /e''tc/passwd",
+            "cat /e\"\"tc/shadow",
+            "cat .e''nv",
+            "cat</etc/passwd",
+            "(cat /etc/passwd)",
+            "ls;cat ~/.ssh/id_rsa",
+        ] {
+            assert!(
+                paths.matches_string(command, true),
+                "{command} should match"
+            );
+        }
+        assert!(
+            !paths.matches_string("cat /e''tc/passwd", false),
+            "only code execution is tokenized"
+        );
+        for command in ["cat /e''tcetera/passwd", "echo 'hello' > notes.txt"] {
+            assert!(
+                !paths.matches_string(command, true),
+                "{command} should not match"
+            );
         }
     }
 
