@@ -68,24 +68,16 @@ pub fn message_for(reason_code: &str) -> &'static str {
         codes::OUTPUT_INVALID => "The tool returned data outside its declared contract.",
         codes::INTERNAL_ERROR => "The tool could not complete because of an internal error.",
         codes::OUTCOME_UNKNOWN => "The outcome of this call is unknown. Do not repeat it.",
-        "tool.not_found.no_such_path" => "No such path in the workspace.",
-        "tool.invalid_arguments.not_text" => "Not a UTF-8 text file. This tool reads text only.",
-        "tool.invalid_arguments.not_a_file" => {
-            "That path is not a regular file. Use workspace.list_files."
-        }
-        "tool.invalid_arguments.not_a_directory" => "That path is a file. Use workspace.read_text.",
-        "tool.invalid_arguments.too_large" => "The file exceeds the read limit.",
-        "tool.invalid_arguments.too_many_entries" => {
-            "The directory tree is too large to list. List a subdirectory."
-        }
-        "tool.invalid_arguments.unknown_timezone" => {
-            "Unknown time zone. Use UTC or an offset such as +02:00."
-        }
-        "tool.invalid_arguments.syntax"
-        | "tool.invalid_arguments.division_by_zero"
-        | "tool.invalid_arguments.result_out_of_range"
-        | "tool.invalid_arguments.expression_too_long"
-        | "tool.invalid_arguments.expression_too_deep" => "The expression could not be evaluated.",
+        code => match builtin_failure_message(code) {
+            Some(message) => message,
+            None => message_for_family(code),
+        },
+    }
+}
+
+/// Messages for the reason codes outside the fixed table: policy families and anything else.
+fn message_for_family(reason_code: &str) -> &'static str {
+    match reason_code {
         "policy.skill.origin_untrusted" => POLICY_DENIED,
         code if code.starts_with("policy.matrix.") || code.starts_with("policy.hardline.") => {
             POLICY_DENIED
@@ -94,11 +86,68 @@ pub fn message_for(reason_code: &str) -> &'static str {
     }
 }
 
-/// Whether `code` is a builtin failure code whose remediation is to change the arguments.
+/// The failure codes of the builtin tools (SPEC §12.5) and their messages. All of them carry
+/// `remediation: modify_arguments`; a plug-in tool reporting a code of the same shape that is
+/// not listed here (say `tool.not_found.record`) gets the "platform-defined" message and
+/// `remediation: none`, as §9.3's "any other" row says.
+const BUILTIN_FAILURES: &[(&str, &str)] = &[
+    (
+        "tool.not_found.no_such_path",
+        "No such path in the workspace.",
+    ),
+    (
+        "tool.invalid_arguments.not_text",
+        "Not a UTF-8 text file. This tool reads text only.",
+    ),
+    (
+        "tool.invalid_arguments.not_a_file",
+        "That path is not a regular file. Use workspace.list_files.",
+    ),
+    (
+        "tool.invalid_arguments.not_a_directory",
+        "That path is a file. Use workspace.read_text.",
+    ),
+    (
+        "tool.invalid_arguments.too_large",
+        "The file exceeds the read limit.",
+    ),
+    (
+        "tool.invalid_arguments.too_many_entries",
+        "The directory tree is too large to list. List a subdirectory.",
+    ),
+    (
+        "tool.invalid_arguments.unknown_timezone",
+        "Unknown time zone. Use UTC or an offset such as +02:00.",
+    ),
+    ("tool.invalid_arguments.syntax", EXPRESSION_FAILED),
+    ("tool.invalid_arguments.division_by_zero", EXPRESSION_FAILED),
+    (
+        "tool.invalid_arguments.result_out_of_range",
+        EXPRESSION_FAILED,
+    ),
+    (
+        "tool.invalid_arguments.expression_too_long",
+        EXPRESSION_FAILED,
+    ),
+    (
+        "tool.invalid_arguments.expression_too_deep",
+        EXPRESSION_FAILED,
+    ),
+];
+
+const EXPRESSION_FAILED: &str = "The expression could not be evaluated.";
+
+fn builtin_failure_message(reason_code: &str) -> Option<&'static str> {
+    BUILTIN_FAILURES
+        .iter()
+        .find(|(code, _)| *code == reason_code)
+        .map(|(_, message)| *message)
+}
+
+/// Whether the remediation for `reason_code` is to change the arguments: invalid arguments
+/// and the builtin failure codes (SPEC §9.3, §12.5).
 fn modifies_arguments(reason_code: &str) -> bool {
-    reason_code == codes::ARGUMENTS_INVALID
-        || reason_code.starts_with("tool.invalid_arguments.")
-        || reason_code.starts_with("tool.not_found.")
+    reason_code == codes::ARGUMENTS_INVALID || builtin_failure_message(reason_code).is_some()
 }
 
 /// A reason code a tool may report: `^tool\.[a-z_]+(\.[a-z_]+)*$`; others become
@@ -232,6 +281,30 @@ mod tests {
         assert!(!Outcome::new(OutcomeStatus::Uncertain, "t.x", codes::OUTCOME_UNKNOWN).retryable);
         let invalid = Outcome::new(OutcomeStatus::Failed, "t.x", codes::ARGUMENTS_INVALID);
         assert_eq!(invalid.remediation, Remediation::ModifyArguments);
+    }
+
+    #[test]
+    fn only_listed_codes_ask_for_other_arguments() {
+        let remediation = |code| Outcome::new(OutcomeStatus::Failed, "t.x", code).remediation;
+        for (code, _) in BUILTIN_FAILURES {
+            assert_eq!(remediation(code), Remediation::ModifyArguments, "{code}");
+        }
+        assert_eq!(
+            message_for("tool.invalid_arguments.division_by_zero"),
+            "The expression could not be evaluated."
+        );
+        // A plug-in tool's code of the same shape is "any other" (SPEC §9.3): the platform
+        // message and no remediation.
+        for code in [
+            "tool.not_found.record",
+            "tool.invalid_arguments.bad_currency",
+        ] {
+            assert_eq!(remediation(code), Remediation::None, "{code}");
+            assert_eq!(
+                message_for(code),
+                "The tool could not complete for a platform-defined reason."
+            );
+        }
     }
 
     #[test]
