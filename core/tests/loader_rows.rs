@@ -960,6 +960,30 @@ fn row_18_kind_field_not_allowed() {
 // ----- Row 19: patterns compile, CIDRs parse -----
 
 #[test]
+fn row_18_of_a_later_rule_comes_before_row_19_of_an_earlier_one() {
+    // "fails with the first error below" (SPEC §7.4): the table's order, across all rules. The
+    // first rule's pattern does not compile (row 19) and the third rule carries another kind's
+    // field (row 18); row 18 is reported.
+    let hardline = edit(
+        &edit(
+            &shipped_hardline(),
+            "pattern = '''",
+            "pattern = '''(unclosed",
+        ),
+        CREDENTIAL_CLASS_HEAD,
+        &format!("{CREDENTIAL_CLASS_HEAD}pattern = \"x\"\n"),
+    );
+    assert_eq!(
+        load_err(DEFAULT_PROFILE, hardline.as_bytes()),
+        PolicyLoadError::KindFieldNotAllowed {
+            id: "credential_class".to_owned(),
+            field: "pattern",
+            kind: HardlineRuleKind::SideEffect
+        }
+    );
+}
+
+#[test]
 fn row_19_invalid_pattern() {
     let err = hardline_edit("pattern = '''", "pattern = '''(unclosed");
     assert_eq!(

@@ -504,14 +504,23 @@ fn string_list(value: Option<&Value>) -> Option<Vec<&str>> {
     items.iter().map(Value::as_str).collect()
 }
 
-/// Rows 18–19 for one rule: its kind's field, present and valid, and no other kind's field.
-fn matcher(head: &RuleHead<'_>) -> Result<Matcher, PolicyLoadError> {
-    let id = head.id.to_owned();
+/// A rule's own field as row 18 accepts it: present, of the right shape, not yet compiled.
+enum KindField<'a> {
+    None,
+    Pattern(&'a str),
+    Paths(Vec<&'a str>),
+    Cidrs(Vec<&'a str>),
+    CredentialShaped,
+}
+
+/// Row 18 for one rule: its kind's field present and of the right shape, and no other kind's
+/// field.
+fn kind_field<'a>(head: &RuleHead<'a>) -> Result<KindField<'a>, PolicyLoadError> {
     let own = own_field(head.kind);
     for field in ["pattern", "paths", "cidrs", "source"] {
         if Some(field) != own && head.table.contains_key(field) {
             return Err(PolicyLoadError::KindFieldNotAllowed {
-                id,
+                id: head.id.to_owned(),
                 field,
                 kind: head.kind,
             });
@@ -519,49 +528,59 @@ fn matcher(head: &RuleHead<'_>) -> Result<Matcher, PolicyLoadError> {
     }
     let value = own.and_then(|field| head.table.get(field));
     let required = |field: &'static str| PolicyLoadError::KindFieldRequired {
-        id: id.clone(),
+        id: head.id.to_owned(),
         field,
         kind: head.kind,
     };
     match head.kind {
-        HardlineRuleKind::SideEffect => Ok(Matcher::SideEffect),
-        HardlineRuleKind::CommandRegex => {
-            let pattern = value
-                .and_then(Value::as_str)
-                .ok_or_else(|| required("pattern"))?;
-            let compiled = RegexBuilder::new(pattern)
-                .size_limit(PATTERN_SIZE_LIMIT)
-                .build()
-                .map_err(|_| PolicyLoadError::InvalidPattern { id: id.clone() })?;
-            Ok(Matcher::CommandRegex(compiled))
-        }
-        HardlineRuleKind::ProtectedPath => {
-            let paths = string_list(value).ok_or_else(|| required("paths"))?;
+        HardlineRuleKind::SideEffect => Ok(KindField::None),
+        HardlineRuleKind::CommandRegex => value
+            .and_then(Value::as_str)
+            .map(KindField::Pattern)
+            .ok_or_else(|| required("pattern")),
+        HardlineRuleKind::ProtectedPath => string_list(value)
+            .map(KindField::Paths)
+            .ok_or_else(|| required("paths")),
+        HardlineRuleKind::NetworkRange => string_list(value)
+            .map(KindField::Cidrs)
+            .ok_or_else(|| required("cidrs")),
+        HardlineRuleKind::TrustFlow => match value.and_then(Value::as_str) {
+            Some("credential_shaped") => Ok(KindField::CredentialShaped),
+            _ => Err(required("source")),
+        },
+    }
+}
+
+/// Row 19 for one rule: its field compiled. An entry of `paths` that names nothing is refused
+/// here too (`InvalidPath`), an addition to the table: it would silently protect nothing.
+fn compile(id: &str, field: KindField<'_>) -> Result<Matcher, PolicyLoadError> {
+    match field {
+        KindField::None => Ok(Matcher::SideEffect),
+        KindField::CredentialShaped => Ok(Matcher::TrustFlowCredentialShaped),
+        KindField::Pattern(pattern) => RegexBuilder::new(pattern)
+            .size_limit(PATTERN_SIZE_LIMIT)
+            .build()
+            .map(Matcher::CommandRegex)
+            .map_err(|_| PolicyLoadError::InvalidPattern { id: id.to_owned() }),
+        KindField::Paths(paths) => {
             let paths: Vec<String> = paths.into_iter().map(str::to_owned).collect();
             ProtectedPaths::new(&paths)
                 .map(Matcher::ProtectedPath)
                 .map_err(|path| PolicyLoadError::InvalidPath {
-                    id: id.clone(),
+                    id: id.to_owned(),
                     path,
                 })
         }
-        HardlineRuleKind::NetworkRange => {
-            let cidrs = string_list(value).ok_or_else(|| required("cidrs"))?;
-            let ranges = cidrs
-                .into_iter()
-                .map(|c| {
-                    c.parse().map_err(|_| PolicyLoadError::InvalidCidr {
-                        id: id.clone(),
-                        cidr: c.to_owned(),
-                    })
+        KindField::Cidrs(cidrs) => cidrs
+            .into_iter()
+            .map(|c| {
+                c.parse().map_err(|_| PolicyLoadError::InvalidCidr {
+                    id: id.to_owned(),
+                    cidr: c.to_owned(),
                 })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Matcher::NetworkRange(NetworkRanges::new(ranges)))
-        }
-        HardlineRuleKind::TrustFlow => match value.and_then(Value::as_str) {
-            Some("credential_shaped") => Ok(Matcher::TrustFlowCredentialShaped),
-            _ => Err(required("source")),
-        },
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(|ranges| Matcher::NetworkRange(NetworkRanges::new(ranges))),
     }
 }
 
@@ -619,13 +638,18 @@ pub fn load_hardline(bytes: &[u8]) -> Result<Vec<HardlineRule>, PolicyLoadError>
         }
     }
 
-    // Rows 18–19.
+    // Row 18 for every rule, then row 19 for every rule: the first error in table order.
+    let fields = heads
+        .iter()
+        .map(kind_field)
+        .collect::<Result<Vec<_>, _>>()?;
     let loaded = heads
         .iter()
-        .map(|head| {
+        .zip(fields)
+        .map(|(head, field)| {
             Ok(HardlineRule {
                 id: head.id.to_owned(),
-                matcher: matcher(head)?,
+                matcher: compile(head.id, field)?,
                 applies_to: head.applies_to,
                 message_code: head.message_code.to_owned(),
                 near_miss: head.near_miss.to_owned(),
