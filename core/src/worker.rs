@@ -266,7 +266,10 @@ impl<S: Store + 'static> Worker<S> {
         if due(&self.last_sweep, now, self.settings.approval_sweep_every_ms) {
             report.expired += control.expire_due_all(now).await?;
         }
-        while self.in_flight() + report.claimed < self.settings.concurrency {
+        // A claimed run counts in `in_flight` from here on (below), so the free slots are
+        // `concurrency - in_flight` alone; adding this tick's claims again would count each
+        // twice and fill only half the free slots per poll.
+        while self.in_flight() < self.settings.concurrency {
             match self.claim(None).await? {
                 Some((run, lease)) => {
                     report.claimed += 1;

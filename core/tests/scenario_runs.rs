@@ -1298,3 +1298,48 @@ async fn the_failing_reclaim_closes_a_watermarked_running_call_uncertain_in_its_
     );
     assert_eq!(h.ledger.count("test.write_once"), 0);
 }
+
+/// A spawner that keeps the tasks it is given instead of running them, so a test sees what one
+/// poll claimed while every claimed run is still in flight.
+#[derive(Default)]
+struct HeldSpawner {
+    tasks: Mutex<Vec<BoxFut<'static, ()>>>,
+}
+
+impl airlock_core::ports::Spawner for HeldSpawner {
+    fn spawn(&self, f: BoxFut<'static, ()>) {
+        self.tasks.lock().unwrap().push(f);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_poll_fills_every_free_slot_and_no_more() {
+    // SPEC §8.2: a worker claims on every poll, up to its concurrency (4 by default). Each
+    // claimed run must take exactly one slot: before the fix one poll claimed only 2 of 4.
+    let h = Harness::new();
+    let mut runs = Vec::new();
+    for text in ["a", "b", "c", "d", "e", "f"] {
+        runs.push(h.submit(h.script(json!([[echo("c1", text)]]))).await);
+    }
+    let worker = h.worker("w1");
+    assert_eq!(worker.settings().concurrency, 4);
+    let spawner = Arc::new(HeldSpawner::default());
+
+    let first = worker.tick(spawner.as_ref(), &h.control).await.unwrap();
+    assert_eq!(first.claimed, 4);
+    assert_eq!(worker.in_flight(), 4);
+    let second = worker.tick(spawner.as_ref(), &h.control).await.unwrap();
+    assert_eq!(second.claimed, 0, "every slot is taken");
+
+    // The held runs finish; the next poll claims the two left.
+    let tasks: Vec<_> = spawner.tasks.lock().unwrap().drain(..).collect();
+    futures_util::future::join_all(tasks).await;
+    assert_eq!(worker.in_flight(), 0);
+    let third = worker.tick(spawner.as_ref(), &h.control).await.unwrap();
+    assert_eq!(third.claimed, 2);
+    let tasks: Vec<_> = spawner.tasks.lock().unwrap().drain(..).collect();
+    futures_util::future::join_all(tasks).await;
+    for run in runs {
+        assert_eq!(h.run(run).status(), RunStatus::Completed);
+    }
+}
