@@ -4,13 +4,16 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use airlock_core::action::JsonMap;
 use airlock_core::control::ServiceError;
+use airlock_core::env::Env;
 use airlock_core::events::Event;
 use airlock_core::ids::RunId;
 use airlock_core::invocation::Invocation;
+use airlock_core::mem_store::MemStore;
 use airlock_core::policy::Ruleset;
 use airlock_core::ports::{
     BoxFut, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, ProposedCall, Tool,
@@ -20,7 +23,7 @@ use airlock_core::run::cancel::CancelToken;
 use airlock_core::run::checkpoint::{Checkpoint, ResultRef};
 use airlock_core::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use airlock_core::run::{Run, RunState};
-use airlock_core::store::Store;
+use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, CheckpointTrigger, CrashPoint, FailureReason,
@@ -1342,4 +1345,84 @@ async fn one_poll_fills_every_free_slot_and_no_more() {
     for run in runs {
         assert_eq!(h.run(run).status(), RunStatus::Completed);
     }
+}
+
+/// A store whose reads fail with `Backend` (SQLite's "database is locked" past the busy
+/// timeout, say) once `reads_before_failing` reads have passed, while `failing` is set; writes
+/// go through.
+struct FailingReads {
+    inner: Arc<MemStore>,
+    failing: AtomicBool,
+    reads_before_failing: AtomicUsize,
+}
+
+impl Store for FailingReads {
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.inner.transact(f)
+    }
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let passing = self
+            .reads_before_failing
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if !passing && self.failing.load(Ordering::SeqCst) {
+            return Err(TxError::Backend("database is locked".into()));
+        }
+        self.inner.read(f)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the_run() {
+    // SPEC §8.3: a worker transaction that fails with anything but Fenced makes the executor
+    // write nothing more; lease expiry and RECLAIM recover the run. The resumed execution reads
+    // its run and checkpoint, then the planner history of the step already done: that second
+    // read fails, and must not fail the run.
+    let h = Harness::new();
+    let run = h
+        .submit(h.script(json!([[echo("c1", "one")], [echo("c2", "two")]])))
+        .await;
+    h.crash.arm(CrashPoint::AfterBatch);
+    assert_eq!(h.drive_one_until_crash(&h.worker("w1")).await, None);
+    h.advance(30).await;
+    assert_eq!(h.worker("w2").reclaim().await.unwrap(), 1);
+    h.advance(1).await;
+
+    let store = Arc::new(FailingReads {
+        inner: h.store.clone(),
+        failing: AtomicBool::new(true),
+        reads_before_failing: AtomicUsize::new(1),
+    });
+    let env = Env {
+        store: store.clone(),
+        clock: h.env.clock.clone(),
+        ids: h.env.ids.clone(),
+        ruleset: h.env.ruleset.clone(),
+        tools: h.env.tools.clone(),
+        workspaces: h.env.workspaces.clone(),
+        planners: h.env.planners.clone(),
+        faults: h.env.faults.clone(),
+    };
+    let w3 = Worker::new(env, WorkerSettings::new("w3"));
+    let (claimed, lease) = w3.claim(None).await.unwrap().expect("the run is due");
+    assert_eq!(w3.execute(claimed, lease).await, ExecutionEnd::Abandoned);
+    assert_eq!(
+        h.run(run).status(),
+        RunStatus::Running,
+        "nothing more written"
+    );
+
+    // The reads recover; the lease expires and the run completes under a new worker.
+    store.failing.store(false, Ordering::SeqCst);
+    h.advance(30).await;
+    assert_eq!(h.worker("w4").reclaim().await.unwrap(), 1);
+    h.advance(2).await;
+    h.drive(&h.worker("w4")).await;
+    assert_eq!(h.run(run).status(), RunStatus::Completed);
 }

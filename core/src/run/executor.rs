@@ -622,10 +622,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                                 .event_by_key(derivation_key)?
                                 .and_then(|e| e.payload["result_item"].as_str().map(str::to_owned)),
                         };
-                        let item = text
-                            .as_deref()
-                            .and_then(ResultItem::parse)
-                            .ok_or(TxError::NotFound)?;
+                        let Some(item) = text.as_deref().and_then(ResultItem::parse) else {
+                            return Ok(None);
+                        };
                         results.push(item);
                     }
                     steps.push(PlannerStep {
@@ -634,9 +633,13 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                         results,
                     });
                 }
-                Ok(steps)
+                Ok(Some(steps))
             })
-            .map_err(|_| Halt::Fail(FailureReason::InternalError))?;
+            // A failed read is a failed worker transaction: abandon, and lease expiry with
+            // RECLAIM recovers the run (SPEC §8.3). A result the checkpoint refers to but the
+            // store lacks is damage no retry repairs: the run fails.
+            .map_err(Halt::from)?
+            .ok_or(Halt::Fail(FailureReason::InternalError))?;
         loaded.extend(more);
         Ok(())
     }
