@@ -74,6 +74,15 @@ pub struct Worker<S: Store> {
     last_sweep: std::sync::Mutex<Option<Timestamp>>,
 }
 
+/// Expired leases read per RECLAIM page.
+const RECLAIM_PAGE: usize = 100;
+
+/// What one page of RECLAIM found and did.
+struct ReclaimPage {
+    candidates: usize,
+    reclaimed: usize,
+}
+
 /// One execution's share of the worker's bookkeeping: counted in flight from entry, and on the
 /// way out (a return, or a panic unwinding through the task) its token is unregistered and the
 /// count given back. Without this, one panicking run would keep `--until-idle` and a graceful
@@ -209,10 +218,25 @@ impl<S: Store + 'static> Worker<S> {
         }
     }
 
-    /// RECLAIM every run whose lease expired (SPEC §8.2). Returns how many were reclaimed.
+    /// RECLAIM every run whose lease expired (SPEC §8.2), a page of [`RECLAIM_PAGE`] at a time
+    /// until none is left. Returns how many were reclaimed.
     pub async fn reclaim(&self) -> Result<usize, TxError> {
         let now = self.env.clock.now();
-        let expired = self.env.transact(|tx| tx.expired_leases(now, 100))?;
+        let mut count = 0;
+        loop {
+            let page = self.reclaim_page(now).await?;
+            count += page.reclaimed;
+            // A short page was the last; a page that reclaimed nothing (every candidate taken
+            // by another worker meanwhile) would only be read again.
+            if page.candidates < RECLAIM_PAGE || page.reclaimed == 0 {
+                return Ok(count);
+            }
+        }
+    }
+
+    async fn reclaim_page(&self, now: Timestamp) -> Result<ReclaimPage, TxError> {
+        let expired = self.env.read(|tx| tx.expired_leases(now, RECLAIM_PAGE))?;
+        let candidates = expired.len();
         let mut count = 0;
         for candidate in expired {
             let committed = self.env.transact(|tx| {
@@ -248,7 +272,10 @@ impl<S: Store + 'static> Worker<S> {
                 self.env.reached(CrashPoint::AfterReclaim).await;
             }
         }
-        Ok(count)
+        Ok(ReclaimPage {
+            candidates,
+            reclaimed: count,
+        })
     }
 
     /// One poll: reclaim and sweep when due (or when there is nothing to claim), then claim up

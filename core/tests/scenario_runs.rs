@@ -1426,3 +1426,19 @@ async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the
     h.drive(&h.worker("w4")).await;
     assert_eq!(h.run(run).status(), RunStatus::Completed);
 }
+
+#[tokio::test(start_paused = true)]
+async fn one_reclaim_takes_every_expired_lease_not_just_a_page() {
+    // SPEC §8.2: RECLAIM each RUNNING run whose lease expired. The sweep reads them a page
+    // (100) at a time; one sweep must still take them all.
+    let h = Harness::new();
+    let worker = h.worker("w1");
+    for i in 0..150 {
+        h.submit(h.script(json!([[echo("c1", &format!("run {i}"))]])))
+            .await;
+        worker.claim(None).await.unwrap().expect("claimable");
+    }
+    h.advance(30).await;
+    assert_eq!(h.worker("w2").reclaim().await.unwrap(), 150);
+    assert_eq!(h.worker("w2").reclaim().await.unwrap(), 0);
+}
