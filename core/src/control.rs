@@ -639,12 +639,6 @@ impl<S: Store> ControlService<S> {
         note: &str,
     ) -> Result<Settlement, ServiceError> {
         require(principal, "invocation.settle")?;
-        let count = note.chars().count();
-        if !(1..=4096).contains(&count) {
-            return Err(ServiceError::InvalidArgument(
-                "note must be 1 to 4096 characters".to_owned(),
-            ));
-        }
         let now = self.env.clock.now();
         let settlement_id = SettlementId(self.env.new_uuid());
         let (settlement, fresh) = self.env.transact(|tx| {
@@ -657,11 +651,18 @@ impl<S: Store> ControlService<S> {
             }
             if let Some(existing) = tx.settlement_by_invocation(id)? {
                 if existing.outcome == outcome {
-                    return Ok((existing, false));
+                    return Ok(Ok((existing, false)));
                 }
                 return Err(TxError::Conflict(
                     "the invocation was settled with a different outcome".to_owned(),
                 ));
+            }
+            // The note matters only to a settlement that is written; the answers above come
+            // first, in §9.5's order (another tenant's id is NotFound whatever the note).
+            if !(1..=4096).contains(&note.chars().count()) {
+                return Ok(Err(ServiceError::InvalidArgument(
+                    "note must be 1 to 4096 characters".to_owned(),
+                )));
             }
             let settlement = Settlement {
                 id: settlement_id,
@@ -688,8 +689,8 @@ impl<S: Store> ControlService<S> {
                 derivation_key: Some(keys::settled(id)),
                 created_at: now,
             })?;
-            Ok((settlement, true))
-        })?;
+            Ok(Ok((settlement, true)))
+        })??;
         if fresh {
             self.env.reached(CrashPoint::AfterSettle).await;
         }
