@@ -78,8 +78,9 @@ fn mixed() -> Value {
 }
 
 /// Runs the mixed script with a worker crashing at `point` (after approving when needed), then
-/// recovers with fresh workers and checks the end state.
-fn worker_crash(point: &str, approve_first: bool) {
+/// recovers with fresh workers and checks the end state. Returns the invocation rows as the
+/// crash left them.
+fn worker_crash(point: &str, approve_first: bool) -> Vec<(String, String, String, Option<i64>)> {
     let data = DataDir::new();
     let run = data.submit(&mixed());
     if approve_first {
@@ -93,10 +94,42 @@ fn worker_crash(point: &str, approve_first: bool) {
         "operator",
         &["worker", "--until-idle", "--lease-ms", "1000"],
     );
+    let at_crash = invocations(&data);
     settle_everything(&data);
     assert_eq!(data.run_status(&run), "COMPLETED", "{point}");
     assert!(data.outbox().len() <= 1, "{point}: at most one effect");
     assert_no_duplicate_effects(&data);
+    assert_recovery_kept_the_watermarks(point, &at_crash, &invocations(&data));
+    at_crash
+}
+
+/// SPEC §9.4 across a crash: a watermark committed before the abort is there after recovery,
+/// unchanged (never rewritten); a row that was terminal stays as it was; and a RUNNING
+/// `demo.external_write` (non-idempotent) with a watermark is never invoked again: it ends
+/// UNCERTAIN.
+fn assert_recovery_kept_the_watermarks(
+    point: &str,
+    at_crash: &[(String, String, String, Option<i64>)],
+    after: &[(String, String, String, Option<i64>)],
+) {
+    for (status, tool, key, watermark) in at_crash {
+        let (end_status, _, _, end_watermark) = after
+            .iter()
+            .find(|row| &row.2 == key)
+            .unwrap_or_else(|| panic!("{point}: the row of {key} is gone"));
+        if watermark.is_some() {
+            assert_eq!(end_watermark, watermark, "{point}: {tool}'s watermark");
+        }
+        if ["SUCCEEDED", "FAILED", "DENIED", "UNCERTAIN"].contains(&status.as_str()) {
+            assert_eq!(end_status, status, "{point}: terminal {tool} changed");
+        }
+        if status == "RUNNING" && tool == "demo.external_write" && watermark.is_some() {
+            assert_eq!(
+                end_status, "UNCERTAIN",
+                "{point}: {tool} after its watermark"
+            );
+        }
+    }
 }
 
 #[test]
@@ -152,6 +185,21 @@ fn after_final() {
 #[test]
 fn after_revalidate() {
     worker_crash("after_revalidate", true);
+}
+
+#[test]
+fn after_start_of_the_approved_external_write_never_sends_it() {
+    // After approval the first START is the external write's: its watermark is committed, the
+    // body has not run. Recovery must mark it UNCERTAIN, not send it (§9.4, §16 #11).
+    let at_crash = worker_crash("after_start", true);
+    assert!(
+        at_crash
+            .iter()
+            .any(|(status, tool, _, watermark)| status == "RUNNING"
+                && tool == "demo.external_write"
+                && watermark.is_some()),
+        "the crash came right after the external write's START: {at_crash:?}"
+    );
 }
 
 #[test]
