@@ -1,10 +1,11 @@
 //! airlock-e2e: end-to-end tests that drive the real `airlock` binary in separate processes over
 //! real SQLite files. This library holds only the helpers the tests in `tests/` share.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The `airlock` binary: `$AIRLOCK_BIN`, or the one `cargo test --workspace` built next to this
 /// test executable.
@@ -231,7 +232,7 @@ pub fn invocations(data: &DataDir) -> Vec<(String, String, String, Option<i64>)>
 /// write without its line; every run terminal or parked; no terminal run with an open call.
 pub fn assert_no_duplicate_effects(data: &DataDir) {
     let outbox = data.outbox();
-    let mut keys = std::collections::BTreeMap::<String, usize>::new();
+    let mut keys = BTreeMap::<String, usize>::new();
     for line in &outbox {
         *keys
             .entry(line["idempotency_key"].as_str().expect("key").to_owned())
@@ -278,4 +279,44 @@ pub fn assert_no_duplicate_effects(data: &DataDir) {
         )
         .expect("count");
     assert_eq!(dangling, 0, "a terminal run has an open invocation");
+}
+
+/// One call with every argument trusted as `user`.
+pub fn call(call_id: &str, tool: &str, arguments: Value) -> Value {
+    let trust: serde_json::Map<String, Value> = arguments
+        .as_object()
+        .expect("arguments")
+        .keys()
+        .map(|k| (k.clone(), json!("user")))
+        .collect();
+    json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
+}
+
+/// `{call_id: (status, reason_code, result_item)}` of one step's calls.
+pub fn step_calls(
+    data: &DataDir,
+    run: &str,
+    step: i64,
+) -> BTreeMap<String, (String, String, Value)> {
+    let conn = db(data);
+    let mut stmt = conn
+        .prepare(
+            "SELECT call_id, status, reason_code, result_item FROM tool_invocations \
+             WHERE run_id = ?1 AND step_number = ?2",
+        )
+        .expect("query");
+    stmt.query_map(rusqlite::params![run, step], |r| {
+        let item: String = r.get(3)?;
+        Ok((
+            r.get::<_, String>(0)?,
+            (
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                serde_json::from_str(&item).expect("result item JSON"),
+            ),
+        ))
+    })
+    .expect("rows")
+    .map(|r| r.expect("row"))
+    .collect()
 }

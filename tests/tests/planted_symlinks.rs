@@ -3,7 +3,6 @@
 //! The run goes on (a refused path is a failed call, not a failed run), nothing outside the root
 //! is read or written, and each call gets the §12.5 code.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::symlink;
 
 use airlock_core::canonical::sha256_hex;
@@ -11,41 +10,6 @@ use airlock_e2e::*;
 use serde_json::{Value, json};
 
 const SECRET: &str = "outside the workspace";
-
-fn call(call_id: &str, tool: &str, arguments: Value) -> Value {
-    let trust: serde_json::Map<String, Value> = arguments
-        .as_object()
-        .expect("arguments")
-        .keys()
-        .map(|k| (k.clone(), json!("user")))
-        .collect();
-    json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
-}
-
-/// `{call_id: (status, reason_code, result_item)}` of one step's calls.
-fn step_calls(data: &DataDir, run: &str, step: i64) -> BTreeMap<String, (String, String, Value)> {
-    let conn = db(data);
-    let mut stmt = conn
-        .prepare(
-            "SELECT call_id, status, reason_code, result_item FROM tool_invocations \
-             WHERE run_id = ?1 AND step_number = ?2",
-        )
-        .expect("query");
-    stmt.query_map(rusqlite::params![run, step], |r| {
-        let item: String = r.get(3)?;
-        Ok((
-            r.get::<_, String>(0)?,
-            (
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                serde_json::from_str(&item).expect("result item JSON"),
-            ),
-        ))
-    })
-    .expect("rows")
-    .map(|r| r.expect("row"))
-    .collect()
-}
 
 #[test]
 fn symlinks_planted_during_a_park_are_never_followed_by_the_resuming_worker() {
