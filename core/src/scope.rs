@@ -30,6 +30,9 @@ const PLATFORM_SEGMENTS: [&str; 5] = ["run", "approval", "invocation", "workspac
 pub enum ScopeError {
     #[error("invalid scope '{0}' (lowercase segments joined by dots, such as run.read)")]
     Invalid(String),
+    /// A tool's required scope that is not grammatical (SPEC §5's registration error).
+    #[error("invalid required scope '{0}'")]
+    InvalidRequired(String),
     #[error("unknown platform scope '{0}'")]
     UnknownPlatform(String),
 }
@@ -57,7 +60,7 @@ impl Scope {
 
     /// Checks what a tool may require: grammar, and the vocabulary under platform segments.
     pub fn parse_required(s: &str) -> Result<Scope, ScopeError> {
-        let scope = Scope::parse(s)?;
+        let scope = Scope::parse(s).map_err(|_| ScopeError::InvalidRequired(s.to_owned()))?;
         let first = s.split('.').next().unwrap_or_default();
         if PLATFORM_SEGMENTS.contains(&first) && !PLATFORM_SCOPES.contains(&s) {
             return Err(ScopeError::UnknownPlatform(s.to_owned()));
@@ -156,6 +159,9 @@ mod tests {
     fn platform_segments_are_closed_for_tools() {
         assert!(Scope::parse_required("workspace.read").is_ok());
         assert!(Scope::parse_required("skill.write").is_ok());
+        let invalid = Scope::parse_required("Bad").unwrap_err();
+        assert_eq!(invalid, ScopeError::InvalidRequired("Bad".to_owned()));
+        assert_eq!(invalid.to_string(), "invalid required scope 'Bad'");
         assert_eq!(
             Scope::parse_required("workspace.admin"),
             Err(ScopeError::UnknownPlatform("workspace.admin".into()))
