@@ -23,6 +23,7 @@ use airlock_core::run::cancel::CancelToken;
 use airlock_core::run::checkpoint::{Checkpoint, ResultRef};
 use airlock_core::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use airlock_core::run::{Run, RunState};
+use airlock_core::scope::Scope;
 use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{
@@ -1441,4 +1442,113 @@ async fn one_reclaim_takes_every_expired_lease_not_just_a_page() {
     h.advance(30).await;
     assert_eq!(h.worker("w2").reclaim().await.unwrap(), 150);
     assert_eq!(h.worker("w2").reclaim().await.unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_admission_condition_alone_makes_a_batch_sequential() {
+    // SPEC §11: a batch runs in parallel only if it has 2–8 calls and every call resolves, is
+    // allow_parallel, read_only, of an allowed side-effect class, has its scopes held and valid
+    // arguments. Each batch below breaks exactly one condition beside a parallel-safe echo; the
+    // first is the control that meets them all.
+    let ledger = Arc::new(Ledger::default());
+    let h = Harness::with(Ruleset::shipped().expect("shipped policy"), |tools| {
+        let mut spec = test_spec(
+            "test.scoped_read",
+            SideEffectClass::None,
+            IdempotencyClass::ReadOnly,
+            true,
+        );
+        spec.required_scopes = [Scope::parse_required("test.other").unwrap()]
+            .into_iter()
+            .collect();
+        let mut push = |spec: ToolSpec| {
+            tools.push(Arc::new(TestTool {
+                spec,
+                behaviour: Behaviour::Echo,
+                ledger: Arc::clone(&ledger),
+            }))
+        };
+        push(spec);
+        // Parallel-safe in every way but one each.
+        push(test_spec(
+            "test.idempotent_none",
+            SideEffectClass::None,
+            IdempotencyClass::Idempotent,
+            true,
+        ));
+        push(test_spec(
+            "test.code_read",
+            SideEffectClass::CodeExecution,
+            IdempotencyClass::ReadOnly,
+            true,
+        ));
+    });
+    let call = |call_id: &str, tool: &str, arguments: Value| json!({"call_id": call_id, "tool": tool, "arguments": arguments});
+    let cases: Vec<(&str, Vec<Value>, bool)> = vec![
+        (
+            "control: two parallel-safe reads",
+            vec![echo("c2", "x")],
+            true,
+        ),
+        (
+            "eight calls",
+            (2..=8).map(|i| echo(&format!("c{i}"), "x")).collect(),
+            true,
+        ),
+        (
+            "nine calls",
+            (2..=9).map(|i| echo(&format!("c{i}"), "x")).collect(),
+            false,
+        ),
+        ("one call", vec![], false),
+        (
+            "allow_parallel = false",
+            vec![call("c2", "test.untrusted", json!({"text": "x"}))],
+            false,
+        ),
+        (
+            "idempotent, not read_only",
+            vec![call("c2", "test.idempotent_none", json!({"text": "x"}))],
+            false,
+        ),
+        (
+            "a side-effect class outside none, workspace_read, network_read",
+            vec![call("c2", "test.code_read", json!({"text": "x"}))],
+            false,
+        ),
+        (
+            "a scope the principal lacks",
+            vec![call("c2", "test.scoped_read", json!({"text": "x"}))],
+            false,
+        ),
+        (
+            "invalid arguments",
+            vec![call("c2", "test.echo", json!({"bogus": 1}))],
+            false,
+        ),
+        (
+            "an unknown tool",
+            vec![call("c2", "no.such_tool", json!({}))],
+            false,
+        ),
+    ];
+    for (case, others, parallel) in cases {
+        let mut batch = vec![echo("c1", "first")];
+        batch.extend(others);
+        let run = h.submit(h.script(json!([batch]))).await;
+        assert_eq!(
+            h.drive(&h.worker("w1")).await,
+            vec![ExecutionEnd::Finished(RunStatus::Completed)],
+            "{case}"
+        );
+        let rows = h.invocations(run);
+        assert!(!rows.is_empty(), "{case}");
+        let groups: Vec<_> = rows.iter().map(|row| row.parallel_group).collect();
+        if parallel {
+            assert!(groups[0].is_some(), "{case}: {groups:?}");
+            assert!(groups.iter().all(|g| *g == groups[0]), "{case}: one group");
+        } else {
+            assert!(groups.iter().all(Option::is_none), "{case}: {groups:?}");
+        }
+    }
 }
