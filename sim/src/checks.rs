@@ -10,10 +10,11 @@ use airlock_core::events::{Event, EventType};
 use airlock_core::ids::{ApprovalId, InvocationId, RunId};
 use airlock_core::invocation::outcome::ResultItem;
 use airlock_core::mem_store::MemSnapshot;
+use airlock_core::run::RunState;
 use airlock_core::testing::invariants::{Effect, Violation, check};
 use airlock_core::vocab::{
-    ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus, ResolveState,
-    RunStatus, TrustLevel,
+    ApprovalResolution, ApprovalStatus, FailureReason, IdempotencyClass, InvocationStatus,
+    ResolveState, RunStatus, TrustLevel,
 };
 
 /// One answer the approver got from `resolve`.
@@ -85,6 +86,7 @@ pub fn check_world(
     commit_violations: &[String],
     observations: &Observations,
     quiet: QuietEnd,
+    max_attempts: u32,
 ) -> Vec<Violation> {
     let mut out = check(snapshot, &observations.effects);
     let mut fail = |invariant: &'static str, detail: String| {
@@ -110,6 +112,9 @@ pub fn check_world(
     }
     for detail in fenced_workers_commit_nothing(commits) {
         fail("inv_28_fenced_worker_commits_nothing", detail);
+    }
+    for detail in attempts_are_capped(snapshot, max_attempts) {
+        fail("inv_29_attempts_count_reclaims", detail);
     }
     for detail in parked_cancel_is_one_commit(snapshot, commits) {
         fail("inv_32_parked_cancel_is_one_commit", detail);
@@ -178,6 +183,33 @@ fn run_state_after(event: &Event) -> Option<RunStatus> {
         EventType::RunCancelled => Some(RunStatus::Cancelled),
         _ => None,
     }
+}
+
+/// #29, the cap: the expiry that brings `attempts` to the workers' `max_attempts` fails the run
+/// `max_attempts_exceeded`, and only that one does. (Core's checker sees only the count, not
+/// the setting, which the plan varies per seed.)
+fn attempts_are_capped(snapshot: &MemSnapshot, max_attempts: u32) -> Vec<String> {
+    let mut failures = Vec::new();
+    for run in snapshot.runs.values() {
+        let exceeded = matches!(
+            &run.state,
+            RunState::Failed { failure } if failure.reason == FailureReason::MaxAttemptsExceeded
+        );
+        if run.attempts > max_attempts {
+            failures.push(format!(
+                "run {}: attempts {} over max_attempts {max_attempts}",
+                run.id, run.attempts
+            ));
+        } else if (run.attempts == max_attempts) != exceeded {
+            failures.push(format!(
+                "run {}: attempts {} of {max_attempts}, status {}",
+                run.id,
+                run.attempts,
+                run.status()
+            ));
+        }
+    }
+    failures
 }
 
 /// #28: every commit a worker makes about a run is made while that worker holds the run's

@@ -31,6 +31,7 @@ const TIME_LIMIT: Duration = Duration::from_secs(6 * 3600);
 pub fn run_seed(seed: u64) -> SeedReport {
     let plan = Plan::new(seed);
     let described = plan.describe();
+    let max_attempts = plan.max_attempts;
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut runtime =
             madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
@@ -62,6 +63,7 @@ pub fn run_seed(seed: u64) -> SeedReport {
         &outcome.commit_violations,
         &outcome.observations,
         outcome.quiet,
+        max_attempts,
     );
     let detail = violations
         .first()
