@@ -76,6 +76,32 @@ fn core_depends_on_exactly_the_allowed_crates() {
 }
 
 #[test]
+fn the_adapter_and_the_simulator_depend_on_core_and_not_on_each_other() {
+    // SPEC §16 #42 / the dependency rule: production and simulation differ only in the ports
+    // they plug into core, so neither may reach into the other.
+    let workspace = core_dir().parent().expect("workspace root").to_owned();
+    for (crate_dir, other) in [("adapters", "airlock-sim"), ("sim", "airlock")] {
+        let manifest = std::fs::read_to_string(workspace.join(crate_dir).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{crate_dir}/Cargo.toml: {e}"));
+        let table: toml::Table = manifest.parse().expect("manifest is TOML");
+        let mut names = Vec::new();
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            if let Some(deps) = table.get(section).and_then(toml::Value::as_table) {
+                names.extend(deps.keys().cloned());
+            }
+        }
+        assert!(
+            names.iter().any(|n| n == "airlock-core"),
+            "{crate_dir} depends on core"
+        );
+        assert!(
+            !names.iter().any(|n| n == other),
+            "{crate_dir} must not depend on {other}: {names:?}"
+        );
+    }
+}
+
+#[test]
 fn core_sources_use_no_forbidden_api() {
     let forbidden = [
         "tokio::",
@@ -89,6 +115,7 @@ fn core_sources_use_no_forbidden_api() {
         "Instant::now",
         "thread_rng",
         "std::thread",
+        "std::process",
         "Uuid::new_v4",
         "rand::",
     ];
