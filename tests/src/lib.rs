@@ -320,3 +320,18 @@ pub fn step_calls(
     .map(|r| r.expect("row"))
     .collect()
 }
+
+/// A policy directory in `data` holding the shipped files, except that `high`-risk approvals
+/// expire after one second. Returns its path for `--policy-dir`.
+pub fn short_expiry_policies(data: &DataDir) -> String {
+    let policies = data.path().join("policies");
+    std::fs::create_dir_all(&policies).expect("policy dir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
+    let profile = std::fs::read_to_string(root.join("default.toml"))
+        .expect("shipped profile")
+        .replace("high = 14400", "high = 1");
+    std::fs::write(policies.join("default.toml"), profile).expect("write profile");
+    std::fs::copy(root.join("hardline.toml"), policies.join("hardline.toml"))
+        .expect("copy hardline");
+    policies.to_str().expect("UTF-8 path").to_owned()
+}

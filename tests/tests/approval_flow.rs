@@ -75,15 +75,7 @@ fn denied_run_records_the_denial_and_completes() {
 fn expired_approval_is_reported_expired() {
     // A profile whose approvals expire after one second; `approvals expire` closes them.
     let data = DataDir::new();
-    let policies = data.path().join("policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
-    let profile = std::fs::read_to_string(root.join("default.toml"))
-        .unwrap()
-        .replace("high = 14400", "high = 1");
-    std::fs::write(policies.join("default.toml"), profile).unwrap();
-    std::fs::copy(root.join("hardline.toml"), policies.join("hardline.toml")).unwrap();
-    let policy_dir = policies.to_str().unwrap().to_owned();
+    let policy_dir = short_expiry_policies(&data);
     let with_policy = |principal: &str, args: &[&str]| {
         let mut all = vec!["--policy-dir", policy_dir.as_str()];
         all.extend_from_slice(args);

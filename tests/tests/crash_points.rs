@@ -335,18 +335,8 @@ fn after_resolve() {
 #[test]
 fn after_expire() {
     let data = DataDir::new();
-    let policies = data.path().join("policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies");
-    std::fs::write(
-        policies.join("default.toml"),
-        std::fs::read_to_string(root.join("default.toml"))
-            .unwrap()
-            .replace("high = 14400", "high = 1"),
-    )
-    .unwrap();
-    std::fs::copy(root.join("hardline.toml"), policies.join("hardline.toml")).unwrap();
-    let dir = policies.to_str().unwrap();
+    let dir = short_expiry_policies(&data);
+    let dir = dir.as_str();
     let path = data.script("s", &script(json!([[external_write("x1", "late")]])));
     let submitted = data.run(
         "alice",
