@@ -14,6 +14,7 @@ use airlock_core::events::{Actor, Event, EventType, NewEvent, keys};
 use airlock_core::ids::RunId;
 use airlock_core::invocation::Invocation;
 use airlock_core::invocation::outcome::codes;
+use airlock_core::invocation::pipeline::{CallSite, Halt, ToolPipeline};
 use airlock_core::invocation::recovery::recovery_action;
 use airlock_core::mem_store::MemStore;
 use airlock_core::planner::script::ScriptedPlannerFactory;
@@ -21,14 +22,16 @@ use airlock_core::policy::Ruleset;
 use airlock_core::ports::{
     BoxFut, Clock, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, Tool,
 };
+use airlock_core::run::cancel::CancelToken;
 use airlock_core::run::checkpoint::ResultRef;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::run::{Run, RunState};
 use airlock_core::store::Store;
 use airlock_core::testing::fixtures;
 use airlock_core::vocab::{
-    ApprovalResolution, ApprovalStatus, CrashPoint, FailureReason, IdempotencyClass,
+    ApprovalResolution, ApprovalStatus, CancelReason, CrashPoint, FailureReason, IdempotencyClass,
     InvocationStatus, OutcomeStatus, RecoveryAction, ResolveState, RunStatus, SideEffectClass,
+    TrustLevel,
 };
 use airlock_core::worker::Worker;
 use common::*;
@@ -1341,4 +1344,50 @@ async fn authorized_row_of_a_gone_tool_is_closed_not_abandoned() {
     assert_eq!(p2.run(run).attempts, 1);
     assert!(sim.effects("test.write_once").is_empty());
     check_invariants(&sim, &p2, run);
+}
+
+#[tokio::test(start_paused = true)]
+async fn authorized_row_of_a_gone_tool_still_observes_step_8_first() {
+    // §9.4: RESUME_AUTHORIZATION "goes to step 8". A cancel requested for the run ends it there,
+    // before anything is written for the call, even when the pinned tool is gone: the row stays
+    // AUTHORIZED (the terminal sweep closes it run_cancelled), nothing is counted or started.
+    let sim = Sim::new();
+    let h = &sim.first;
+    let run = submit_one(
+        h,
+        "test.write_once",
+        json!({"path": "notes/a.txt", "text": "hi"}),
+    )
+    .await;
+    crash_at(h, &h.worker("w1"), CrashPoint::AfterPropose).await;
+    let (p2, _) = sim.restart_without(Some("test.write_once"));
+    let stored = p2.run(run);
+    let lease = stored.lease().expect("still RUNNING under w1's lease");
+    let batch = p2
+        .store
+        .read(|tx| tx.latest_checkpoint(run))
+        .unwrap()
+        .and_then(|c| c.state.pending)
+        .expect("the pending batch");
+    let token = CancelToken::default();
+    token.cancel(CancelReason::Requested);
+    let site = CallSite {
+        run: &stored,
+        lease: &lease,
+        step: batch.step,
+        call: &batch.calls[0],
+        parallel_group: None,
+        origin_trust: TrustLevel::User,
+        sequential: true,
+        token: &token,
+        worker_id: &lease.worker_id,
+    };
+    let before = count(&p2, run, "tool.call.started");
+
+    let end = ToolPipeline::new(&p2.env).run_call(&site).await;
+
+    assert_eq!(end, Err(Halt::Cancel));
+    assert_eq!(only_row(&p2, run).status, InvocationStatus::Authorized);
+    assert_eq!(count(&p2, run, "tool.call.started"), before);
+    assert_eq!(p2.run(run).tool_call_count, stored.tool_call_count);
 }

@@ -565,6 +565,27 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         }
     }
 
+    /// Step 8: observation point 3 and the deadline, for sequential calls only (a parallel
+    /// batch checked both once before it started, §11).
+    fn observe_before_start(&self, site: &CallSite<'_>) -> Result<(), Halt> {
+        if !site.sequential {
+            return Ok(());
+        }
+        match site.token.reason() {
+            Some(CancelReason::Requested) => return Err(Halt::Cancel),
+            Some(CancelReason::Fenced) => return Err(Halt::Abandon),
+            None => {}
+        }
+        if site
+            .run
+            .deadline_at
+            .is_some_and(|d| self.env.clock.now() >= d)
+        {
+            return Err(Halt::Fail(FailureReason::DeadlineExceeded));
+        }
+        Ok(())
+    }
+
     /// Steps 8–12 for an AUTHORIZED row.
     async fn start_and_invoke(
         &self,
@@ -572,21 +593,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         row: Invocation,
         tool: &std::sync::Arc<dyn Tool>,
     ) -> Result<CallEnd, Halt> {
-        // Step 8: observation point 3 and the deadline, for sequential calls only.
-        if site.sequential {
-            match site.token.reason() {
-                Some(CancelReason::Requested) => return Err(Halt::Cancel),
-                Some(CancelReason::Fenced) => return Err(Halt::Abandon),
-                None => {}
-            }
-            if site
-                .run
-                .deadline_at
-                .is_some_and(|d| self.env.clock.now() >= d)
-            {
-                return Err(Halt::Fail(FailureReason::DeadlineExceeded));
-            }
-        }
+        self.observe_before_start(site)?;
         // Step 9: START, the watermark before any effect (G4, §16 #11).
         let now = self.env.clock.now();
         let started = self.env.transact(|tx| {
@@ -740,7 +747,12 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             }
             RecoveryAction::ResumeAuthorization => match self.pinned_tool(&row) {
                 Some(tool) => self.start_and_invoke(site, row, &tool).await,
-                None => self.fail_unstartable(site, &row).await,
+                // "go to step 8" (§9.4) holds for a row whose tool is gone too: a cancel or a
+                // passed deadline ends the run before anything is written for the call.
+                None => {
+                    self.observe_before_start(site)?;
+                    self.fail_unstartable(site, &row).await
+                }
             },
             RecoveryAction::ResumeApproval => self.resume_approval(site, row).await,
             action @ (RecoveryAction::Reexecute | RecoveryAction::ReplayIdempotencyKey) => {
