@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::canonical::is_sha256_hex;
+use crate::ids::deserialize_canonical_uuid;
 use crate::time::Timestamp;
 use crate::vocab::{
     ActionKind, IdempotencyClass, PolicyDecisionType, RiskLevel, SideEffectClass, TargetKind,
@@ -63,9 +64,12 @@ fn required_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, 
 #[serde(deny_unknown_fields)]
 pub struct ProposedAction {
     pub kind: ActionKind,
+    #[serde(deserialize_with = "deserialize_canonical_uuid")]
     pub action_id: Uuid,
     pub tenant_id: String,
+    #[serde(deserialize_with = "deserialize_canonical_uuid")]
     pub session_id: Uuid,
+    #[serde(deserialize_with = "deserialize_canonical_uuid")]
     pub run_id: Uuid,
     pub step_number: u64,
     pub name: String,
@@ -99,7 +103,7 @@ pub enum ActionError {
 
 /// The deepest bracket nesting in a JSON text, ignoring brackets inside strings. Stops counting
 /// once `limit` is exceeded.
-fn max_nesting(bytes: &[u8], limit: usize) -> usize {
+pub(crate) fn max_nesting(bytes: &[u8], limit: usize) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for &b in bytes {
@@ -249,6 +253,14 @@ mod tests {
             ("arguments", r#"[]"#),
             ("step_number", "-1"),
             ("action_id", r#""not-a-uuid""#),
+            // Only the lowercase hyphenated spelling (SPEC §2.2).
+            ("action_id", r#""E53089B4-4D78-4691-8CB8-11B066B2F2FD""#),
+            ("session_id", r#""{501cce9d-3fdb-4258-9466-616fec7a75ef}""#),
+            (
+                "run_id",
+                r#""urn:uuid:5dd290e9-2766-453c-8b7f-77e8f8d2b920""#,
+            ),
+            ("run_id", r#""5dd290e92766453c8b7f77e8f8d2b920""#),
             ("evaluated_at", r#""yesterday""#),
             ("tenant_id", r#""""#),
             ("normalized_arguments_hash", r#""ABC""#),

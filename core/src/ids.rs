@@ -24,6 +24,14 @@ pub fn parse_canonical_uuid(text: &str) -> Result<Uuid, IdSyntaxError> {
         .ok_or_else(|| IdSyntaxError(text.to_owned()))
 }
 
+/// `deserialize_with` for a UUID field of input JSON: only the §2.2 spelling is accepted.
+pub fn deserialize_canonical_uuid<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Uuid, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_canonical_uuid(&text).map_err(serde::de::Error::custom)
+}
+
 macro_rules! uuid_id {
     ($(#[$meta:meta])* $name:ident) => {
         $(#[$meta])*

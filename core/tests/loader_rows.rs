@@ -313,6 +313,30 @@ fn row_02_profile_unknown_nested_fields() {
 }
 
 #[test]
+fn row_02_keys_inside_a_value_are_unknown_fields() {
+    // "no unknown key at any level": a table given where a value belongs has only unknown
+    // keys, and row 2 reports the first before any later row looks at the value.
+    let err = profile_edit(
+        "[rules.none]\ndecision = \"allow\"",
+        "[rules.none]\ndecision = {x = 1}",
+    );
+    assert_eq!(
+        err.to_string(),
+        "profile: unknown field 'rules.none.decision.x'"
+    );
+    let err = profile_edit("name = \"default\"", "name = {y = \"default\"}");
+    assert_eq!(err.to_string(), "profile: unknown field 'name.y'");
+    let err = hardline_edit("paths = [\"/etc\"", "paths = [{z = 2}, \"/etc\"");
+    assert_eq!(
+        err,
+        PolicyLoadError::UnknownField {
+            file: PolicyFile::Hardline,
+            path: "rules.2.paths.1.z".to_owned()
+        }
+    );
+}
+
+#[test]
 fn row_02_hardline_unknown_fields() {
     let err = hardline_edit(
         "schema_version = 1\n",

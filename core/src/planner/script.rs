@@ -16,7 +16,7 @@ use std::sync::Arc;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Number, Value, json};
 
-use crate::action::JsonMap;
+use crate::action::{JsonMap, MAX_ARGUMENT_DEPTH, max_nesting};
 use crate::canonical::is_valid_call_id;
 use crate::ids::SessionId;
 use crate::ports::{
@@ -59,6 +59,8 @@ const CALL_FIELDS: [&str; 5] = ["call_id", "tool", "version", "arguments", "argu
 pub enum ScriptError {
     #[error("invalid JSON: {0}")]
     Json(String),
+    #[error("the script nests more than {0} levels deep (a call's arguments may nest 128)")]
+    TooDeep(usize),
     #[error("{path}: expected {expected}")]
     Type {
         path: String,
@@ -138,6 +140,10 @@ fn shown(s: &str) -> String {
         format!("{head}…")
     }
 }
+
+/// The deepest a script may nest: the levels above a call's `arguments` plus the arguments'
+/// own limit.
+const MAX_SCRIPT_DEPTH: usize = 5 + MAX_ARGUMENT_DEPTH;
 
 /// A JSON value whose objects never repeat a key: serde_json keeps the last of repeated keys
 /// silently, and a script that means two things must not be read as one of them.
@@ -352,8 +358,19 @@ impl RunScript {
     /// Parses and validates a script; fields are checked in §15 table order, unknown fields
     /// first at each level, and the first violation is reported.
     pub fn parse(text: &str) -> Result<RunScript, ScriptError> {
-        let StrictValue(document) =
-            serde_json::from_str(text).map_err(|e| ScriptError::Json(e.to_string()))?;
+        // A call's `arguments` may nest 128 deep (SPEC §4.1) and sit 5 levels down (script,
+        // steps, step, calls, call), past serde_json's default limit of 128; the pipeline, not
+        // the parser, judges them (§15). The bound here keeps the stack safe.
+        if max_nesting(text.as_bytes(), MAX_SCRIPT_DEPTH) > MAX_SCRIPT_DEPTH {
+            return Err(ScriptError::TooDeep(MAX_SCRIPT_DEPTH));
+        }
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        deserializer.disable_recursion_limit();
+        let StrictValue(document) = StrictValue::deserialize(&mut deserializer)
+            .map_err(|e| ScriptError::Json(e.to_string()))?;
+        deserializer
+            .end()
+            .map_err(|e| ScriptError::Json(e.to_string()))?;
         let object = document.as_object().ok_or_else(|| ScriptError::Type {
             path: "the script".to_owned(),
             expected: "an object",
@@ -588,6 +605,30 @@ mod tests {
         RunScript::parse(text).unwrap_err().to_string()
     }
 
+    /// `{"a": {"a": … {}}}` nested `depth` deep (depth 1 is `{}`).
+    fn nested(depth: usize) -> Value {
+        (1..depth).fold(json!({}), |inner, _| json!({ "a": inner }))
+    }
+
+    #[test]
+    fn arguments_may_nest_as_deep_as_an_action_allows() {
+        // §15: arguments are any JSON and the pipeline judges them; §4.1 allows 128 levels.
+        let deep = edited(|v| v["steps"][0]["calls"][0]["arguments"] = nested(MAX_ARGUMENT_DEPTH));
+        let script = RunScript::parse(&deep).expect("128-deep arguments are a valid script");
+        assert_eq!(
+            crate::action::value_depth(&script.steps[0].calls[0].arguments),
+            MAX_ARGUMENT_DEPTH
+        );
+        // One level more is refused before parsing, with a message (a document thousands
+        // deep must not reach the parser's recursion at all).
+        let deeper =
+            edited(|v| v["steps"][0]["calls"][0]["arguments"] = nested(MAX_ARGUMENT_DEPTH + 1));
+        assert_eq!(
+            message(&deeper),
+            "the script nests more than 133 levels deep (a call's arguments may nest 128)"
+        );
+    }
+
     fn block_on<F: Future>(future: F) -> F::Output {
         let mut future = pin!(future);
         match future
@@ -713,7 +754,10 @@ mod tests {
         );
         assert!(message(&nested).starts_with("invalid JSON: duplicate key 'content'"));
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-        assert!(message(&deep).starts_with("invalid JSON: recursion limit exceeded"));
+        assert_eq!(
+            message(&deep),
+            "the script nests more than 133 levels deep (a call's arguments may nest 128)"
+        );
     }
 
     #[test]

@@ -197,6 +197,37 @@ fn unknown_key(
     }
 }
 
+/// Row 2 below the fields that hold values, not tables: a table (or a table inside an array)
+/// given as such a value has keys, and every one of them is unknown. Without this,
+/// `decision = {x = 1}` would be reported as an invalid decision (row 6) rather than the
+/// unknown field `rules.none.decision.x` it is.
+fn no_keys_below(
+    file: PolicyFile,
+    prefix: &str,
+    table: &Table,
+    value_fields: &[&str],
+) -> Result<(), PolicyLoadError> {
+    let unknown = |path: String| Err(PolicyLoadError::UnknownField { file, path });
+    for field in value_fields {
+        match table.get(*field) {
+            Some(Value::Table(inner)) => {
+                if let Some(key) = inner.keys().next() {
+                    return unknown(format!("{prefix}{field}.{key}"));
+                }
+            }
+            Some(Value::Array(items)) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(key) = item.as_table().and_then(|t| t.keys().next()) {
+                        return unknown(format!("{prefix}{field}.{}.{key}", i + 1));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Row 3.
 fn check_schema_version(file: PolicyFile, table: &Table) -> Result<(), PolicyLoadError> {
     match table.get("schema_version") {
@@ -252,6 +283,25 @@ pub fn load_profile(bytes: &[u8]) -> Result<Profile, PolicyLoadError> {
         for class in SideEffectClass::ALL {
             if let Some(rule) = rules.get(class.as_str()).and_then(Value::as_table) {
                 unknown_key(file, &format!("rules.{class}."), rule, &MATRIX_RULE_FIELDS)?;
+            }
+        }
+    }
+    // Then keys inside values, in the same order.
+    no_keys_below(
+        file,
+        "",
+        &table,
+        &["schema_version", "name", "default_effect"],
+    )?;
+    for (section, allowed) in PROFILE_SECTIONS {
+        if let Some(inner) = table.get(section).and_then(Value::as_table) {
+            no_keys_below(file, &format!("{section}."), inner, allowed)?;
+        }
+    }
+    if let Some(rules) = rules {
+        for class in SideEffectClass::ALL {
+            if let Some(rule) = rules.get(class.as_str()).and_then(Value::as_table) {
+                no_keys_below(file, &format!("rules.{class}."), rule, &MATRIX_RULE_FIELDS)?;
             }
         }
     }
@@ -595,6 +645,18 @@ pub fn load_hardline(bytes: &[u8]) -> Result<Vec<HardlineRule>, PolicyLoadError>
     for (i, rule) in rules.into_iter().flatten().enumerate() {
         if let Some(rule) = rule.as_table() {
             unknown_key(
+                file,
+                &format!("rules.{}.", i + 1),
+                rule,
+                &HARDLINE_RULE_FIELDS,
+            )?;
+        }
+    }
+    // Then keys inside values, in the same order.
+    no_keys_below(file, "", &table, &["schema_version"])?;
+    for (i, rule) in rules.into_iter().flatten().enumerate() {
+        if let Some(rule) = rule.as_table() {
+            no_keys_below(
                 file,
                 &format!("rules.{}.", i + 1),
                 rule,
