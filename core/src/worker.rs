@@ -342,30 +342,39 @@ impl<S: Store + 'static> Worker<S> {
 
     /// The worker loop: tick, then sleep one poll interval, until `stop` says so. Stops claiming
     /// once stopping and returns when in-flight runs have ended or parked.
+    ///
+    /// A tick that fails (a storage error in a sweep or a claim) stops the loop the same way
+    /// and is then returned: the worker claims nothing more, but the runs it already executes
+    /// finish first, since their own transactions may well succeed. Dropping them instead would
+    /// leave their leases to expire, cost each an attempt, and turn a started non-idempotent
+    /// call UNCERTAIN.
     pub async fn run(
         self: &Arc<Self>,
         spawner: &dyn Spawner,
         control: &ControlService<S>,
         stop: &dyn Fn() -> bool,
     ) -> Result<(), TxError> {
+        let mut failed = None;
         while !stop() {
-            self.tick(spawner, control).await?;
-            let next = self.env.clock.now().saturating_add_micros(
-                i64::try_from(self.settings.poll_ms)
-                    .unwrap_or(250)
-                    .saturating_mul(1000),
-            );
-            self.env.clock.sleep_until(next).await;
+            if let Err(error) = self.tick(spawner, control).await {
+                failed = Some(error);
+                break;
+            }
+            self.sleep_one_poll().await;
         }
         while self.in_flight() > 0 {
-            let next = self.env.clock.now().saturating_add_micros(
-                i64::try_from(self.settings.poll_ms)
-                    .unwrap_or(250)
-                    .saturating_mul(1000),
-            );
-            self.env.clock.sleep_until(next).await;
+            self.sleep_one_poll().await;
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
+    }
+
+    async fn sleep_one_poll(&self) {
+        let next = self.env.clock.now().saturating_add_micros(
+            i64::try_from(self.settings.poll_ms)
+                .unwrap_or(250)
+                .saturating_mul(1000),
+        );
+        self.env.clock.sleep_until(next).await;
     }
 }
 

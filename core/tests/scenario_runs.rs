@@ -4,11 +4,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use airlock_core::action::JsonMap;
-use airlock_core::control::ServiceError;
+use airlock_core::control::{ControlService, ServiceError};
 use airlock_core::env::Env;
 use airlock_core::events::Event;
 use airlock_core::ids::RunId;
@@ -1349,12 +1349,12 @@ async fn one_poll_fills_every_free_slot_and_no_more() {
 }
 
 /// A store whose reads fail with `Backend` (SQLite's "database is locked" past the busy
-/// timeout, say) once `reads_before_failing` reads have passed, while `failing` is set; writes
-/// go through.
+/// timeout, say): once `reads_before_failing` reads have passed, the next `failures` reads fail;
+/// writes go through.
 struct FailingReads {
     inner: Arc<MemStore>,
-    failing: AtomicBool,
     reads_before_failing: AtomicUsize,
+    failures: AtomicUsize,
 }
 
 impl Store for FailingReads {
@@ -1368,14 +1368,46 @@ impl Store for FailingReads {
         &self,
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
-        let passing = self
-            .reads_before_failing
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if !passing && self.failing.load(Ordering::SeqCst) {
+        let take = |counter: &AtomicUsize| {
+            counter
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        if !take(&self.reads_before_failing) && take(&self.failures) {
             return Err(TxError::Backend("database is locked".into()));
         }
         self.inner.read(f)
+    }
+}
+
+impl FailingReads {
+    /// Over the harness's store; no read fails until [`FailingReads::fail_next`].
+    fn over(h: &Harness) -> Arc<FailingReads> {
+        Arc::new(FailingReads {
+            inner: h.store.clone(),
+            reads_before_failing: AtomicUsize::new(0),
+            failures: AtomicUsize::new(0),
+        })
+    }
+
+    /// After `pass` more reads, the next one fails.
+    fn fail_next(&self, pass: usize) {
+        self.reads_before_failing.store(pass, Ordering::SeqCst);
+        self.failures.store(1, Ordering::SeqCst);
+    }
+
+    /// The harness's environment with this store in it.
+    fn env(self: &Arc<Self>, h: &Harness) -> Env<FailingReads> {
+        Env {
+            store: self.clone(),
+            clock: h.env.clock.clone(),
+            ids: h.env.ids.clone(),
+            ruleset: h.env.ruleset.clone(),
+            tools: h.env.tools.clone(),
+            workspaces: h.env.workspaces.clone(),
+            planners: h.env.planners.clone(),
+            faults: h.env.faults.clone(),
+        }
     }
 }
 
@@ -1395,22 +1427,9 @@ async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the
     assert_eq!(h.worker("w2").reclaim().await.unwrap(), 1);
     h.advance(1).await;
 
-    let store = Arc::new(FailingReads {
-        inner: h.store.clone(),
-        failing: AtomicBool::new(true),
-        reads_before_failing: AtomicUsize::new(1),
-    });
-    let env = Env {
-        store: store.clone(),
-        clock: h.env.clock.clone(),
-        ids: h.env.ids.clone(),
-        ruleset: h.env.ruleset.clone(),
-        tools: h.env.tools.clone(),
-        workspaces: h.env.workspaces.clone(),
-        planners: h.env.planners.clone(),
-        faults: h.env.faults.clone(),
-    };
-    let w3 = Worker::new(env, WorkerSettings::new("w3"));
+    let store = FailingReads::over(&h);
+    store.fail_next(1);
+    let w3 = Worker::new(store.env(&h), WorkerSettings::new("w3"));
     let (claimed, lease) = w3.claim(None).await.unwrap().expect("the run is due");
     assert_eq!(w3.execute(claimed, lease).await, ExecutionEnd::Abandoned);
     assert_eq!(
@@ -1419,8 +1438,7 @@ async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the
         "nothing more written"
     );
 
-    // The reads recover; the lease expires and the run completes under a new worker.
-    store.failing.store(false, Ordering::SeqCst);
+    // The lease expires and the run completes under a new worker.
     h.advance(30).await;
     assert_eq!(h.worker("w4").reclaim().await.unwrap(), 1);
     h.advance(2).await;
@@ -1551,4 +1569,62 @@ async fn each_admission_condition_alone_makes_a_batch_sequential() {
             assert!(groups.iter().all(Option::is_none), "{case}: {groups:?}");
         }
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_poll_stops_claiming_but_lets_the_runs_in_flight_finish() {
+    // A tick error ends the worker loop (fail-stop), but only after the runs it already
+    // executes have finished: their own transactions still succeed, and dropping them would
+    // leave their leases to expire and cost each an attempt.
+    let entered = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let h = Harness::with(Ruleset::shipped().expect("shipped policy"), {
+        let (entered, release) = (entered.clone(), release.clone());
+        move |tools| {
+            let mut spec = test_spec(
+                "test.gated",
+                SideEffectClass::None,
+                IdempotencyClass::ReadOnly,
+                false,
+            );
+            spec.timeout_ms = 120_000;
+            tools.push(Arc::new(GatedTool {
+                spec,
+                entered,
+                release,
+                ledger: Arc::new(Ledger::default()),
+            }));
+        }
+    });
+    let run = h
+        .submit(h.script(json!([[{"call_id": "c1", "tool": "test.gated", "arguments": {}}]])))
+        .await;
+    let store = FailingReads::over(&h);
+    let mut settings = WorkerSettings::new("w1");
+    settings.concurrency = 1;
+    let worker = Worker::new(store.env(&h), settings);
+    let control = ControlService::new(store.env(&h), h.dispatcher.clone(), None);
+    let loop_ended = AtomicUsize::new(0);
+    let looping = async {
+        let result = worker.run(&TokioSpawner, &control, &|| false).await;
+        loop_ended.store(1, Ordering::SeqCst);
+        result
+    };
+    let driver = async {
+        entered.notified().await;
+        // The run is inside its tool; the next read (a sweep's, in the next poll) fails.
+        store.fail_next(0);
+        h.advance(10).await;
+        let ended_early = loop_ended.load(Ordering::SeqCst) == 1;
+        release.notify_one();
+        ended_early
+    };
+
+    let (result, ended_early) = tokio::join!(looping, driver);
+
+    assert!(!ended_early, "the loop waits for the run in flight");
+    assert!(matches!(result, Err(TxError::Backend(_))), "{result:?}");
+    let finished = h.run(run);
+    assert_eq!(finished.status(), RunStatus::Completed);
+    assert_eq!(finished.attempts, 0);
 }

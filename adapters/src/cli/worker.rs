@@ -58,8 +58,8 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     let stop = move || {
         stopping.load(Ordering::SeqCst) || (until_idle && idle_worker.is_idle().unwrap_or(false))
     };
-    // Fail-stop: a storage error in the loop (a claim, reclaim or sweep) ends the process with
-    // exit 4 rather than retrying blind; the runs it held are reclaimed once their leases expire.
+    // Fail-stop: a storage error in the loop (a claim, reclaim or sweep) stops claiming, lets the
+    // runs in flight finish, and then ends the process with exit 4 rather than retrying blind.
     match worker.run(&TokioSpawner, &control, &stop).await {
         Ok(()) => Exit::Ok,
         Err(e) => service_error(&e.into()),
