@@ -165,11 +165,7 @@ pub fn run() -> ExitCode {
     if let Command::Policy(command) = cli.command {
         return policy::run(&cli.globals, command).into();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match build_runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -190,5 +186,51 @@ pub fn run() -> ExitCode {
             Command::Invocations(command) => invocations::run(&globals, command).await,
         }
     });
+    shut_down(runtime);
     exit.into()
+}
+
+/// How long the process waits, once its command has ended, for blocking work still running on
+/// the runtime. Only a tool body stuck in the file system is left by then, and its call has
+/// already timed out and been recorded (SPEC §9.2 step 10); dropping the runtime instead would
+/// wait for that thread forever, and the signal listener is gone, so only SIGKILL would end it.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn build_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
+fn shut_down(runtime: tokio::runtime::Runtime) {
+    runtime.shutdown_timeout(SHUTDOWN_GRACE);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocking_body_that_never_returns_does_not_keep_the_process_from_exiting() {
+        let runtime = build_runtime().expect("runtime");
+        let (_never, stuck) = std::sync::mpsc::channel::<()>();
+        runtime.block_on(async move {
+            let body = tokio::task::spawn_blocking(move || stuck.recv());
+            // The pipeline gives up on the call (its timeout) and the command ends.
+            let timed_out = tokio::time::timeout(std::time::Duration::from_millis(20), body).await;
+            assert!(timed_out.is_err(), "the body is stuck");
+        });
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            shut_down(runtime);
+            let _ = done.send(());
+        });
+        assert!(
+            finished
+                .recv_timeout(SHUTDOWN_GRACE + std::time::Duration::from_secs(5))
+                .is_ok(),
+            "shutting down waited for the stuck body"
+        );
+    }
 }
