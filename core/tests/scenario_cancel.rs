@@ -7,94 +7,23 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use airlock_core::action::JsonMap;
 use airlock_core::control::{CancelOutcome, ControlService};
 use airlock_core::events::Event;
 use airlock_core::ids::RunId;
 use airlock_core::mem_store::MemStore;
 use airlock_core::planner::script::ScriptedPlannerFactory;
-use airlock_core::policy::Ruleset;
 use airlock_core::ports::{
-    BoxFut, FaultHook, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, Tool,
-    ToolContext, ToolFailure, ToolSpec, ToolSuccess,
+    BoxFut, FaultHook, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn,
 };
 use airlock_core::principal::Principal;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::run::{Run, RunState};
 use airlock_core::store::Store;
 use airlock_core::time::Timestamp;
-use airlock_core::vocab::{
-    ApprovalStatus, CrashPoint, IdempotencyClass, InvocationStatus, OutcomeStatus, RunStatus,
-    SideEffectClass,
-};
+use airlock_core::vocab::{ApprovalStatus, CrashPoint, InvocationStatus, OutcomeStatus, RunStatus};
 use airlock_core::worker::{Worker, WorkerSettings};
 use common::*;
 use serde_json::json;
-use tokio::sync::Notify;
-
-/// A read-only tool that signals when its body is entered and then waits until the test
-/// releases it, so a test can act while a call is deterministically `RUNNING` after START.
-struct GatedTool {
-    spec: ToolSpec,
-    entered: Arc<Notify>,
-    release: Arc<Notify>,
-    ledger: Arc<Ledger>,
-}
-
-/// The gate a test holds: `entered` fires once the body runs, `release` lets it return.
-#[derive(Clone)]
-struct Gate {
-    entered: Arc<Notify>,
-    release: Arc<Notify>,
-}
-
-impl Tool for GatedTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn invoke<'a>(
-        &'a self,
-        ctx: &'a ToolContext<'a>,
-        _args: &'a JsonMap,
-    ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        self.ledger
-            .record(&self.spec.name, ctx.idempotency_key, ctx.replay);
-        Box::pin(async move {
-            self.entered.notify_one();
-            self.release.notified().await;
-            Ok(ToolSuccess {
-                structured: json!({"released": true}),
-                trust: None,
-            })
-        })
-    }
-}
-
-/// A harness with `test.gated` registered; its timeout (120 s) outlasts several heartbeats.
-fn gated_harness() -> (Harness, Gate) {
-    let gate = Gate {
-        entered: Arc::new(Notify::new()),
-        release: Arc::new(Notify::new()),
-    };
-    let tool_gate = gate.clone();
-    let ledger = Arc::new(Ledger::default());
-    let h = Harness::with(Ruleset::shipped().expect("shipped policy"), move |tools| {
-        let mut spec = test_spec(
-            "test.gated",
-            SideEffectClass::None,
-            IdempotencyClass::ReadOnly,
-            false,
-        );
-        spec.timeout_ms = 120_000;
-        tools.push(Arc::new(GatedTool {
-            spec,
-            entered: tool_gate.entered,
-            release: tool_gate.release,
-            ledger,
-        }));
-    });
-    (h, gate)
-}
 
 /// Step 1 calls the gated tool, step 2 an echo that a cancelled run must never propose.
 fn gated_then_echo(h: &Harness) -> serde_json::Value {

@@ -33,7 +33,6 @@ use airlock_core::vocab::{
 use airlock_core::worker::{Worker, WorkerSettings};
 use common::*;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
 fn at(seconds: i64) -> Timestamp {
     Timestamp::from_micros(EPOCH_MICROS).saturating_add_seconds(seconds)
@@ -156,37 +155,6 @@ fn slow_harness() -> Harness {
             ),
         }));
     })
-}
-
-/// A read-only tool that signals each entry and then waits for one release per entry, so a
-/// test can act while a call is `RUNNING` after START.
-struct GatedTool {
-    spec: ToolSpec,
-    entered: Arc<Notify>,
-    release: Arc<Notify>,
-    ledger: Arc<Ledger>,
-}
-
-impl Tool for GatedTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-    fn invoke<'a>(
-        &'a self,
-        ctx: &'a ToolContext<'a>,
-        _args: &'a JsonMap,
-    ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
-        self.ledger
-            .record(&self.spec.name, ctx.idempotency_key, ctx.replay);
-        Box::pin(async move {
-            self.entered.notify_one();
-            self.release.notified().await;
-            Ok(ToolSuccess {
-                structured: json!({"released": true}),
-                trust: None,
-            })
-        })
-    }
 }
 
 /// A planner that never finishes: every turn proposes one echo. Records the steps asked.
@@ -1086,27 +1054,7 @@ async fn an_external_untrusted_result_taints_every_later_action() {
 async fn a_worker_fenced_mid_call_commits_nothing_not_even_its_finish() {
     // Worker A's heartbeat stalls while its call runs: the lease expires, B takes the run, and
     // A's late FINISH is fenced; A writes nothing and B recovers the read-only call (§9.4).
-    let entered = Arc::new(Notify::new());
-    let release = Arc::new(Notify::new());
-    let ledger = Arc::new(Ledger::default());
-    let h = Harness::with(Ruleset::shipped().expect("shipped policy"), {
-        let (entered, release, ledger) = (entered.clone(), release.clone(), ledger.clone());
-        move |tools| {
-            let mut spec = test_spec(
-                "test.gated",
-                SideEffectClass::None,
-                IdempotencyClass::ReadOnly,
-                false,
-            );
-            spec.timeout_ms = 120_000;
-            tools.push(Arc::new(GatedTool {
-                spec,
-                entered,
-                release,
-                ledger,
-            }));
-        }
-    });
+    let (h, Gate { entered, release }) = gated_harness();
     let run = h
         .submit(h.script(json!([[{"call_id": "c1", "tool": "test.gated", "arguments": {}}]])))
         .await;
@@ -1185,7 +1133,11 @@ async fn a_worker_fenced_mid_call_commits_nothing_not_even_its_finish() {
     let invocations = h.invocations(run);
     assert_eq!(invocations.len(), 1);
     assert_eq!(invocations[0].status, InvocationStatus::Succeeded);
-    assert_eq!(ledger.count("test.gated"), 2, "read-only: re-executed by B");
+    assert_eq!(
+        h.ledger.count("test.gated"),
+        2,
+        "read-only: re-executed by B"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -1576,26 +1528,7 @@ async fn a_failed_poll_stops_claiming_but_lets_the_runs_in_flight_finish() {
     // A tick error ends the worker loop (fail-stop), but only after the runs it already
     // executes have finished: their own transactions still succeed, and dropping them would
     // leave their leases to expire and cost each an attempt.
-    let entered = Arc::new(Notify::new());
-    let release = Arc::new(Notify::new());
-    let h = Harness::with(Ruleset::shipped().expect("shipped policy"), {
-        let (entered, release) = (entered.clone(), release.clone());
-        move |tools| {
-            let mut spec = test_spec(
-                "test.gated",
-                SideEffectClass::None,
-                IdempotencyClass::ReadOnly,
-                false,
-            );
-            spec.timeout_ms = 120_000;
-            tools.push(Arc::new(GatedTool {
-                spec,
-                entered,
-                release,
-                ledger: Arc::new(Ledger::default()),
-            }));
-        }
-    });
+    let (h, Gate { entered, release }) = gated_harness();
     let run = h
         .submit(h.script(json!([[{"call_id": "c1", "tool": "test.gated", "arguments": {}}]])))
         .await;

@@ -625,3 +625,72 @@ impl Harness {
         tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
     }
 }
+
+/// The gate a test holds on `test.gated`: `entered` fires once the body runs, `release` lets it
+/// return.
+#[derive(Clone)]
+pub struct Gate {
+    pub entered: Arc<tokio::sync::Notify>,
+    pub release: Arc<tokio::sync::Notify>,
+}
+
+/// A read-only tool that signals when its body is entered and then waits until the test
+/// releases it, so a test can act while a call is deterministically `RUNNING` after START.
+pub struct GatedTool {
+    pub spec: ToolSpec,
+    pub gate: Gate,
+    pub ledger: Arc<Ledger>,
+}
+
+impl Tool for GatedTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn invoke<'a>(
+        &'a self,
+        ctx: &'a ToolContext<'a>,
+        _args: &'a JsonMap,
+    ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
+        self.ledger
+            .record(&self.spec.name, ctx.idempotency_key, ctx.replay);
+        Box::pin(async move {
+            self.gate.entered.notify_one();
+            self.gate.release.notified().await;
+            Ok(ToolSuccess {
+                structured: json!({"released": true}),
+                trust: None,
+            })
+        })
+    }
+}
+
+/// A harness with `test.gated` registered (its bodies are counted in the harness's ledger);
+/// its timeout (120 s) outlasts several heartbeats.
+pub fn gated_harness() -> (Harness, Gate) {
+    let gate = Gate {
+        entered: Arc::new(tokio::sync::Notify::new()),
+        release: Arc::new(tokio::sync::Notify::new()),
+    };
+    let ledger = Arc::new(Ledger::default());
+    let tool = (gate.clone(), Arc::clone(&ledger));
+    let h = Harness::over_with_ledger(
+        Arc::new(MemStore::new()),
+        Ruleset::shipped().expect("shipped policy"),
+        ledger,
+        move |tools| {
+            let mut spec = test_spec(
+                "test.gated",
+                SideEffectClass::None,
+                IdempotencyClass::ReadOnly,
+                false,
+            );
+            spec.timeout_ms = 120_000;
+            tools.push(Arc::new(GatedTool {
+                spec,
+                gate: tool.0,
+                ledger: tool.1,
+            }));
+        },
+    );
+    (h, gate)
+}
