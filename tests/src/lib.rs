@@ -154,6 +154,21 @@ impl DataDir {
             .clone()
     }
 
+    /// The id of the first pending approval of `run`.
+    pub fn first_pending_id(&self, run: &str) -> String {
+        self.pending(run)
+            .first()
+            .and_then(|approval| approval["id"].as_str())
+            .unwrap_or_else(|| panic!("run {run} has no pending approval"))
+            .to_owned()
+    }
+
+    /// `approvals approve` of the first pending approval of `run`, as `operator`.
+    pub fn approve_first_pending(&self, run: &str) {
+        let id = self.first_pending_id(run);
+        self.json("operator", &["approvals", "approve", &id]);
+    }
+
     pub fn outbox(&self) -> Vec<Value> {
         match std::fs::read_to_string(self.path().join("outbox.jsonl")) {
             Ok(text) => text

@@ -55,7 +55,7 @@ fn denied_run_records_the_denial_and_completes() {
     let data = DataDir::new();
     let run = data.submit(&script(json!([[external_write("x", "no")]])));
     data.worker_until_idle(30_000);
-    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+    let id = data.first_pending_id(&run);
     assert_eq!(
         data.json("operator", &["approvals", "deny", &id])["state"],
         "applied"
@@ -150,8 +150,7 @@ fn interrupted_effect_enters_the_review_queue_and_can_be_settled() {
     let data = DataDir::new();
     let run = data.submit(&script(json!([[external_write("x", "once")]])));
     data.worker_until_idle(1_000);
-    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
-    data.json("operator", &["approvals", "approve", &id]);
+    data.approve_first_pending(&run);
     let crashed = data
         .spawn_worker(1_000, Some("after_invoke"))
         .wait_with_output()

@@ -85,8 +85,7 @@ fn worker_crash(point: &str, approve_first: bool) -> Vec<(String, String, String
     let run = data.submit(&mixed());
     if approve_first {
         assert_eq!(data.worker_until_idle(1_000).status.code(), Some(0));
-        let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
-        data.json("operator", &["approvals", "approve", &id]);
+        data.approve_first_pending(&run);
     }
     crash(
         &data,
@@ -209,8 +208,7 @@ fn after_invoke_of_the_approved_external_write_leaves_it_uncertain_with_its_wate
     let data = DataDir::new();
     let run = data.submit(&script(json!([[external_write("x1", "once")]])));
     data.worker_until_idle(1_000);
-    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
-    data.json("operator", &["approvals", "approve", &id]);
+    data.approve_first_pending(&run);
     crash(
         &data,
         "after_invoke",
@@ -238,8 +236,7 @@ fn after_recover() {
     let data = DataDir::new();
     let run = data.submit(&script(json!([[external_write("x1", "once")]])));
     data.worker_until_idle(1_000);
-    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
-    data.json("operator", &["approvals", "approve", &id]);
+    data.approve_first_pending(&run);
     crash(
         &data,
         "after_start",
@@ -315,7 +312,7 @@ fn after_resolve() {
     let data = DataDir::new();
     let run = data.submit(&script(json!([[external_write("x1", "once")]])));
     data.worker_until_idle(1_000);
-    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
+    let id = data.first_pending_id(&run);
     crash(
         &data,
         "after_resolve",
@@ -385,8 +382,7 @@ fn after_settle() {
     let data = DataDir::new();
     let run = data.submit(&script(json!([[external_write("x1", "once")]])));
     data.worker_until_idle(1_000);
-    let id = data.pending(&run)[0]["id"].as_str().unwrap().to_owned();
-    data.json("operator", &["approvals", "approve", &id]);
+    data.approve_first_pending(&run);
     crash(
         &data,
         "after_invoke",

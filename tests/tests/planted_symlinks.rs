@@ -59,11 +59,7 @@ fn symlinks_planted_during_a_park_are_never_followed_by_the_resuming_worker() {
     symlink(outside.path().join("secret.txt"), root.join("link.txt")).expect("file link");
     symlink(outside.path(), root.join("dir")).expect("directory link");
 
-    let id = data.pending(&run)[0]["id"]
-        .as_str()
-        .expect("approval")
-        .to_owned();
-    data.json("operator", &["approvals", "approve", &id]);
+    data.approve_first_pending(&run);
     assert_eq!(data.worker_until_idle(1_000).status.code(), Some(0));
     assert_eq!(data.run_status(&run), "COMPLETED");
 

@@ -57,11 +57,7 @@ fn reads_are_internal_only_for_bytes_this_worker_process_wrote() {
 
     // A new worker process resumes the run: its handle wrote nothing, so the same file, bytes
     // unchanged, is untrusted now (provenance never survives a restart).
-    let id = data.pending(&run)[0]["id"]
-        .as_str()
-        .expect("approval")
-        .to_owned();
-    data.json("operator", &["approvals", "approve", &id]);
+    data.approve_first_pending(&run);
     assert_eq!(data.worker_until_idle(1_000).status.code(), Some(0));
     assert_eq!(data.run_status(&run), "COMPLETED");
     assert_eq!(
