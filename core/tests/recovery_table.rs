@@ -179,16 +179,7 @@ impl Sim {
     }
 }
 
-/// A call with every argument labelled `user`.
-fn call(call_id: &str, tool: &str, arguments: Value) -> Value {
-    let trust: serde_json::Map<String, Value> = arguments
-        .as_object()
-        .expect("object arguments")
-        .keys()
-        .map(|k| (k.clone(), json!("user")))
-        .collect();
-    json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
-}
+use airlock_core::testing::fixtures::user_call as call;
 
 /// Submits a one-step run of one call `c1`.
 async fn submit_one(h: &Harness, tool: &str, arguments: Value) -> RunId {

@@ -1453,7 +1453,7 @@ async fn each_admission_condition_alone_makes_a_batch_sequential() {
             true,
         ));
     });
-    let call = |call_id: &str, tool: &str, arguments: Value| json!({"call_id": call_id, "tool": tool, "arguments": arguments});
+    let call = airlock_core::testing::fixtures::user_call;
     let cases: Vec<(&str, Vec<Value>, bool)> = vec![
         (
             "control: two parallel-safe reads",

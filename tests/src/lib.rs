@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// The `airlock` binary: `$AIRLOCK_BIN`, or the one `cargo test --workspace` built next to this
 /// test executable.
@@ -297,15 +297,7 @@ pub fn assert_no_duplicate_effects(data: &DataDir) {
 }
 
 /// One call with every argument trusted as `user`.
-pub fn call(call_id: &str, tool: &str, arguments: Value) -> Value {
-    let trust: serde_json::Map<String, Value> = arguments
-        .as_object()
-        .expect("arguments")
-        .keys()
-        .map(|k| (k.clone(), json!("user")))
-        .collect();
-    json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
-}
+pub use airlock_core::testing::fixtures::user_call as call;
 
 /// `{call_id: (status, reason_code, result_item)}` of one step's calls.
 pub fn step_calls(

@@ -380,3 +380,18 @@ pub fn seed_invocation<S: Store>(store: &S, invocation: Invocation) -> Invocatio
     });
     invocation
 }
+
+/// One run-script call (SPEC §15) with every argument labelled `user`, so the trust overlay
+/// stays out of the way of what a test is about.
+pub fn user_call(call_id: &str, tool: &str, arguments: serde_json::Value) -> serde_json::Value {
+    let trust: serde_json::Map<String, serde_json::Value> = arguments
+        .as_object()
+        .map(|object| {
+            object
+                .keys()
+                .map(|k| (k.clone(), serde_json::Value::from("user")))
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
+}
