@@ -88,6 +88,34 @@ fn demo_parks_for_approval_completes_and_leaves_one_uncertain_effect() {
         1
     );
 
+    // Appendix A: only the first script runs on the inline dispatcher (the demo's own
+    // process); the second is executed by durable `airlock worker` child processes.
+    let started_by = |run: &str| -> Vec<String> {
+        let conn = db(&data);
+        let mut stmt = conn
+            .prepare(
+                "SELECT actor_id FROM events WHERE run_id = ?1 AND event_type = 'run.started' \
+                 ORDER BY id",
+            )
+            .expect("query");
+        stmt.query_map([run], |r| r.get(0))
+            .expect("rows")
+            .map(|r| r.expect("row"))
+            .collect()
+    };
+    let (first_run, second_run) = (&runs[0].0, &runs[1].0);
+    let inline = started_by(first_run);
+    let durable = started_by(second_run);
+    assert!(!inline.is_empty() && !durable.is_empty());
+    assert!(
+        inline.iter().all(|w| !w.starts_with("worker-")),
+        "first script: the demo's inline worker, {inline:?}"
+    );
+    assert!(
+        durable.iter().all(|w| w.starts_with("worker-")),
+        "second script: child workers only, {durable:?}"
+    );
+
     // The narration shows the same approval, crash and review-queue entry, in order.
     let first_approval = &approvals[0].0;
     let queue = data.json("operator", &["invocations", "uncertain"])["items"]

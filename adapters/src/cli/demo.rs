@@ -180,7 +180,15 @@ impl Demo {
             .submit_run(&self.alice, CRASH_SCRIPT)
             .await
             .map_err(|e| step(format!("submit: {e}")))?;
-        self.run_inline(second.run_id).await?;
+        // Only the first script runs on the inline dispatcher (Appendix A); this one is
+        // executed by durable workers, child processes like the ones that follow.
+        let parked = self.child_worker(globals, None).await?;
+        if !parked.success() {
+            return Err(step(format!(
+                "the worker that runs it to the park ended: {}",
+                describe(parked)
+            )));
+        }
         let approval = self.pending_one(second.run_id)?;
         control
             .resolve(
@@ -191,12 +199,12 @@ impl Demo {
             )
             .await
             .map_err(|e| step(format!("approve: {e}")))?;
-        let crashed = self.child_worker(globals, Some("after_invoke")).await?;
+        let crashed = describe(self.child_worker(globals, Some("after_invoke")).await?);
         self.say(&format!(
             "  child worker with AIRLOCK_CRASH_AT=after_invoke exited: {crashed}"
         ));
         self.say("== 5. A restarted worker reclaims the run; the watermarked, non-idempotent call is never repeated");
-        let restarted = self.child_worker(globals, None).await?;
+        let restarted = describe(self.child_worker(globals, None).await?);
         self.say(&format!(
             "  restarted worker (--until-idle) exited: {restarted}"
         ));
@@ -310,7 +318,7 @@ impl Demo {
         &self,
         globals: &Globals,
         crash_at: Option<&str>,
-    ) -> Result<String, DemoError> {
+    ) -> Result<std::process::ExitStatus, DemoError> {
         let exe = std::env::current_exe()
             .map_err(|e| step(format!("cannot find the airlock binary: {e}")))?;
         let mut command = tokio::process::Command::new(exe);
@@ -330,7 +338,7 @@ impl Demo {
             .status()
             .await
             .map_err(|e| step(format!("cannot start a worker: {e}")))?;
-        Ok(describe(status))
+        Ok(status)
     }
 }
 
