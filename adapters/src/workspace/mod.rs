@@ -2,8 +2,10 @@
 //! `{data_dir}/workspaces/{sha256_hex(tenant_id)}/{run_id}`, reached only by contained walks.
 //!
 //! [`LocalWorkspaces`] is the [`WorkspaceFactory`]: it keeps one [`LocalWorkspace`] per `(tenant,
-//! run)` for the life of the process, so the provenance a handle records (§12.3) lasts exactly as
-//! long as the process does. A handle holds no open descriptor between calls: each call opens the
+//! run)`, so the provenance a handle records (§12.3) lasts as long as the process does, for the
+//! [`MAX_HANDLES`] runs it touched last. An older handle is dropped so that a long-lived worker's
+//! memory does not grow with every run it ever served; its run then reads every file as
+//! `Unknown`, the answer a restart gives, which only ever asks for more approval. A handle holds no open descriptor between calls: each call opens the
 //! root afresh (creating it on demand, directories 0700) and walks from it, so a process serving
 //! many runs holds no descriptor per run. No method takes or returns a host path; the only host
 //! path handed out is [`LocalWorkspaces::root_of`], for operators and tests.
@@ -11,7 +13,7 @@
 mod contained;
 mod provenance;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -29,10 +31,45 @@ use provenance::WrittenPaths;
 /// The directory under the data directory that holds every workspace.
 const WORKSPACES_DIR: &str = "workspaces";
 
+/// Handles kept per process; see the module docs.
+pub const MAX_HANDLES: usize = 1024;
+
 /// Hands out one workspace handle per `(tenant, run)` per process.
 pub struct LocalWorkspaces {
     data_dir: PathBuf,
-    handles: Mutex<HashMap<(String, RunId), Arc<LocalWorkspace>>>,
+    handles: Mutex<Handles>,
+}
+
+/// The handles, and their keys from least to most recently handed out.
+#[derive(Default)]
+struct Handles {
+    by_run: HashMap<(String, RunId), Arc<LocalWorkspace>>,
+    recency: VecDeque<(String, RunId)>,
+}
+
+impl Handles {
+    fn get(&mut self, key: &(String, RunId)) -> Option<Arc<LocalWorkspace>> {
+        let handle = Arc::clone(self.by_run.get(key)?);
+        if let Some(at) = self.recency.iter().position(|k| k == key) {
+            if let Some(key) = self.recency.remove(at) {
+                self.recency.push_back(key);
+            }
+        }
+        Some(handle)
+    }
+
+    fn insert(&mut self, key: (String, RunId), handle: Arc<LocalWorkspace>) {
+        while self.by_run.len() >= MAX_HANDLES {
+            match self.recency.pop_front() {
+                Some(oldest) => {
+                    self.by_run.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+        self.recency.push_back(key.clone());
+        self.by_run.insert(key, handle);
+    }
 }
 
 impl LocalWorkspaces {
@@ -41,7 +78,7 @@ impl LocalWorkspaces {
         let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
         LocalWorkspaces {
             data_dir,
-            handles: Mutex::new(HashMap::new()),
+            handles: Mutex::new(Handles::default()),
         }
     }
 
@@ -74,7 +111,7 @@ impl WorkspaceFactory for LocalWorkspaces {
         let mut handles = self.handles.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (tenant.to_owned(), run);
         if let Some(handle) = handles.get(&key) {
-            return Ok(Arc::clone(handle) as Arc<dyn Workspace>);
+            return Ok(handle as Arc<dyn Workspace>);
         }
         let handle = Arc::new(LocalWorkspace {
             data_dir: self.data_dir.clone(),
@@ -166,6 +203,37 @@ mod tests {
         assert!(root.is_dir());
         assert_eq!(mode(&root), 0o700);
         assert_eq!(mode(root.parent().unwrap()), 0o700);
+    }
+
+    #[test]
+    fn the_least_recently_used_handle_goes_first_and_forgets_what_it_wrote() {
+        let data = tempfile::tempdir().unwrap();
+        let factory = LocalWorkspaces::new(data.path());
+        let run = |n: usize| RunId(Uuid::from_u128(n as u128));
+        let zero = factory.for_run("t", run(0)).unwrap();
+        let one = factory.for_run("t", run(1)).unwrap();
+        one.write(&path("b.txt"), b"mine").unwrap();
+        for n in 2..MAX_HANDLES {
+            factory.for_run("t", run(n)).unwrap();
+        }
+        // Full. Run 0 is used again, so run 1 is now the oldest and the next new run evicts it.
+        assert!(Arc::ptr_eq(&zero, &factory.for_run("t", run(0)).unwrap()));
+        factory.for_run("t", run(MAX_HANDLES)).unwrap();
+        assert_eq!(factory.handles.lock().unwrap().by_run.len(), MAX_HANDLES);
+        assert!(Arc::ptr_eq(&zero, &factory.for_run("t", run(0)).unwrap()));
+
+        // Run 1 gets a fresh handle: what the old one wrote now reads as a restart would.
+        let fresh = factory.for_run("t", run(1)).unwrap();
+        assert!(!Arc::ptr_eq(&one, &fresh));
+        assert_eq!(
+            one.provenance(&path("b.txt"), Some(b"mine")),
+            Provenance::Written
+        );
+        assert_eq!(
+            fresh.provenance(&path("b.txt"), Some(b"mine")),
+            Provenance::Unknown
+        );
+        assert_eq!(factory.handles.lock().unwrap().by_run.len(), MAX_HANDLES);
     }
 
     #[test]

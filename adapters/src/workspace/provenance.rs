@@ -20,45 +20,99 @@ enum Mark {
     Directory,
 }
 
-/// Relative path components → mark.
+/// One path of the record and the paths below it. A tree, not a map from whole paths: a write
+/// to a path of n components then costs n entries, where a map keyed by each ancestor's
+/// component list cost about n²/2 strings (a few 2,048-component writes took gigabytes).
+#[derive(Debug, Default)]
+struct Node {
+    mark: Option<Mark>,
+    children: HashMap<String, Node>,
+}
+
+/// Drops the tree iteratively: a path may be 2,048 components deep, and the default recursive
+/// drop of nested maps would use one stack frame per level.
+impl Drop for Node {
+    fn drop(&mut self) {
+        let mut pending: Vec<Node> = self.children.drain().map(|(_, child)| child).collect();
+        while let Some(mut node) = pending.pop() {
+            pending.extend(node.children.drain().map(|(_, child)| child));
+        }
+    }
+}
+
+impl Node {
+    fn find(&self, components: &[String]) -> Option<&Node> {
+        components
+            .iter()
+            .try_fold(self, |node, component| node.children.get(component))
+    }
+}
+
+/// The record, rooted at the workspace root.
 #[derive(Debug, Default)]
 pub struct WrittenPaths {
-    marks: Mutex<HashMap<Vec<String>, Mark>>,
+    root: Mutex<Node>,
 }
 
 impl WrittenPaths {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Vec<String>, Mark>> {
-        // The map is only ever updated by single inserts and removes, so a panic elsewhere
+    fn lock(&self) -> MutexGuard<'_, Node> {
+        // Every update below leaves the tree well-formed at each step, so a panic elsewhere
         // cannot leave it half-changed.
-        self.marks.lock().unwrap_or_else(PoisonError::into_inner)
+        self.root.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Called before a write: the content at `path` is about to change.
     pub fn forget(&self, path: &WsPath) {
-        self.lock().remove(path.components());
+        let mut root = self.lock();
+        let mut node = &mut *root;
+        for component in path.components() {
+            match node.children.get_mut(component) {
+                Some(child) => node = child,
+                None => return,
+            }
+        }
+        node.mark = None;
     }
 
-    /// Called after a successful write of `data` to `path`.
+    /// Called after a successful write of `data` to `path`: the path is a written file and
+    /// each ancestor (the root included) a written directory.
     pub fn record(&self, path: &WsPath, data: &[u8]) {
-        let components = path.components();
-        let mut marks = self.lock();
-        for depth in 0..components.len() {
-            marks.insert(components[..depth].to_vec(), Mark::Directory);
+        let mut root = self.lock();
+        let mut node = &mut *root;
+        for component in path.components() {
+            node.mark = Some(Mark::Directory);
+            node = node.children.entry(component.clone()).or_default();
         }
-        marks.insert(components.to_vec(), Mark::File(sha256_hex(data)));
+        node.mark = Some(Mark::File(sha256_hex(data)));
     }
 
     /// `Written` only if this handle wrote `path` and, when `content` is given, it wrote exactly
     /// those bytes there.
     pub fn provenance(&self, path: &WsPath, content: Option<&[u8]>) -> Provenance {
-        let marks = self.lock();
-        match (marks.get(path.components()), content) {
+        let root = self.lock();
+        let mark = root
+            .find(path.components())
+            .and_then(|node| node.mark.as_ref());
+        match (mark, content) {
             (Some(_), None) => Provenance::Written,
             (Some(Mark::File(hash)), Some(content)) if *hash == sha256_hex(content) => {
                 Provenance::Written
             }
             _ => Provenance::Unknown,
         }
+    }
+
+    /// The bytes of path components the record holds (for tests of its size).
+    #[cfg(test)]
+    fn stored_bytes(&self) -> usize {
+        let root = self.lock();
+        let mut pending = vec![&*root];
+        let mut bytes = 0;
+        while let Some(node) = pending.pop() {
+            bytes += node.children.keys().map(String::len).sum::<usize>();
+            pending.extend(node.children.values());
+        }
+        bytes
     }
 }
 
@@ -120,5 +174,22 @@ mod tests {
         written.forget(&path("f"));
         assert_eq!(written.provenance(&path("f"), None), Provenance::Unknown);
         assert_eq!(written.provenance(&path(""), None), Provenance::Written);
+    }
+
+    #[test]
+    fn a_deep_path_costs_one_entry_per_component() {
+        let written = WrittenPaths::default();
+        let deep = vec!["a"; 2_048].join("/");
+        written.record(&path(&format!("0/{}", &deep[..deep.len() - 2])), b"x");
+        written.record(&path(&format!("1/{}", &deep[..deep.len() - 2])), b"x");
+        // Each component once: 2 × 2,048 one-byte names. Keyed by every ancestor's whole
+        // path, the same two writes held about 4 million bytes of names. Dropping the record
+        // at the end must not recurse 2,048 deep either.
+        assert_eq!(written.stored_bytes(), 2 * 2_048);
+        let ancestor = format!("1/{}", &deep[..deep.len() - 4]);
+        assert_eq!(
+            written.provenance(&path(&ancestor), None),
+            Provenance::Written
+        );
     }
 }
