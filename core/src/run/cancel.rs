@@ -46,9 +46,19 @@ pub struct TokenRegistry {
 
 impl TokenRegistry {
     /// Registers an execution of `run` under lease `epoch`.
+    ///
+    /// An execution whose task starts late can register after a newer claim of the same run in
+    /// this process already did. It must not take the newer one's place (a heartbeat's cancel
+    /// for the newer epoch would then reach nobody): a newer epoch means its own lease is
+    /// over, so it gets a token that is already `Fenced` and the entry stays.
     pub fn register(&self, run: RunId, epoch: u64) -> CancelToken {
         let token = CancelToken::default();
-        lock(&self.entries).insert(
+        let mut entries = lock(&self.entries);
+        if entries.get(&run).is_some_and(|newer| newer.epoch > epoch) {
+            token.cancel(CancelReason::Fenced);
+            return token;
+        }
+        entries.insert(
             run,
             Entry {
                 epoch,
@@ -93,6 +103,19 @@ impl TokenRegistry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_late_registration_of_an_older_epoch_never_displaces_the_newer_one() {
+        let registry = TokenRegistry::default();
+        let run = RunId(uuid::Uuid::nil());
+        let newer = registry.register(run, 2);
+        let older = registry.register(run, 1);
+        assert_eq!(older.reason(), Some(CancelReason::Fenced));
+        registry.unregister(run, 1);
+        registry.cancel_epoch(run, 2, CancelReason::Requested);
+        assert_eq!(newer.reason(), Some(CancelReason::Requested));
+        assert!(registry.contains(run));
+    }
 
     #[test]
     fn first_reason_wins_and_stale_epochs_are_ignored() {

@@ -518,14 +518,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     .map(|call| self.site(run, lease, batch, call, state, token, false))
                     .collect();
                 let ends = join_all(sites.iter().map(|site| pipeline.run_call(site))).await;
-                let mut results = Vec::with_capacity(ends.len());
-                let mut parked = false;
-                for end in ends {
-                    match end? {
-                        CallEnd::Done(result) => results.push(result),
-                        CallEnd::Parked { .. } => parked = true,
-                    }
-                }
+                let (results, parked) = parallel_ends(ends)?;
                 observe(token)?; // point 4, once after the batch
                 Ok(if parked {
                     Dispatched::Park
@@ -923,4 +916,64 @@ fn final_commit(
     };
     transition(tx, current, next, change, actor, now)?;
     Ok(())
+}
+
+/// How a parallel batch ended, once every call has settled: its results in planner order and
+/// whether a call parked, or the halt that ends the execution. A failed transaction in any call
+/// (`Abandon`) wins over the others, even over an earlier call's `Fail` or `Cancel`: after it
+/// the execution writes nothing more (SPEC §8.3), not even FINAL.
+fn parallel_ends(ends: Vec<Result<CallEnd, Halt>>) -> Result<(Vec<CallResult>, bool), Halt> {
+    if ends.iter().any(|end| matches!(end, Err(Halt::Abandon))) {
+        return Err(Halt::Abandon);
+    }
+    let mut results = Vec::with_capacity(ends.len());
+    let mut parked = false;
+    for end in ends {
+        match end? {
+            CallEnd::Done(result) => results.push(result),
+            CallEnd::Parked { .. } => parked = true,
+        }
+    }
+    Ok((results, parked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::ApprovalId;
+
+    fn parked() -> Result<CallEnd, Halt> {
+        Ok(CallEnd::Parked {
+            approval_id: ApprovalId(uuid::Uuid::nil()),
+        })
+    }
+
+    #[test]
+    fn an_abandoned_call_wins_over_every_other_end_of_a_parallel_batch() {
+        for ends in [
+            vec![
+                Err(Halt::Fail(FailureReason::InternalError)),
+                Err(Halt::Abandon),
+            ],
+            vec![Err(Halt::Cancel), Err(Halt::Abandon)],
+            vec![parked(), Err(Halt::Abandon)],
+        ] {
+            assert_eq!(parallel_ends(ends).map(|_| ()), Err(Halt::Abandon));
+        }
+        // Otherwise the first halt in planner order, and a park only when nothing halted.
+        assert_eq!(
+            parallel_ends(vec![
+                parked(),
+                Err(Halt::Fail(FailureReason::InternalError)),
+                Err(Halt::Cancel)
+            ])
+            .map(|_| ()),
+            Err(Halt::Fail(FailureReason::InternalError))
+        );
+        assert_eq!(
+            parallel_ends(vec![parked(), parked()])
+                .map(|(results, parked)| (results.len(), parked)),
+            Ok((0, true))
+        );
+    }
 }
