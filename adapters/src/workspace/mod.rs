@@ -50,10 +50,13 @@ struct Handles {
 impl Handles {
     fn get(&mut self, key: &(String, RunId)) -> Option<Arc<LocalWorkspace>> {
         let handle = Arc::clone(self.by_run.get(key)?);
-        if let Some(at) = self.recency.iter().position(|k| k == key) {
-            if let Some(key) = self.recency.remove(at) {
-                self.recency.push_back(key);
-            }
+        if let Some(key) = self
+            .recency
+            .iter()
+            .position(|k| k == key)
+            .and_then(|at| self.recency.remove(at))
+        {
+            self.recency.push_back(key);
         }
         Some(handle)
     }
