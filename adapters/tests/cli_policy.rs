@@ -229,6 +229,60 @@ fn usage_errors_exit_2_with_the_error_object() {
 }
 
 #[test]
+fn a_command_without_its_subcommand_is_a_usage_error_with_an_error_message() {
+    for args in [&[][..], &["runs"][..], &["approvals"][..]] {
+        let output = airlock(args, b"");
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let error: serde_json::Value =
+            serde_json::from_str(&stdout(&output)).expect("one object on stdout");
+        assert_eq!(
+            error["error"]["message"], "a subcommand is required; see --help",
+            "{args:?}: not the command's description"
+        );
+    }
+}
+
+#[test]
+fn invalid_arguments_are_refused_before_any_store_is_opened_or_created() {
+    // Exit 2 (invalid input), not 4 (no store), and nothing is created.
+    let data = tempfile::tempdir().expect("data dir");
+    let data_dir = dir_arg(&data.path().join("never"));
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/example-run.json");
+    let script = script.to_str().expect("utf-8");
+    for args in [
+        vec!["approvals", "list", "--limit", "0"],
+        vec!["approvals", "list", "--limit", "101"],
+        vec![
+            "invocations",
+            "settle",
+            "0190a6f1-2b3c-7d4e-8f90-123456789abc",
+            "--outcome",
+            "maybe",
+            "--note",
+            "x",
+        ],
+        vec!["--scopes", "Bad", "run", "submit", script],
+    ] {
+        let mut all = vec!["--data-dir", data_dir.as_str()];
+        all.extend(&args);
+        let output = airlock(&all, b"");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stdout(&output)
+        );
+        let error: serde_json::Value =
+            serde_json::from_str(&stdout(&output)).expect("one object on stdout");
+        assert_eq!(error["error"]["code"], "invalid_argument", "{args:?}");
+        assert!(
+            !data.path().join("never").exists(),
+            "{args:?} created the data dir"
+        );
+    }
+}
+
+#[test]
 fn empty_or_unprintable_identities_and_loose_ids_are_invalid_input() {
     let data = tempfile::tempdir().expect("data dir");
     let data_dir = dir_arg(data.path());

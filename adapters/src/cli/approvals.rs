@@ -18,8 +18,9 @@ pub enum ApprovalsCommand {
     List {
         #[arg(long)]
         run: Option<RunId>,
-        #[arg(long)]
-        limit: Option<usize>,
+        /// 1..=100 (default 50); checked before the store is opened, like every argument.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+        limit: Option<u16>,
         #[arg(long)]
         cursor: Option<String>,
     },
@@ -53,7 +54,7 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
     let control = app.control(None);
     match command {
         ApprovalsCommand::List { run, limit, cursor } => {
-            match control.list_pending(&principal, run, limit, cursor.as_deref()) {
+            match control.list_pending(&principal, run, limit.map(usize::from), cursor.as_deref()) {
                 Ok(page) => print(&json!({
                     "items": page.items.iter().map(json::approval).collect::<Vec<_>>(),
                     "next_cursor": page.next_cursor,

@@ -5,7 +5,7 @@ use airlock_core::vocab::SettlementOutcome;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, invalid_argument, print, service_error};
+use super::output::{app_error, print, service_error};
 use super::{Globals, json};
 use crate::exit::Exit;
 use crate::host::app::App;
@@ -22,7 +22,7 @@ pub enum InvocationsCommand {
     Settle {
         id: InvocationId,
         #[arg(long)]
-        outcome: String,
+        outcome: SettlementOutcome,
         #[arg(long)]
         note: String,
     },
@@ -60,9 +60,6 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
             }
         }
         InvocationsCommand::Settle { id, outcome, note } => {
-            let Ok(outcome) = outcome.parse::<SettlementOutcome>() else {
-                return invalid_argument("--outcome must be succeeded or failed");
-            };
             match control.settle(&principal, id, outcome, &note).await {
                 Ok(settlement) => print(&json::settlement(&settlement)),
                 Err(e) => service_error(&e),

@@ -137,6 +137,14 @@ fn usage_error(error: &clap::Error) -> Exit {
         let _ = error.print();
         return Exit::Ok;
     }
+    // A command given without its subcommand makes clap print the help page, whose first
+    // paragraph is the command's description, not an error.
+    if error.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        || error.kind() == clap::error::ErrorKind::MissingSubcommand
+    {
+        let _ = error.print();
+        return output::invalid_argument("a subcommand is required; see --help");
+    }
     // clap's first paragraph is the error; some errors continue it on indented lines (the
     // missing arguments), which belong in the message too.
     let rendered = error.to_string();

@@ -52,10 +52,8 @@ pub async fn submit(globals: &Globals, script: &PathBuf, inline: bool) -> Exit {
         Ok(parsed) => parsed,
         Err(e) => return invalid_argument(&e.to_string()),
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
-        Ok(app) => app,
-        Err(e) => return app_error(&e),
-    };
+    // Every argument is checked before the store is opened (and created): invalid input
+    // leaves nothing behind.
     let principal = match globals.principal() {
         Ok(p) => Principal {
             tenant_id: parsed.tenant_id.clone(),
@@ -63,6 +61,10 @@ pub async fn submit(globals: &Globals, script: &PathBuf, inline: bool) -> Exit {
             scopes: p.scopes,
         },
         Err(exit) => return exit,
+    };
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
     };
     let control = app.control(None);
     let submitted = match control.submit_run(&principal, &text).await {
