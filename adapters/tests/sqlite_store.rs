@@ -71,6 +71,33 @@ fn seed_audit_rows(store: &SqliteStore) {
 }
 
 #[test]
+fn a_store_whose_schema_was_changed_is_refused_at_open() {
+    // user_version stays 1 (SPEC §14), so only the objects themselves tell a store edited by
+    // hand, or made by another build, from a good one.
+    let (dir, store) = fresh();
+    drop(store);
+    let path = dir.path().join("airlock.sqlite3");
+    SqliteStore::open(&path).expect("an untouched store reopens");
+    raw(&path)
+        .execute_batch("DROP TRIGGER events_no_update")
+        .expect("drop");
+    let message = SqliteStore::open(&path)
+        .expect_err("a store without its append-only trigger")
+        .to_string();
+    assert!(
+        message.contains("schema differs") && message.contains("trigger events_no_update"),
+        "{message}"
+    );
+    raw(&path)
+        .execute_batch("CREATE TABLE notes (x)")
+        .expect("create");
+    let message = SqliteStore::open(&path)
+        .expect_err("still refused")
+        .to_string();
+    assert!(message.contains("table notes"), "{message}");
+}
+
+#[test]
 fn audit_tables_reject_update_and_delete_from_any_connection() {
     let (dir, store) = fresh();
     seed_audit_rows(&store);

@@ -63,6 +63,11 @@ pub enum SqliteError {
     Migration(#[from] rusqlite_migration::Error),
     #[error("cannot read the store: {0}")]
     Query(#[source] rusqlite::Error),
+    /// The file claims the current schema version but its tables, indexes or triggers differ
+    /// from what this build creates: a store from another build, or one edited by hand (an
+    /// append-only trigger dropped, say). Nothing is written to it.
+    #[error("the store's schema differs from this build's: {0}")]
+    SchemaMismatch(String),
 }
 
 /// The connection settings as SQLite reports them, for tests and `doctor`-style checks.
@@ -112,6 +117,7 @@ impl SqliteStore {
         .map_err(open_error)?;
         configure(&conn)?;
         migrate(&mut conn)?;
+        verify_schema(&conn)?;
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         Ok(SqliteStore {
             path: path.to_owned(),
@@ -213,6 +219,29 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
         });
     }
     Ok(())
+}
+
+/// Checks that the migrated store holds exactly the schema objects this build creates, with
+/// the same definitions. SPEC §14 keeps `user_version` at 1, so the version alone cannot tell an
+/// older build's store, or one whose audit triggers were dropped, from a good one.
+fn verify_schema(conn: &Connection) -> Result<(), SqliteError> {
+    let expected = schema::expected_objects()?;
+    let actual = schema::objects(conn).map_err(SqliteError::Query)?;
+    if actual == expected {
+        return Ok(());
+    }
+    let describe = |objects: Vec<&schema::SchemaObject>| {
+        objects
+            .iter()
+            .map(|(kind, name, _)| format!("{kind} {name}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let missing = describe(expected.iter().filter(|o| !actual.contains(o)).collect());
+    let unexpected = describe(actual.iter().filter(|o| !expected.contains(o)).collect());
+    Err(SqliteError::SchemaMismatch(format!(
+        "missing or changed: [{missing}]; not expected: [{unexpected}]"
+    )))
 }
 
 /// Applies the migrations. Two processes opening a new file at once may both see version 0;

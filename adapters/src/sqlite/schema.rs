@@ -12,6 +12,7 @@
 //! deferred key would fail at COMMIT, which under group commit would fail every transaction of
 //! the group, not just the offending one.
 
+use rusqlite::Connection;
 use rusqlite_migration::{M, Migrations};
 
 /// M1: the whole v1 schema.
@@ -272,6 +273,26 @@ pub const SCHEMA_VERSION: i64 = 1;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)
+}
+
+/// One schema object as `sqlite_master` records it: type, name and its `CREATE` text.
+pub(super) type SchemaObject = (String, String, Option<String>);
+
+/// The schema objects of `conn`, in a fixed order (SQLite's own `sqlite_*` objects left out).
+pub(super) fn objects(conn: &Connection) -> rusqlite::Result<Vec<SchemaObject>> {
+    let mut statement = conn.prepare(
+        "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
+         ORDER BY type, name",
+    )?;
+    let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+    rows.collect()
+}
+
+/// What a store of this build holds: the migrations applied to an empty in-memory database.
+pub(super) fn expected_objects() -> Result<Vec<SchemaObject>, rusqlite_migration::Error> {
+    let mut conn = Connection::open_in_memory()?;
+    migrations().to_latest(&mut conn)?;
+    Ok(objects(&conn)?)
 }
 
 #[cfg(test)]
