@@ -176,7 +176,9 @@ pub fn run() -> ExitCode {
     let runtime = match build_runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            let message = format!("cannot start the runtime: {e}");
+            output::line(crate::exit::error_json("storage", &message));
+            eprintln!("error: {message}");
             return Exit::Storage.into();
         }
     };
