@@ -3,10 +3,10 @@
 //! [`run_contract`].
 //!
 //! Each check gets a fresh store from `make`, exercises one rule and panics with a message that
-//! names it. The checks use only behaviour the trait documents or SPEC §14 requires of the
-//! SQLite schema; rules that only `MemStore` adds (run edges, epoch and attempts discipline,
-//! foreign keys as `NotFound`) are tested next to `MemStore`. Every setup is itself valid under
-//! those stricter rules, so both stores can run the same suite.
+//! names it. The checks use only behaviour the trait documents, SPEC §14 requires of the SQLite
+//! schema, or SPEC §8.1, §8.2, §9.1 and §13 state as rules of the rows (run edges, epoch and
+//! attempts discipline, the watermark, missing parents as `NotFound`). Reads go through
+//! `Store::read`, so SQLite's reader connections are exercised too.
 
 use std::fmt::Debug;
 
@@ -30,6 +30,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     guarded_run_update_fences_or_conflicts(&make());
     run_immutable_fields_conflict(&make());
     duplicate_primary_keys_conflict(&make());
+    a_session_starts_at_sequence_one(&make());
     one_active_run_per_session(&make());
     heartbeat_renews_only_a_held_lease(&make());
     next_claimable_run_is_the_oldest_due_queued_run(&make());
@@ -60,6 +61,14 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     process_event_idempotency(&make());
     settlement_is_unique_per_invocation(&make());
     policy_profile_idempotency(&make());
+    run_edges_of_section_8_1_only(&make());
+    lease_epoch_advances_by_one_only_at_claim(&make());
+    attempts_grow_only_when_a_run_leaves_running(&make());
+    the_watermark_is_written_only_by_start(&make());
+    terminal_outcome_must_match_the_status(&make());
+    event_payloads_are_objects_of_the_runs_session(&make());
+    missing_parents_are_not_found(&make());
+    settlements_only_of_uncertain_invocations(&make());
 }
 
 // ----- helpers -------------------------------------------------------------------------------
@@ -83,9 +92,22 @@ fn assert_fenced<R: Debug>(result: Result<R, TxError>, rule: &str) {
     );
 }
 
-/// A read-only transaction.
+/// The message of a `Conflict`; panics on anything else.
+#[track_caller]
+fn conflict_message<R: Debug>(result: Result<R, TxError>) -> String {
+    match result {
+        Err(TxError::Conflict(message)) => message,
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+}
+
+/// A read-only transaction, through `Store::read`: SQLite serves it from its reader
+/// connections, so every lookup, listing and ordering check below runs on the path production
+/// reads take.
 fn read<S: Store, R>(store: &S, f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>) -> R {
-    commit(store, "read", f)
+    store
+        .read(f)
+        .unwrap_or_else(|error| panic!("read failed: {error:?}"))
 }
 
 fn stored_run<S: Store>(store: &S, run: &Run) -> Run {
@@ -505,6 +527,20 @@ fn run_immutable_fields_conflict<S: Store>(store: &S) {
 }
 
 /// Primary keys: a second session, run, invocation or approval with a used id is `Conflict`.
+/// §13.1 "first is 1"; §14 `next_event_sequence` (1): a session can never hand out 0.
+fn a_session_starts_at_sequence_one<S: Store>(store: &S) {
+    let mut session = sample_session(1);
+    session.next_event_sequence = 0;
+    assert_conflict(
+        store.transact(|tx| tx.insert_session(&session)),
+        "sessions: next_event_sequence 0",
+    );
+    assert!(
+        read(store, |tx| tx.session(session.id)).is_none(),
+        "nothing stored"
+    );
+}
+
 fn duplicate_primary_keys_conflict<S: Store>(store: &S) {
     let run = seed_run(store, 1, RunStatus::Completed);
     assert_conflict(
@@ -2172,5 +2208,276 @@ fn policy_profile_idempotency<S: Store>(store: &S) {
     assert!(
         read(store, |tx| tx.policy_profiles()).contains(&first),
         "policy_profiles: the first record is kept"
+    );
+}
+
+// ----- rules SPEC §8.1, §8.2, §9.1 and §13 state, once only MemStore's ----------------------
+
+fn run_edges_of_section_8_1_only<S: Store>(store: &S) {
+    let queued = seed_run(store, 1, RunStatus::Queued);
+    let guard = RunGuard {
+        run_id: queued.id,
+        status: RunStatus::Queued,
+        lease: None,
+    };
+    let mut completed = queued.clone();
+    completed.state = RunState::Completed {
+        final_message: "done".to_owned(),
+    };
+    let message = conflict_message(store.transact(|tx| tx.update_run(&guard, &completed)));
+    assert_eq!(message, "invalid run transition QUEUED->COMPLETED");
+
+    let mut waiting = queued.clone();
+    waiting.state = RunState::WaitingForApproval;
+    assert!(
+        store
+            .transact(|tx| tx.update_run(&guard, &waiting))
+            .is_err(),
+        "QUEUED -> WAITING_FOR_APPROVAL is no edge"
+    );
+
+    let cancelled = seed_run(store, 2, RunStatus::Cancelled);
+    let mut revived = cancelled.clone();
+    revived.state = RunState::Queued {
+        scheduled_for: None,
+    };
+    let guard = RunGuard {
+        run_id: cancelled.id,
+        status: RunStatus::Cancelled,
+        lease: None,
+    };
+    assert_eq!(
+        conflict_message(store.transact(|tx| tx.update_run(&guard, &revived))),
+        "invalid run transition CANCELLED->QUEUED"
+    );
+}
+
+fn lease_epoch_advances_by_one_only_at_claim<S: Store>(store: &S) {
+    let queued = seed_run(store, 1, RunStatus::Queued);
+    let guard = RunGuard {
+        run_id: queued.id,
+        status: RunStatus::Queued,
+        lease: None,
+    };
+    let mut claimed = queued.clone();
+    claimed.state = sample_state(RunStatus::Running);
+    assert!(
+        conflict_message(store.transact(|tx| tx.update_run(&guard, &claimed)))
+            .contains("lease_epoch"),
+        "a claim without a new epoch"
+    );
+    claimed.lease_epoch = queued.lease_epoch + 2;
+    assert!(
+        store
+            .transact(|tx| tx.update_run(&guard, &claimed))
+            .is_err(),
+        "a claim skipping an epoch"
+    );
+    claimed.lease_epoch = queued.lease_epoch + 1;
+    commit(store, "CLAIM", |tx| tx.update_run(&guard, &claimed));
+
+    let held = RunGuard {
+        run_id: claimed.id,
+        status: RunStatus::Running,
+        lease: claimed.lease(),
+    };
+    let mut stolen = claimed.clone();
+    stolen.state = RunState::Running {
+        lease_owner: "worker-2".to_owned(),
+        lease_expires_at: at(99),
+    };
+    assert!(
+        conflict_message(store.transact(|tx| tx.update_run(&held, &stolen)))
+            .contains("lease owner"),
+        "a guarded update cannot move the lease"
+    );
+    let mut bumped = claimed.clone();
+    bumped.lease_epoch += 1;
+    assert!(
+        store.transact(|tx| tx.update_run(&held, &bumped)).is_err(),
+        "RUNNING -> RUNNING keeps the epoch"
+    );
+    let mut parked = claimed.clone();
+    parked.state = RunState::WaitingForApproval;
+    parked.lease_epoch = 0;
+    assert!(
+        conflict_message(store.transact(|tx| tx.update_run(&held, &parked)))
+            .contains("lease_epoch"),
+        "lease_epoch never resets"
+    );
+}
+
+fn attempts_grow_only_when_a_run_leaves_running<S: Store>(store: &S) {
+    let running = seed_run(store, 1, RunStatus::Running);
+    let held = RunGuard {
+        run_id: running.id,
+        status: RunStatus::Running,
+        lease: running.lease(),
+    };
+    let mut counted = running.clone();
+    counted.attempts = 1;
+    assert!(
+        conflict_message(store.transact(|tx| tx.update_run(&held, &counted))).contains("attempts"),
+        "not while running"
+    );
+    let mut requeued = running.clone();
+    requeued.state = RunState::Queued {
+        scheduled_for: Some(at(31)),
+    };
+    requeued.attempts = 2;
+    let reclaim = RunGuard {
+        lease: None,
+        ..held.clone()
+    };
+    assert!(
+        store
+            .transact(|tx| tx.update_run(&reclaim, &requeued))
+            .is_err(),
+        "by one at a time"
+    );
+    requeued.attempts = 1;
+    commit(store, "RECLAIM", |tx| tx.update_run(&reclaim, &requeued));
+    let mut reset = requeued.clone();
+    reset.attempts = 0;
+    let queued = RunGuard {
+        run_id: running.id,
+        status: RunStatus::Queued,
+        lease: None,
+    };
+    assert!(
+        store.transact(|tx| tx.update_run(&queued, &reset)).is_err(),
+        "attempts never decrease"
+    );
+}
+
+fn the_watermark_is_written_only_by_start<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let running = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Running),
+    );
+    let mut moved = running.clone();
+    moved.effect_sent_at = Some(at(5));
+    assert!(
+        conflict_message(
+            store.transact(|tx| tx.update_invocation(InvocationStatus::Running, &moved))
+        )
+        .contains("never changes")
+    );
+    let mut cleared = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
+    cleared.effect_sent_at = None;
+    assert!(
+        store
+            .transact(|tx| tx.update_invocation(InvocationStatus::Running, &cleared))
+            .is_err(),
+        "FINISH cannot clear it"
+    );
+
+    let mut unsent = sample_invocation(2, &run, 1, "c2", InvocationStatus::Running);
+    unsent.effect_sent_at = None;
+    let unsent = seed_invocation(store, unsent);
+    let mut late = unsent.clone();
+    late.effect_sent_at = Some(at(5));
+    assert!(
+        conflict_message(
+            store.transact(|tx| tx.update_invocation(InvocationStatus::Running, &late))
+        )
+        .contains("only by START")
+    );
+}
+
+fn terminal_outcome_must_match_the_status<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let mut mismatched = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
+    mismatched.status = InvocationStatus::Uncertain;
+    assert!(
+        conflict_message(store.transact(|tx| tx.insert_invocation(&mismatched)))
+            .contains("does not match")
+    );
+}
+
+fn event_payloads_are_objects_of_the_runs_session<S: Store>(store: &S) {
+    let one = seed_run(store, 1, RunStatus::Running);
+    let two = seed_run(store, 2, RunStatus::Running);
+    let scalar = sample_event(&one, EventType::RunStarted, json!("text"), None);
+    assert!(conflict_message(store.transact(|tx| tx.append_event(&scalar))).contains("object"));
+    let mut crossed = sample_event(&one, EventType::RunStarted, json!({}), None);
+    crossed.run_id = Some(two.id);
+    assert!(
+        conflict_message(store.transact(|tx| tx.append_event(&crossed))).contains("not in session")
+    );
+    let mut unknown_run = sample_event(&one, EventType::RunStarted, json!({}), None);
+    unknown_run.run_id = Some(run_id(99));
+    assert_eq!(
+        store.transact(|tx| tx.append_event(&unknown_run)),
+        Err(TxError::NotFound)
+    );
+    assert_eq!(
+        read(store, |tx| tx.session(one.session_id)).map(|s| s.next_event_sequence),
+        Some(1),
+        "no sequence consumed"
+    );
+}
+
+fn missing_parents_are_not_found<S: Store>(store: &S) {
+    let orphan = sample_run(1, session_id(1), RunStatus::Queued);
+    assert_eq!(
+        store.transact(|tx| tx.insert_run(&orphan)),
+        Err(TxError::NotFound),
+        "run without session"
+    );
+    assert_eq!(
+        store.transact(|tx| tx.insert_checkpoint(&sample_checkpoint(orphan.id, 1))),
+        Err(TxError::NotFound),
+        "checkpoint without run"
+    );
+    let invocation = sample_invocation(1, &orphan, 1, "c1", InvocationStatus::Uncertain);
+    assert_eq!(
+        store.transact(|tx| tx.insert_invocation(&invocation)),
+        Err(TxError::NotFound),
+        "invocation without run"
+    );
+    let approval = sample_approval(1, &invocation, ApprovalStatus::Pending);
+    assert_eq!(
+        store.transact(|tx| tx.insert_approval(&approval)),
+        Err(TxError::NotFound),
+        "approval without run"
+    );
+    let settlement = sample_settlement(1, &invocation);
+    assert_eq!(
+        store.transact(|tx| tx.insert_settlement(&settlement)),
+        Err(TxError::NotFound),
+        "settlement without invocation"
+    );
+    assert_eq!(
+        store.transact(|tx| tx.update_run(
+            &RunGuard {
+                run_id: orphan.id,
+                status: RunStatus::Queued,
+                lease: None
+            },
+            &orphan
+        )),
+        Err(TxError::NotFound)
+    );
+    assert_eq!(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Uncertain, &invocation)),
+        Err(TxError::NotFound)
+    );
+    assert_eq!(
+        store.transact(|tx| tx.update_approval(ApprovalStatus::Pending, &approval)),
+        Err(TxError::NotFound)
+    );
+}
+
+fn settlements_only_of_uncertain_invocations<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let failed = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed),
+    );
+    assert!(
+        conflict_message(store.transact(|tx| tx.insert_settlement(&sample_settlement(1, &failed))))
+            .contains("not UNCERTAIN")
     );
 }
