@@ -1561,3 +1561,38 @@ async fn a_failed_poll_stops_claiming_but_lets_the_runs_in_flight_finish() {
     assert_eq!(finished.status(), RunStatus::Completed);
     assert_eq!(finished.attempts, 0);
 }
+
+/// A planner factory that cannot build a planner (a damaged `planner_input`, say).
+struct BrokenPlannerFactory;
+
+impl PlannerFactory for BrokenPlannerFactory {
+    fn for_run(&self, _run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        Err(PlannerError("cannot read the stored script".to_owned()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_comes_before_a_planner_that_cannot_be_built() {
+    // §8.3's loop order: point 1 (the token) before the planner is asked for anything. A
+    // cancelled run ends CANCELLED even when its planner cannot be built.
+    let h = Harness::new();
+    let mut env = h.env.clone();
+    env.planners = Arc::new(BrokenPlannerFactory);
+    let worker = Worker::new(env, WorkerSettings::new("w1"));
+    let run = h.submit(h.script(json!([[echo("c1", "hi")]]))).await;
+    let (claimed, lease) = worker.claim(None).await.unwrap().expect("claimable");
+    h.control.cancel_run(&h.alice(), run).await.unwrap();
+
+    assert_eq!(
+        worker.execute(claimed, lease).await,
+        ExecutionEnd::Finished(RunStatus::Cancelled)
+    );
+
+    // Without a cancel, the same planner fails the run planner_error.
+    let other = h.submit(h.script(json!([[echo("c1", "hi")]]))).await;
+    assert_eq!(
+        h.drive(&worker).await,
+        vec![ExecutionEnd::Finished(RunStatus::Failed)]
+    );
+    assert_eq!(failure_reason(&h.run(other)), FailureReason::PlannerError);
+}

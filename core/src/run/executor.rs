@@ -15,7 +15,7 @@ use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, ParallelGroupId};
 use crate::invocation::outcome::ResultItem;
 use crate::invocation::pipeline::{CallEnd, CallResult, CallSite, Halt, ToolPipeline};
-use crate::ports::{PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
+use crate::ports::{Planner, PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
 use crate::run::cancel::CancelToken;
 use crate::run::checkpoint::{
     Admission, Checkpoint, CheckpointState, HistoryStep, PendingBatch, PinnedCall, ResultRef,
@@ -151,11 +151,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 return Ok(end);
             }
         }
-        let planner = self
-            .env
-            .planners
-            .for_run(run)
-            .map_err(|_| Halt::Fail(FailureReason::PlannerError))?;
+        // Built when first asked, after point 1, the deadline and the step limit (§8.3's
+        // order): a planner that cannot be built must not hide a cancel or a passed deadline.
+        let mut built_planner: Option<Arc<dyn Planner>> = None;
         // The planner's history, extended by each checkpointed step rather than reloaded whole.
         let mut history = Vec::new();
         loop {
@@ -167,6 +165,18 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             if step > run.limits.max_steps {
                 return Err(Halt::Fail(FailureReason::MaxStepsExceeded));
             }
+            let planner = match &built_planner {
+                Some(built) => Arc::clone(built),
+                None => {
+                    let built = self
+                        .env
+                        .planners
+                        .for_run(run)
+                        .map_err(|_| Halt::Fail(FailureReason::PlannerError))?;
+                    built_planner = Some(Arc::clone(&built));
+                    built
+                }
+            };
             self.load_history(lease, state, &mut history)?;
             // No transaction is open while the planner runs.
             let turn = planner
