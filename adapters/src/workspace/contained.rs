@@ -128,6 +128,42 @@ pub fn walk_dirs(
         .try_fold(start, |dir, name| open_subdir(&dir, name, create))
 }
 
+/// What is at `components` under `root` now, without following anything: a regular file and its
+/// size, a directory, or `None` for anything else (missing, a symlink, a special file, a
+/// component that is not a directory).
+pub fn entry_shape(
+    root: OwnedFd,
+    components: &[String],
+) -> Result<Option<EntryShape>, WorkspaceError> {
+    let Some((name, parents)) = components.split_last() else {
+        return Ok(Some(EntryShape::Directory));
+    };
+    let dir = match walk_dirs(root, parents, false) {
+        Ok(dir) => dir,
+        Err(WorkspaceError::Io(message)) => return Err(WorkspaceError::Io(message)),
+        Err(_) => return Ok(None),
+    };
+    match statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(stat) => Ok(match file_type(&stat) {
+            FileType::RegularFile => Some(EntryShape::File {
+                byte_count: u64::try_from(stat.st_size).unwrap_or(0),
+            }),
+            FileType::Directory => Some(EntryShape::Directory),
+            _ => None,
+        }),
+        Err(Errno::NOENT | Errno::NOTDIR) => Ok(None),
+        Err(errno) => Err(io("stat", errno)),
+    }
+}
+
+/// The shape of a workspace entry, as [`entry_shape`] finds it on disk and as provenance
+/// remembers what this handle wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryShape {
+    File { byte_count: u64 },
+    Directory,
+}
+
 /// Opens (and creates on demand) `base/layout[0]/layout[1]/…`, the workspace root. `base` is the
 /// operator's data directory and is trusted; the layout components below it are not followed if
 /// they are symlinks.

@@ -26,6 +26,7 @@ use airlock_core::ports::{
 
 pub use contained::MAX_VISITED_ENTRIES;
 
+use contained::EntryShape;
 use provenance::WrittenPaths;
 
 /// The directory under the data directory that holds every workspace.
@@ -167,8 +168,32 @@ impl Workspace for LocalWorkspace {
         contained::list_dir(self.open_root()?, path.components(), recursive)
     }
 
+    /// SPEC §12.3, with one tightening for the case without content (a listing): the path must
+    /// also still hold what this handle left there, a directory or a regular file of the
+    /// length it wrote. Otherwise a listing could report, as `internal_tool`, the size or kind
+    /// of an entry someone changed behind the handle.
     fn provenance(&self, path: &WsPath, content: Option<&[u8]>) -> Provenance {
-        self.written.provenance(path, content)
+        if content.is_some() {
+            return self.written.provenance(path, content);
+        }
+        let Some(expected) = self.written.written_shape(path) else {
+            return Provenance::Unknown;
+        };
+        let on_disk = self
+            .open_root()
+            .and_then(|root| contained::entry_shape(root, path.components()));
+        let same = match (expected, on_disk) {
+            (EntryShape::Directory, Ok(Some(EntryShape::Directory))) => true,
+            (EntryShape::File { byte_count }, Ok(Some(EntryShape::File { byte_count: now }))) => {
+                byte_count == now
+            }
+            _ => false,
+        };
+        if same {
+            Provenance::Written
+        } else {
+            Provenance::Unknown
+        }
     }
 }
 
@@ -237,6 +262,41 @@ mod tests {
             Provenance::Unknown
         );
         assert_eq!(factory.handles.lock().unwrap().by_run.len(), MAX_HANDLES);
+    }
+
+    #[test]
+    fn without_content_written_also_needs_the_entry_this_handle_left_on_disk() {
+        let data = tempfile::tempdir().unwrap();
+        let factory = LocalWorkspaces::new(data.path());
+        let run = RunId(Uuid::from_u128(3));
+        let workspace = factory.for_run("t", run).unwrap();
+        let root = factory.root_of("t", run);
+        workspace.write(&path("d/a.txt"), b"x").unwrap();
+        let listed = |p: &str| workspace.provenance(&path(p), None);
+        assert_eq!(listed("d/a.txt"), Provenance::Written);
+        assert_eq!(listed("d"), Provenance::Written);
+        assert_eq!(listed(""), Provenance::Written);
+
+        // Grown behind the handle: a listing would show a size it never wrote.
+        std::fs::write(root.join("d/a.txt"), b"xyz").unwrap();
+        assert_eq!(listed("d/a.txt"), Provenance::Unknown);
+        // Same length again: without content only the shape can be compared.
+        std::fs::write(root.join("d/a.txt"), b"y").unwrap();
+        assert_eq!(listed("d/a.txt"), Provenance::Written);
+        assert_eq!(
+            workspace.provenance(&path("d/a.txt"), Some(b"y")),
+            Provenance::Unknown,
+            "with content the bytes decide"
+        );
+
+        // Replaced by a directory, or by a file where a directory was.
+        std::fs::remove_file(root.join("d/a.txt")).unwrap();
+        std::fs::create_dir(root.join("d/a.txt")).unwrap();
+        assert_eq!(listed("d/a.txt"), Provenance::Unknown);
+        std::fs::remove_dir_all(root.join("d")).unwrap();
+        std::fs::write(root.join("d"), b"").unwrap();
+        assert_eq!(listed("d"), Provenance::Unknown);
+        assert_eq!(listed("d/a.txt"), Provenance::Unknown);
     }
 
     #[test]

@@ -11,11 +11,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use airlock_core::canonical::sha256_hex;
 use airlock_core::workspace::{Provenance, WsPath};
 
+use super::contained::EntryShape;
+
 /// What this handle wrote at one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Mark {
-    /// A file, with the SHA-256 (hex) of the bytes last written.
-    File(String),
+    /// A file, with the SHA-256 (hex) and the length of the bytes last written.
+    File { sha256: String, byte_count: u64 },
     /// A directory that holds something this handle wrote.
     Directory,
 }
@@ -83,7 +85,10 @@ impl WrittenPaths {
             node.mark = Some(Mark::Directory);
             node = node.children.entry(component.clone()).or_default();
         }
-        node.mark = Some(Mark::File(sha256_hex(data)));
+        node.mark = Some(Mark::File {
+            sha256: sha256_hex(data),
+            byte_count: u64::try_from(data.len()).unwrap_or(u64::MAX),
+        });
     }
 
     /// `Written` only if this handle wrote `path` and, when `content` is given, it wrote exactly
@@ -95,10 +100,22 @@ impl WrittenPaths {
             .and_then(|node| node.mark.as_ref());
         match (mark, content) {
             (Some(_), None) => Provenance::Written,
-            (Some(Mark::File(hash)), Some(content)) if *hash == sha256_hex(content) => {
+            (Some(Mark::File { sha256, .. }), Some(content)) if *sha256 == sha256_hex(content) => {
                 Provenance::Written
             }
             _ => Provenance::Unknown,
+        }
+    }
+
+    /// What this handle left at `path`, for a check against the disk when no content is at
+    /// hand (a listing): the file's length, or a directory.
+    pub fn written_shape(&self, path: &WsPath) -> Option<EntryShape> {
+        let root = self.lock();
+        match root.find(path.components())?.mark.as_ref()? {
+            Mark::File { byte_count, .. } => Some(EntryShape::File {
+                byte_count: *byte_count,
+            }),
+            Mark::Directory => Some(EntryShape::Directory),
         }
     }
 
