@@ -182,10 +182,35 @@ pub fn open_root(base: &Path, layout: &[String]) -> Result<OwnedFd, WorkspaceErr
         }
         Err(errno) => return Err(io("open data directory", errno)),
     };
-    walk_dirs(base_fd, layout, true).map_err(|error| match error {
-        WorkspaceError::Io(message) => WorkspaceError::Io(format!("workspace root: {message}")),
-        other => WorkspaceError::Io(format!("workspace root: {other}")),
-    })
+    layout
+        .iter()
+        .try_fold(base_fd, |dir, name| {
+            let sub = open_subdir(&dir, name, true)?;
+            keep_private(&sub, name)?;
+            Ok(sub)
+        })
+        .map_err(|error| match error {
+            WorkspaceError::Io(message) => WorkspaceError::Io(format!("workspace root: {message}")),
+            other => WorkspaceError::Io(format!("workspace root: {other}")),
+        })
+}
+
+/// A layout directory (the workspaces directory, a tenant's, a run's root) must be this
+/// process's and private (SPEC §12.2: directories 0700), also when it already existed: another
+/// user who owns it, or may write to it, could swap a run's root between two calls or read what
+/// the agent writes. One of ours that is too open is made 0700; anyone else's is refused.
+fn keep_private(dir: &OwnedFd, name: &str) -> Result<(), WorkspaceError> {
+    let stat = fstat(dir).map_err(|errno| io("stat workspace directory", errno))?;
+    if stat.st_uid != rustix::process::geteuid().as_raw() {
+        return Err(WorkspaceError::Io(format!(
+            "workspace directory '{name}' belongs to another user"
+        )));
+    }
+    if stat.st_mode & 0o077 != 0 {
+        fchmod(dir, Mode::from_raw_mode(DIR_MODE))
+            .map_err(|errno| io("make workspace directory private", errno))?;
+    }
+    Ok(())
 }
 
 /// Splits a non-root path into its parent components and final name.

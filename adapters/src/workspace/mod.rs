@@ -300,6 +300,44 @@ mod tests {
     }
 
     #[test]
+    fn existing_layout_directories_are_made_private_or_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let data = tempfile::tempdir().unwrap();
+        let factory = LocalWorkspaces::new(data.path());
+        let run = RunId(Uuid::from_u128(4));
+        let root = factory.root_of("t", run);
+        // Pre-created by someone else's umask: world-writable.
+        std::fs::create_dir_all(&root).unwrap();
+        for dir in [
+            root.parent().unwrap().parent().unwrap(),
+            root.parent().unwrap(),
+            &root,
+        ] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        factory.for_run("t", run).unwrap();
+        for dir in [
+            root.parent().unwrap().parent().unwrap(),
+            root.parent().unwrap(),
+            &root,
+        ] {
+            assert_eq!(mode(dir), 0o700, "{}", dir.display());
+        }
+
+        // Another user's directory is refused (checkable only where chown is allowed).
+        if rustix::process::geteuid().is_root() {
+            let other = RunId(Uuid::from_u128(5));
+            let foreign = factory.root_of("t", other);
+            std::fs::create_dir(&foreign).unwrap();
+            std::os::unix::fs::chown(&foreign, Some(65_534), Some(65_534)).unwrap();
+            let Err(error) = factory.for_run("t", other) else {
+                panic!("a root owned by another user was accepted");
+            };
+            assert!(error.to_string().contains("another user"), "{error}");
+        }
+    }
+
+    #[test]
     fn one_handle_per_tenant_and_run() {
         let data = tempfile::tempdir().unwrap();
         let factory = LocalWorkspaces::new(data.path());
