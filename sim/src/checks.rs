@@ -70,6 +70,8 @@ pub struct Observations {
     pub open_transaction_calls: Vec<String>,
     /// A worker loop that returned an error (the node stops polling).
     pub worker_errors: Vec<String>,
+    /// Writes the store refused as breaking a rule of the rows (see `CommitLog::refused`).
+    pub refused_writes: Vec<String>,
 }
 
 /// What the world looked like when the quiet phase ended.
@@ -127,6 +129,9 @@ pub fn check_world(
     }
     for detail in &observations.worker_errors {
         fail("worker_loop_error", detail.clone());
+    }
+    for detail in &observations.refused_writes {
+        fail("store_refused_a_rule_breaking_write", detail.clone());
     }
     for (invariant, detail) in liveness(snapshot, quiet) {
         fail(invariant, detail);

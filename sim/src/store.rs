@@ -25,6 +25,36 @@ pub struct CommitLog {
     last: BTreeMap<InvocationId, Invocation>,
     /// §16 #15 breaches found at commit time.
     pub violations: Vec<String>,
+    /// Writes the store refused because they broke a rule of the rows (§8.1, §8.2, §9.1,
+    /// §10.1, §13, §14), not because another writer got there first. Core then abandons the
+    /// execution and recovery ends the run in some legal state, so without this list a core
+    /// bug that attempts such a write would look like a harmless retry.
+    pub refused: Vec<String>,
+}
+
+/// Whether a `Conflict` from the store means the write itself was wrong. The other conflicts
+/// are races the spec expects (a guarded status that changed, a duplicate key at PROPOSE,
+/// one active run per session, a second settlement or approval for the same thing).
+fn breaks_a_rule(message: &str) -> bool {
+    const RULES: [&str; 16] = [
+        "invalid run transition",
+        "invalid invocation transition",
+        "lease_epoch",
+        "lease owner changes only",
+        "attempts grows",
+        "CHECK ",
+        "does not match status",
+        "immutable field",
+        "not contiguous",
+        "session_id differs",
+        "terminal invocation",
+        "terminal approval",
+        "effect_sent_at",
+        "is not in session",
+        "UNIQUE(session_id, sequence)",
+        "duplicate id",
+    ];
+    RULES.iter().any(|rule| message.contains(rule))
 }
 
 impl CommitLog {
@@ -111,6 +141,11 @@ impl Store for SimStore {
         self.open.fetch_add(1, Ordering::SeqCst);
         let result = self.inner.transact(f);
         self.open.fetch_sub(1, Ordering::SeqCst);
+        if let Err(TxError::Conflict(message)) = &result {
+            if breaks_a_rule(message) {
+                self.log().refused.push(message.clone());
+            }
+        }
         if result.is_ok() {
             let (events, rows) = self.inner.inspect(|s| {
                 let events: Vec<Event> = s.events[before..].to_vec();

@@ -731,14 +731,16 @@ pub async fn simulate(plan: Plan) -> Outcome {
         }
     }
     let snapshot = world.store.snapshot();
-    let (commits, commit_violations) = {
+    let (commits, commit_violations, refused) = {
         let mut log = world.store.log();
         (
             std::mem::take(&mut log.commits),
             std::mem::take(&mut log.violations),
+            std::mem::take(&mut log.refused),
         )
     };
-    let observations = std::mem::take(&mut *world.observations());
+    let mut observations = std::mem::take(&mut *world.observations());
+    observations.refused_writes = refused;
     let faults = std::mem::take(&mut *lock(&world.faults));
     Outcome {
         snapshot,
@@ -774,7 +776,10 @@ impl Dispatcher for SimDispatcher {
 }
 
 /// Kills the node at a crash point with the plan's probability: the awaiting future never
-/// completes and madsim drops every task of the node.
+/// completes and madsim drops every task of the node. Otherwise, now and then, it pauses for a
+/// few milliseconds: core's transactions are synchronous and it yields only at the planner,
+/// tools and sleeps, so without this nothing else (a cancel, a reclaim, an expiry, a zombie's
+/// commit) could ever land between two consecutive transactions of one execution.
 struct SimFaults {
     world: Arc<World>,
     node: usize,
@@ -788,6 +793,10 @@ impl FaultHook for SimFaults {
         if kill {
             world.kill(self.node, &format!("kill_{point}"), format!("at {point}"));
             return Box::pin(std::future::pending());
+        }
+        let pause_ms = world.draw(|r| if r.chance(0.25) { r.range(1, 6) } else { 0 });
+        if pause_ms > 0 {
+            return Box::pin(sleep(Duration::from_millis(pause_ms)));
         }
         Box::pin(std::future::ready(()))
     }
