@@ -141,10 +141,10 @@ impl Store for SimStore {
         self.open.fetch_add(1, Ordering::SeqCst);
         let result = self.inner.transact(f);
         self.open.fetch_sub(1, Ordering::SeqCst);
-        if let Err(TxError::Conflict(message)) = &result {
-            if breaks_a_rule(message) {
-                self.log().refused.push(message.clone());
-            }
+        if let Err(TxError::Conflict(message)) = &result
+            && breaks_a_rule(message)
+        {
+            self.log().refused.push(message.clone());
         }
         if result.is_ok() {
             let (events, rows) = self.inner.inspect(|s| {
