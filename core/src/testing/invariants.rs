@@ -367,10 +367,16 @@ fn inv_18_uncertain_never_repeated(c: &mut Checker<'_>) {
             .get(&uncertain.run_id)
             .map(Vec::as_slice)
             .unwrap_or_default();
+        // Every close appends its terminal event (§13.2); an UNCERTAIN row without one is
+        // itself a broken audit trail, and would otherwise hide a repeat from this check.
         let Some(became) = invocation_event(events, EventType::ToolCallUncertain, uncertain.id)
             .first()
             .map(|e| e.id)
         else {
+            failures.push(format!(
+                "UNCERTAIN invocation {} has no tool.call.uncertain event",
+                uncertain.id
+            ));
             continue;
         };
         for other in c.snapshot.invocations.values() {
@@ -523,13 +529,17 @@ fn inv_23_nothing_approved_after_expiry(c: &mut Checker<'_>) {
                 approval.id
             ));
         }
+        // Expiry gives a call DENIED `approval.expired`, never `approval.denied` nor any other
+        // ending, once the call is closed.
         if approval.status == ApprovalStatus::Expired
             && let Some(row) = c.snapshot.invocations.get(&approval.action_id)
-            && row.reason_code.as_deref() == Some("approval.denied")
+            && row.status.is_terminal()
+            && (row.status != InvocationStatus::Denied
+                || row.reason_code.as_deref() != Some("approval.expired"))
         {
             failures.push(format!(
-                "expired approval {} was reported as denied",
-                approval.id
+                "expired approval {}: its call ended {} {:?}",
+                approval.id, row.status, row.reason_code
             ));
         }
     }
