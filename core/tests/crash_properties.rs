@@ -37,10 +37,12 @@ impl Tool for LedgerTool {
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
         let key = ctx.idempotency_key.to_owned();
-        let watermarked = self.store.inspect(|s| {
-            s.invocations
-                .values()
-                .any(|i| i.idempotency_key == key && i.effect_sent_at.is_some())
+        let (watermarked, running) = self.store.inspect(|s| {
+            let row = s.invocations.values().find(|i| i.idempotency_key == key);
+            (
+                row.is_some_and(|i| i.effect_sent_at.is_some()),
+                row.is_some_and(|i| i.status == airlock_core::vocab::InvocationStatus::Running),
+            )
         });
         self.effects.lock().unwrap().push(Effect {
             tool_name: self.spec.name.clone(),
@@ -49,6 +51,7 @@ impl Tool for LedgerTool {
             replay: ctx.replay,
             watermarked_at_entry: watermarked,
             transaction_open_at_entry: false,
+            started_at_entry: running,
         });
         let trust = if self.untrusted {
             Some(TrustLevel::ExternalUntrusted)

@@ -127,6 +127,18 @@ impl SimStore {
         })
     }
 
+    /// Whether START has committed for the invocation with this idempotency key: it is RUNNING
+    /// or in a status only RUNNING leads to (§9.1).
+    pub fn started(&self, key: &str) -> bool {
+        use airlock_core::vocab::InvocationStatus::{Failed, Running, Succeeded, Uncertain};
+        self.inner.inspect(|s| {
+            s.invocations.values().any(|i| {
+                i.idempotency_key == key
+                    && matches!(i.status, Running | Succeeded | Failed | Uncertain)
+            })
+        })
+    }
+
     pub fn log(&self) -> MutexGuard<'_, CommitLog> {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -54,6 +54,7 @@ mod tests {
             replay: false,
             watermarked_at_entry: true,
             transaction_open_at_entry: false,
+            started_at_entry: true,
         };
         assert_ne!(hash(&empty, &[]), hash(&empty, &[effect]));
     }

@@ -856,7 +856,7 @@ struct SimTool {
 
 impl SimTool {
     /// Records a body entry; returns whether it changed the world and the service's answer.
-    fn land(&self, ctx: &ToolContext<'_>, watermarked: bool, open: bool, args: &JsonMap) -> Value {
+    fn land(&self, ctx: &ToolContext<'_>, at_entry: AtEntry, args: &JsonMap) -> Value {
         let world = &self.world;
         let key = ctx.idempotency_key.to_owned();
         let mut services = lock(&world.services);
@@ -878,8 +878,9 @@ impl SimTool {
             idempotency_key: key,
             idempotency: self.spec.idempotency,
             replay: ctx.replay,
-            watermarked_at_entry: watermarked,
-            transaction_open_at_entry: open,
+            watermarked_at_entry: at_entry.watermarked,
+            transaction_open_at_entry: at_entry.transaction_open,
+            started_at_entry: at_entry.started,
         });
         observations.landed.push(!deduplicated);
         answer
@@ -947,6 +948,14 @@ impl SimTool {
     }
 }
 
+/// What the store held when a tool body was entered (for the §16 #11 and #12 checks).
+#[derive(Debug, Clone, Copy)]
+struct AtEntry {
+    watermarked: bool,
+    transaction_open: bool,
+    started: bool,
+}
+
 impl Tool for SimTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
@@ -959,8 +968,11 @@ impl Tool for SimTool {
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
         Box::pin(async move {
             let world = &self.world;
-            let watermarked = world.store.watermarked(ctx.idempotency_key);
-            let open = world.store.transaction_open();
+            let at_entry = AtEntry {
+                watermarked: world.store.watermarked(ctx.idempotency_key),
+                transaction_open: world.store.transaction_open(),
+                started: world.store.started(ctx.idempotency_key),
+            };
             world.observations().entries.push(crate::checks::Entry {
                 key: ctx.idempotency_key.to_owned(),
                 idempotency: self.spec.idempotency,
@@ -992,13 +1004,13 @@ impl Tool for SimTool {
                 ));
             }
             let (structured, trust) = match self.body {
-                Body::Service { claim } => (self.land(ctx, watermarked, open, args), claim),
+                Body::Service { claim } => (self.land(ctx, at_entry, args), claim),
                 Body::WorkspaceRead => {
-                    self.land(ctx, watermarked, open, args);
+                    self.land(ctx, at_entry, args);
                     self.workspace_read(ctx, args)?
                 }
                 Body::WorkspaceWrite => {
-                    self.land(ctx, watermarked, open, args);
+                    self.land(ctx, at_entry, args);
                     (self.workspace_write(ctx, args)?, None)
                 }
             };

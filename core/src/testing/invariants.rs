@@ -26,6 +26,10 @@ pub struct Effect {
     pub watermarked_at_entry: bool,
     /// Whether a store transaction was open when the body was entered.
     pub transaction_open_at_entry: bool,
+    /// Whether START (§9.2 step 9) had committed for the call's row when the body was entered,
+    /// for every side-effect class, `none` included: the row was RUNNING, or in a status only
+    /// RUNNING leads to (a paused worker may enter after another one closed the row).
+    pub started_at_entry: bool,
 }
 
 /// A broken rule.
@@ -149,13 +153,19 @@ fn inv_11_watermark_before_effect(c: &mut Checker<'_>) {
         .collect();
     let mut failures = Vec::new();
     for effect in c.effects {
-        if let Some(row) = by_key.get(effect.idempotency_key.as_str())
-            && row.side_effect != SideEffectClass::None
-            && !effect.watermarked_at_entry
-        {
+        let Some(row) = by_key.get(effect.idempotency_key.as_str()) else {
+            continue;
+        };
+        if row.side_effect != SideEffectClass::None && !effect.watermarked_at_entry {
             failures.push(format!(
                 "invocation {} entered its body before the watermark committed",
                 row.id
+            ));
+        }
+        if !effect.started_at_entry {
+            failures.push(format!(
+                "invocation {} ({}) entered its body before START committed",
+                row.id, row.side_effect
             ));
         }
     }
