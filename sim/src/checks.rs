@@ -118,6 +118,9 @@ pub fn check_world(
     for detail in attempts_are_capped(snapshot, max_attempts) {
         fail("inv_29_attempts_count_reclaims", detail);
     }
+    for detail in cancel_closes_no_running_call(commits) {
+        fail("inv_31_cancel_never_abandons_an_effect", detail);
+    }
     for detail in parked_cancel_is_one_commit(snapshot, commits) {
         fail("inv_32_parked_cancel_is_one_commit", detail);
     }
@@ -369,6 +372,34 @@ fn approver_answers(snapshot: &MemSnapshot, resolves: &[ResolveRecord]) -> Vec<S
 
 /// #32: cancelling a parked run closes its pending approvals (`cancelled`) and their calls
 /// (`DENIED tool.run_cancelled`) in the commit that cancels the run.
+/// #31 at commit level: the commit that cancels a run closes no call that was RUNNING. The
+/// terminal sweep closes only AUTHORIZED and WAITING rows (DENIED) when it cancels; a RUNNING
+/// row would end `tool.call.uncertain` or `tool.call.failed` (`tool.interrupted`), whether or
+/// not it had a watermark, and either would mean an effect abandoned by the cancel.
+fn cancel_closes_no_running_call(commits: &[Vec<Event>]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for (n, commit) in commits.iter().enumerate() {
+        for cancelled in commit
+            .iter()
+            .filter(|e| e.event_type == EventType::RunCancelled)
+        {
+            for closed in commit.iter().filter(|e| {
+                e.run_id == cancelled.run_id
+                    && matches!(
+                        e.event_type,
+                        EventType::ToolCallUncertain | EventType::ToolCallFailed
+                    )
+            }) {
+                failures.push(format!(
+                    "commit {n} cancelled run {:?} and closed a running call with {} ({})",
+                    cancelled.run_id, closed.event_type, closed.payload["reason_code"]
+                ));
+            }
+        }
+    }
+    failures
+}
+
 fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[Vec<Event>]) -> Vec<String> {
     let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
     let mut closed: BTreeSet<String> = BTreeSet::new();
@@ -588,6 +619,31 @@ mod tests {
 
     fn run() -> RunId {
         RunId(uuid::Uuid::from_u128(7))
+    }
+
+    #[test]
+    fn a_cancel_that_closes_a_running_call_is_caught() {
+        let w1 = Actor::worker("w1.1");
+        let denied = event(
+            1,
+            run(),
+            EventType::ToolCallDenied,
+            w1.clone(),
+            json!({"reason_code": "tool.run_cancelled"}),
+        );
+        let cancelled = event(2, run(), EventType::RunCancelled, w1.clone(), json!({}));
+        assert!(cancel_closes_no_running_call(&[vec![denied, cancelled.clone()]]).is_empty());
+        let interrupted = event(
+            3,
+            run(),
+            EventType::ToolCallFailed,
+            w1,
+            json!({"reason_code": "tool.interrupted"}),
+        );
+        assert_eq!(
+            cancel_closes_no_running_call(&[vec![interrupted, cancelled]]).len(),
+            1
+        );
     }
 
     #[test]
