@@ -72,6 +72,8 @@ pub struct Observations {
     pub worker_errors: Vec<String>,
     /// Writes the store refused as breaking a rule of the rows (see `CommitLog::refused`).
     pub refused_writes: Vec<String>,
+    /// Planner turns asked for a step whose batch was already checkpointed.
+    pub replanned: Vec<String>,
 }
 
 /// What the world looked like when the quiet phase ended.
@@ -135,6 +137,9 @@ pub fn check_world(
     }
     for detail in &observations.refused_writes {
         fail("store_refused_a_rule_breaking_write", detail.clone());
+    }
+    for detail in &observations.replanned {
+        fail("a_checkpointed_step_is_never_planned_again", detail.clone());
     }
     for (invariant, detail) in liveness(snapshot, quiet) {
         fail(invariant, detail);

@@ -139,6 +139,29 @@ impl SimStore {
         })
     }
 
+    /// The last step of `run` whose batch is checkpointed (PENDING or BATCH): the planner
+    /// must never be asked for it, or for an earlier step, again (§8.3: a resumed step
+    /// re-dispatches its stored batch). `None` when the asking execution's lease epoch is no
+    /// longer the run's: a paused worker that wakes may still ask, and is fenced at its next
+    /// write.
+    pub fn planned_through(&self, run: &airlock_core::run::Run) -> Option<u32> {
+        self.inner.inspect(|s| {
+            let current = s.runs.get(&run.id)?;
+            if current.lease_epoch != run.lease_epoch {
+                return None;
+            }
+            Some(
+                s.checkpoints
+                    .range((run.id, 0)..=(run.id, u32::MAX))
+                    .next_back()
+                    .map_or(0, |(_, checkpoint)| {
+                        let pending = checkpoint.state.pending.as_ref().map_or(0, |p| p.step);
+                        checkpoint.state.step.max(pending)
+                    }),
+            )
+        })
+    }
+
     pub fn log(&self) -> MutexGuard<'_, CommitLog> {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -836,6 +836,14 @@ impl Planner for SimPlanner {
                         input.run.id
                     ));
             }
+            if let Some(planned) = self.world.store.planned_through(input.run)
+                && input.step <= planned
+            {
+                self.world.observations().replanned.push(format!(
+                    "run {}: the planner was asked for step {} after step {planned}'s batch was checkpointed",
+                    input.run.id, input.step
+                ));
+            }
             let think_ms = self.world.draw(|r| r.range(1, 300));
             sleep(Duration::from_millis(think_ms)).await;
             self.inner.next_turn(input).await

@@ -139,7 +139,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         version: &mut u32,
     ) -> Result<ExecutionEnd, Halt> {
         // Resuming an interrupted or parked step: finish in-flight calls, then the rest.
-        if let Some(batch) = state.pending.clone() {
+        let pending = state.pending.clone();
+        #[cfg(feature = "mutants")]
+        let pending = pending.filter(|_| !crate::testing::mutants::replan_pending_step());
+        if let Some(batch) = pending {
             self.finish_in_flight(run, lease, token, state, &batch)
                 .await?;
             observe(token)?;

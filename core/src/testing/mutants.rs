@@ -18,6 +18,7 @@
 //! | `approve_without_revalidation` | pipeline RESUME_APPROVAL | #10, G2: an approved row is authorized with its old decision, without §10.3 |
 //! | `resume_counts_attempt` | executor PARK | #29: the park/resume cycle counts as an attempt (MemStore refuses an attempts change at CLAIM, so the hook sits at the commit that ends the attempt) |
 //! | `parallel_mixed_batch` | executor admission | #36: any batch of 2..=8 calls runs concurrently |
+//! | `replan_pending_step` | executor resume | §8.3: a resumed execution ignores its checkpointed batch and asks the planner for that step again |
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -34,7 +35,7 @@ use crate::time::Timestamp;
 use crate::vocab::{ApprovalResolution, ApprovalStatus};
 
 /// Every planted bug, by name.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "skip_watermark",
     "replay_uncertain",
     "second_resolution_wins",
@@ -43,6 +44,7 @@ pub const NAMES: [&str; 8] = [
     "approve_without_revalidation",
     "resume_counts_attempt",
     "parallel_mixed_batch",
+    "replan_pending_step",
 ];
 
 /// 0: none; `i + 1`: `NAMES[i]`.
@@ -171,6 +173,11 @@ pub fn resume_counts_attempt(mut run: Run) -> Run {
 /// of its tools.
 pub fn parallel_mixed_batch(len: usize) -> bool {
     active("parallel_mixed_batch") && (2..=8).contains(&len)
+}
+
+/// `replan_pending_step`: whether a resumed execution drops its checkpointed pending batch.
+pub fn replan_pending_step() -> bool {
+    active("replan_pending_step")
 }
 
 /// `skip_watermark`: whether START leaves `effect_sent_at` null.
