@@ -120,6 +120,9 @@ pub struct Plan {
     pub tool_slow: f64,
     /// The node dies inside a tool call, after the external effect and before the response.
     pub tool_crash_after_effect: f64,
+    /// The tool body panics after its effect (§9.3's unknown-outcome rule: a watermarked
+    /// non-idempotent or conditionally idempotent call becomes UNCERTAIN, the rest FAILED).
+    pub tool_panic_after_effect: f64,
     pub downtime_ms: (u64, u64),
     /// Probability that a node incarnation runs the rollout policy (a new `policy_version`).
     pub rollout: f64,
@@ -201,6 +204,7 @@ impl Plan {
             approver_weights,
             cancel_per_s: *rng.pick(&[0.0, 0.03, 0.1]),
             settle_per_s: *rng.pick(&[0.0, 0.1]),
+            tool_panic_after_effect: *rng.pick(&[0.0, 0.0, 0.03]),
         }
     }
 
@@ -215,7 +219,7 @@ impl Plan {
         format!(
             "seed={} workers={} lease_ms={} poll_ms={} reclaim_every_ms={} sweep_every_ms={} max_attempts={} concurrency={} chaos_ms={} runs={}\n\
              faults: kill_focus=[{}] kill_background={} random_kill/s={} pause/s={} clock_jump/s={} dispatch lost={} dup={} delayed={}\n\
-             tools: fail={} slow={} crash_after_effect={}; downtime_ms={:?} rollout={} approver_weights={:?} cancel/s={} settle/s={}",
+             tools: fail={} slow={} crash_after_effect={} panic_after_effect={}; downtime_ms={:?} rollout={} approver_weights={:?} cancel/s={} settle/s={}",
             self.seed,
             self.workers,
             self.lease_ms,
@@ -237,6 +241,7 @@ impl Plan {
             self.tool_fail,
             self.tool_slow,
             self.tool_crash_after_effect,
+            self.tool_panic_after_effect,
             self.downtime_ms,
             self.rollout,
             self.approver_weights,

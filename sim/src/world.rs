@@ -988,7 +988,7 @@ impl Tool for SimTool {
             });
             let chaos = world.chaos();
             let plan = &world.plan;
-            let (request_ms, response_ms, fail, crash_after) = world.draw(|r| {
+            let (request_ms, response_ms, fail, crash_after, panic_after) = world.draw(|r| {
                 let total = if chaos && r.chance(plan.tool_slow) {
                     r.range(1_500, 3_500)
                 } else {
@@ -1000,6 +1000,7 @@ impl Tool for SimTool {
                     total - request,
                     chaos && r.chance(plan.tool_fail),
                     chaos && r.chance(plan.tool_crash_after_effect),
+                    chaos && r.chance(plan.tool_panic_after_effect),
                 )
             });
             sleep(Duration::from_millis(request_ms)).await;
@@ -1029,6 +1030,13 @@ impl Tool for SimTool {
                     format!("inside {} after its effect", self.spec.name),
                 );
                 std::future::pending::<()>().await;
+            }
+            if panic_after {
+                world.fault(
+                    "tool_panic_after_effect",
+                    format!("inside {} after its effect", self.spec.name),
+                );
+                panic!("simulated panic inside {} after its effect", self.spec.name);
             }
             sleep(Duration::from_millis(response_ms)).await;
             Ok(ToolSuccess { structured, trust })
