@@ -123,6 +123,9 @@ pub struct Plan {
     /// The tool body panics after its effect (§9.3's unknown-outcome rule: a watermarked
     /// non-idempotent or conditionally idempotent call becomes UNCERTAIN, the rest FAILED).
     pub tool_panic_after_effect: f64,
+    /// After its effect the tool answers oddly: a success over `max_output_bytes`, or a
+    /// failure of kind `timeout` or `outcome_unknown` (§9.2 step 11, §9.3).
+    pub tool_odd_answer: f64,
     pub downtime_ms: (u64, u64),
     /// Probability that a node incarnation runs the rollout policy (a new `policy_version`).
     pub rollout: f64,
@@ -205,6 +208,7 @@ impl Plan {
             cancel_per_s: *rng.pick(&[0.0, 0.03, 0.1]),
             settle_per_s: *rng.pick(&[0.0, 0.1]),
             tool_panic_after_effect: *rng.pick(&[0.0, 0.0, 0.03]),
+            tool_odd_answer: *rng.pick(&[0.0, 0.0, 0.05]),
         }
     }
 
@@ -219,7 +223,7 @@ impl Plan {
         format!(
             "seed={} workers={} lease_ms={} poll_ms={} reclaim_every_ms={} sweep_every_ms={} max_attempts={} concurrency={} chaos_ms={} runs={}\n\
              faults: kill_focus=[{}] kill_background={} random_kill/s={} pause/s={} clock_jump/s={} dispatch lost={} dup={} delayed={}\n\
-             tools: fail={} slow={} crash_after_effect={} panic_after_effect={}; downtime_ms={:?} rollout={} approver_weights={:?} cancel/s={} settle/s={}",
+             tools: fail={} slow={} crash_after_effect={} panic_after_effect={} odd_answer={}; downtime_ms={:?} rollout={} approver_weights={:?} cancel/s={} settle/s={}",
             self.seed,
             self.workers,
             self.lease_ms,
@@ -242,6 +246,7 @@ impl Plan {
             self.tool_slow,
             self.tool_crash_after_effect,
             self.tool_panic_after_effect,
+            self.tool_odd_answer,
             self.downtime_ms,
             self.rollout,
             self.approver_weights,

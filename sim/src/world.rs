@@ -988,7 +988,7 @@ impl Tool for SimTool {
             });
             let chaos = world.chaos();
             let plan = &world.plan;
-            let (request_ms, response_ms, fail, crash_after, panic_after) = world.draw(|r| {
+            let (request_ms, response_ms, fail, crash_after, panic_after, odd) = world.draw(|r| {
                 let total = if chaos && r.chance(plan.tool_slow) {
                     r.range(1_500, 3_500)
                 } else {
@@ -1001,6 +1001,7 @@ impl Tool for SimTool {
                     chaos && r.chance(plan.tool_fail),
                     chaos && r.chance(plan.tool_crash_after_effect),
                     chaos && r.chance(plan.tool_panic_after_effect),
+                    (chaos && r.chance(plan.tool_odd_answer)).then(|| r.below(3)),
                 )
             });
             sleep(Duration::from_millis(request_ms)).await;
@@ -1039,6 +1040,30 @@ impl Tool for SimTool {
                 panic!("simulated panic inside {} after its effect", self.spec.name);
             }
             sleep(Duration::from_millis(response_ms)).await;
+            if let Some(answer) = odd {
+                world.fault(
+                    "tool_odd_answer",
+                    format!("{} answers #{answer}", self.spec.name),
+                );
+                return match answer {
+                    0 => Ok(ToolSuccess {
+                        structured: json!({"padding": "x".repeat(
+                            usize::try_from(self.spec.max_output_bytes).unwrap_or(0) + 1
+                        )}),
+                        trust,
+                    }),
+                    1 => Err(ToolFailure::new(
+                        ToolFailureKind::Timeout,
+                        "tool.upstream.timeout",
+                        "simulated: the service stopped answering after the request",
+                    )),
+                    _ => Err(ToolFailure::new(
+                        ToolFailureKind::OutcomeUnknown,
+                        "tool.upstream.unknown",
+                        "simulated: the service lost track of the request",
+                    )),
+                };
+            }
             Ok(ToolSuccess { structured, trust })
         })
     }
