@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use airlock_core::approval::Approval;
 use airlock_core::control::{ControlService, ServiceError};
-use airlock_core::env::Env;
 use airlock_core::events::Event;
 use airlock_core::ids::{ApprovalId, RunId};
 use airlock_core::mem_store::MemStore;
@@ -1233,20 +1232,11 @@ async fn a_resolve_that_waits_for_the_lock_past_expiry_expires_instead_of_approv
         base: h.clock.clone(),
         waited_micros: std::sync::Mutex::new(0),
     });
-    let mut env = Env {
-        store: Arc::new(LockWaitStore {
-            inner: h.store.clone(),
-            clock: clock.clone(),
-            wait_micros: remaining + 1_000_000,
-        }),
-        clock: h.env.clock.clone(),
-        ids: h.env.ids.clone(),
-        ruleset: h.env.ruleset.clone(),
-        tools: h.env.tools.clone(),
-        workspaces: h.env.workspaces.clone(),
-        planners: h.env.planners.clone(),
-        faults: h.env.faults.clone(),
-    };
+    let mut env = h.env_over(Arc::new(LockWaitStore {
+        inner: h.store.clone(),
+        clock: clock.clone(),
+        wait_micros: remaining + 1_000_000,
+    }));
     env.clock = clock;
     let control = ControlService::new(env, h.dispatcher.clone(), None);
     let answer = control

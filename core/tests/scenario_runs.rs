@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex};
 
 use airlock_core::action::JsonMap;
 use airlock_core::control::{ControlService, ServiceError};
-use airlock_core::env::Env;
 use airlock_core::events::Event;
 use airlock_core::ids::RunId;
 use airlock_core::invocation::Invocation;
@@ -1347,20 +1346,6 @@ impl FailingReads {
         self.reads_before_failing.store(pass, Ordering::SeqCst);
         self.failures.store(1, Ordering::SeqCst);
     }
-
-    /// The harness's environment with this store in it.
-    fn env(self: &Arc<Self>, h: &Harness) -> Env<FailingReads> {
-        Env {
-            store: self.clone(),
-            clock: h.env.clock.clone(),
-            ids: h.env.ids.clone(),
-            ruleset: h.env.ruleset.clone(),
-            tools: h.env.tools.clone(),
-            workspaces: h.env.workspaces.clone(),
-            planners: h.env.planners.clone(),
-            faults: h.env.faults.clone(),
-        }
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -1381,7 +1366,7 @@ async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the
 
     let store = FailingReads::over(&h);
     store.fail_next(1);
-    let w3 = Worker::new(store.env(&h), WorkerSettings::new("w3"));
+    let w3 = Worker::new(h.env_over(store.clone()), WorkerSettings::new("w3"));
     let (claimed, lease) = w3.claim(None).await.unwrap().expect("the run is due");
     assert_eq!(w3.execute(claimed, lease).await, ExecutionEnd::Abandoned);
     assert_eq!(
@@ -1535,8 +1520,8 @@ async fn a_failed_poll_stops_claiming_but_lets_the_runs_in_flight_finish() {
     let store = FailingReads::over(&h);
     let mut settings = WorkerSettings::new("w1");
     settings.concurrency = 1;
-    let worker = Worker::new(store.env(&h), settings);
-    let control = ControlService::new(store.env(&h), h.dispatcher.clone(), None);
+    let worker = Worker::new(h.env_over(store.clone()), settings);
+    let control = ControlService::new(h.env_over(store.clone()), h.dispatcher.clone(), None);
     let loop_ended = AtomicUsize::new(0);
     let looping = async {
         let result = worker.run(&TokioSpawner, &control, &|| false).await;

@@ -562,6 +562,20 @@ impl Harness {
             .run_id
     }
 
+    /// This harness's environment over another store (a wrapper of its `MemStore`, usually).
+    pub fn env_over<S: Store>(&self, store: Arc<S>) -> Env<S> {
+        Env {
+            store,
+            clock: self.env.clock.clone(),
+            ids: self.env.ids.clone(),
+            ruleset: self.env.ruleset.clone(),
+            tools: self.env.tools.clone(),
+            workspaces: self.env.workspaces.clone(),
+            planners: self.env.planners.clone(),
+            faults: self.env.faults.clone(),
+        }
+    }
+
     pub fn worker(&self, id: &str) -> Arc<Worker<MemStore>> {
         Worker::new(self.env.clone(), WorkerSettings::new(id))
     }
