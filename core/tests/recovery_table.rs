@@ -1262,17 +1262,27 @@ async fn after_reclaim_the_requeued_run_is_claimed_and_completed() {
 // The pinned tool is gone in the new process (SPEC §9.4, last paragraph).
 // ---------------------------------------------------------------------------------------------
 
-/// A run crashed at `point` on `tool`, resumed by a process where `tool` is not registered.
-async fn resumed_without_tool(
+/// A run crashed at `point` on `tool`, and a new process where `tool` is not registered.
+async fn restarted_without_tool(
     tool: &str,
     arguments: Value,
     point: CrashPoint,
-) -> (Sim, Harness, RunId, Vec<ExecutionEnd>) {
+) -> (Sim, Harness, RunId) {
     let sim = Sim::new();
     let h = &sim.first;
     let run = submit_one(h, tool, arguments).await;
     crash_at(h, &h.worker("w1"), point).await;
     let (p2, _) = sim.restart_without(Some(tool));
+    (sim, p2, run)
+}
+
+/// [`restarted_without_tool`], then the new process reclaims and drives the run.
+async fn resumed_without_tool(
+    tool: &str,
+    arguments: Value,
+    point: CrashPoint,
+) -> (Sim, Harness, RunId, Vec<ExecutionEnd>) {
+    let (sim, p2, run) = restarted_without_tool(tool, arguments, point).await;
     let ends = reclaim_and_drive(&p2, &p2.worker("w2")).await;
     (sim, p2, run, ends)
 }
@@ -1342,16 +1352,12 @@ async fn authorized_row_of_a_gone_tool_still_observes_step_8_first() {
     // §9.4: RESUME_AUTHORIZATION "goes to step 8". A cancel requested for the run ends it there,
     // before anything is written for the call, even when the pinned tool is gone: the row stays
     // AUTHORIZED (the terminal sweep closes it run_cancelled), nothing is counted or started.
-    let sim = Sim::new();
-    let h = &sim.first;
-    let run = submit_one(
-        h,
+    let (_sim, p2, run) = restarted_without_tool(
         "test.write_once",
         json!({"path": "notes/a.txt", "text": "hi"}),
+        CrashPoint::AfterPropose,
     )
     .await;
-    crash_at(h, &h.worker("w1"), CrashPoint::AfterPropose).await;
-    let (p2, _) = sim.restart_without(Some("test.write_once"));
     let stored = p2.run(run);
     let lease = stored.lease().expect("still RUNNING under w1's lease");
     let batch = p2
