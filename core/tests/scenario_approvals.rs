@@ -11,13 +11,12 @@ use airlock_core::approval::Approval;
 use airlock_core::control::{ControlService, ServiceError};
 use airlock_core::events::Event;
 use airlock_core::ids::{ApprovalId, RunId};
-use airlock_core::mem_store::MemStore;
 use airlock_core::policy::{Ruleset, shipped};
 use airlock_core::ports::{Clock, IdSource, Tool};
 use airlock_core::run::checkpoint::ResultRef;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::scope::Scope;
-use airlock_core::store::{Store, StoreTx, TxError};
+use airlock_core::store::{Store, StoreTx};
 use airlock_core::testing::{GRANTED_APPROVAL_EVENTS, assert_subsequence};
 use airlock_core::time::Timestamp;
 use airlock_core::tool::spec::InputSchema;
@@ -1194,27 +1193,16 @@ impl Clock for LockWaitClock {
     }
 }
 
-/// A store whose every write transaction first waits `wait_micros` for the lock, as SQLite's
+/// Every write transaction first waits `wait_micros` for the lock, as SQLite's
 /// `BEGIN IMMEDIATE` can behind another process's writer.
-struct LockWaitStore {
-    inner: Arc<MemStore>,
+struct LockWait {
     clock: Arc<LockWaitClock>,
     wait_micros: i64,
 }
 
-impl Store for LockWaitStore {
-    fn transact<R>(
-        &self,
-        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
-    ) -> Result<R, TxError> {
+impl StoreHook for LockWait {
+    fn before_transact(&self) {
         *self.clock.waited_micros.lock().unwrap() += self.wait_micros;
-        self.inner.transact(f)
-    }
-    fn read<R>(
-        &self,
-        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
-    ) -> Result<R, TxError> {
-        self.inner.read(f)
     }
 }
 
@@ -1232,10 +1220,12 @@ async fn a_resolve_that_waits_for_the_lock_past_expiry_expires_instead_of_approv
         base: h.clock.clone(),
         waited_micros: std::sync::Mutex::new(0),
     });
-    let mut env = h.env_over(Arc::new(LockWaitStore {
+    let mut env = h.env_over(Arc::new(HookedStore {
         inner: h.store.clone(),
-        clock: clock.clone(),
-        wait_micros: remaining + 1_000_000,
+        hook: LockWait {
+            clock: clock.clone(),
+            wait_micros: remaining + 1_000_000,
+        },
     }));
     env.clock = clock;
     let control = ControlService::new(env, h.dispatcher.clone(), None);

@@ -12,7 +12,6 @@ use airlock_core::control::{ControlService, ServiceError};
 use airlock_core::events::Event;
 use airlock_core::ids::RunId;
 use airlock_core::invocation::Invocation;
-use airlock_core::mem_store::MemStore;
 use airlock_core::policy::Ruleset;
 use airlock_core::ports::{
     BoxFut, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, ProposedCall, Tool,
@@ -23,7 +22,7 @@ use airlock_core::run::checkpoint::{Checkpoint, ResultRef};
 use airlock_core::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use airlock_core::run::{Run, RunState};
 use airlock_core::scope::Scope;
-use airlock_core::store::{Store, StoreTx, TxError};
+use airlock_core::store::{Store, TxError};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, CheckpointTrigger, CrashPoint, FailureReason,
@@ -1299,26 +1298,16 @@ async fn one_poll_fills_every_free_slot_and_no_more() {
     }
 }
 
-/// A store whose reads fail with `Backend` (SQLite's "database is locked" past the busy
-/// timeout, say): once `reads_before_failing` reads have passed, the next `failures` reads fail;
-/// writes go through.
+/// Reads fail with `Backend` (SQLite's "database is locked" past the busy timeout, say): once
+/// `reads_before_failing` reads have passed, the next `failures` reads fail; writes go through.
+#[derive(Default)]
 struct FailingReads {
-    inner: Arc<MemStore>,
     reads_before_failing: AtomicUsize,
     failures: AtomicUsize,
 }
 
-impl Store for FailingReads {
-    fn transact<R>(
-        &self,
-        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
-    ) -> Result<R, TxError> {
-        self.inner.transact(f)
-    }
-    fn read<R>(
-        &self,
-        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
-    ) -> Result<R, TxError> {
+impl StoreHook for FailingReads {
+    fn before_read(&self) -> Result<(), TxError> {
         let take = |counter: &AtomicUsize| {
             counter
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -1327,17 +1316,16 @@ impl Store for FailingReads {
         if !take(&self.reads_before_failing) && take(&self.failures) {
             return Err(TxError::Backend("database is locked".into()));
         }
-        self.inner.read(f)
+        Ok(())
     }
 }
 
 impl FailingReads {
-    /// Over the harness's store; no read fails until [`FailingReads::fail_next`].
-    fn over(h: &Harness) -> Arc<FailingReads> {
-        Arc::new(FailingReads {
+    /// The harness's store behind this hook; no read fails until [`FailingReads::fail_next`].
+    fn over(h: &Harness) -> Arc<HookedStore<FailingReads>> {
+        Arc::new(HookedStore {
             inner: h.store.clone(),
-            reads_before_failing: AtomicUsize::new(0),
-            failures: AtomicUsize::new(0),
+            hook: FailingReads::default(),
         })
     }
 
@@ -1365,7 +1353,7 @@ async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the
     h.advance(1).await;
 
     let store = FailingReads::over(&h);
-    store.fail_next(1);
+    store.hook.fail_next(1);
     let w3 = Worker::new(h.env_over(store.clone()), WorkerSettings::new("w3"));
     let (claimed, lease) = w3.claim(None).await.unwrap().expect("the run is due");
     assert_eq!(w3.execute(claimed, lease).await, ExecutionEnd::Abandoned);
@@ -1531,7 +1519,7 @@ async fn a_failed_poll_stops_claiming_but_lets_the_runs_in_flight_finish() {
     let driver = async {
         entered.notified().await;
         // The run is inside its tool; the next read (a sweep's, in the next poll) fails.
-        store.fail_next(0);
+        store.hook.fail_next(0);
         h.advance(10).await;
         let ended_early = loop_ended.load(Ordering::SeqCst) == 1;
         release.notify_one();

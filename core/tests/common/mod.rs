@@ -26,7 +26,7 @@ use airlock_core::principal::Principal;
 use airlock_core::run::Run;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::scope::{Scope, ScopeSet, platform_scopes};
-use airlock_core::store::Store;
+use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::time::Timestamp;
 use airlock_core::tool::builtin::math::MathCalculate;
 use airlock_core::tool::builtin::time::CurrentTime;
@@ -707,4 +707,38 @@ pub fn gated_harness() -> (Harness, Gate) {
         },
     );
     (h, gate)
+}
+
+/// What a [`HookedStore`] does before it hands a transaction to its `MemStore`: a test's way of
+/// making the store wait, fail or record, without writing a `Store` of its own.
+pub trait StoreHook: Send + Sync {
+    /// Before every write transaction.
+    fn before_transact(&self) {}
+    /// Before every read; an error is the read's answer.
+    fn before_read(&self) -> Result<(), TxError> {
+        Ok(())
+    }
+}
+
+/// A harness `MemStore` behind a [`StoreHook`].
+pub struct HookedStore<H: StoreHook> {
+    pub inner: Arc<MemStore>,
+    pub hook: H,
+}
+
+impl<H: StoreHook> Store for HookedStore<H> {
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.hook.before_transact();
+        self.inner.transact(f)
+    }
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.hook.before_read()?;
+        self.inner.read(f)
+    }
 }
