@@ -375,8 +375,6 @@ fn approver_answers(snapshot: &MemSnapshot, resolves: &[ResolveRecord]) -> Vec<S
     failures
 }
 
-/// #32: cancelling a parked run closes its pending approvals (`cancelled`) and their calls
-/// (`DENIED tool.run_cancelled`) in the commit that cancels the run.
 /// #31 at commit level: the commit that cancels a run closes no call that was RUNNING. The
 /// terminal sweep closes only AUTHORIZED and WAITING rows (DENIED) when it cancels; a RUNNING
 /// row would end `tool.call.uncertain` or `tool.call.failed` (`tool.interrupted`), whether or
@@ -405,6 +403,8 @@ fn cancel_closes_no_running_call(commits: &[Vec<Event>]) -> Vec<String> {
     failures
 }
 
+/// #32: cancelling a parked run closes its pending approvals (`cancelled`) and their calls
+/// (`DENIED tool.run_cancelled`) in the commit that cancels the run.
 fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[Vec<Event>]) -> Vec<String> {
     let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
     let mut closed: BTreeSet<String> = BTreeSet::new();

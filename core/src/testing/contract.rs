@@ -526,7 +526,6 @@ fn run_immutable_fields_conflict<S: Store>(store: &S) {
     );
 }
 
-/// Primary keys: a second session, run, invocation or approval with a used id is `Conflict`.
 /// §13.1 "first is 1"; §14 `next_event_sequence` (1): a session can never hand out 0.
 fn a_session_starts_at_sequence_one<S: Store>(store: &S) {
     let mut session = sample_session(1);
@@ -541,6 +540,7 @@ fn a_session_starts_at_sequence_one<S: Store>(store: &S) {
     );
 }
 
+/// Primary keys: a second session, run, invocation or approval with a used id is `Conflict`.
 fn duplicate_primary_keys_conflict<S: Store>(store: &S) {
     let run = seed_run(store, 1, RunStatus::Completed);
     assert_conflict(

@@ -140,7 +140,8 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
 }
 
 /// Four decimal parts, each ≤ 255; leading zeros are read as decimal, however many there are
-/// (`100.100.100.0000000000200` is 100.100.100.200).
+/// (`100.100.100.0000000000200` is 100.100.100.200): integer parsing takes any number of them
+/// and fails only when the value is too large.
 fn strict_dotted_decimal(text: &str) -> Option<Ipv4Addr> {
     let mut octets = [0u8; 4];
     let mut parts = text.split('.');
@@ -149,16 +150,13 @@ fn strict_dotted_decimal(text: &str) -> Option<Ipv4Addr> {
         if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
-        let significant = without_leading_zeros(part);
-        if significant.len() > 3 {
-            return None;
-        }
-        *octet = u8::try_from(parse_digits(significant, 10)?).ok()?;
+        *octet = part.parse::<u8>().ok()?;
     }
     parts.next().is_none().then(|| Ipv4Addr::from(octets))
 }
 
-/// One `inet_aton` part: decimal, `0x` hex, or `0`-prefixed octal.
+/// One `inet_aton` part: decimal, `0x` hex, or `0`-prefixed octal, with any number of leading
+/// zeros (a value past `u64` is refused by the parse).
 fn aton_part(part: &str) -> Option<u64> {
     let (digits, radix) =
         if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
@@ -171,26 +169,7 @@ fn aton_part(part: &str) -> Option<u64> {
     if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return None;
     }
-    // Leading zeros never change the value, however many there are; what is left of a part
-    // that fits in 32 bits is short, so anything longer is out of range.
-    let significant = without_leading_zeros(digits);
-    if significant.len() > 32 {
-        return None;
-    }
-    parse_digits(significant, radix)
-}
-
-/// The value of digits already checked for `radix`; `""` (a part that was all zeros) is 0.
-fn parse_digits(digits: &str, radix: u32) -> Option<u64> {
-    if digits.is_empty() {
-        return Some(0);
-    }
     u64::from_str_radix(digits, radix).ok()
-}
-
-/// `digits` without its leading zeros; `""` for a part that is all zeros (value 0).
-fn without_leading_zeros(digits: &str) -> &str {
-    digits.trim_start_matches('0')
 }
 
 /// The classic resolver reading: 1–4 parts; the last part fills the remaining bytes.
