@@ -595,18 +595,16 @@ impl<S: Store> ControlService<S> {
         Ok(())
     }
 
-    /// The UNCERTAIN review queue (SPEC §9.5): the invocations of
-    /// [`ControlService::list_uncertain_with_settlements`].
+    /// The UNCERTAIN review queue (SPEC §9.5), newest first.
     pub fn list_uncertain(
         &self,
         principal: &Principal,
         all: bool,
     ) -> Result<Vec<Invocation>, ServiceError> {
-        let items = self.list_uncertain_with_settlements(principal, all)?;
-        Ok(items
-            .into_iter()
-            .map(|(invocation, _)| invocation)
-            .collect())
+        require(principal, "invocation.read")?;
+        Ok(self
+            .env
+            .read(|tx| tx.uncertain_invocations(&principal.tenant_id, all))?)
     }
 
     /// [`ControlService::list_uncertain`] with each invocation's settlement, if it has one, read

@@ -68,21 +68,12 @@ pub fn message_for(reason_code: &str) -> &'static str {
         codes::OUTPUT_INVALID => "The tool returned data outside its declared contract.",
         codes::INTERNAL_ERROR => "The tool could not complete because of an internal error.",
         codes::OUTCOME_UNKNOWN => "The outcome of this call is unknown. Do not repeat it.",
-        code => match builtin_failure_message(code) {
-            Some(message) => message,
-            None => message_for_family(code),
-        },
-    }
-}
-
-/// Messages for the reason codes outside the fixed table: policy families and anything else.
-fn message_for_family(reason_code: &str) -> &'static str {
-    match reason_code {
         "policy.skill.origin_untrusted" => POLICY_DENIED,
         code if code.starts_with("policy.matrix.") || code.starts_with("policy.hardline.") => {
             POLICY_DENIED
         }
-        _ => "The tool could not complete for a platform-defined reason.",
+        code => builtin_failure_message(code)
+            .unwrap_or("The tool could not complete for a platform-defined reason."),
     }
 }
 

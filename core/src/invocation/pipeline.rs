@@ -90,6 +90,24 @@ impl From<TxError> for Halt {
     }
 }
 
+/// An observation point (SPEC §8.5): a requested cancel ends the run, a fenced lease ends the
+/// execution.
+pub(crate) fn observe(token: &CancelToken) -> Result<(), Halt> {
+    match token.reason() {
+        None => Ok(()),
+        Some(CancelReason::Requested) => Err(Halt::Cancel),
+        Some(CancelReason::Fenced) => Err(Halt::Abandon),
+    }
+}
+
+/// `now ≥ deadline_at` ends the run FAILED `deadline_exceeded` (SPEC §8.4).
+pub(crate) fn check_deadline(run: &Run, now: Timestamp) -> Result<(), Halt> {
+    match run.deadline_at {
+        Some(deadline) if now >= deadline => Err(Halt::Fail(FailureReason::DeadlineExceeded)),
+        _ => Ok(()),
+    }
+}
+
 /// The one pipeline both hosts run.
 pub struct ToolPipeline<'e, S: Store> {
     env: &'e Env<S>,
@@ -571,19 +589,8 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         if !site.sequential {
             return Ok(());
         }
-        match site.token.reason() {
-            Some(CancelReason::Requested) => return Err(Halt::Cancel),
-            Some(CancelReason::Fenced) => return Err(Halt::Abandon),
-            None => {}
-        }
-        if site
-            .run
-            .deadline_at
-            .is_some_and(|d| self.env.clock.now() >= d)
-        {
-            return Err(Halt::Fail(FailureReason::DeadlineExceeded));
-        }
-        Ok(())
+        observe(site.token)?;
+        check_deadline(site.run, self.env.clock.now())
     }
 
     /// Steps 8–12 for an AUTHORIZED row.

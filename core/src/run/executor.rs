@@ -14,7 +14,9 @@ use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, ParallelGroupId};
 use crate::invocation::outcome::ResultItem;
-use crate::invocation::pipeline::{CallEnd, CallResult, CallSite, Halt, ToolPipeline};
+use crate::invocation::pipeline::{
+    CallEnd, CallResult, CallSite, Halt, ToolPipeline, check_deadline, observe,
+};
 use crate::ports::{Planner, PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
 use crate::run::cancel::CancelToken;
 use crate::run::checkpoint::{
@@ -288,12 +290,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
     }
 
     fn check_deadline(&self, run: &Run) -> Result<(), Halt> {
-        match run.deadline_at {
-            Some(deadline) if self.env.clock.now() >= deadline => {
-                Err(Halt::Fail(FailureReason::DeadlineExceeded))
-            }
-            _ => Ok(()),
-        }
+        check_deadline(run, self.env.clock.now())
     }
 
     /// Pins each call to a tool version and decides admission, once (SPEC §8.3, §11).
@@ -839,15 +836,6 @@ enum ParkWrite {
     Parked,
     Cancelled,
     Nothing,
-}
-
-/// Observation points: a requested cancel ends the run, a fence abandons it.
-fn observe(token: &CancelToken) -> Result<(), Halt> {
-    match token.reason() {
-        None => Ok(()),
-        Some(CancelReason::Requested) => Err(Halt::Cancel),
-        Some(CancelReason::Fenced) => Err(Halt::Abandon),
-    }
 }
 
 /// A turn is invalid if it has no calls, a duplicate or ungrammatical call id, or declares
