@@ -155,6 +155,35 @@ fn conflict(message: impl Into<String>) -> TxError {
     TxError::Conflict(message.into())
 }
 
+/// Whether `error` is one of this store's refusals of a write that breaks a rule of the rows
+/// (§8.1, §8.2, §9.1, §10.1, §13, §14: an illegal transition, an epoch or attempts change, a
+/// rewritten watermark or immutable field, a failed CHECK, a duplicate id, a sequence gap),
+/// rather than a race the spec expects (a guarded status that changed, a duplicate key at
+/// PROPOSE, one active run per session, a second settlement). The simulator reports the former
+/// as violations: core then abandons and recovers, which would otherwise hide the bug. The
+/// fragments are those of the messages in this file; keep them in step.
+pub fn is_rule_breach(error: &TxError) -> bool {
+    const RULES: [&str; 16] = [
+        "invalid run transition",
+        "invalid invocation transition",
+        "lease_epoch",
+        "lease owner changes only",
+        "attempts grows",
+        "CHECK ",
+        "does not match status",
+        "immutable field",
+        "not contiguous",
+        "session_id differs",
+        "terminal invocation",
+        "terminal approval",
+        "effect_sent_at",
+        "is not in session",
+        "UNIQUE(session_id, sequence)",
+        "duplicate id",
+    ];
+    matches!(error, TxError::Conflict(message) if RULES.iter().any(|rule| message.contains(rule)))
+}
+
 /// Whether `lease` is the run's current lease: RUNNING under exactly this owner and epoch.
 fn holds(run: &Run, lease: &Lease) -> bool {
     run.id == lease.run_id
@@ -1002,6 +1031,37 @@ mod tests {
     use crate::events::EventType;
     use crate::testing::contract::run_contract;
     use crate::testing::fixtures::*;
+
+    #[test]
+    fn a_rule_breaking_write_is_told_apart_from_a_lost_race() {
+        let store = MemStore::new();
+        let queued = seed_run(&store, 1, RunStatus::Queued);
+        let guard = crate::run::RunGuard {
+            run_id: queued.id,
+            status: RunStatus::Queued,
+            lease: None,
+        };
+        let mut completed = queued.clone();
+        completed.state = crate::run::RunState::Completed {
+            final_message: "done".to_owned(),
+        };
+        let breach = store
+            .transact(|tx| tx.update_run(&guard, &completed))
+            .unwrap_err();
+        assert!(is_rule_breach(&breach), "{breach}");
+
+        // The same write against a status that moved meanwhile: a race, not a breach.
+        let stale = crate::run::RunGuard {
+            status: RunStatus::Running,
+            ..guard
+        };
+        let race = store
+            .transact(|tx| tx.update_run(&stale, &completed))
+            .unwrap_err();
+        assert!(matches!(race, TxError::Conflict(_)), "{race:?}");
+        assert!(!is_rule_breach(&race), "{race}");
+        assert!(!is_rule_breach(&TxError::Fenced));
+    }
 
     #[test]
     fn mem_store_passes_the_store_contract() {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use airlock_core::events::Event;
 use airlock_core::ids::InvocationId;
 use airlock_core::invocation::Invocation;
-use airlock_core::mem_store::{MemSnapshot, MemStore};
+use airlock_core::mem_store::{MemSnapshot, MemStore, is_rule_breach};
 use airlock_core::store::{Store, StoreTx, TxError};
 
 /// What the observer saw across all commits.
@@ -30,31 +30,6 @@ pub struct CommitLog {
     /// execution and recovery ends the run in some legal state, so without this list a core
     /// bug that attempts such a write would look like a harmless retry.
     pub refused: Vec<String>,
-}
-
-/// Whether a `Conflict` from the store means the write itself was wrong. The other conflicts
-/// are races the spec expects (a guarded status that changed, a duplicate key at PROPOSE,
-/// one active run per session, a second settlement or approval for the same thing).
-fn breaks_a_rule(message: &str) -> bool {
-    const RULES: [&str; 16] = [
-        "invalid run transition",
-        "invalid invocation transition",
-        "lease_epoch",
-        "lease owner changes only",
-        "attempts grows",
-        "CHECK ",
-        "does not match status",
-        "immutable field",
-        "not contiguous",
-        "session_id differs",
-        "terminal invocation",
-        "terminal approval",
-        "effect_sent_at",
-        "is not in session",
-        "UNIQUE(session_id, sequence)",
-        "duplicate id",
-    ];
-    RULES.iter().any(|rule| message.contains(rule))
 }
 
 impl CommitLog {
@@ -130,11 +105,10 @@ impl SimStore {
     /// Whether START has committed for the invocation with this idempotency key: it is RUNNING
     /// or in a status only RUNNING leads to (§9.1).
     pub fn started(&self, key: &str) -> bool {
-        use airlock_core::vocab::InvocationStatus::{Failed, Running, Succeeded, Uncertain};
+        use airlock_core::vocab::InvocationStatus::Running;
         self.inner.inspect(|s| {
             s.invocations.values().any(|i| {
-                i.idempotency_key == key
-                    && matches!(i.status, Running | Succeeded | Failed | Uncertain)
+                i.idempotency_key == key && (i.status == Running || Running.may_become(i.status))
             })
         })
     }
@@ -154,10 +128,7 @@ impl SimStore {
                 s.checkpoints
                     .range((run.id, 0)..=(run.id, u32::MAX))
                     .next_back()
-                    .map_or(0, |(_, checkpoint)| {
-                        let pending = checkpoint.state.pending.as_ref().map_or(0, |p| p.step);
-                        checkpoint.state.step.max(pending)
-                    }),
+                    .map_or(0, |(_, checkpoint)| checkpoint.state.current_step()),
             )
         })
     }
@@ -176,10 +147,10 @@ impl Store for SimStore {
         self.open.fetch_add(1, Ordering::SeqCst);
         let result = self.inner.transact(f);
         self.open.fetch_sub(1, Ordering::SeqCst);
-        if let Err(TxError::Conflict(message)) = &result
-            && breaks_a_rule(message)
+        if let Err(error) = &result
+            && is_rule_breach(error)
         {
-            self.log().refused.push(message.clone());
+            self.log().refused.push(error.to_string());
         }
         if result.is_ok() {
             let (events, rows) = self.inner.inspect(|s| {

@@ -63,6 +63,14 @@ pub struct CheckpointState {
     pub denial_counts: BTreeMap<String, u32>,
 }
 
+impl CheckpointState {
+    /// The step in hand: the pending batch's, else the last finished one. The planner is never
+    /// asked for it, or for an earlier step, again (§8.3).
+    pub fn current_step(&self) -> u32 {
+        self.pending.as_ref().map_or(self.step, |p| p.step)
+    }
+}
+
 /// One row of `checkpoints`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checkpoint {

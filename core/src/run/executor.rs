@@ -686,7 +686,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 )?;
                 return Ok(ParkWrite::Cancelled);
             }
-            let step = state.pending.as_ref().map_or(state.step, |p| p.step);
+            let step = state.current_step();
             let mut pending: Vec<ApprovalId> = Vec::new();
             for invocation in tx.invocations_of_run(run.id)? {
                 if invocation.step_number == step
