@@ -128,15 +128,24 @@ pub fn walk_dirs(
         .try_fold(start, |dir, name| open_subdir(&dir, name, create))
 }
 
-/// What is at `components` under `root` now, without following anything: a regular file and its
-/// size, a directory, or `None` for anything else (missing, a symlink, a special file, a
-/// component that is not a directory).
+/// What a listing reports for an entry: its kind and byte count (0 for a directory), or
+/// `None` for what it leaves out (symlinks, special files).
+fn listed_shape(stat: &Stat) -> Option<(EntryKind, u64)> {
+    match file_type(stat) {
+        FileType::RegularFile => Some((EntryKind::File, u64::try_from(stat.st_size).unwrap_or(0))),
+        FileType::Directory => Some((EntryKind::Directory, 0)),
+        _ => None,
+    }
+}
+
+/// What a listing would report for `components` under `root` now, without following anything;
+/// `None` when it is missing, left out, or below something that is not a directory.
 pub fn entry_shape(
     root: OwnedFd,
     components: &[String],
-) -> Result<Option<EntryShape>, WorkspaceError> {
+) -> Result<Option<(EntryKind, u64)>, WorkspaceError> {
     let Some((name, parents)) = components.split_last() else {
-        return Ok(Some(EntryShape::Directory));
+        return Ok(Some((EntryKind::Directory, 0)));
     };
     let dir = match walk_dirs(root, parents, false) {
         Ok(dir) => dir,
@@ -144,24 +153,10 @@ pub fn entry_shape(
         Err(_) => return Ok(None),
     };
     match statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(stat) => Ok(match file_type(&stat) {
-            FileType::RegularFile => Some(EntryShape::File {
-                byte_count: u64::try_from(stat.st_size).unwrap_or(0),
-            }),
-            FileType::Directory => Some(EntryShape::Directory),
-            _ => None,
-        }),
+        Ok(stat) => Ok(listed_shape(&stat)),
         Err(Errno::NOENT | Errno::NOTDIR) => Ok(None),
         Err(errno) => Err(io("stat", errno)),
     }
-}
-
-/// The shape of a workspace entry, as [`entry_shape`] finds it on disk and as provenance
-/// remembers what this handle wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EntryShape {
-    File { byte_count: u64 },
-    Directory,
 }
 
 /// Opens (and creates on demand) `base/layout[0]/layout[1]/…`, the workspace root. `base` is the
@@ -448,14 +443,8 @@ fn list_one(
             Err(Errno::NOENT) => continue,
             Err(errno) => return Err(io("stat entry", errno)),
         };
-        let kind = match file_type(&stat) {
-            FileType::RegularFile => EntryKind::File,
-            FileType::Directory => EntryKind::Directory,
-            _ => continue,
-        };
-        let byte_count = match kind {
-            EntryKind::File => u64::try_from(stat.st_size).unwrap_or(0),
-            EntryKind::Directory => 0,
+        let Some((kind, byte_count)) = listed_shape(&stat) else {
+            continue;
         };
         // A directory whose children could not be named within the path limit is listed but
         // not entered: reopening it would itself exceed the kernel's PATH_MAX.

@@ -13,7 +13,7 @@
 mod contained;
 mod provenance;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,7 +26,6 @@ use airlock_core::ports::{
 
 pub use contained::MAX_VISITED_ENTRIES;
 
-use contained::EntryShape;
 use provenance::WrittenPaths;
 
 /// The directory under the data directory that holds every workspace.
@@ -41,38 +40,34 @@ pub struct LocalWorkspaces {
     handles: Mutex<Handles>,
 }
 
-/// The handles, and their keys from least to most recently handed out.
+/// The handles, each with when it was last handed out.
 #[derive(Default)]
 struct Handles {
-    by_run: HashMap<(String, RunId), Arc<LocalWorkspace>>,
-    recency: VecDeque<(String, RunId)>,
+    by_run: HashMap<(String, RunId), (Arc<LocalWorkspace>, u64)>,
+    /// Counts hand-outs; a handle's stamp is the count at its last one.
+    clock: u64,
 }
 
 impl Handles {
     fn get(&mut self, key: &(String, RunId)) -> Option<Arc<LocalWorkspace>> {
-        let handle = Arc::clone(self.by_run.get(key)?);
-        if let Some(key) = self
-            .recency
-            .iter()
-            .position(|k| k == key)
-            .and_then(|at| self.recency.remove(at))
-        {
-            self.recency.push_back(key);
-        }
-        Some(handle)
+        self.clock += 1;
+        let (handle, last_used) = self.by_run.get_mut(key)?;
+        *last_used = self.clock;
+        Some(Arc::clone(handle))
     }
 
     fn insert(&mut self, key: (String, RunId), handle: Arc<LocalWorkspace>) {
-        while self.by_run.len() >= MAX_HANDLES {
-            match self.recency.pop_front() {
-                Some(oldest) => {
-                    self.by_run.remove(&oldest);
-                }
-                None => break,
-            }
+        if self.by_run.len() >= MAX_HANDLES
+            && let Some(oldest) = self
+                .by_run
+                .iter()
+                .min_by_key(|(_, (_, last_used))| *last_used)
+                .map(|(key, _)| key.clone())
+        {
+            self.by_run.remove(&oldest);
         }
-        self.recency.push_back(key.clone());
-        self.by_run.insert(key, handle);
+        self.clock += 1;
+        self.by_run.insert(key, (handle, self.clock));
     }
 }
 
@@ -182,14 +177,7 @@ impl Workspace for LocalWorkspace {
         let on_disk = self
             .open_root()
             .and_then(|root| contained::entry_shape(root, path.components()));
-        let same = match (expected, on_disk) {
-            (EntryShape::Directory, Ok(Some(EntryShape::Directory))) => true,
-            (EntryShape::File { byte_count }, Ok(Some(EntryShape::File { byte_count: now }))) => {
-                byte_count == now
-            }
-            _ => false,
-        };
-        if same {
+        if matches!(on_disk, Ok(Some(now)) if now == expected) {
             Provenance::Written
         } else {
             Provenance::Unknown

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use airlock_core::canonical::sha256_hex;
 use airlock_core::workspace::{Provenance, WsPath};
 
-use super::contained::EntryShape;
+use airlock_core::workspace::EntryKind;
 
 /// What this handle wrote at one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,15 +107,13 @@ impl WrittenPaths {
         }
     }
 
-    /// What this handle left at `path`, for a check against the disk when no content is at
-    /// hand (a listing): the file's length, or a directory.
-    pub fn written_shape(&self, path: &WsPath) -> Option<EntryShape> {
+    /// What this handle left at `path`, as a listing reports it (kind and byte count, 0 for a
+    /// directory), for a check against the disk when no content is at hand.
+    pub fn written_shape(&self, path: &WsPath) -> Option<(EntryKind, u64)> {
         let root = self.lock();
         match root.find(path.components())?.mark.as_ref()? {
-            Mark::File { byte_count, .. } => Some(EntryShape::File {
-                byte_count: *byte_count,
-            }),
-            Mark::Directory => Some(EntryShape::Directory),
+            Mark::File { byte_count, .. } => Some((EntryKind::File, *byte_count)),
+            Mark::Directory => Some((EntryKind::Directory, 0)),
         }
     }
 
