@@ -834,6 +834,31 @@ async fn an_over_long_reason_is_refused_only_where_a_resolution_would_apply() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_over_long_reason_does_not_hide_an_expiry() {
+    // §10.4: `pending` and `now ≥ expires_at` → commit the expiry, return `Expired`; that answer
+    // comes before the reason's length is looked at.
+    let h = Harness::new();
+    let run = park(&h, send_script(&h, "hi")).await;
+    let approval = only_approval(&h, run);
+    h.advance(MEDIUM_EXPIRY_SECONDS as u64 + 1).await;
+    let answer = h
+        .control
+        .resolve(
+            &h.bob(),
+            approval.id,
+            ApprovalResolution::ApproveOnce,
+            Some(&"r".repeat(4097)),
+        )
+        .await
+        .map(|r| r.state);
+    assert_eq!(answer, Err(ServiceError::Expired));
+    assert_eq!(
+        approval_row(&h, approval.id).status,
+        ApprovalStatus::Expired
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn other_tenant_sees_nothing_and_cannot_resolve() {
     // Mallory, in another tenant, gets NotFound or an empty page for acme's run and approval, and cannot resolve or expire it.
     let h = Harness::new();

@@ -1561,6 +1561,21 @@ async fn a_cancel_comes_before_a_planner_that_cannot_be_built() {
         ExecutionEnd::Finished(RunStatus::Cancelled)
     );
 
+    // A passed deadline also comes first (FAILED deadline_exceeded, not planner_error).
+    let mut late = h.script(json!([[echo("c1", "hi")]]));
+    late["limits"]["deadline_seconds"] = json!(1);
+    let late = h.submit(late).await;
+    let (claimed, lease) = worker.claim(None).await.unwrap().expect("claimable");
+    h.advance(2).await;
+    assert_eq!(
+        worker.execute(claimed, lease).await,
+        ExecutionEnd::Finished(RunStatus::Failed)
+    );
+    assert_eq!(
+        failure_reason(&h.run(late)),
+        FailureReason::DeadlineExceeded
+    );
+
     // Without a cancel, the same planner fails the run planner_error.
     let other = h.submit(h.script(json!([[echo("c1", "hi")]]))).await;
     assert_eq!(

@@ -5,6 +5,7 @@ mod common;
 
 use airlock_core::control::ServiceError;
 use airlock_core::ids::{InvocationId, RunId};
+use airlock_core::testing::fixtures::user_call;
 use airlock_core::vocab::{CrashPoint, InvocationStatus, RunStatus, SettlementOutcome};
 use common::*;
 use serde_json::json;
@@ -12,7 +13,11 @@ use serde_json::json;
 /// A run whose watermarked `test.write_once` call was interrupted after START and recovered
 /// as UNCERTAIN; returns the run and the UNCERTAIN invocation.
 async fn uncertain_call(h: &Harness) -> (RunId, InvocationId) {
-    let write = json!([{"call_id": "c1", "tool": "test.write_once", "arguments": {"path": "notes/a.txt", "text": "x"}, "argument_trust": {"path": "user", "text": "user"}}]);
+    let write = json!([user_call(
+        "c1",
+        "test.write_once",
+        json!({"path": "notes/a.txt", "text": "x"})
+    )]);
     let run = h.submit(h.script(json!([write]))).await;
     h.crash.arm(CrashPoint::AfterStart);
     assert_eq!(h.drive_one_until_crash(&h.worker("w1")).await, None);
@@ -113,7 +118,8 @@ async fn settle_answers_in_the_spec_order_and_writes_one_finding() {
 #[tokio::test(start_paused = true)]
 async fn only_an_uncertain_invocation_can_be_settled() {
     let h = Harness::new();
-    let run = h.submit(h.script(json!([[{"call_id": "c1", "tool": "test.echo", "arguments": {"text": "hi"}, "argument_trust": {"text": "user"}}]]))).await;
+    let echo = user_call("c1", "test.echo", json!({"text": "hi"}));
+    let run = h.submit(h.script(json!([[echo]]))).await;
     h.drive(&h.worker("w1")).await;
     let done = h.invocations(run).remove(0);
     assert_eq!(done.status, InvocationStatus::Succeeded);

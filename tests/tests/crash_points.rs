@@ -77,10 +77,13 @@ fn mixed() -> Value {
     ]))
 }
 
+/// One row of [`invocations`]: status, tool, idempotency key, watermark.
+type InvocationRow = (String, String, String, Option<i64>);
+
 /// Runs the mixed script with a worker crashing at `point` (after approving when needed), then
-/// recovers with fresh workers and checks the end state. Returns the invocation rows as the
-/// crash left them.
-fn worker_crash(point: &str, approve_first: bool) -> Vec<(String, String, String, Option<i64>)> {
+/// recovers with fresh workers and checks the end state. Returns the data dir and the
+/// invocation rows as the crash left them.
+fn worker_crash(point: &str, approve_first: bool) -> (DataDir, Vec<InvocationRow>) {
     let data = DataDir::new();
     let run = data.submit(&mixed());
     if approve_first {
@@ -99,7 +102,7 @@ fn worker_crash(point: &str, approve_first: bool) -> Vec<(String, String, String
     assert!(data.outbox().len() <= 1, "{point}: at most one effect");
     assert_no_duplicate_effects(&data);
     assert_recovery_kept_the_watermarks(point, &at_crash, &invocations(&data));
-    at_crash
+    (data, at_crash)
 }
 
 /// SPEC §9.4 across a crash: a watermark committed before the abort is there after recovery,
@@ -108,8 +111,8 @@ fn worker_crash(point: &str, approve_first: bool) -> Vec<(String, String, String
 /// UNCERTAIN.
 fn assert_recovery_kept_the_watermarks(
     point: &str,
-    at_crash: &[(String, String, String, Option<i64>)],
-    after: &[(String, String, String, Option<i64>)],
+    at_crash: &[InvocationRow],
+    after: &[InvocationRow],
 ) {
     for (status, tool, key, watermark) in at_crash {
         let (end_status, _, _, end_watermark) = after
@@ -190,7 +193,7 @@ fn after_revalidate() {
 fn after_start_of_the_approved_external_write_never_sends_it() {
     // After approval the first START is the external write's: its watermark is committed, the
     // body has not run. Recovery must mark it UNCERTAIN, not send it (§9.4, §16 #11).
-    let at_crash = worker_crash("after_start", true);
+    let (data, at_crash) = worker_crash("after_start", true);
     assert!(
         at_crash
             .iter()
@@ -198,6 +201,10 @@ fn after_start_of_the_approved_external_write_never_sends_it() {
                 && tool == "demo.external_write"
                 && watermark.is_some()),
         "the crash came right after the external write's START: {at_crash:?}"
+    );
+    assert!(
+        data.outbox().is_empty(),
+        "the write's body never ran, so nothing may have been sent"
     );
 }
 

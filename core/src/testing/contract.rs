@@ -84,6 +84,16 @@ fn assert_conflict<R: Debug>(result: Result<R, TxError>, rule: &str) {
     );
 }
 
+/// A `Conflict` that refuses a write breaking a rule of the rows (§8.1, §8.2, §9.1), not one
+/// any other error would satisfy.
+#[track_caller]
+fn assert_rule_breach<R: Debug>(result: Result<R, TxError>, rule: &str) {
+    match result {
+        Err(error) if crate::mem_store::is_rule_breach(&error) => {}
+        other => panic!("{rule}: expected a rule-breach Conflict, got {other:?}"),
+    }
+}
+
 #[track_caller]
 fn assert_fenced<R: Debug>(result: Result<R, TxError>, rule: &str) {
     assert!(
@@ -2229,11 +2239,9 @@ fn run_edges_of_section_8_1_only<S: Store>(store: &S) {
 
     let mut waiting = queued.clone();
     waiting.state = RunState::WaitingForApproval;
-    assert!(
-        store
-            .transact(|tx| tx.update_run(&guard, &waiting))
-            .is_err(),
-        "QUEUED -> WAITING_FOR_APPROVAL is no edge"
+    assert_rule_breach(
+        store.transact(|tx| tx.update_run(&guard, &waiting)),
+        "QUEUED -> WAITING_FOR_APPROVAL is no edge",
     );
 
     let cancelled = seed_run(store, 2, RunStatus::Cancelled);
@@ -2267,11 +2275,9 @@ fn lease_epoch_advances_by_one_only_at_claim<S: Store>(store: &S) {
         "a claim without a new epoch"
     );
     claimed.lease_epoch = queued.lease_epoch + 2;
-    assert!(
-        store
-            .transact(|tx| tx.update_run(&guard, &claimed))
-            .is_err(),
-        "a claim skipping an epoch"
+    assert_rule_breach(
+        store.transact(|tx| tx.update_run(&guard, &claimed)),
+        "a claim skipping an epoch",
     );
     claimed.lease_epoch = queued.lease_epoch + 1;
     commit(store, "CLAIM", |tx| tx.update_run(&guard, &claimed));
@@ -2293,9 +2299,9 @@ fn lease_epoch_advances_by_one_only_at_claim<S: Store>(store: &S) {
     );
     let mut bumped = claimed.clone();
     bumped.lease_epoch += 1;
-    assert!(
-        store.transact(|tx| tx.update_run(&held, &bumped)).is_err(),
-        "RUNNING -> RUNNING keeps the epoch"
+    assert_rule_breach(
+        store.transact(|tx| tx.update_run(&held, &bumped)),
+        "RUNNING -> RUNNING keeps the epoch",
     );
     let mut parked = claimed.clone();
     parked.state = RunState::WaitingForApproval;
@@ -2329,11 +2335,9 @@ fn attempts_grow_only_when_a_run_leaves_running<S: Store>(store: &S) {
         lease: None,
         ..held.clone()
     };
-    assert!(
-        store
-            .transact(|tx| tx.update_run(&reclaim, &requeued))
-            .is_err(),
-        "by one at a time"
+    assert_rule_breach(
+        store.transact(|tx| tx.update_run(&reclaim, &requeued)),
+        "by one at a time",
     );
     requeued.attempts = 1;
     commit(store, "RECLAIM", |tx| tx.update_run(&reclaim, &requeued));
@@ -2344,9 +2348,9 @@ fn attempts_grow_only_when_a_run_leaves_running<S: Store>(store: &S) {
         status: RunStatus::Queued,
         lease: None,
     };
-    assert!(
-        store.transact(|tx| tx.update_run(&queued, &reset)).is_err(),
-        "attempts never decrease"
+    assert_rule_breach(
+        store.transact(|tx| tx.update_run(&queued, &reset)),
+        "attempts never decrease",
     );
 }
 
@@ -2366,11 +2370,9 @@ fn the_watermark_is_written_only_by_start<S: Store>(store: &S) {
     );
     let mut cleared = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
     cleared.effect_sent_at = None;
-    assert!(
-        store
-            .transact(|tx| tx.update_invocation(InvocationStatus::Running, &cleared))
-            .is_err(),
-        "FINISH cannot clear it"
+    assert_rule_breach(
+        store.transact(|tx| tx.update_invocation(InvocationStatus::Running, &cleared)),
+        "FINISH cannot clear it",
     );
 
     let mut unsent = sample_invocation(2, &run, 1, "c2", InvocationStatus::Running);
