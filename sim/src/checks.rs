@@ -627,6 +627,33 @@ mod tests {
     }
 
     #[test]
+    fn the_expiry_reaching_max_attempts_and_only_it_fails_the_run() {
+        use airlock_core::mem_store::MemStore;
+        use airlock_core::testing::fixtures::seed_run;
+        let store = MemStore::new();
+        let mut queued = seed_run(&store, 1, RunStatus::Queued);
+        let snapshot = |run: &airlock_core::run::Run| {
+            let mut snapshot = store.snapshot();
+            snapshot.runs.insert(run.id, run.clone());
+            snapshot
+        };
+        queued.attempts = 2;
+        assert!(attempts_are_capped(&snapshot(&queued), 3).is_empty());
+        queued.attempts = 3;
+        assert_eq!(
+            attempts_are_capped(&snapshot(&queued), 3).len(),
+            1,
+            "not failed at the cap"
+        );
+        queued.attempts = 4;
+        assert_eq!(
+            attempts_are_capped(&snapshot(&queued), 3).len(),
+            1,
+            "over the cap"
+        );
+    }
+
+    #[test]
     fn a_cancel_that_closes_a_running_call_is_caught() {
         let w1 = Actor::worker("w1.1");
         let denied = event(

@@ -946,3 +946,97 @@ fn inv_36_results_in_planner_order(c: &mut Checker<'_>) {
         c.fail("inv_36_parallel_batches_are_read_only", detail);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem_store::MemStore;
+    use crate::testing::fixtures::*;
+    use crate::vocab::RunStatus;
+
+    /// The violations of `invariant` that `check` finds.
+    fn found(snapshot: &MemSnapshot, effects: &[Effect], invariant: &str) -> Vec<String> {
+        check(snapshot, effects)
+            .into_iter()
+            .filter(|v| v.invariant == invariant)
+            .map(|v| v.detail)
+            .collect()
+    }
+
+    #[test]
+    fn a_body_entered_before_start_is_caught_for_every_side_effect_class() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let row = seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Running),
+        );
+        let entry = |started| Effect {
+            tool_name: row.tool_name.clone(),
+            idempotency_key: row.idempotency_key.clone(),
+            idempotency: row.idempotency_class,
+            replay: false,
+            watermarked_at_entry: row.effect_sent_at.is_some(),
+            transaction_open_at_entry: false,
+            started_at_entry: started,
+        };
+        let snapshot = store.snapshot();
+        let invariant = "inv_11_watermark_before_effect";
+        assert!(found(&snapshot, &[entry(true)], invariant).is_empty());
+        let caught = found(&snapshot, &[entry(false)], invariant);
+        assert_eq!(caught.len(), 1, "{caught:?}");
+        assert!(caught[0].contains("before START committed"), "{caught:?}");
+    }
+
+    #[test]
+    fn an_uncertain_row_without_its_event_is_caught() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Uncertain),
+        );
+        let caught = found(&store.snapshot(), &[], "inv_18_uncertain_never_repeated");
+        assert_eq!(caught.len(), 1, "{caught:?}");
+        assert!(
+            caught[0].contains("no tool.call.uncertain event"),
+            "{caught:?}"
+        );
+    }
+
+    #[test]
+    fn an_expired_approvals_call_must_end_denied_approval_expired() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let row = seed_invocation(
+            &store,
+            sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed),
+        );
+        crate::testing::fixtures::commit(&store, "seed approval", |tx| {
+            tx.insert_approval(&sample_approval(1, &row, ApprovalStatus::Expired))
+        });
+        let caught = found(
+            &store.snapshot(),
+            &[],
+            "inv_23_nothing_approved_after_expiry",
+        );
+        assert_eq!(caught.len(), 1, "{caught:?}");
+        assert!(caught[0].contains("its call ended FAILED"), "{caught:?}");
+    }
+
+    #[test]
+    fn a_cancelled_run_with_an_interrupted_call_is_caught_watermark_or_not() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Cancelled);
+        let mut row = sample_invocation(1, &run, 1, "c1", InvocationStatus::Failed);
+        row.effect_sent_at = None;
+        row.reason_code = Some("tool.interrupted".to_owned());
+        seed_invocation(&store, row);
+        let caught = found(
+            &store.snapshot(),
+            &[],
+            "inv_31_cancel_never_abandons_an_effect",
+        );
+        assert_eq!(caught.len(), 1, "{caught:?}");
+    }
+}
