@@ -27,6 +27,10 @@ use crate::vocab::{
     InvocationStatus, ResolveState, RunStatus, SettlementOutcome,
 };
 
+/// `list_pending`'s page size when none is given, and its largest (SPEC §10.4).
+pub const APPROVAL_PAGE_DEFAULT: usize = 50;
+pub const APPROVAL_PAGE_MAX: usize = 100;
+
 /// The service's error kinds; the CLI maps each to an exit code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
@@ -331,11 +335,11 @@ impl<S: Store> ControlService<S> {
         cursor: Option<&str>,
     ) -> Result<Page<Approval>, ServiceError> {
         require(principal, "approval.read")?;
-        let limit = limit.unwrap_or(50);
-        if !(1..=100).contains(&limit) {
-            return Err(ServiceError::InvalidArgument(
-                "limit must be in 1..=100".to_owned(),
-            ));
+        let limit = limit.unwrap_or(APPROVAL_PAGE_DEFAULT);
+        if !(1..=APPROVAL_PAGE_MAX).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(format!(
+                "limit must be in 1..={APPROVAL_PAGE_MAX}"
+            )));
         }
         let after = cursor.map(parse_cursor).transpose()?;
         let mut items = self

@@ -1,6 +1,6 @@
 //! `airlock approvals list|get|approve|deny|expire` (Appendix A).
 
-use airlock_core::control::ControlService;
+use airlock_core::control::{APPROVAL_PAGE_MAX, ControlService};
 use airlock_core::ids::{ApprovalId, RunId};
 use airlock_core::principal::Principal;
 use airlock_core::vocab::{ApprovalResolution, ResolveState};
@@ -18,8 +18,9 @@ pub enum ApprovalsCommand {
     List {
         #[arg(long)]
         run: Option<RunId>,
-        /// 1..=100 (default 50); checked before the store is opened, like every argument.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+        /// 1..=100 (default 50, `control::APPROVAL_PAGE_*`); checked before the store is
+        /// opened, like every argument.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=APPROVAL_PAGE_MAX as i64))]
         limit: Option<u16>,
         #[arg(long)]
         cursor: Option<String>,
