@@ -84,10 +84,24 @@ fn the_adapter_and_the_simulator_depend_on_core_and_not_on_each_other() {
         let manifest = std::fs::read_to_string(workspace.join(crate_dir).join("Cargo.toml"))
             .unwrap_or_else(|e| panic!("{crate_dir}/Cargo.toml: {e}"));
         let table: toml::Table = manifest.parse().expect("manifest is TOML");
+        // Every dependency table, target-specific ones included, by the package each entry
+        // names (a renamed dependency's `package`, else its key).
+        let mut tables: Vec<&toml::Table> = vec![&table];
+        if let Some(targets) = table.get("target").and_then(toml::Value::as_table) {
+            tables.extend(targets.values().filter_map(toml::Value::as_table));
+        }
         let mut names = Vec::new();
-        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
-            if let Some(deps) = table.get(section).and_then(toml::Value::as_table) {
-                names.extend(deps.keys().cloned());
+        for section in tables.iter().flat_map(|t| {
+            ["dependencies", "dev-dependencies", "build-dependencies"]
+                .iter()
+                .filter_map(|name| t.get(*name).and_then(toml::Value::as_table))
+        }) {
+            for (key, value) in section {
+                let package = value
+                    .get("package")
+                    .and_then(toml::Value::as_str)
+                    .unwrap_or(key);
+                names.push(package.to_owned());
             }
         }
         assert!(
