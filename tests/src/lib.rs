@@ -138,6 +138,17 @@ impl DataDir {
             .to_owned()
     }
 
+    /// The run's status and attempts, read from the store file directly.
+    pub fn status_and_attempts(&self, run: &str) -> (String, i64) {
+        db(self)
+            .query_row(
+                "SELECT status, attempts FROM runs WHERE id = ?1",
+                [run],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .expect("the run")
+    }
+
     pub fn events(&self, run: &str) -> Vec<Value> {
         let output = self.run("alice", &["runs", "events", run]);
         assert_eq!(output.status.code(), Some(0));

@@ -250,20 +250,13 @@ fn demo_refuses_a_data_dir_that_already_holds_a_store_and_touches_nothing() {
             .is_some_and(|m| m.contains("fresh data dir")),
         "{error}"
     );
-    let conn = db(&data);
-    let (status, attempts): (String, i64) = conn
-        .query_row(
-            "SELECT status, attempts FROM runs WHERE id = ?1",
-            [&run],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the run");
+    let (status, attempts) = data.status_and_attempts(&run);
     assert_eq!(
         (status.as_str(), attempts),
         ("QUEUED", 0),
         "nobody claimed it"
     );
-    let runs: i64 = conn
+    let runs: i64 = db(&data)
         .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
         .expect("count");
     assert_eq!(runs, 1, "the demo submitted nothing");

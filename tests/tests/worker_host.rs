@@ -66,16 +66,6 @@ fn long_script(steps: usize) -> Value {
     })
 }
 
-fn status_and_attempts(data: &DataDir, run: &str) -> (String, i64) {
-    db(data)
-        .query_row(
-            "SELECT status, attempts FROM runs WHERE id = ?1",
-            [run],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .expect("the run")
-}
-
 fn wait_for_exit(worker: &mut Child, limit: Duration) -> Option<i32> {
     let started = Instant::now();
     loop {
@@ -102,7 +92,7 @@ fn graceful_shutdown_on(signal: &str) {
         .expect("worker starts");
     // Wait until the long run is executing, then signal.
     let started = Instant::now();
-    while status_and_attempts(&data, &long).0 != "RUNNING" {
+    while data.status_and_attempts(&long).0 != "RUNNING" {
         assert!(
             started.elapsed() < Duration::from_secs(20),
             "the long run never started"
@@ -118,12 +108,12 @@ fn graceful_shutdown_on(signal: &str) {
 
     // The in-flight run was finished, not abandoned to a lease expiry; nothing new was claimed.
     assert_eq!(
-        status_and_attempts(&data, &long),
+        data.status_and_attempts(&long),
         ("COMPLETED".to_owned(), 0),
         "{signal}"
     );
     assert_eq!(
-        status_and_attempts(&data, &waiting),
+        data.status_and_attempts(&waiting),
         ("QUEUED".to_owned(), 0),
         "{signal}: a stopping worker claims nothing"
     );
