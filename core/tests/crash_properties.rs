@@ -217,7 +217,8 @@ async fn run_case(
     if !(status.is_terminal() || status == RunStatus::WaitingForApproval) {
         return Err(format!("run ended {status}, neither terminal nor parked"));
     }
-    let violations = check(&store.snapshot(), &effects.lock().unwrap());
+    let max_attempts = airlock_core::worker::WorkerSettings::new("w").max_attempts;
+    let violations = check(&store.snapshot(), &effects.lock().unwrap(), max_attempts);
     if violations.is_empty() {
         Ok(())
     } else {

@@ -8,10 +8,11 @@ use crate::events::{Event, EventType};
 use crate::ids::{InvocationId, RunId};
 use crate::invocation::outcome::{ResultItem, message_for};
 use crate::mem_store::MemSnapshot;
+use crate::run::RunState;
 use crate::run::state::edge_allowed;
 use crate::vocab::{
-    ApprovalStatus, IdempotencyClass, InvocationStatus, OutcomeStatus, PolicyDecisionType,
-    RunStatus, SideEffectClass, TrustLevel,
+    ApprovalStatus, FailureReason, IdempotencyClass, InvocationStatus, OutcomeStatus,
+    PolicyDecisionType, RunStatus, SideEffectClass, TrustLevel,
 };
 
 /// One entry of a tool body, as a simulated external service records it before answering.
@@ -43,6 +44,7 @@ struct Checker<'a> {
     snapshot: &'a MemSnapshot,
     effects: &'a [Effect],
     events_by_run: BTreeMap<RunId, Vec<&'a Event>>,
+    max_attempts: u32,
     violations: Vec<Violation>,
 }
 
@@ -64,7 +66,8 @@ fn invocation_event<'a>(events: &[&'a Event], kind: EventType, id: InvocationId)
 }
 
 /// Checks every S invariant; an empty result means the snapshot honours them all.
-pub fn check(snapshot: &MemSnapshot, effects: &[Effect]) -> Vec<Violation> {
+/// `max_attempts` is the workers' setting (SPEC §8.2), which #29's cap depends on.
+pub fn check(snapshot: &MemSnapshot, effects: &[Effect], max_attempts: u32) -> Vec<Violation> {
     let mut events_by_run: BTreeMap<RunId, Vec<&Event>> = BTreeMap::new();
     for event in &snapshot.events {
         if let Some(run) = event.run_id {
@@ -75,6 +78,7 @@ pub fn check(snapshot: &MemSnapshot, effects: &[Effect]) -> Vec<Violation> {
         snapshot,
         effects,
         events_by_run,
+        max_attempts,
         violations: Vec::new(),
     };
     inv_10_bodies_run_only_with_authority(&mut checker);
@@ -624,6 +628,28 @@ fn inv_29_attempts_count_reclaims(c: &mut Checker<'_>) {
             ));
         }
     }
+    // The cap: the expiry that brings `attempts` to `max_attempts` fails the run
+    // `max_attempts_exceeded`, and only that one does.
+    for run in c.snapshot.runs.values() {
+        let exceeded = matches!(
+            &run.state,
+            RunState::Failed { failure } if failure.reason == FailureReason::MaxAttemptsExceeded
+        );
+        if run.attempts > c.max_attempts {
+            failures.push(format!(
+                "run {}: attempts {} over max_attempts {}",
+                run.id, run.attempts, c.max_attempts
+            ));
+        } else if (run.attempts == c.max_attempts) != exceeded {
+            failures.push(format!(
+                "run {}: attempts {} of {}, status {}",
+                run.id,
+                run.attempts,
+                c.max_attempts,
+                run.status()
+            ));
+        }
+    }
     for detail in failures {
         c.fail("inv_29_attempts_count_reclaims", detail);
     }
@@ -956,11 +982,34 @@ mod tests {
 
     /// The violations of `invariant` that `check` finds.
     fn found(snapshot: &MemSnapshot, effects: &[Effect], invariant: &str) -> Vec<String> {
-        check(snapshot, effects)
+        check(snapshot, effects, 3)
             .into_iter()
             .filter(|v| v.invariant == invariant)
             .map(|v| v.detail)
             .collect()
+    }
+
+    #[test]
+    fn the_expiry_reaching_max_attempts_and_only_it_fails_the_run() {
+        let store = MemStore::new();
+        let mut queued = seed_run(&store, 1, RunStatus::Queued);
+        let with = |run: &crate::run::Run| {
+            let mut snapshot = store.snapshot();
+            snapshot.runs.insert(run.id, run.clone());
+            snapshot
+        };
+        let caps = |run: &crate::run::Run| {
+            found(&with(run), &[], "inv_29_attempts_count_reclaims")
+                .into_iter()
+                .filter(|d| d.contains("max_attempts") || d.contains(" of "))
+                .count()
+        };
+        queued.attempts = 2;
+        assert_eq!(caps(&queued), 0);
+        queued.attempts = 3;
+        assert_eq!(caps(&queued), 1, "not failed at the cap");
+        queued.attempts = 4;
+        assert_eq!(caps(&queued), 1, "over the cap");
     }
 
     #[test]
