@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use airlock::sqlite::SqliteStore;
+use airlock_sqlite::SqliteStore;
 use airlock_core::events::{Actor, EventType, NewEvent, keys};
 use airlock_core::invocation::Invocation;
 use airlock_core::invocation::outcome::{Outcome, ResultItem};

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock::host::TokioSpawner;
-use airlock::host::app::App;
+use airlock_host::TokioSpawner;
+use airlock::app::App;
 use airlock_core::ids::RunId;
 use airlock_core::principal::Principal;
 use airlock_core::scope::{Scope, platform_scopes};

@@ -75,42 +75,98 @@ fn core_depends_on_exactly_the_allowed_crates() {
     }
 }
 
+/// The package names a manifest depends on: every dependency table, target-specific ones
+/// included, by the package each entry names (a renamed dependency's `package`, else its key).
+fn dependency_packages(manifest_path: &Path) -> (String, Vec<String>) {
+    let manifest = std::fs::read_to_string(manifest_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", manifest_path.display()));
+    let table: toml::Table = manifest.parse().expect("manifest is TOML");
+    let name = table["package"]["name"]
+        .as_str()
+        .expect("package name")
+        .to_owned();
+    let mut tables: Vec<&toml::Table> = vec![&table];
+    if let Some(targets) = table.get("target").and_then(toml::Value::as_table) {
+        tables.extend(targets.values().filter_map(toml::Value::as_table));
+    }
+    let mut names = Vec::new();
+    for section in tables.iter().flat_map(|t| {
+        ["dependencies", "dev-dependencies", "build-dependencies"]
+            .iter()
+            .filter_map(|name| t.get(*name).and_then(toml::Value::as_table))
+    }) {
+        for (key, value) in section {
+            let package = value
+                .get("package")
+                .and_then(toml::Value::as_str)
+                .unwrap_or(key);
+            names.push(package.to_owned());
+        }
+    }
+    (name, names)
+}
+
+/// The stores (SPEC §2.1, Part II layout): they know core and nothing else of airlock.
+const STORE_CRATES: [&str; 2] = ["airlock-sqlite", "airlock-pg"];
+/// The crate that wires the parts together and owns the CLI; the only one that may depend on
+/// several adapter crates.
+const BINARY_CRATE: &str = "airlock";
+/// The host crate, the one adapter other adapters may build on.
+const HOST_CRATE: &str = "airlock-host";
+
 #[test]
-fn the_adapter_and_the_simulator_depend_on_core_and_not_on_each_other() {
-    // SPEC §16 #42 / the dependency rule: production and simulation differ only in the ports
-    // they plug into core, so neither may reach into the other.
+fn adapters_and_the_simulator_depend_only_in_the_allowed_directions() {
+    // SPEC §2.1 and §16 #42: production and simulation differ only in the ports they plug into
+    // core, so neither reaches into the other; each adapter crate depends on core and on the
+    // host crate at most; the stores depend on core alone (never on the host, the MCP gateway
+    // or the HTTP crate); only the binary crate wires several adapters together.
     let workspace = core_dir().parent().expect("workspace root").to_owned();
-    for (crate_dir, other) in [("adapters", "airlock-sim"), ("sim", "airlock")] {
-        let manifest = std::fs::read_to_string(workspace.join(crate_dir).join("Cargo.toml"))
-            .unwrap_or_else(|e| panic!("{crate_dir}/Cargo.toml: {e}"));
-        let table: toml::Table = manifest.parse().expect("manifest is TOML");
-        // Every dependency table, target-specific ones included, by the package each entry
-        // names (a renamed dependency's `package`, else its key).
-        let mut tables: Vec<&toml::Table> = vec![&table];
-        if let Some(targets) = table.get("target").and_then(toml::Value::as_table) {
-            tables.extend(targets.values().filter_map(toml::Value::as_table));
+    let mut manifests = vec![workspace.join("sim").join("Cargo.toml")];
+    let adapters = std::fs::read_dir(workspace.join("adapters")).expect("adapters/ is a folder");
+    for entry in adapters {
+        let manifest = entry.expect("dir entry").path().join("Cargo.toml");
+        if manifest.is_file() {
+            manifests.push(manifest);
         }
-        let mut names = Vec::new();
-        for section in tables.iter().flat_map(|t| {
-            ["dependencies", "dev-dependencies", "build-dependencies"]
-                .iter()
-                .filter_map(|name| t.get(*name).and_then(toml::Value::as_table))
-        }) {
-            for (key, value) in section {
-                let package = value
-                    .get("package")
-                    .and_then(toml::Value::as_str)
-                    .unwrap_or(key);
-                names.push(package.to_owned());
-            }
-        }
+    }
+    assert!(
+        manifests.len() >= 4,
+        "the scan must see the simulator, the SQLite store, the host and the binary crate"
+    );
+    let mut seen = Vec::new();
+    for manifest in &manifests {
+        let (name, deps) = dependency_packages(manifest);
         assert!(
-            names.iter().any(|n| n == "airlock-core"),
-            "{crate_dir} depends on core"
+            deps.iter().any(|d| d == "airlock-core"),
+            "{name} depends on core"
         );
+        let ours: Vec<&String> = deps
+            .iter()
+            .filter(|d| d.starts_with("airlock") && *d != "airlock-core")
+            .collect();
+        let allowed: &[&str] = if name == "airlock-sim" || STORE_CRATES.contains(&name.as_str()) {
+            &[]
+        } else if name == BINARY_CRATE {
+            // Anything but the simulator.
+            assert!(
+                !ours.iter().any(|d| *d == "airlock-sim"),
+                "{name} must not depend on the simulator: {deps:?}"
+            );
+            seen.push(name);
+            continue;
+        } else {
+            &[HOST_CRATE]
+        };
         assert!(
-            !names.iter().any(|n| n == other),
-            "{crate_dir} must not depend on {other}: {names:?}"
+            ours.iter().all(|d| allowed.contains(&d.as_str())),
+            "{name} may depend on core and {allowed:?} only, not {ours:?}"
+        );
+        seen.push(name);
+    }
+    for expected in ["airlock-sim", "airlock-sqlite", HOST_CRATE, BINARY_CRATE] {
+        assert!(
+            seen.iter().any(|s| s == expected),
+            "{expected} was not scanned"
         );
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! The world (`world`, `runner`) exists only under `--cfg madsim`; the plan, the store
 //! observer, the checkers, the trace hash and the reports are plain code that also builds and is
-//! unit-tested without it. The simulator knows nothing of the `airlock` adapters crate.
+//! unit-tested without it. The simulator knows nothing of the adapter crates under `adapters/`.
 
 pub mod catalog;
 pub mod checks;

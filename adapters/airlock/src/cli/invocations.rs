@@ -7,8 +7,8 @@ use serde_json::json;
 
 use super::output::{app_error, print, service_error};
 use super::{Globals, json};
+use crate::app::App;
 use crate::exit::Exit;
-use crate::host::app::App;
 
 #[derive(Debug, Subcommand)]
 pub enum InvocationsCommand {

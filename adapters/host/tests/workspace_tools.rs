@@ -6,10 +6,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use airlock::tools::{
-    ExternalWrite, ListFiles, ReadText, WriteText, builtin_registry, outbox_path,
-};
-use airlock::workspace::{LocalWorkspaces, MAX_VISITED_ENTRIES};
 use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::ports::{
     BoxFut, Clock, EntryKind, Provenance, Tool, ToolContext, ToolFailure, ToolSuccess, Workspace,
@@ -17,6 +13,10 @@ use airlock_core::ports::{
 };
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ToolFailureKind, TrustLevel};
+use airlock_host::tools::{
+    ExternalWrite, ListFiles, ReadText, WriteText, builtin_registry, outbox_path,
+};
+use airlock_host::workspace::{LocalWorkspaces, MAX_VISITED_ENTRIES};
 use serde_json::{Value, json};
 use uuid::Uuid;
 

@@ -11,12 +11,13 @@ use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::run::cancel::TokenRegistry;
 use airlock_core::worker::{Worker, WorkerSettings};
 
-use super::crash::AbortAt;
-use super::{BlockingStore, DurableDispatcher, SystemClock, V4Ids};
+use airlock_host::crash::AbortAt;
+use airlock_host::tools::builtin_registry;
+use airlock_host::workspace::LocalWorkspaces;
+use airlock_host::{BlockingStore, DurableDispatcher, SystemClock, V4Ids};
+use airlock_sqlite::SqliteStore;
+
 use crate::policy_source::{PolicySourceError, load_ruleset};
-use crate::sqlite::SqliteStore;
-use crate::tools::builtin_registry;
-use crate::workspace::LocalWorkspaces;
 
 /// The store every command uses.
 pub type HostStore = BlockingStore<SqliteStore>;

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use airlock::sqlite::{SCHEMA_VERSION, SqliteStore};
 use airlock_core::events::{Event, EventType};
 use airlock_core::ids::ParallelGroupId;
 use airlock_core::ports::ProposedCall;
@@ -24,6 +23,7 @@ use airlock_core::testing::fixtures::*;
 use airlock_core::vocab::{
     ApprovalStatus, CheckpointTrigger, FailureReason, InvocationStatus, RunStatus, TrustLevel,
 };
+use airlock_sqlite::{SCHEMA_VERSION, SqliteStore};
 
 fn raw(path: &Path) -> rusqlite::Connection {
     let conn = rusqlite::Connection::open(path).expect("raw connection");

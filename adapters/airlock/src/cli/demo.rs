@@ -18,9 +18,9 @@ use serde_json::Value;
 
 use super::Globals;
 use super::output::{app_error, invalid_argument, line};
+use crate::app::{App, STORE_FILE};
 use crate::exit::Exit;
-use crate::host::app::{App, STORE_FILE};
-use crate::tools::outbox_path;
+use airlock_host::tools::outbox_path;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
@@ -31,7 +31,7 @@ pub struct DemoArgs {
 
 /// The SPEC §15 example script: the file the README's by-hand walkthrough submits, so the demo
 /// and a newcomer typing the commands run the same script.
-const EXAMPLE_SCRIPT: &str = include_str!("../../../examples/example-run.json");
+const EXAMPLE_SCRIPT: &str = include_str!("../../../../examples/example-run.json");
 
 /// A run whose one effect will be interrupted after it happened.
 const CRASH_SCRIPT: &str = r#"{"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",

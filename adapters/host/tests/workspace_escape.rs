@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock::tools::{ListFiles, ReadText, WriteText};
-use airlock::workspace::LocalWorkspaces;
 use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::ports::{
     BoxFut, Clock, Tool, ToolContext, ToolFailure, ToolSuccess, Workspace, WorkspaceError,
@@ -20,6 +18,8 @@ use airlock_core::ports::{
 };
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::ToolFailureKind;
+use airlock_host::tools::{ListFiles, ReadText, WriteText};
+use airlock_host::workspace::LocalWorkspaces;
 use serde_json::{Value, json};
 use uuid::Uuid;
 

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use airlock::sqlite::SqliteStore;
 use airlock_core::testing::contract::run_contract;
+use airlock_sqlite::SqliteStore;
 
 #[test]
 fn sqlite_store_passes_the_store_contract() {

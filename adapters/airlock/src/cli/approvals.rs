@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::output::{app_error, print, service_error};
 use super::{Globals, json};
+use crate::app::{App, HostStore};
 use crate::exit::Exit;
-use crate::host::app::{App, HostStore};
 
 #[derive(Debug, Subcommand)]
 pub enum ApprovalsCommand {

@@ -9,9 +9,9 @@ use airlock_core::worker::WorkerSettings;
 
 use super::Globals;
 use super::output::{app_error, invalid_argument, service_error};
+use crate::app::App;
 use crate::exit::Exit;
-use crate::host::TokioSpawner;
-use crate::host::app::App;
+use airlock_host::TokioSpawner;
 
 #[derive(Debug, clap::Args)]
 pub struct WorkerArgs {

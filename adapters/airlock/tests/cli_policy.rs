@@ -31,7 +31,7 @@ fn stderr(output: &Output) -> String {
 }
 
 fn shipped_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../policies")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../policies")
 }
 
 /// A policy dir holding the shipped files with one of them edited.
@@ -53,7 +53,7 @@ fn dir_arg(dir: &Path) -> String {
 /// The first conformance action, as JSON text.
 fn sample_action() -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/conformance/policy-cases.jsonl");
+        .join("../../../shared/conformance/policy-cases.jsonl");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("conformance data missing at {}: {e}", path.display()));
     let case: serde_json::Value =
@@ -247,7 +247,7 @@ fn invalid_arguments_are_refused_before_any_store_is_opened_or_created() {
     // Exit 2 (invalid input), not 4 (no store), and nothing is created.
     let data = tempfile::tempdir().expect("data dir");
     let data_dir = dir_arg(&data.path().join("never"));
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/example-run.json");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/example-run.json");
     let script = script.to_str().expect("utf-8");
     for args in [
         vec!["approvals", "list", "--limit", "0"],

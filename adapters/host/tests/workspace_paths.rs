@@ -4,9 +4,9 @@
 
 use std::sync::Arc;
 
-use airlock::workspace::LocalWorkspaces;
 use airlock_core::ids::RunId;
 use airlock_core::ports::{Workspace, WorkspaceError, WorkspaceFactory, WsPath};
+use airlock_host::workspace::LocalWorkspaces;
 use proptest::prelude::*;
 use proptest::test_runner::RngSeed;
 use uuid::Uuid;

@@ -1,4 +1,7 @@
-//! `SqliteStore`: the production [`Store`] (SPEC §2.2, §7.5, §13, §14, §16 #40–#41).
+//! airlock-sqlite persists what core built and knows nothing else of airlock.
+//!
+//! `SqliteStore`: the embedded production [`Store`] (SPEC §2.2, §7.5, §13, §14, §16 #40–#41). It
+//! depends on core alone: never on the host, a gateway or the HTTP crate (structural test).
 //!
 //! One file holds every table of §14 (`schema`, applied through `rusqlite_migration`, so
 //! `PRAGMA user_version = 1`). Each store keeps one writing connection with the per-connection

@@ -1,9 +1,14 @@
+//! airlock-host supplies the real world's moving parts and decides nothing.
+//!
 //! The tokio host (SPEC §2.2, §8.2, Appendix A): the production implementations of core's clock,
-//! id, spawner, fault-hook and dispatcher ports, a store wrapper that keeps blocking SQLite work
-//! off the async executor, and [`app::App`], which assembles one process's `Env`.
+//! id, spawner, fault-hook and dispatcher ports, a store wrapper that keeps blocking store work
+//! off the async executor, the contained local workspace (§12), the builtin tool bodies and the
+//! outbox. It knows no store: whatever implements core's `Store` port plugs in, and the binary
+//! crate picks one.
 
-pub mod app;
 pub mod crash;
+pub mod tools;
+pub mod workspace;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -76,7 +81,7 @@ impl Dispatcher for DurableDispatcher {
     }
 }
 
-/// Runs each transaction with `block_in_place` on a multi-thread runtime, so a blocking SQLite
+/// Runs each transaction with `block_in_place` on a multi-thread runtime, so a blocking store
 /// commit (an fsync) never stalls the heartbeats and tool calls scheduled on the same thread.
 pub struct BlockingStore<S: Store>(pub S);
 

@@ -4,8 +4,8 @@
 use airlock_core::control::ServiceError;
 use serde_json::Value;
 
+use crate::app::AppError;
 use crate::exit::{Exit, error_json};
-use crate::host::app::AppError;
 
 /// The exit class of a service error (Appendix A).
 pub fn exit_for(error: &ServiceError) -> Exit {
