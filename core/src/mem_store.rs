@@ -36,7 +36,7 @@ use crate::approval::Approval;
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
 use crate::invocation::Invocation;
-use crate::run::checkpoint::Checkpoint;
+use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
@@ -50,6 +50,8 @@ pub struct MemSnapshot {
     pub runs: BTreeMap<RunId, Run>,
     /// Keyed `(run_id, version)`, so a run's checkpoints are adjacent and in version order.
     pub checkpoints: BTreeMap<(RunId, u32), Checkpoint>,
+    /// Keyed `(run_id, step)`: the append-only history of finished steps (SPEC §17.2).
+    pub step_records: BTreeMap<(RunId, u32), StepRecord>,
     pub invocations: BTreeMap<InvocationId, Invocation>,
     pub approvals: BTreeMap<ApprovalId, Approval>,
     /// In id order, which is commit order.
@@ -517,6 +519,49 @@ impl StoreTx for MemTx<'_> {
             .range((run, 0)..=(run, u32::MAX))
             .next_back()
             .map(|(_, c)| c.clone()))
+    }
+
+    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+        if !self.tables.rows.runs.contains_key(&record.run_id) {
+            return Err(TxError::NotFound);
+        }
+        let latest = self
+            .tables
+            .rows
+            .step_records
+            .range((record.run_id, 0)..=(record.run_id, u32::MAX))
+            .next_back()
+            .map_or(0, |((_, step), _)| *step);
+        if latest.checked_add(1) != Some(record.step) {
+            return Err(conflict(format!(
+                "step_records: step {} of run {} is not contiguous (latest is {latest})",
+                record.step, record.run_id
+            )));
+        }
+        self.tables
+            .rows
+            .step_records
+            .insert((record.run_id, record.step), record.clone());
+        Ok(())
+    }
+
+    fn step_records(
+        &mut self,
+        run: RunId,
+        after_step: u32,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, TxError> {
+        let Some(first) = after_step.checked_add(1) else {
+            return Ok(Vec::new());
+        };
+        Ok(self
+            .tables
+            .rows
+            .step_records
+            .range((run, first)..=(run, u32::MAX))
+            .take(limit)
+            .map(|(_, r)| r.clone())
+            .collect())
     }
 
     fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError> {

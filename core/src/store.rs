@@ -6,7 +6,7 @@ use crate::approval::Approval;
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApprovalId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
-use crate::run::checkpoint::Checkpoint;
+use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::time::Timestamp;
@@ -95,6 +95,18 @@ pub trait StoreTx {
     /// Versions must be contiguous: `Conflict` unless `version` is the latest plus one.
     fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError>;
     fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError>;
+
+    // Step records (SPEC §17.2): the history of finished steps, append-only.
+    /// Steps must be contiguous: `Conflict` unless `record.step` is the run's latest recorded
+    /// step plus one (1 for the first); `NotFound` without the run.
+    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError>;
+    /// The run's step records with `step > after_step`, in step order, at most `limit`.
+    fn step_records(
+        &mut self,
+        run: RunId,
+        after_step: u32,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, TxError>;
 
     // Invocations.
     /// `Conflict` on a duplicate id, idempotency key or `(run_id, step_number, call_id)`.

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use airlock_core::approval::Approval;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
-use airlock_core::run::checkpoint::Checkpoint;
+use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{Run, RunState};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::TxError;
@@ -254,6 +254,18 @@ pub(super) fn checkpoint(row: &Row<'_>) -> rusqlite::Result<Checkpoint> {
         version: unsigned(row, 1)?,
         trigger: parse(row, 2)?,
         state: json_col(row, 3)?,
+        created_at: time(row, 4)?,
+    })
+}
+
+pub(super) const STEP_RECORD_COLUMNS: &str = "run_id, step, calls, results, created_at";
+
+pub(super) fn step_record(row: &Row<'_>) -> rusqlite::Result<StepRecord> {
+    Ok(StepRecord {
+        run_id: parse(row, 0)?,
+        step: unsigned(row, 1)?,
+        calls: json_col(row, 2)?,
+        results: json_col(row, 3)?,
         created_at: time(row, 4)?,
     })
 }

@@ -1,5 +1,7 @@
-//! The SQLite schema of SPEC §14, applied as migration M1 through `rusqlite_migration` (which
-//! keeps `PRAGMA user_version`, so a store at M1 reports `user_version = 1`).
+//! The SQLite schema of SPEC §14, applied as migrations through `rusqlite_migration` (which
+//! keeps `PRAGMA user_version`: a store at M2 reports `user_version = 2`). M1 is the whole v1
+//! schema; M2 (SPEC §17.2) adds the append-only per-step history records, copies the history
+//! that earlier checkpoints carried into them, and indexes invocations by run and status.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
 //! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
@@ -265,11 +267,56 @@ CREATE TRIGGER uncertain_settlements_no_delete BEFORE DELETE ON uncertain_settle
 BEGIN SELECT RAISE(ABORT, 'uncertain_settlements are append-only'); END;
 "#;
 
+/// M2 (SPEC §17.2): checkpoints of constant size. A step's calls and result references are
+/// written once, when the step closes, to `step_records`; checkpoints no longer carry them.
+///
+/// A store written by M1's build keeps its checkpoints as they are (their `history` field is
+/// ignored when read, so nothing is rewritten), and the history of each run's latest
+/// checkpoint — every step that run finished — is copied into step records here, so parked,
+/// queued and interrupted runs continue with their history intact. The copy runs before the
+/// contiguity trigger exists; each run's history is contiguous from step 1 by construction.
+///
+/// `ix_tool_invocations_run_status` serves the two per-call lookups by run and status (the
+/// UNCERTAIN twins of step 5, the RUNNING calls of a resumed step); without it each call
+/// scanned every earlier invocation of its run, so a call's cost grew with the step number.
+const M2: &str = r#"
+CREATE TABLE step_records (
+    run_id     TEXT    NOT NULL REFERENCES runs (id),
+    step       INTEGER NOT NULL CONSTRAINT ck_step_records_step CHECK (step >= 1),
+    calls      TEXT    NOT NULL,
+    results    TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    CONSTRAINT pk_step_records PRIMARY KEY (run_id, step)
+);
+
+INSERT INTO step_records (run_id, step, calls, results, created_at)
+SELECT c.run_id,
+       json_extract(h.value, '$.step'),
+       json_extract(h.value, '$.calls'),
+       json_extract(h.value, '$.results'),
+       c.created_at
+FROM checkpoints AS c, json_each(c.state, '$.history') AS h
+WHERE c.version = (SELECT MAX(version) FROM checkpoints WHERE run_id = c.run_id)
+ORDER BY c.run_id, h.key;
+
+CREATE TRIGGER step_records_contiguous BEFORE INSERT ON step_records
+WHEN NEW.step <> 1 + COALESCE((SELECT MAX(step) FROM step_records WHERE run_id = NEW.run_id), 0)
+BEGIN
+    SELECT RAISE(ABORT, 'step_records: steps are contiguous');
+END;
+CREATE TRIGGER step_records_no_update BEFORE UPDATE ON step_records
+BEGIN SELECT RAISE(ABORT, 'step_records are append-only'); END;
+CREATE TRIGGER step_records_no_delete BEFORE DELETE ON step_records
+BEGIN SELECT RAISE(ABORT, 'step_records are append-only'); END;
+
+CREATE INDEX ix_tool_invocations_run_status ON tool_invocations (run_id, status);
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
-const MIGRATIONS: &[M<'static>] = &[M::up(M1)];
+const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M2)];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

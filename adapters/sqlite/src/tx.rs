@@ -28,7 +28,7 @@ use airlock_core::approval::Approval;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
-use airlock_core::run::checkpoint::Checkpoint;
+use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::{ApprovalCursor, StoreTx, TxError};
@@ -567,6 +567,57 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![run.to_string()],
             rows::checkpoint,
+        )
+    }
+
+    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+        if self.run_session(record.run_id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        let latest: i64 = self
+            .one(
+                "SELECT MAX(step) FROM step_records WHERE run_id = ?1",
+                params![record.run_id.to_string()],
+                |row| row.get::<_, Option<i64>>(0),
+            )?
+            .flatten()
+            .unwrap_or(0);
+        if latest.checked_add(1) != Some(i64::from(record.step)) {
+            return Err(conflict(format!(
+                "step_records: step {} of run {} is not contiguous (latest is {latest})",
+                record.step, record.run_id
+            )));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO step_records ({}) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rows::STEP_RECORD_COLUMNS
+            ),
+            params![
+                record.run_id.to_string(),
+                record.step,
+                json(&record.calls, "step_records.calls")?,
+                json(&record.results, "step_records.results")?,
+                ts(record.created_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn step_records(
+        &mut self,
+        run: RunId,
+        after_step: u32,
+        limit_rows: usize,
+    ) -> Result<Vec<StepRecord>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM step_records WHERE run_id = ?1 AND step > ?2 \
+                 ORDER BY step LIMIT ?3",
+                rows::STEP_RECORD_COLUMNS
+            ),
+            params![run.to_string(), after_step, limit(limit_rows)],
+            rows::step_record,
         )
     }
 

@@ -15,7 +15,7 @@ use airlock_core::events::{Event, EventType};
 use airlock_core::ids::ParallelGroupId;
 use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::{
-    Admission, Checkpoint, CheckpointState, HistoryStep, PendingBatch, PinnedCall, ResultRef,
+    Admission, Checkpoint, CheckpointState, PendingBatch, PinnedCall, ResultRef, StepRecord,
 };
 use airlock_core::run::{Failure, Run, RunGuard, RunState};
 use airlock_core::store::{Store, TxError};
@@ -47,7 +47,7 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.foreign_keys, 1);
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 1);
+    assert_eq!(SCHEMA_VERSION, 2, "M1 (§14) and M2 (§17.2 step records)");
 
     // Reopening an existing file keeps the schema version and the settings.
     drop(store);
@@ -66,14 +66,15 @@ fn seed_audit_rows(store: &SqliteStore) {
         tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))?;
         tx.append_process_event(&sample_process_event(1, "v1"))?;
         tx.insert_policy_profile(&sample_policy_profile("v1"))?;
-        tx.insert_settlement(&sample_settlement(1, &uncertain))
+        tx.insert_settlement(&sample_settlement(1, &uncertain))?;
+        tx.insert_step_record(&sample_step_record(run.id, 1))
     });
 }
 
 #[test]
 fn a_store_whose_schema_was_changed_is_refused_at_open() {
-    // user_version stays 1 (SPEC §14), so only the objects themselves tell a store edited by
-    // hand, or made by another build, from a good one.
+    // user_version only counts migrations, so only the objects themselves tell a store edited
+    // by hand, or made by another build, from a good one.
     let (dir, store) = fresh();
     drop(store);
     let path = dir.path().join("airlock.sqlite3");
@@ -107,6 +108,7 @@ fn audit_tables_reject_update_and_delete_from_any_connection() {
         ("process_events", "created_at"),
         ("policy_profiles", "loaded_at"),
         ("uncertain_settlements", "settled_at"),
+        ("step_records", "created_at"),
     ] {
         let count = |conn: &rusqlite::Connection| -> i64 {
             conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
@@ -240,18 +242,6 @@ fn full_records_round_trip_through_every_column() {
                     parallel_group: ParallelGroupId(uuid::Uuid::from_u128(7)),
                 },
             }),
-            history: vec![HistoryStep {
-                step: 1,
-                calls: vec![call],
-                results: vec![
-                    ResultRef::Invocation {
-                        invocation_id: invocation_id(1),
-                    },
-                    ResultRef::Refusal {
-                        derivation_key: "tool.call.refused:x:1:c2".to_owned(),
-                    },
-                ],
-            }],
             tainted: true,
             denial_counts: BTreeMap::from([("t\0h\0r".to_owned(), 2)]),
         },
@@ -261,6 +251,25 @@ fn full_records_round_trip_through_every_column() {
     assert_eq!(
         commit(&store, "read", |tx| tx.latest_checkpoint(run.id)),
         Some(checkpoint)
+    );
+    let record = StepRecord {
+        run_id: run.id,
+        step: 1,
+        calls: vec![call],
+        results: vec![
+            ResultRef::Invocation {
+                invocation_id: invocation_id(1),
+            },
+            ResultRef::Refusal {
+                derivation_key: "tool.call.refused:x:1:c2".to_owned(),
+            },
+        ],
+        created_at: at(9),
+    };
+    commit(&store, "step record", |tx| tx.insert_step_record(&record));
+    assert_eq!(
+        commit(&store, "read", |tx| tx.step_records(run.id, 0, 10)),
+        vec![record]
     );
 
     let mut invocation = sample_invocation(1, &run, 1, "c1", InvocationStatus::Succeeded);

@@ -1,5 +1,14 @@
-//! Checkpoints (SPEC §8.3, §14): full snapshots of a run's progress, so any worker can resume it
-//! and a resumed step replays the same calls without asking the planner again.
+//! Checkpoints (SPEC §8.3, §14, §17.2): what the next step of a run needs, so any worker can
+//! resume it and a resumed step replays the same calls without asking the planner again; and
+//! the per-step history records beside them.
+//!
+//! A checkpoint holds nothing that grows with the run: the step counter, the pending batch,
+//! taint and denial counts. Each finished step's calls and result references are written once,
+//! in the transaction that closes the step, as a [`StepRecord`] that is never rewritten, and
+//! read back only when a planner that wants history is built. So the bytes written per call,
+//! and the time per call, do not depend on the step number (§17.2). Checkpoints written by an
+//! earlier build carried the whole history in a `history` field; it is ignored when read, and
+//! the store's migration copies the latest one of each run into step records.
 
 use std::collections::BTreeMap;
 
@@ -42,12 +51,15 @@ pub enum ResultRef {
     Refusal { derivation_key: String },
 }
 
-/// One completed step of history: the calls and, per call, its result reference.
+/// One finished step of history: the calls and, per call, its result reference, in planner
+/// order. Append-only: written once when the step closes (BATCH), never updated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HistoryStep {
+pub struct StepRecord {
+    pub run_id: RunId,
     pub step: u32,
     pub calls: Vec<ProposedCall>,
     pub results: Vec<ResultRef>,
+    pub created_at: Timestamp,
 }
 
 /// The checkpointed state of a run.
@@ -56,7 +68,6 @@ pub struct CheckpointState {
     /// The last step whose batch finished (0 at seed).
     pub step: u32,
     pub pending: Option<PendingBatch>,
-    pub history: Vec<HistoryStep>,
     /// Set once untrusted content reached the planner; never cleared (SPEC §8.6).
     pub tainted: bool,
     /// Identical denials, keyed `tool NUL arguments-hash NUL reason_code`.

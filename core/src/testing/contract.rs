@@ -37,6 +37,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     expired_leases_oldest_expiry_first(&make());
     count_runs_by_status(&make());
     checkpoint_versions_are_contiguous(&make());
+    step_records_are_contiguous_and_paged(&make());
     invocation_uniqueness(&make());
     invocation_lookups_and_run_order(&make());
     invocations_of_run_by_status(&make());
@@ -886,6 +887,61 @@ fn count_runs_by_status<S: Store>(store: &S) {
         ))
     });
     assert_eq!(counts, (2, 1, 1, 0), "count_runs: per status");
+}
+
+/// SPEC §17.2 step records: PK(run_id, step), steps contiguous from 1 per run, read back in
+/// step order after a given step, at most `limit`.
+fn step_records_are_contiguous_and_paged<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    assert_eq!(
+        read(store, |tx| tx.step_records(run.id, 0, 10)),
+        Vec::new(),
+        "step_records: none yet"
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 2))),
+        "step_records: the first step is 1",
+    );
+    for step in 1..=3 {
+        commit(store, "step record", |tx| {
+            tx.insert_step_record(&sample_step_record(run.id, step))
+        });
+    }
+    assert_conflict(
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 3))),
+        "step_records: duplicate step",
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 5))),
+        "step_records: a gap",
+    );
+    let other = seed_run(store, 2, RunStatus::Running);
+    commit(store, "another run's step 1", |tx| {
+        tx.insert_step_record(&sample_step_record(other.id, 1))
+    });
+    assert_eq!(
+        read(store, |tx| tx.step_records(run.id, 0, 10)),
+        (1..=3)
+            .map(|step| sample_step_record(run.id, step))
+            .collect::<Vec<_>>(),
+        "step_records: the run's own, in step order, as written"
+    );
+    assert_eq!(
+        read(store, |tx| tx.step_records(run.id, 1, 1)),
+        vec![sample_step_record(run.id, 2)],
+        "step_records: strictly after the given step, at most the limit"
+    );
+    assert_eq!(
+        read(store, |tx| tx.step_records(run.id, u32::MAX, 10)),
+        Vec::new(),
+        "step_records: nothing after the last step"
+    );
+    let orphan = sample_run(9, session_id(9), RunStatus::Queued);
+    assert_eq!(
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(orphan.id, 1))),
+        Err(TxError::NotFound),
+        "step_records: a record needs its run"
+    );
 }
 
 /// SPEC §14 checkpoints: PK(run_id, version), versions contiguous from 1.

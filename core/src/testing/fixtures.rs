@@ -17,7 +17,8 @@ use crate::events::{Actor, EventType, NewEvent, ProcessEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, ParallelGroupId, RunId, SessionId, SettlementId};
 use crate::invocation::Invocation;
 use crate::invocation::outcome::{Outcome, ResultItem, codes};
-use crate::run::checkpoint::{Checkpoint, CheckpointState};
+use crate::ports::ProposedCall;
+use crate::run::checkpoint::{Checkpoint, CheckpointState, ResultRef, StepRecord};
 use crate::run::{Failure, Limits, Run, RunState};
 use crate::scope::ScopeSet;
 use crate::session::{PolicyProfileRecord, Session, Settlement};
@@ -288,6 +289,25 @@ pub fn sample_checkpoint(run: RunId, version: u32) -> Checkpoint {
             step: version.saturating_sub(1),
             ..CheckpointState::default()
         },
+        created_at: T0,
+    }
+}
+
+/// The record of `run`'s `step`: one call `c{step}` and its result, an invocation reference.
+pub fn sample_step_record(run: RunId, step: u32) -> StepRecord {
+    StepRecord {
+        run_id: run,
+        step,
+        calls: vec![ProposedCall {
+            call_id: format!("c{step}"),
+            tool: TOOL.to_owned(),
+            version: None,
+            arguments: json!({"destination": "demo", "content": step}),
+            argument_trust: BTreeMap::new(),
+        }],
+        results: vec![ResultRef::Invocation {
+            invocation_id: invocation_id(u128::from(step)),
+        }],
         created_at: T0,
     }
 }
