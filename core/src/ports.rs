@@ -137,6 +137,8 @@ pub struct PlannerInput<'a> {
     pub run: &'a Run,
     /// The step being planned, `k = checkpoint.step + 1`.
     pub step: u32,
+    /// The finished steps, in order; empty for a planner whose [`Planner::wants_history`] is
+    /// false (SPEC §17.2: history is read back only for a planner that needs it).
     pub history: &'a [PlannerStep],
 }
 
@@ -152,6 +154,13 @@ pub trait PlannerFactory: Send + Sync {
 }
 
 pub trait Planner: Send + Sync {
+    /// Whether [`PlannerInput::history`] must be loaded for this planner. A planner that keeps
+    /// its own conversation (the scripted planner ignores results; a live MCP client holds its
+    /// own transcript) says no, and the executor then reads no step records at all.
+    fn wants_history(&self) -> bool {
+        true
+    }
+
     fn next_turn<'a>(
         &'a self,
         input: PlannerInput<'a>,

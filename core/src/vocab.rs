@@ -295,6 +295,22 @@ impl InvocationStatus {
                 | (Running, Succeeded | Failed | Uncertain)
         )
     }
+
+    /// The status changes one commit may make to a row that existed before it: one §9.1 edge,
+    /// or a path of edges that one transaction takes without running anything in between
+    /// (SPEC §17.1): REVALIDATE that authorizes and STARTs (`WAITING_FOR_APPROVAL → AUTHORIZED
+    /// → RUNNING`, F3), and the RECOVER of an AUTHORIZED row whose tool is gone (`AUTHORIZED →
+    /// RUNNING → FAILED`, no watermark, the body never entered). A path through RUNNING to a
+    /// result the body produced (SUCCEEDED, UNCERTAIN) never fits in one commit: the body runs
+    /// between START and FINISH.
+    pub fn may_become_in_one_commit(self, next: InvocationStatus) -> bool {
+        use InvocationStatus::*;
+        self.may_become(next)
+            || matches!(
+                (self, next),
+                (WaitingForApproval, Running) | (Authorized, Failed)
+            )
+    }
 }
 
 wire_enum! {

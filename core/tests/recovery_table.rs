@@ -20,14 +20,15 @@ use airlock_core::mem_store::MemStore;
 use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::policy::Ruleset;
 use airlock_core::ports::{
-    BoxFut, Clock, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, Tool,
+    BoxFut, Clock, Planner, PlannerError, PlannerFactory, PlannerInput, PlannerTurn, ProposedCall,
+    Tool,
 };
 use airlock_core::run::cancel::CancelToken;
 use airlock_core::run::checkpoint::ResultRef;
 use airlock_core::run::executor::ExecutionEnd;
 use airlock_core::run::{Run, RunState};
 use airlock_core::store::Store;
-use airlock_core::testing::fixtures;
+use airlock_core::testing::{earlier_build, fixtures};
 use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, CancelReason, CrashPoint, FailureReason, IdempotencyClass,
     InvocationStatus, OutcomeStatus, RecoveryAction, ResolveState, RunStatus, SideEffectClass,
@@ -106,6 +107,7 @@ fn extra_tools(ledger: &Arc<Ledger>) -> Vec<TestTool> {
         tool("test.once_none", None, NonIdempotent),
         tool("test.idem_none", None, Idempotent),
         tool("test.read_ws", WorkspaceRead, ReadOnly),
+        tool("test.send_idem", ExternalWrite, Idempotent),
     ]
 }
 
@@ -201,6 +203,32 @@ async fn crash_at(h: &Harness, worker: &Arc<Worker<MemStore>>, point: CrashPoint
     assert_eq!(end, None, "the execution should have crashed at {point:?}");
 }
 
+/// A one-call run of `tool` as a build before SPEC §17.1's folding left it after a crash at
+/// `point`: `AfterPending` — the batch checkpointed, no row; `AfterPropose` — also the call's row
+/// as that PROPOSE left it (AUTHORIZED for an allowed call, nothing started). The new build
+/// crashes right after CLAIM, and the earlier build's transactions commit under that lease.
+async fn submit_one_as_earlier_build(
+    h: &Harness,
+    tool: &str,
+    arguments: Value,
+    point: CrashPoint,
+) -> RunId {
+    let run = submit_one(h, tool, arguments.clone()).await;
+    crash_at(h, &h.worker("w1"), CrashPoint::AfterClaim).await;
+    let lease = h.run(run).lease().expect("RUNNING under w1's lease");
+    let proposed: ProposedCall =
+        serde_json::from_value(call("c1", tool, arguments)).expect("a proposed call");
+    let batch = earlier_build::record_pending(&h.env, &lease, vec![proposed]);
+    match point {
+        CrashPoint::AfterPending => {}
+        CrashPoint::AfterPropose => {
+            earlier_build::propose_first(&h.env, &lease, &batch);
+        }
+        other => panic!("no earlier-build state for {other:?}"),
+    }
+    run
+}
+
 /// The lease runs out; the new process reclaims the run (attempts + 1, re-queued with backoff,
 /// SPEC §8.2), waits out the backoff and drives it.
 async fn reclaim_and_drive(h: &Harness, worker: &Arc<Worker<MemStore>>) -> Vec<ExecutionEnd> {
@@ -247,16 +275,11 @@ fn failure_reason(run: &Run) -> Option<FailureReason> {
     }
 }
 
-/// The result references of the latest checkpoint's history, per step.
+/// The result references of the run's step records, per step.
 fn history_refs(h: &Harness, run: RunId) -> Vec<Vec<ResultRef>> {
-    let checkpoint = h
-        .store
-        .transact(|tx| tx.latest_checkpoint(run))
+    h.store
+        .transact(|tx| tx.step_records(run, 0, 1000))
         .unwrap()
-        .expect("a checkpoint");
-    checkpoint
-        .state
-        .history
         .into_iter()
         .map(|s| s.results)
         .collect()
@@ -536,17 +559,18 @@ fn proposed_maps_to_resume_authorization_for_every_class_and_watermark() {
 #[tokio::test(start_paused = true)]
 async fn proposed_row_fails_the_run_with_internal_error() {
     // v1 never stores PROPOSED (rows are inserted with their decision), so the row is seeded:
-    // after a crash at PENDING the checkpointed batch references call c1, and a PROPOSED row
-    // for (run, 1, c1) is inserted with its tool.call.proposed, as a future PROPOSE would.
+    // after an earlier build's crash at PENDING the checkpointed batch references call c1, and
+    // a PROPOSED row for (run, 1, c1) is inserted with its tool.call.proposed, as a future
+    // PROPOSE would.
     let sim = Sim::new();
     let h = &sim.first;
-    let run = submit_one(
+    let run = submit_one_as_earlier_build(
         h,
         "test.write_once",
         json!({"path": "notes/a.txt", "text": "hi"}),
+        CrashPoint::AfterPending,
     )
     .await;
-    crash_at(h, &h.worker("w1"), CrashPoint::AfterPending).await;
     assert!(h.invocations(run).is_empty());
     let run_row = h.run(run);
     let now = h.clock.now();
@@ -594,16 +618,18 @@ async fn proposed_row_fails_the_run_with_internal_error() {
 
 #[tokio::test(start_paused = true)]
 async fn authorized_row_resumes_at_step_8_and_runs_once() {
-    // The crash follows PROPOSE of an allowed call: the row is AUTHORIZED, nothing started.
+    // An earlier build crashed after PROPOSE of an allowed call: the row is AUTHORIZED,
+    // nothing started (the folded build STARTs in PROPOSE, §17.1 F2, so only old data holds
+    // such a row).
     let sim = Sim::new();
     let h = &sim.first;
-    let run = submit_one(
+    let run = submit_one_as_earlier_build(
         h,
         "test.write_once",
         json!({"path": "notes/a.txt", "text": "hi"}),
+        CrashPoint::AfterPropose,
     )
     .await;
-    crash_at(h, &h.worker("w1"), CrashPoint::AfterPropose).await;
     let was = only_row(h, run);
     assert_eq!(was.status, InvocationStatus::Authorized);
     assert_eq!(h.run(run).tool_call_count, 0);
@@ -938,16 +964,51 @@ async fn after_claim_a_fresh_worker_completes_the_run() {
 
 #[tokio::test(start_paused = true)]
 async fn after_pending_the_batch_is_replayed_not_replanned() {
-    // A crash after PENDING leaves a checkpointed batch; it is dispatched, never planned again.
+    // PENDING folds into the step's first PROPOSE (§17.1 F1, F2): a crash at after_pending
+    // leaves the batch checkpointed with its first call already started. The batch is
+    // dispatched again (the read-only call re-executes under its key), never planned again.
     let sim = Sim::new();
     let h = &sim.first;
-    let run = submit_one(
+    let run = submit_one(h, "test.echo", json!({"text": "hi"})).await;
+    crash_at(h, &h.worker("w1"), CrashPoint::AfterPending).await;
+    assert_eq!(h.run(run).step_count, 1);
+    let was = only_row(h, run);
+    assert_eq!(
+        was.status,
+        InvocationStatus::Running,
+        "START folded into PROPOSE"
+    );
+    assert_eq!(h.run(run).tool_call_count, 1);
+
+    let (p2, planners) = sim.restart();
+    assert_eq!(reclaim_and_drive(&p2, &p2.worker("w2")).await, [COMPLETED]);
+    let row = only_row(&p2, run);
+    assert_eq!(row.id, was.id);
+    assert_eq!(row.status, InvocationStatus::Succeeded);
+    assert_eq!(sim.effects("test.echo"), [(row.idempotency_key, false)]);
+    assert_eq!(p2.run(run).tool_call_count, 1, "counted once");
+    let seen = planners.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen.iter().map(|t| t.step).collect::<Vec<_>>(),
+        [2],
+        "the checkpointed step 1 is dispatched, not planned again"
+    );
+    check_invariants(&sim, &p2, run);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_builds_pending_without_rows_is_dispatched_not_replanned() {
+    // A store written before §17.1 can hold a PENDING with no row (a crash at its
+    // after_pending); the new build dispatches that batch, running the call exactly once.
+    let sim = Sim::new();
+    let h = &sim.first;
+    let run = submit_one_as_earlier_build(
         h,
         "test.write_once",
         json!({"path": "notes/a.txt", "text": "hi"}),
+        CrashPoint::AfterPending,
     )
     .await;
-    crash_at(h, &h.worker("w1"), CrashPoint::AfterPending).await;
     assert_eq!(h.run(run).step_count, 1);
     assert!(h.invocations(run).is_empty());
 
@@ -1180,26 +1241,59 @@ async fn crash_after_revalidate(resolution: ApprovalResolution) -> (Sim, RunId, 
 }
 
 #[tokio::test(start_paused = true)]
-async fn after_revalidate_an_approved_call_runs_once() {
-    // An approved call crashed after REVALIDATE (AUTHORIZED) resumes authorization and runs once.
+async fn after_revalidate_an_approved_call_is_never_sent_twice() {
+    // REVALIDATE of an approved call also STARTs it (§17.1 F3): a crash right after that commit
+    // leaves the non-idempotent call RUNNING with its watermark and its body not entered. The
+    // recovery table cannot tell that from a crash inside the body, so the call becomes
+    // UNCERTAIN (G4): it is never sent by the next process.
     let (sim, run, was) = crash_after_revalidate(ApprovalResolution::ApproveOnce).await;
-    assert_eq!(was.status, InvocationStatus::Authorized);
+    assert_eq!(was.status, InvocationStatus::Running);
+    assert!(was.effect_sent_at.is_some(), "watermarked in REVALIDATE");
     assert!(sim.effects("test.send").is_empty());
 
     let (p2, _) = sim.restart();
     assert_eq!(reclaim_and_drive(&p2, &p2.worker("w2")).await, [COMPLETED]);
     let row = only_row(&p2, run);
-    assert_eq!(row.status, InvocationStatus::Succeeded);
-    assert_eq!(
-        sim.effects("test.send"),
-        [(row.idempotency_key.clone(), false)]
-    );
+    assert_eq!(row.status, InvocationStatus::Uncertain);
+    assert_eq!(row.reason_code.as_deref(), Some(codes::OUTCOME_UNKNOWN));
+    assert!(sim.effects("test.send").is_empty(), "never sent");
     assert_eq!(count(&p2, run, "tool.call.authorized"), 1);
+    assert_eq!(count(&p2, run, "tool.call.started"), 1);
     assert_eq!(count(&p2, run, "approval.invalidated"), 0);
     let approvals = p2.store.transact(|tx| tx.approvals_of_run(run)).unwrap();
     assert_eq!(approvals.len(), 1);
     assert_eq!(approvals[0].status, ApprovalStatus::Approved);
     assert!(approvals[0].revalidated_policy_version.is_some());
+    check_invariants(&sim, &p2, run);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_revalidate_an_approved_idempotent_call_runs_once() {
+    // The same crash for a call recovery may re-execute: it runs exactly once, started once.
+    let sim = Sim::new();
+    let h = &sim.first;
+    let run = submit_one(h, "test.send_idem", json!({"text": "hi"})).await;
+    let w1 = h.worker("w1");
+    assert_eq!(
+        h.drive(&w1).await,
+        [ExecutionEnd::Parked],
+        "external writes need approval"
+    );
+    let approval = only_row(h, run).suspended_approval.unwrap();
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .unwrap();
+    crash_at(h, &w1, CrashPoint::AfterRevalidate).await;
+    let (p2, _) = sim.restart();
+    assert_eq!(reclaim_and_drive(&p2, &p2.worker("w2")).await, [COMPLETED]);
+    let row = only_row(&p2, run);
+    assert_eq!(row.status, InvocationStatus::Succeeded);
+    assert_eq!(
+        sim.effects("test.send_idem"),
+        [(row.idempotency_key, false)]
+    );
+    assert_eq!(count(&p2, run, "tool.call.started"), 1, "started once");
     check_invariants(&sim, &p2, run);
 }
 
@@ -1219,7 +1313,7 @@ async fn after_revalidate_a_denied_call_returns_its_outcome() {
 
 #[tokio::test(start_paused = true)]
 async fn after_reclaim_the_requeued_run_is_claimed_and_completed() {
-    // The first process crashes at PENDING; the second crashes right after its RECLAIM commit;
+    // The first process crashes after CLAIM; the second crashes right after its RECLAIM commit;
     // a third finds the run QUEUED and finishes it.
     let sim = Sim::new();
     let h = &sim.first;
@@ -1229,7 +1323,7 @@ async fn after_reclaim_the_requeued_run_is_claimed_and_completed() {
         json!({"path": "notes/a.txt", "text": "hi"}),
     )
     .await;
-    crash_at(h, &h.worker("w1"), CrashPoint::AfterPending).await;
+    crash_at(h, &h.worker("w1"), CrashPoint::AfterClaim).await;
 
     let (p2, _) = sim.restart();
     let w2 = p2.worker("w2");
@@ -1262,7 +1356,9 @@ async fn after_reclaim_the_requeued_run_is_claimed_and_completed() {
 // The pinned tool is gone in the new process (SPEC §9.4, last paragraph).
 // ---------------------------------------------------------------------------------------------
 
-/// A run crashed at `point` on `tool`, and a new process where `tool` is not registered.
+/// A run crashed at `point` on `tool`, and a new process where `tool` is not registered. Only
+/// an earlier build leaves an allowed call AUTHORIZED after PROPOSE (§17.1 F2 folds START in),
+/// so `AfterPropose` seeds that build's state.
 async fn restarted_without_tool(
     tool: &str,
     arguments: Value,
@@ -1270,8 +1366,13 @@ async fn restarted_without_tool(
 ) -> (Sim, Harness, RunId) {
     let sim = Sim::new();
     let h = &sim.first;
-    let run = submit_one(h, tool, arguments).await;
-    crash_at(h, &h.worker("w1"), point).await;
+    let run = if point == CrashPoint::AfterPropose {
+        submit_one_as_earlier_build(h, tool, arguments, point).await
+    } else {
+        let run = submit_one(h, tool, arguments).await;
+        crash_at(h, &h.worker("w1"), point).await;
+        run
+    };
     let (p2, _) = sim.restart_without(Some(tool));
     (sim, p2, run)
 }
@@ -1378,6 +1479,7 @@ async fn authorized_row_of_a_gone_tool_still_observes_step_8_first() {
         sequential: true,
         token: &token,
         worker_id: &lease.worker_id,
+        ledger: None,
     };
     let before = count(&p2, run, "tool.call.started");
 

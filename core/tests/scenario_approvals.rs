@@ -164,13 +164,12 @@ fn assert_call_denied(h: &Harness, run: RunId, reason_code: &str, message: &str)
     assert_eq!(row.tool_call_count, 0);
     assert_eq!(row.step_count, 2);
     assert_eq!(row.attempts, 0, "approval resumes never touch attempts");
-    let checkpoint = h
+    let records = h
         .store
-        .transact(|tx: &mut dyn StoreTx| tx.latest_checkpoint(run))
-        .unwrap()
+        .transact(|tx: &mut dyn StoreTx| tx.step_records(run, 0, 10))
         .unwrap();
     assert_eq!(
-        checkpoint.state.history[0].results,
+        records[0].results,
         vec![ResultRef::Invocation {
             invocation_id: call.id
         }],

@@ -213,6 +213,9 @@ async fn cancel_after_start_lets_the_call_finish_then_cancels_through_the_local_
             "tool.call.started",
             "run.cancel_requested",
             "tool.call.completed",
+            // The step's BATCH folds into its last FINISH (§17.1 F4); point 4 then sees the
+            // cancel and FINAL checkpoints the finished step.
+            "run.checkpointed",
             "run.checkpointed",
             "run.cancelled"
         ],
@@ -292,6 +295,9 @@ async fn cancel_after_start_without_a_local_token_is_observed_by_the_next_heartb
             "tool.call.started",
             "run.cancel_requested",
             "tool.call.completed",
+            // The step's BATCH folds into its last FINISH (§17.1 F4); point 4 then sees the
+            // cancel and FINAL checkpoints the finished step.
+            "run.checkpointed",
             "run.checkpointed",
             "run.cancelled"
         ]
@@ -537,20 +543,28 @@ async fn cancel_of_a_running_run_whose_worker_died_is_finished_by_reclaim() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn cancel_between_propose_and_start_denies_the_authorized_call_and_skips_later_calls() {
-    // Observation point 3: a sequential call whose token is cancelled after PROPOSE never
-    // starts; the FINAL sweep closes its AUTHORIZED row DENIED tool.run_cancelled and the
+async fn cancel_flagged_before_the_folded_start_denies_the_call_and_skips_later_calls() {
+    // Observation point 3 is read inside the folded PROPOSE·START (§17.1 F2): a cancel that
+    // reached only the run row (no local token, so point 2 missed it) closes the allowed
+    // call DENIED tool.run_cancelled in that transaction, START never commits, and the
     // batch's later call is never proposed.
     let h = Harness::new();
-    let hook = CancelAt::new(CrashPoint::AfterPropose);
-    let worker = hooked_worker(&h, &hook, true);
+    let factory = Arc::new(CancellingPlannerFactory {
+        cancel_at: 1,
+        control: OnceLock::new(),
+        principal: h.alice(),
+    });
+    let mut env = h.env.clone();
+    env.planners = factory.clone();
+    let worker = Worker::new(env.clone(), WorkerSettings::new("w1"));
+    let control = ControlService::new(env, h.dispatcher.clone(), None);
+    assert!(factory.control.set(Arc::new(control)).is_ok());
     let run = h
         .submit(h.script(json!([[
             {"call_id": "c1", "tool": "test.write_idem", "arguments": {"path": "notes/a.txt", "text": "x"}, "argument_trust": {"path": "user", "text": "user"}},
             {"call_id": "c2", "tool": "test.write_idem", "arguments": {"path": "notes/b.txt", "text": "y"}, "argument_trust": {"path": "user", "text": "user"}}
         ]])))
         .await;
-    assert!(hook.target.set((h.alice(), run)).is_ok());
 
     assert_eq!(
         h.drive(&worker).await,
@@ -563,18 +577,20 @@ async fn cancel_between_propose_and_start_denies_the_authorized_call_and_skips_l
             "run.queued",
             "run.checkpointed",
             "run.started",
+            "run.cancel_requested",
+            // PENDING·PROPOSE, with the observation closing the call instead of START.
             "run.checkpointed",
             "tool.call.proposed",
             "tool.call.authorized",
-            "run.cancel_requested",
-            "run.checkpointed",
             "tool.call.denied",
+            "run.checkpointed",
             "run.cancelled"
         ]
     );
     let events = h.events(run);
-    let final_commit: Vec<&Event> = events[events.len() - 3..].iter().collect();
-    assert_eq!(final_commit[0].event_type.as_str(), "run.checkpointed");
+    let propose_commit: Vec<&Event> = events[4..8].iter().collect();
+    assert_one_transaction(&propose_commit);
+    let final_commit: Vec<&Event> = events[events.len() - 2..].iter().collect();
     assert_one_transaction(&final_commit);
     let row = h.run(run);
     assert_eq!(row.status(), RunStatus::Cancelled);

@@ -32,16 +32,11 @@ fn item_outcome(item: &ResultItem) -> Value {
     serde_json::from_str(&item.content).expect("content is canonical JSON")
 }
 
-/// The result references of the run's latest checkpoint, step by step.
+/// The result references of the run's step records, step by step.
 fn history_refs(h: &Harness, run: RunId) -> Vec<Vec<ResultRef>> {
-    let checkpoint = h
-        .store
-        .transact(|tx: &mut dyn StoreTx| tx.latest_checkpoint(run))
+    h.store
+        .transact(|tx: &mut dyn StoreTx| tx.step_records(run, 0, 1000))
         .unwrap()
-        .expect("a checkpoint");
-    checkpoint
-        .state
-        .history
         .into_iter()
         .map(|step| step.results)
         .collect()

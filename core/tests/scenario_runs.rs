@@ -64,14 +64,21 @@ fn checkpoints(h: &Harness, run: RunId) -> Vec<Checkpoint> {
         .collect()
 }
 
-/// The call ids of the results a step's BATCH checkpoint recorded, in history order.
+/// The call ids of the results a step's record holds (written with its BATCH), in order.
 fn batch_result_call_ids(h: &Harness, run: RunId, step: u32) -> Vec<String> {
     let invocations = h.invocations(run);
-    let batch = checkpoints(h, run)
-        .into_iter()
-        .find(|c| c.trigger == CheckpointTrigger::ToolBatch && c.state.step == step)
-        .expect("a BATCH checkpoint for the step");
-    let history = batch.state.history.last().expect("history").clone();
+    assert!(
+        checkpoints(h, run)
+            .iter()
+            .any(|c| c.trigger == CheckpointTrigger::ToolBatch && c.state.step == step),
+        "a BATCH checkpoint for the step"
+    );
+    let history = h
+        .store
+        .snapshot()
+        .step_records
+        .remove(&(run, step))
+        .expect("a step record for the step");
     assert_eq!(history.step, step);
     history
         .results

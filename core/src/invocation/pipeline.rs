@@ -25,9 +25,10 @@ use crate::ports::{Tool, ToolContext, ToolFailure, ToolSuccess};
 use crate::run::cancel::CancelToken;
 use crate::run::checkpoint::{PinnedCall, ResultRef};
 use crate::run::state::{close_invocation, close_with_code, update_fields};
+use crate::run::step_writes::{Folded, StepLedger};
 use crate::run::{Lease, Run};
 use crate::scope::{missing_scopes, missing_scopes_message};
-use crate::store::{Store, TxError};
+use crate::store::{Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::tool::spec::ToolSpec;
 use crate::vocab::{
@@ -51,6 +52,11 @@ pub struct CallSite<'a> {
     pub sequential: bool,
     pub token: &'a CancelToken,
     pub worker_id: &'a str,
+    /// The step's own writes that fold into this call's transactions (SPEC §17.1 F1, F4):
+    /// PENDING into its first transaction while the step has not written it, BATCH into the
+    /// transaction that closes it when it is the armed last call of a sequential batch. `None`
+    /// for calls whose transactions carry neither.
+    pub ledger: Option<&'a StepLedger<'a>>,
 }
 
 /// A call's result as the planner will read it, with what the repeated-denial count needs.
@@ -125,6 +131,40 @@ fn worker_actor(site: &CallSite<'_>) -> Actor {
     Actor::worker(site.worker_id)
 }
 
+/// How a call's first phase ended (steps 1–7, with START folded in for an `allow`, F2).
+pub enum Begun {
+    /// The call ended (or parked, or halted) without invoking anything.
+    Ended(Result<CallEnd, Halt>),
+    /// START committed with PROPOSE: the body may run now ([`ToolPipeline::finish_started`]).
+    Started {
+        row: Box<Invocation>,
+        tool: std::sync::Arc<dyn Tool>,
+    },
+}
+
+/// What the observation point of step 8 sees inside a transaction (SPEC §17.1 F2).
+enum Observed {
+    Clear,
+    Cancel,
+    Deadline,
+}
+
+/// The row PROPOSE inserts, with its approval (WAITING_FOR_APPROVAL) or denial reason code.
+struct Proposal {
+    row: Invocation,
+    approval: Option<Approval>,
+    denial: Option<String>,
+}
+
+/// What the folded PROPOSE committed.
+enum Proposed {
+    /// The row as stored: AUTHORIZED never stays (it is STARTed or closed in the same
+    /// transaction); WAITING_FOR_APPROVAL or DENIED otherwise.
+    Row(Box<Invocation>),
+    /// The observation point fired: the row was closed DENIED with the sweep's code.
+    Halted(Halt),
+}
+
 /// `invoke` outcome, before classification.
 enum Invoked {
     Returned(Result<ToolSuccess, ToolFailure>),
@@ -140,16 +180,46 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     /// Runs one call to its end (or its park), inside a `call` tracing span.
     pub async fn run_call(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
         let span = tracing::info_span!("call", step = site.step, call_id = %site.call.call.call_id, tool = %site.call.call.tool);
-        tracing::Instrument::instrument(self.run_call_inner(site), span).await
+        tracing::Instrument::instrument(
+            async {
+                match self.begin_call(site).await {
+                    Begun::Ended(end) => end,
+                    Begun::Started { row, tool } => self.finish_started(site, *row, &tool).await,
+                }
+            },
+            span,
+        )
+        .await
     }
 
-    async fn run_call_inner(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
+    /// Steps 1–7 of one call: up to and including its first commit (PROPOSE or REFUSE, with
+    /// the step's PENDING folded in while unwritten, F1, and START folded in for an `allow`,
+    /// F2), or through recovery when a row already exists. A parallel batch begins its first
+    /// call alone, so no other call of the step can commit before the batch is recorded.
+    pub async fn begin_call(&self, site: &CallSite<'_>) -> Begun {
+        match self.begin_inner(site).await {
+            Ok(begun) => begun,
+            Err(halt) => Begun::Ended(Err(halt)),
+        }
+    }
+
+    /// Steps 10–12 for a call whose START committed in [`ToolPipeline::begin_call`].
+    pub async fn finish_started(
+        &self,
+        site: &CallSite<'_>,
+        row: Invocation,
+        tool: &std::sync::Arc<dyn Tool>,
+    ) -> Result<CallEnd, Halt> {
+        self.invoke_and_finish(site, row, tool, false).await
+    }
+
+    async fn begin_inner(&self, site: &CallSite<'_>) -> Result<Begun, Halt> {
         // Step 1: replay lookup.
         if let Some(found) = self.replay_lookup(site)? {
-            return match found {
+            return Ok(Begun::Ended(match found {
                 Replay::Row(row) => self.recover(site, row).await,
                 Replay::Refused(result) => Ok(CallEnd::Done(result)),
-            };
+            }));
         }
         let call = &site.call.call;
         let raw_hash = arguments_hash(&call.arguments);
@@ -160,42 +230,45 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             .as_deref()
             .and_then(|v| self.env.tools.resolve(&call.tool, Some(v)));
         let Some(tool) = tool else {
-            return self
-                .refuse(
+            return Ok(Begun::Ended(
+                self.refuse(
                     site,
                     OutcomeStatus::Denied,
                     codes::UNKNOWN_TOOL,
                     None,
                     raw_hash,
                 )
-                .await;
+                .await,
+            ));
         };
         let spec = tool.spec().clone();
         // Step 3: scopes.
         let missing = missing_scopes(&spec.required_scopes, &site.run.principal_scopes);
         if !missing.is_empty() {
             let message = missing_scopes_message(&missing);
-            return self
-                .refuse(
+            return Ok(Begun::Ended(
+                self.refuse(
                     site,
                     OutcomeStatus::Denied,
                     codes::SCOPE_MISSING,
                     Some(message),
                     raw_hash,
                 )
-                .await;
+                .await,
+            ));
         }
         // Step 4: normalize, validate, hash, key.
         let Ok(arguments) = spec.normalize_arguments(&call.arguments) else {
-            return self
-                .refuse(
+            return Ok(Begun::Ended(
+                self.refuse(
                     site,
                     OutcomeStatus::Failed,
                     codes::ARGUMENTS_INVALID,
                     None,
                     raw_hash,
                 )
-                .await;
+                .await,
+            ));
         };
         let hash = arguments_hash(&Value::Object(arguments.clone()));
         let key = idempotency_key(&IdempotencyKeyInput {
@@ -224,36 +297,155 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 }))
         })?;
         if repeats_uncertain {
-            return self
-                .refuse(
+            return Ok(Begun::Ended(
+                self.refuse(
                     site,
                     OutcomeStatus::Denied,
                     codes::UNCERTAIN_REPEAT,
                     None,
                     raw_hash,
                 )
-                .await;
+                .await,
+            ));
         }
         // Step 6: the pure gate.
         let invocation_id = InvocationId(self.env.new_uuid());
         let now = self.env.clock.now();
         let action = self.action(site, &prepared, invocation_id, now);
         let decision = evaluate(&action, &self.env.ruleset);
-        // Step 7: PROPOSE.
-        let row = match self.propose(site, &prepared, &action, decision, now) {
-            Ok(row) => row,
+        // Step 7: PROPOSE (with step 8 and START folded in for an `allow`).
+        let (proposed, folded) = self.propose(site, &prepared, &action, decision, now);
+        let proposed = match proposed {
+            Ok(proposed) => proposed,
             Err(TxError::Conflict(_)) => {
                 // A unique index rejected the insert: someone proposed this call first. Re-read.
-                return match self.replay_lookup(site)? {
+                return Ok(Begun::Ended(match self.replay_lookup(site)? {
                     Some(Replay::Row(row)) => self.recover(site, row).await,
                     Some(Replay::Refused(result)) => Ok(CallEnd::Done(result)),
                     None => Err(Halt::Abandon),
-                };
+                }));
             }
             Err(_) => return Err(Halt::Abandon),
         };
-        self.env.reached(CrashPoint::AfterPropose).await;
-        self.after_decision(site, row, &tool).await
+        match proposed {
+            Proposed::Halted(halt) => {
+                self.reached_folded(folded, &[CrashPoint::AfterPropose])
+                    .await;
+                Err(halt)
+            }
+            Proposed::Row(row) if row.status == InvocationStatus::Running => {
+                self.reached_folded(folded, &[CrashPoint::AfterPropose, CrashPoint::AfterStart])
+                    .await;
+                Ok(Begun::Started { row, tool })
+            }
+            Proposed::Row(row) => {
+                self.reached_folded(folded, &[CrashPoint::AfterPropose])
+                    .await;
+                Ok(Begun::Ended(self.after_decision(site, *row, &tool).await))
+            }
+        }
+    }
+
+    /// Test support: what an earlier build's PROPOSE committed for this call, without the
+    /// folds of §17.1 (no PENDING, no START): the row with its decision and its events. The
+    /// recovery tests seed the states only older data can hold (an AUTHORIZED row, a PENDING
+    /// without rows) with it. Panics on a call steps 2–4 would refuse.
+    #[cfg(any(test, feature = "testing"))]
+    pub fn propose_as_earlier_build(&self, site: &CallSite<'_>) -> Invocation {
+        let call = &site.call.call;
+        let tool = site
+            .call
+            .pinned_version
+            .as_deref()
+            .and_then(|v| self.env.tools.resolve(&call.tool, Some(v)))
+            .expect("the pinned tool resolves");
+        let spec = tool.spec().clone();
+        let arguments = spec
+            .normalize_arguments(&call.arguments)
+            .expect("valid arguments");
+        let hash = arguments_hash(&Value::Object(arguments.clone()));
+        let key = idempotency_key(&IdempotencyKeyInput {
+            run_id: site.run.id.as_uuid(),
+            step_number: u64::from(site.step),
+            call_id: &call.call_id,
+            tool_name: &spec.name,
+            tool_version: &spec.version.to_string(),
+            effective_arguments_hash: &hash,
+        });
+        let prepared = Prepared {
+            spec,
+            arguments,
+            arguments_hash: hash,
+            idempotency_key: key,
+        };
+        let now = self.env.clock.now();
+        let action = self.action(site, &prepared, InvocationId(self.env.new_uuid()), now);
+        let decision = evaluate(&action, &self.env.ruleset);
+        let Proposal { row, approval, .. } = self.proposal(site, &prepared, &action, decision, now);
+        let actor = worker_actor(site);
+        self.env
+            .transact(|tx| {
+                tx.guard_lease(site.lease)?;
+                tx.insert_invocation(&row)?;
+                if let Some(approval) = &approval {
+                    tx.insert_approval(approval)?;
+                }
+                let mut events = vec![(
+                    EventType::ToolCallProposed,
+                    json!({"invocation_id": row.id.to_string(), "name": row.tool_name, "call_id": row.call_id, "step_number": row.step_number}),
+                    keys::proposed(row.id),
+                )];
+                if row.status == InvocationStatus::Authorized {
+                    events.push((
+                        EventType::ToolCallAuthorized,
+                        json!({"invocation_id": row.id.to_string(), "name": row.tool_name, "call_id": row.call_id}),
+                        keys::authorized(row.id),
+                    ));
+                }
+                for (event_type, payload, key) in events {
+                    tx.append_event(&NewEvent {
+                        session_id: row.session_id,
+                        run_id: Some(row.run_id),
+                        event_type,
+                        actor: actor.clone(),
+                        payload,
+                        derivation_key: Some(key),
+                        created_at: now,
+                    })?;
+                }
+                Ok(())
+            })
+            .expect("the earlier build's PROPOSE commits");
+        row
+    }
+
+    /// Runs one of the call's transactions and settles the step's staged writes (§17.1): a
+    /// commit promotes them, a rollback forgets them.
+    fn transact_call<R>(
+        &self,
+        site: &CallSite<'_>,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> (Result<R, TxError>, Folded) {
+        let result = self.env.transact(f);
+        let folded = site
+            .ledger
+            .map_or_else(Folded::default, |ledger| ledger.settle(result.is_ok()));
+        (result, folded)
+    }
+
+    /// Reaches the crash points of everything one commit carried, in transaction order: the
+    /// step's PENDING, the call's own points, then the step's BATCH (§2.2: a point follows its
+    /// commit; a folded commit is all of them at once).
+    async fn reached_folded(&self, folded: Folded, own: &[CrashPoint]) {
+        if folded.pending {
+            self.env.reached(CrashPoint::AfterPending).await;
+        }
+        for point in own {
+            self.env.reached(*point).await;
+        }
+        if folded.batch {
+            self.env.reached(CrashPoint::AfterBatch).await;
+        }
     }
 
     /// Continues from a freshly proposed or revalidated row.
@@ -336,9 +528,21 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         } else {
             EventType::ToolCallDenied
         };
+        let result = CallResult {
+            reference: ResultRef::Refusal {
+                derivation_key: key.clone(),
+            },
+            item: item.clone(),
+            status,
+            reason_code: reason_code.to_owned(),
+            arguments_hash: raw_hash,
+        };
         let now = self.env.clock.now();
-        self.env.transact(|tx| {
+        let (committed, folded) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
+            if let Some(ledger) = site.ledger {
+                ledger.stage_opening(tx, now)?;
+            }
             tx.append_event(&NewEvent {
                 session_id: site.run.session_id,
                 run_id: Some(site.run.id),
@@ -353,18 +557,16 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 }),
                 derivation_key: Some(key.clone()),
                 created_at: now,
-            })
-        })?;
-        self.env.reached(CrashPoint::AfterRefuse).await;
-        Ok(CallEnd::Done(CallResult {
-            reference: ResultRef::Refusal {
-                derivation_key: key,
-            },
-            item,
-            status,
-            reason_code: reason_code.to_owned(),
-            arguments_hash: raw_hash,
-        }))
+            })?;
+            if let Some(ledger) = site.ledger {
+                ledger.stage_closing(tx, &result, now)?;
+            }
+            Ok(())
+        });
+        committed?;
+        self.reached_folded(folded, &[CrashPoint::AfterRefuse])
+            .await;
+        Ok(CallEnd::Done(result))
     }
 
     /// The engine's view of the call (SPEC §4.1).
@@ -403,15 +605,16 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         }
     }
 
-    /// PROPOSE: the row is inserted already carrying its decision (SPEC §9.1).
-    fn propose(
+    /// The row PROPOSE inserts, already carrying its decision (SPEC §9.1): AUTHORIZED for an
+    /// `allow`, WAITING_FOR_APPROVAL with its approval, or DENIED with its outcome.
+    fn proposal(
         &self,
         site: &CallSite<'_>,
         prepared: &Prepared,
         action: &ProposedAction,
         decision: PolicyDecision,
         now: Timestamp,
-    ) -> Result<Invocation, TxError> {
+    ) -> Proposal {
         let spec = &prepared.spec;
         let call = &site.call.call;
         let id = InvocationId(action.action_id);
@@ -481,9 +684,38 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 denial = Some(decision.reason_code.clone());
             }
         }
+        Proposal {
+            row,
+            approval,
+            denial,
+        }
+    }
+
+    /// PROPOSE: the row is inserted already carrying its decision (SPEC §9.1). For an `allow`
+    /// the same transaction reads observation point 3 and the deadline (step 8) and then STARTs
+    /// the call (§17.1 F2); if the observation fires the row is closed DENIED with the code the
+    /// terminal sweep would give it, and the caller halts. A denial closes the call here, so
+    /// the step's BATCH folds in when it is the last call (F4).
+    fn propose(
+        &self,
+        site: &CallSite<'_>,
+        prepared: &Prepared,
+        action: &ProposedAction,
+        decision: PolicyDecision,
+        now: Timestamp,
+    ) -> (Result<Proposed, TxError>, Folded) {
+        let Proposal {
+            row,
+            approval,
+            denial,
+        } = self.proposal(site, prepared, action, decision, now);
+        let id = row.id;
         let actor = worker_actor(site);
-        self.env.transact(|tx| {
+        self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
+            if let Some(ledger) = site.ledger {
+                ledger.stage_opening(tx, now)?;
+            }
             tx.insert_invocation(&row)?;
             if let Some(approval) = &approval {
                 tx.insert_approval(approval)?;
@@ -509,6 +741,17 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                         json!({"invocation_id": id.to_string(), "name": row.tool_name, "call_id": row.call_id}),
                         keys::authorized(id),
                     ))?;
+                    let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
+                    let proposed = self.start_or_halt(tx, site, &current, &row, &actor, now)?;
+                    #[cfg(feature = "mutants")]
+                    if let (true, Some(ledger), Proposed::Row(started)) = (
+                        crate::testing::mutants::batch_before_last_finish(),
+                        site.ledger,
+                        &proposed,
+                    ) {
+                        ledger.stage_closing(tx, &crate::testing::mutants::provisional_result(started), now)?;
+                    }
+                    Ok(proposed)
                 }
                 (InvocationStatus::Denied, Some(reason_code)) => {
                     tx.append_event(&event(
@@ -522,12 +765,59 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                         }),
                         keys::result(id),
                     ))?;
+                    stage_closing_row(tx, site, &row, now)?;
+                    Ok(Proposed::Row(Box::new(row.clone())))
                 }
-                _ => {}
+                _ => Ok(Proposed::Row(Box::new(row.clone()))),
             }
-            Ok(())
-        })?;
-        Ok(row)
+        })
+    }
+
+    /// Inside a transaction that has just authorized `row`: step 8 (sequential calls only),
+    /// then START, or the sweep's closure if the observation fires (§17.1 F2, F3).
+    fn start_or_halt(
+        &self,
+        tx: &mut dyn StoreTx,
+        site: &CallSite<'_>,
+        current: &Run,
+        row: &Invocation,
+        actor: &Actor,
+        now: Timestamp,
+    ) -> Result<Proposed, TxError> {
+        let observed = observe_in_tx(site, current, now)?;
+        #[cfg(feature = "mutants")]
+        let observed = if crate::testing::mutants::start_before_observation() {
+            Observed::Clear
+        } else {
+            observed
+        };
+        match observed {
+            Observed::Clear => Ok(Proposed::Row(Box::new(start_writes(tx, current, row, actor, now)?))),
+            Observed::Cancel => {
+                close_with_code(
+                    tx,
+                    row,
+                    OutcomeStatus::Denied,
+                    codes::RUN_CANCELLED,
+                    actor,
+                    now,
+                )?;
+                Ok(Proposed::Halted(Halt::Cancel))
+            }
+            Observed::Deadline => {
+                close_with_code(
+                    tx,
+                    row,
+                    OutcomeStatus::Denied,
+                    codes::RUN_TERMINATED,
+                    actor,
+                    now,
+                )?;
+                Ok(Proposed::Halted(Halt::Fail(
+                    FailureReason::DeadlineExceeded,
+                )))
+            }
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -593,7 +883,9 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         check_deadline(site.run, self.env.clock.now())
     }
 
-    /// Steps 8–12 for an AUTHORIZED row.
+    /// Steps 8–12 for an AUTHORIZED row left by recovery (an earlier build, or a path that
+    /// does not fold): START in its own transaction, which reads step 8 inside it as the folded
+    /// one does.
     async fn start_and_invoke(
         &self,
         site: &CallSite<'_>,
@@ -603,41 +895,18 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         self.observe_before_start(site)?;
         // Step 9: START, the watermark before any effect (G4, §16 #11).
         let now = self.env.clock.now();
-        let started = self.env.transact(|tx| {
+        let actor = worker_actor(site);
+        let (started, _) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
             let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
-            let mut next_run = current.clone();
-            next_run.tool_call_count = next_run.tool_call_count.saturating_add(1);
-            update_fields(tx, &current, next_run, now)?;
-            let mut next = row.clone();
-            next.status = InvocationStatus::Running;
-            if next.side_effect != SideEffectClass::None {
-                next.effect_sent_at = Some(now);
-            }
-            #[cfg(feature = "mutants")]
-            if crate::testing::mutants::skip_watermark() {
-                next.effect_sent_at = None;
-            }
-            next.updated_at = now;
-            tx.update_invocation(InvocationStatus::Authorized, &next)?;
-            tx.append_event(&NewEvent {
-                session_id: next.session_id,
-                run_id: Some(next.run_id),
-                event_type: EventType::ToolCallStarted,
-                actor: worker_actor(site),
-                payload: json!({
-                    "invocation_id": next.id.to_string(),
-                    "name": next.tool_name,
-                    "call_id": next.call_id,
-                    "effect_sent_at": next.effect_sent_at.map(|t| t.to_string()),
-                }),
-                derivation_key: Some(keys::started(next.id)),
-                created_at: now,
-            })?;
-            Ok(next)
-        })?;
+            self.start_or_halt(tx, site, &current, &row, &actor, now)
+        });
+        let started = started?;
         self.env.reached(CrashPoint::AfterStart).await;
-        self.invoke_and_finish(site, started, tool, false).await
+        match started {
+            Proposed::Row(started) => self.invoke_and_finish(site, *started, tool, false).await,
+            Proposed::Halted(halt) => Err(halt),
+        }
     }
 
     /// Steps 10–12: invoke with the timeout, classify, FINISH.
@@ -657,24 +926,29 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         self.env.reached(CrashPoint::AfterInvoke).await;
         let (outcome, item, structured) = classify(&row, spec, invoked);
         let now = self.env.clock.now();
-        let closed = self.env.transact(|tx| {
+        let (closed, folded) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
             let mut with_result = row.clone();
             if let Some(structured) = &structured {
                 with_result.output_bytes = Some(to_canonical_string(structured).len() as u64);
                 with_result.structured_result = Some(structured.clone());
             }
-            // FINISH: the structured result and the outcome in one guarded update (RUNNING →).
-            close_invocation(
+            // FINISH: the structured result and the outcome in one guarded update (RUNNING →),
+            // with the step's BATCH when this is its last sequential call (F4).
+            let closed = close_invocation(
                 tx,
                 &with_result,
                 outcome.clone(),
                 &item,
                 &worker_actor(site),
                 now,
-            )
-        })?;
-        self.env.reached(CrashPoint::AfterFinish).await;
+            )?;
+            stage_closing_row(tx, site, &closed, now)?;
+            Ok(closed)
+        });
+        let closed = closed?;
+        self.reached_folded(folded, &[CrashPoint::AfterFinish])
+            .await;
         Ok(CallEnd::Done(result_of_row(&closed)?))
     }
 
@@ -805,7 +1079,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     ) -> Result<CallEnd, Halt> {
         let now = self.env.clock.now();
         let actor = worker_actor(site);
-        let closed = self.env.transact(|tx| {
+        let (closed, folded) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
             let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
             let mut next_run = current.clone();
@@ -829,16 +1103,20 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 derivation_key: Some(keys::started(running.id)),
                 created_at: now,
             })?;
-            close_with_code(
+            let closed = close_with_code(
                 tx,
                 &running,
                 OutcomeStatus::Failed,
                 codes::INTERNAL_ERROR,
                 &actor,
                 now,
-            )
-        })?;
-        self.env.reached(CrashPoint::AfterRecover).await;
+            )?;
+            stage_closing_row(tx, site, &closed, now)?;
+            Ok(closed)
+        });
+        let closed = closed?;
+        self.reached_folded(folded, &[CrashPoint::AfterRecover])
+            .await;
         Ok(CallEnd::Done(result_of_row(&closed)?))
     }
 
@@ -857,19 +1135,25 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         code: &str,
     ) -> Result<CallEnd, Halt> {
         let now = self.env.clock.now();
-        let closed = self.env.transact(|tx| {
+        let (closed, folded) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
-            close_with_code(tx, row, status, code, &worker_actor(site), now)
-        })?;
-        self.env.reached(CrashPoint::AfterRecover).await;
+            let closed = close_with_code(tx, row, status, code, &worker_actor(site), now)?;
+            stage_closing_row(tx, site, &closed, now)?;
+            Ok(closed)
+        });
+        let closed = closed?;
+        self.reached_folded(folded, &[CrashPoint::AfterRecover])
+            .await;
         Ok(CallEnd::Done(result_of_row(&closed)?))
     }
 
-    /// RESUME_APPROVAL with the existing approval (SPEC §10.3).
+    /// RESUME_APPROVAL with the existing approval (SPEC §10.3). When revalidation authorizes,
+    /// the same REVALIDATE transaction reads step 8 and STARTs the call (§17.1 F3); a denial
+    /// closes the call there, with the step's BATCH when it is the last call (F4).
     async fn resume_approval(&self, site: &CallSite<'_>, row: Invocation) -> Result<CallEnd, Halt> {
         let approval = self
             .env
-            .transact(|tx| {
+            .read(|tx| {
                 tx.guard_lease(site.lease)?;
                 tx.approval_by_action(row.id)
             })?
@@ -890,7 +1174,10 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 #[cfg(feature = "mutants")]
                 let verdict = crate::testing::mutants::approve_without_revalidation(verdict, &row);
                 let ruleset_version = self.env.ruleset.version.as_str().to_owned();
-                let next = self.env.transact(|tx| {
+                // START folds in only when the pinned tool can run; otherwise the row stays
+                // AUTHORIZED and recovery closes it as unstartable.
+                let tool = self.pinned_tool(&row);
+                let (next, folded) = self.transact_call(site, |tx| {
                     tx.guard_lease(site.lease)?;
                     let mut stamped = approval.clone();
                     stamped.revalidated_policy_version = Some(ruleset_version.clone());
@@ -909,7 +1196,11 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                                 derivation_key: Some(keys::authorized(next.id)),
                                 created_at: now,
                             })?;
-                            Ok(next)
+                            if tool.is_none() {
+                                return Ok(Proposed::Row(Box::new(next)));
+                            }
+                            let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
+                            self.start_or_halt(tx, site, &current, &next, &actor, now)
                         }
                         Revalidation::Denied { reason_code } => {
                             tx.append_event(&NewEvent {
@@ -925,23 +1216,54 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                                 derivation_key: Some(keys::approval_invalidated(approval.id)),
                                 created_at: now,
                             })?;
-                            close_with_code(tx, &row, OutcomeStatus::Denied, reason_code, &actor, now)
+                            let closed = close_with_code(tx, &row, OutcomeStatus::Denied, reason_code, &actor, now)?;
+                            stage_closing_row(tx, site, &closed, now)?;
+                            Ok(Proposed::Row(Box::new(closed)))
                         }
                     }
-                })?;
-                self.env.reached(CrashPoint::AfterRevalidate).await;
-                return match self.pinned_tool(&next) {
-                    Some(tool) => self.after_decision(site, next, &tool).await,
-                    None => Ok(CallEnd::Done(result_of_row(&next)?)),
+                });
+                return match next? {
+                    Proposed::Halted(halt) => {
+                        self.reached_folded(folded, &[CrashPoint::AfterRevalidate])
+                            .await;
+                        Err(halt)
+                    }
+                    Proposed::Row(next) => match (next.status, tool) {
+                        (InvocationStatus::Running, Some(tool)) => {
+                            self.reached_folded(
+                                folded,
+                                &[CrashPoint::AfterRevalidate, CrashPoint::AfterStart],
+                            )
+                            .await;
+                            self.invoke_and_finish(site, *next, &tool, false).await
+                        }
+                        (InvocationStatus::Authorized, _) => {
+                            self.reached_folded(folded, &[CrashPoint::AfterRevalidate])
+                                .await;
+                            // The pinned tool is gone: §9.4's unstartable path.
+                            self.observe_before_start(site)?;
+                            self.fail_unstartable(site, &next).await
+                        }
+                        _ => {
+                            self.reached_folded(folded, &[CrashPoint::AfterRevalidate])
+                                .await;
+                            Ok(CallEnd::Done(result_of_row(&next)?))
+                        }
+                    },
                 };
             }
         };
         // Denied, expired or cancelled: close the call; no approval event, no revalidation stamp.
-        let closed = self.env.transact(|tx| {
+        let (closed, folded) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
-            close_with_code(tx, &row, OutcomeStatus::Denied, closing_code, &actor, now)
-        })?;
-        self.env.reached(CrashPoint::AfterRevalidate).await;
+            let closed =
+                close_with_code(tx, &row, OutcomeStatus::Denied, closing_code, &actor, now)?;
+            stage_closing_row(tx, site, &closed, now)?;
+            Ok(closed)
+        });
+        let closed = closed?;
+        self.reached_folded(folded, &[CrashPoint::AfterRevalidate])
+            .await;
         Ok(CallEnd::Done(result_of_row(&closed)?))
     }
 
@@ -1009,6 +1331,85 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         };
         revalidate(identity, fresh, &approval.policy_version)
     }
+}
+
+/// Observation point 3 and the deadline (step 8), read inside the transaction that would
+/// START a sequential call: the in-process token, the run row's `cancel_requested_at` (the
+/// authority, §8.5) and `deadline_at`. A parallel batch checked both once before it began
+/// (§11), so its calls see `Clear`. A fenced token rolls the transaction back.
+fn observe_in_tx(site: &CallSite<'_>, current: &Run, now: Timestamp) -> Result<Observed, TxError> {
+    if !site.sequential {
+        return Ok(Observed::Clear);
+    }
+    match site.token.reason() {
+        Some(CancelReason::Fenced) => return Err(TxError::Fenced),
+        Some(CancelReason::Requested) => return Ok(Observed::Cancel),
+        None => {}
+    }
+    if current.cancel_requested_at.is_some() {
+        return Ok(Observed::Cancel);
+    }
+    Ok(match check_deadline(site.run, now) {
+        Ok(()) => Observed::Clear,
+        Err(_) => Observed::Deadline,
+    })
+}
+
+/// START's writes (step 9) inside an open transaction: `AUTHORIZED → RUNNING`, the watermark
+/// when the call has a side effect, `tool_call_count + 1` and `tool.call.started`.
+fn start_writes(
+    tx: &mut dyn StoreTx,
+    current: &Run,
+    row: &Invocation,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<Invocation, TxError> {
+    let mut next_run = current.clone();
+    next_run.tool_call_count = next_run.tool_call_count.saturating_add(1);
+    update_fields(tx, current, next_run, now)?;
+    let mut next = row.clone();
+    next.status = InvocationStatus::Running;
+    if next.side_effect != SideEffectClass::None {
+        next.effect_sent_at = Some(now);
+    }
+    #[cfg(feature = "mutants")]
+    if crate::testing::mutants::skip_watermark() {
+        next.effect_sent_at = None;
+    }
+    next.updated_at = now;
+    tx.update_invocation(InvocationStatus::Authorized, &next)?;
+    tx.append_event(&NewEvent {
+        session_id: next.session_id,
+        run_id: Some(next.run_id),
+        event_type: EventType::ToolCallStarted,
+        actor: actor.clone(),
+        payload: json!({
+            "invocation_id": next.id.to_string(),
+            "name": next.tool_name,
+            "call_id": next.call_id,
+            "effect_sent_at": next.effect_sent_at.map(|t| t.to_string()),
+        }),
+        derivation_key: Some(keys::started(next.id)),
+        created_at: now,
+    })?;
+    Ok(next)
+}
+
+/// Stages the step's BATCH in the transaction that closed `row` (§17.1 F4), when this call is
+/// the armed last call of a sequential batch.
+fn stage_closing_row(
+    tx: &mut dyn StoreTx,
+    site: &CallSite<'_>,
+    row: &Invocation,
+    now: Timestamp,
+) -> Result<(), TxError> {
+    let Some(ledger) = site.ledger else {
+        return Ok(());
+    };
+    let result = result_of_row(row).map_err(|_| {
+        TxError::Backend(format!("invocation {} closed without its result", row.id))
+    })?;
+    ledger.stage_closing(tx, &result, now)
 }
 
 /// What step 1 found: a row to recover, or a refusal to return.

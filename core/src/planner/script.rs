@@ -544,6 +544,11 @@ impl ScriptedPlanner {
 }
 
 impl Planner for ScriptedPlanner {
+    /// The script ignores results (SPEC §15), so no history is ever loaded for it.
+    fn wants_history(&self) -> bool {
+        false
+    }
+
     fn next_turn<'a>(
         &'a self,
         input: PlannerInput<'a>,

@@ -15,26 +15,28 @@ use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, ParallelGroupId};
 use crate::invocation::outcome::ResultItem;
 use crate::invocation::pipeline::{
-    CallEnd, CallResult, CallSite, Halt, ToolPipeline, check_deadline, observe,
+    Begun, CallEnd, CallResult, CallSite, Halt, ToolPipeline, check_deadline, observe,
 };
-use crate::ports::{Planner, PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
+use crate::ports::{BoxFut, Planner, PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
 use crate::run::cancel::CancelToken;
-use crate::run::checkpoint::{
-    Admission, Checkpoint, CheckpointState, HistoryStep, PendingBatch, PinnedCall, ResultRef,
-};
-use crate::run::state::{Change, transition, update_fields};
+use crate::run::checkpoint::{Admission, CheckpointState, PendingBatch, PinnedCall, ResultRef};
+use crate::run::state::{Change, transition};
+use crate::run::step_writes::{StepLedger, checkpoint};
 use crate::run::{Failure, Lease, Run};
 use crate::store::{Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{
     ApprovalStatus, CancelReason, CheckpointTrigger, CrashPoint, FailureReason, IdempotencyClass,
-    InvocationStatus, OutcomeStatus, RunStatus, SideEffectClass, TrustLevel,
+    InvocationStatus, RunStatus, SideEffectClass, TrustLevel,
 };
 
 /// Identical denials that fail a run (SPEC §8.3).
 const REPEATED_DENIAL_LIMIT: u32 = 3;
 /// The largest batch that may run concurrently (SPEC §11).
 const MAX_PARALLEL_BATCH: usize = 8;
+/// Step records read for a planner's history: at most one per step, and a run has at most
+/// 1000 steps (§8.4), so one read always suffices.
+const MAX_HISTORY_STEPS: usize = 1000;
 
 /// Lets the executor pause the heartbeat around PARK and FINAL. The heartbeat runs in the same
 /// task, so once paused no heartbeat transaction can be in flight.
@@ -68,6 +70,15 @@ enum Final {
     Completed(String),
     Failed(FailureReason),
     Cancelled,
+}
+
+/// Whether a batch's PENDING is already committed when it is dispatched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recorded {
+    /// A resumed step: its PENDING committed in an earlier execution.
+    Yes,
+    /// A new step: PENDING folds into its first call transaction (§17.1 F1).
+    No,
 }
 
 /// The result of dispatching one batch.
@@ -150,7 +161,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             observe(token)?;
             self.check_deadline(run)?;
             if let Some(end) = self
-                .run_batch(run, lease, token, state, version, &batch)
+                .run_batch(run, lease, token, state, version, &batch, Recorded::Yes)
                 .await?
             {
                 return Ok(end);
@@ -182,7 +193,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     built
                 }
             };
-            self.load_history(lease, state, &mut history)?;
+            if planner.wants_history() {
+                self.load_history(run, lease, state, &mut history)?;
+            }
             // No transaction is open while the planner runs.
             let turn = planner
                 .next_turn(PlannerInput {
@@ -261,9 +274,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     .await);
             }
             let batch = self.pin(run, step, calls);
-            self.pending(run, lease, state, version, &batch).await?;
+            // PENDING commits with the step's first call transaction (§17.1 F1).
             if let Some(end) = self
-                .run_batch(run, lease, token, state, version, &batch)
+                .run_batch(run, lease, token, state, version, &batch, Recorded::No)
                 .await?
             {
                 return Ok(end);
@@ -339,40 +352,6 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         }
     }
 
-    /// PENDING: checkpoint the batch and set `step_count` before anything is dispatched.
-    async fn pending(
-        &self,
-        run: &Run,
-        lease: &Lease,
-        state: &mut CheckpointState,
-        version: &mut u32,
-        batch: &PendingBatch,
-    ) -> Result<(), Halt> {
-        let mut next_state = state.clone();
-        next_state.pending = Some(batch.clone());
-        let now = self.env.clock.now();
-        self.env.transact(|tx| {
-            tx.guard_lease(lease)?;
-            let current = tx.run(run.id)?.ok_or(TxError::NotFound)?;
-            let mut next = current.clone();
-            next.step_count = batch.step;
-            update_fields(tx, &current, next, now)?;
-            checkpoint(
-                tx,
-                run,
-                *version + 1,
-                CheckpointTrigger::ToolPending,
-                &next_state,
-                &self.actor(),
-                now,
-            )
-        })?;
-        *state = next_state;
-        *version = version.saturating_add(1);
-        self.env.reached(CrashPoint::AfterPending).await;
-        Ok(())
-    }
-
     /// Recovers calls left RUNNING by a crash before anything else of the batch (SPEC §8.3).
     async fn finish_in_flight(
         &self,
@@ -399,7 +378,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             .iter()
             .filter(|c| running.contains(&c.call.call_id))
         {
-            let site = self.site(run, lease, batch, call, state, token, false);
+            let site = self.site(run, lease, batch, call, state, token, false, None);
             ToolPipeline::new(self.env).run_call(&site).await?;
         }
         Ok(())
@@ -415,6 +394,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         state: &CheckpointState,
         token: &'a CancelToken,
         sequential: bool,
+        ledger: Option<&'a StepLedger<'a>>,
     ) -> CallSite<'a> {
         CallSite {
             run,
@@ -433,10 +413,14 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             sequential,
             token,
             worker_id: self.worker_id,
+            ledger,
         }
     }
 
     /// Dispatches a batch, then parks or records it; returns `Some` when execution ends.
+    /// `recorded` says whether the batch's PENDING is already committed (a resumed step) or
+    /// must fold into the step's first call transaction (a new one, §17.1 F1).
+    #[allow(clippy::too_many_arguments)]
     async fn run_batch(
         &self,
         run: &Run,
@@ -445,15 +429,17 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         state: &mut CheckpointState,
         version: &mut u32,
         batch: &PendingBatch,
+        recorded: Recorded,
     ) -> Result<Option<ExecutionEnd>, Halt> {
         let span = tracing::info_span!("step", step = batch.step, calls = batch.calls.len());
         tracing::Instrument::instrument(
-            self.run_batch_inner(run, lease, token, state, version, batch),
+            self.run_batch_inner(run, lease, token, state, version, batch, recorded),
             span,
         )
         .await
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn run_batch_inner(
         &self,
         run: &Run,
@@ -462,17 +448,61 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         state: &mut CheckpointState,
         version: &mut u32,
         batch: &PendingBatch,
+        recorded: Recorded,
     ) -> Result<Option<ExecutionEnd>, Halt> {
+        let mut unwritten = match recorded {
+            Recorded::Yes => None,
+            Recorded::No => Some(batch.clone()),
+        };
         loop {
-            match self.dispatch(run, lease, token, state, batch).await? {
+            let ledger = StepLedger::new(run, self.actor(), *version, state.clone(), unwritten);
+            let dispatched = self.dispatch(run, lease, token, &ledger, batch).await;
+            // Whatever happened, continue from what is really committed.
+            (*version, *state) = ledger.committed();
+            unwritten = ledger.pending_unwritten().then(|| batch.clone());
+            let dispatched = match dispatched {
+                Ok(dispatched) => dispatched,
+                // The planner was asked for this step but nothing of it was recorded: FINAL
+                // carries `step_count = k` (§8.3).
+                Err(Halt::Cancel) if unwritten.is_some() => {
+                    return Ok(Some(
+                        self.finalize(
+                            run,
+                            lease,
+                            state,
+                            *version,
+                            Final::Cancelled,
+                            Some(batch.step),
+                        )
+                        .await,
+                    ));
+                }
+                Err(Halt::Fail(reason)) if unwritten.is_some() => {
+                    return Ok(Some(
+                        self.finalize(
+                            run,
+                            lease,
+                            state,
+                            *version,
+                            Final::Failed(reason),
+                            Some(batch.step),
+                        )
+                        .await,
+                    ));
+                }
+                Err(halt) => return Err(halt),
+            };
+            match dispatched {
                 Dispatched::Park => match self.park(run, lease, token, state, *version).await {
                     Parked::Done(end) => return Ok(Some(end)),
                     // Every approval was already resolved: re-dispatch at once under this lease.
                     Parked::Redispatch => continue,
                 },
                 Dispatched::Results(results) => {
-                    self.batch(run, lease, state, version, batch, &results)
-                        .await?;
+                    if !ledger.step_closed() {
+                        self.batch(lease, &ledger, batch, &results).await?;
+                        (*version, *state) = ledger.committed();
+                    }
                     if state
                         .denial_counts
                         .values()
@@ -501,15 +531,21 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         run: &Run,
         lease: &Lease,
         token: &CancelToken,
-        state: &CheckpointState,
+        ledger: &StepLedger<'_>,
         batch: &PendingBatch,
     ) -> Result<Dispatched, Halt> {
         let pipeline = ToolPipeline::new(self.env);
+        let (_, state) = ledger.committed();
         match batch.admission {
             Admission::Sequential => {
                 let mut results = Vec::with_capacity(batch.calls.len());
-                for call in &batch.calls {
-                    let site = self.site(run, lease, batch, call, state, token, true);
+                for (index, call) in batch.calls.iter().enumerate() {
+                    // The last call's closing transaction also closes the step (F4).
+                    if index + 1 == batch.calls.len() {
+                        ledger.arm_closing(batch, results.clone());
+                    }
+                    let site =
+                        self.site(run, lease, batch, call, &state, token, true, Some(ledger));
                     match pipeline.run_call(&site).await? {
                         CallEnd::Done(result) => results.push(result),
                         // A require_approval stops a sequential batch: later calls wait.
@@ -522,12 +558,39 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             Admission::Parallel { .. } => {
                 observe(token)?; // point 3, once for the batch
                 self.check_deadline(run)?;
+                // Only the first call carries the step's PENDING, and it commits before any
+                // other call of the step begins, so no row of the step exists unrecorded.
                 let sites: Vec<CallSite<'_>> = batch
                     .calls
                     .iter()
-                    .map(|call| self.site(run, lease, batch, call, state, token, false))
+                    .enumerate()
+                    .map(|(index, call)| {
+                        let ledger = (index == 0).then_some(ledger);
+                        self.site(run, lease, batch, call, &state, token, false, ledger)
+                    })
                     .collect();
-                let ends = join_all(sites.iter().map(|site| pipeline.run_call(site))).await;
+                let Some((first, rest)) = sites.split_first() else {
+                    return Ok(Dispatched::Results(Vec::new()));
+                };
+                let first_end: BoxFut<'_, Result<CallEnd, Halt>> = match pipeline
+                    .begin_call(first)
+                    .await
+                {
+                    Begun::Ended(Err(halt)) => return Err(halt),
+                    Begun::Ended(Ok(end)) => Box::pin(std::future::ready(Ok(end))),
+                    Begun::Started { row, tool } => {
+                        let pipeline = &pipeline;
+                        Box::pin(async move { pipeline.finish_started(first, *row, &tool).await })
+                    }
+                };
+                let mut calls: Vec<BoxFut<'_, Result<CallEnd, Halt>>> = vec![first_end];
+                calls.extend(
+                    rest.iter()
+                        .map(|site| -> BoxFut<'_, Result<CallEnd, Halt>> {
+                            Box::pin(pipeline.run_call(site))
+                        }),
+                );
+                let ends = join_all(calls).await;
                 let (results, parked) = parallel_ends(ends)?;
                 observe(token)?; // point 4, once after the batch
                 Ok(if parked {
@@ -539,84 +602,56 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         }
     }
 
-    /// BATCH: history, taint and denial counts, checkpointed with the finished step.
+    /// BATCH in a transaction of its own (a parallel batch, or a sequential one whose last call
+    /// closed without a transaction): the step record, taint and denial counts, with the
+    /// step's PENDING too if nothing had recorded it yet.
     async fn batch(
         &self,
-        run: &Run,
         lease: &Lease,
-        state: &mut CheckpointState,
-        version: &mut u32,
+        ledger: &StepLedger<'_>,
         batch: &PendingBatch,
         results: &[CallResult],
     ) -> Result<(), Halt> {
-        let mut next = state.clone();
-        next.step = batch.step;
-        next.pending = None;
-        next.history.push(HistoryStep {
-            step: batch.step,
-            calls: batch.calls.iter().map(|c| c.call.clone()).collect(),
-            results: results.iter().map(|r| r.reference.clone()).collect(),
-        });
-        next.tainted |= results.iter().any(|r| {
-            matches!(
-                r.item.trust,
-                TrustLevel::ExternalUntrusted | TrustLevel::Knowledge
-            )
-        });
-        for result in results.iter().filter(|r| r.status == OutcomeStatus::Denied) {
-            let key = format!(
-                "{}\u{0}{}\u{0}{}",
-                result.item.name, result.arguments_hash, result.reason_code
-            );
-            let count = next.denial_counts.entry(key).or_insert(0);
-            *count = count.saturating_add(1);
-        }
         let now = self.env.clock.now();
-        self.env.transact(|tx| {
+        let committed = self.env.transact(|tx| {
             tx.guard_lease(lease)?;
-            checkpoint(
-                tx,
-                run,
-                *version + 1,
-                CheckpointTrigger::ToolBatch,
-                &next,
-                &self.actor(),
-                now,
-            )
-        })?;
-        *state = next;
-        *version = version.saturating_add(1);
+            ledger.stage_opening(tx, now)?;
+            ledger.stage_batch(tx, batch, results, now)
+        });
+        let folded = ledger.settle(committed.is_ok());
+        committed?;
+        if folded.pending {
+            self.env.reached(CrashPoint::AfterPending).await;
+        }
+        debug_assert!(folded.batch, "BATCH committed with its transaction");
         self.env.reached(CrashPoint::AfterBatch).await;
         Ok(())
     }
 
-    /// Brings `loaded` up to the checkpointed history, loading the result items of the steps it
-    /// lacks. A checkpointed step never changes (its invocations are closed, its refusals are
-    /// events), so steps loaded earlier in this execution stay valid; a loaded prefix that does
-    /// not match the checkpoint's step numbers is discarded and reloaded.
+    /// Brings `loaded` up to the run's step records, loading the result items of the steps it
+    /// lacks (SPEC §17.2: history is read back only for a planner that wants it). A recorded
+    /// step never changes (its invocations are closed, its refusals are events, its record is
+    /// append-only), so steps loaded earlier in this execution stay valid.
     fn load_history(
         &self,
+        run: &Run,
         lease: &Lease,
         state: &CheckpointState,
         loaded: &mut Vec<PlannerStep>,
     ) -> Result<(), Halt> {
-        let prefix_matches = loaded.len() <= state.history.len()
-            && loaded
-                .iter()
-                .zip(&state.history)
-                .all(|(have, want)| have.step == want.step);
-        if !prefix_matches {
-            loaded.clear();
+        let after = loaded.last().map_or(0, |s| s.step);
+        if after >= state.step {
+            return Ok(());
         }
-        let missing = &state.history[loaded.len()..];
         let more = self
             .env
             .read(|tx| {
                 tx.guard_lease(lease)?;
-                let mut steps = Vec::with_capacity(missing.len());
-                for step in missing {
-                    let mut results = Vec::with_capacity(step.results.len());
-                    for reference in &step.results {
+                let records = tx.step_records(run.id, after, MAX_HISTORY_STEPS)?;
+                let mut steps = Vec::with_capacity(records.len());
+                for record in records {
+                    let mut results = Vec::with_capacity(record.results.len());
+                    for reference in &record.results {
                         let text = match reference {
                             ResultRef::Invocation { invocation_id } => {
                                 tx.invocation(*invocation_id)?.and_then(|i| i.result_item)
@@ -631,19 +666,28 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                         results.push(item);
                     }
                     steps.push(PlannerStep {
-                        step: step.step,
-                        calls: step.calls.clone(),
+                        step: record.step,
+                        calls: record.calls,
                         results,
                     });
                 }
                 Ok(Some(steps))
             })
             // A failed read is a failed worker transaction: abandon, and lease expiry with
-            // RECLAIM recovers the run (SPEC §8.3). A result the checkpoint refers to but the
+            // RECLAIM recovers the run (SPEC §8.3). A result a step record refers to but the
             // store lacks is damage no retry repairs: the run fails.
             .map_err(Halt::from)?
             .ok_or(Halt::Fail(FailureReason::InternalError))?;
         loaded.extend(more);
+        // Every finished step has its record, contiguously from 1 (§17.2); anything else is
+        // damage no retry repairs.
+        let contiguous = loaded
+            .iter()
+            .enumerate()
+            .all(|(i, s)| u32::try_from(i + 1) == Ok(s.step));
+        if !contiguous || loaded.last().map_or(0, |s| s.step) != state.step {
+            return Err(Halt::Fail(FailureReason::InternalError));
+        }
         Ok(())
     }
 
@@ -853,35 +897,6 @@ fn valid_turn(turn: &PlannerTurn) -> bool {
                 })
         }
     }
-}
-
-/// Inserts the next checkpoint with its `run.checkpointed` event.
-fn checkpoint(
-    tx: &mut dyn StoreTx,
-    run: &Run,
-    version: u32,
-    trigger: CheckpointTrigger,
-    state: &CheckpointState,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<(), TxError> {
-    tx.insert_checkpoint(&Checkpoint {
-        run_id: run.id,
-        version,
-        trigger,
-        state: state.clone(),
-        created_at: now,
-    })?;
-    tx.append_event(&NewEvent {
-        session_id: run.session_id,
-        run_id: Some(run.id),
-        event_type: EventType::RunCheckpointed,
-        actor: actor.clone(),
-        payload: json!({"version": version, "trigger": trigger.as_str()}),
-        derivation_key: None,
-        created_at: now,
-    })?;
-    Ok(())
 }
 
 /// The writes of FINAL inside an open transaction (also PARK's cancel branch).

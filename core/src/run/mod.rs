@@ -5,6 +5,7 @@ pub mod cancel;
 pub mod checkpoint;
 pub mod executor;
 pub mod state;
+pub mod step_writes;
 
 use serde::{Deserialize, Serialize};
 

@@ -932,16 +932,17 @@ fn inv_22_resolution_matches_its_event(c: &mut Checker<'_>) {
     }
 }
 
-/// #36: the checkpointed results of a step are in planner order.
+/// #36: the recorded results of a step are in planner order, and refer only to calls that
+/// have ended (§17.2: a step record is written when the step closes, never before).
 fn inv_36_results_in_planner_order(c: &mut Checker<'_>) {
     use crate::run::checkpoint::ResultRef;
     let mut failures = Vec::new();
-    for checkpoint in c.snapshot.checkpoints.values() {
-        for step in &checkpoint.state.history {
+    for step in c.snapshot.step_records.values() {
+        {
             if step.calls.len() != step.results.len() {
                 failures.push(format!(
                     "run {} step {}: {} calls but {} results",
-                    checkpoint.run_id,
+                    step.run_id,
                     step.step,
                     step.calls.len(),
                     step.results.len()
@@ -952,7 +953,9 @@ fn inv_36_results_in_planner_order(c: &mut Checker<'_>) {
                 let matches = match result {
                     ResultRef::Invocation { invocation_id } => {
                         c.snapshot.invocations.get(invocation_id).is_some_and(|i| {
-                            i.call_id == call.call_id && i.step_number == step.step
+                            i.call_id == call.call_id
+                                && i.step_number == step.step
+                                && i.status.is_terminal()
                         })
                     }
                     ResultRef::Refusal { derivation_key } => {
@@ -961,8 +964,8 @@ fn inv_36_results_in_planner_order(c: &mut Checker<'_>) {
                 };
                 if !matches {
                     failures.push(format!(
-                        "run {} step {}: the result for {} is out of planner order",
-                        checkpoint.run_id, step.step, call.call_id
+                        "run {} step {}: the result for {} is out of planner order or not an ended call",
+                        step.run_id, step.step, call.call_id
                     ));
                 }
             }

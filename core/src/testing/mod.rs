@@ -6,6 +6,7 @@
 //! reaches a release build. Being test support, it panics freely on unexpected results.
 
 pub mod contract;
+pub mod earlier_build;
 pub mod fixtures;
 pub mod invariants;
 #[cfg(feature = "mutants")]
