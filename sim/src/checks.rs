@@ -73,6 +73,12 @@ pub struct Observations {
     pub refused_writes: Vec<String>,
     /// Planner turns asked for a step whose batch was already checkpointed.
     pub replanned: Vec<String>,
+    /// Planner turns whose history differed from the stored result items (§16 #16, §17.2).
+    pub history_mismatches: Vec<String>,
+    /// Sequential STARTs committed after their run's cancel request (see `CommitLog`).
+    pub started_after_cancel: Vec<String>,
+    /// Step records committed before a call they refer to had ended (see `CommitLog`).
+    pub early_step_records: Vec<String>,
 }
 
 /// What the world looked like when the quiet phase ended.
@@ -136,6 +142,18 @@ pub fn check_world(
     }
     for detail in &observations.replanned {
         fail("a_checkpointed_step_is_never_planned_again", detail.clone());
+    }
+    for detail in &observations.history_mismatches {
+        fail("inv_16_the_planner_sees_the_stored_results", detail.clone());
+    }
+    for detail in &observations.started_after_cancel {
+        fail("point_3_is_read_inside_the_folded_start", detail.clone());
+    }
+    for detail in &observations.early_step_records {
+        fail(
+            "a_step_is_recorded_after_its_last_call_ends",
+            detail.clone(),
+        );
     }
     for (invariant, detail) in liveness(snapshot, quiet) {
         fail(invariant, detail);

@@ -731,16 +731,20 @@ pub async fn simulate(plan: Plan) -> Outcome {
         }
     }
     let snapshot = world.store.snapshot();
-    let (commits, commit_violations, refused) = {
+    let (commits, commit_violations, refused, started_after_cancel, early_step_records) = {
         let mut log = world.store.log();
         (
             std::mem::take(&mut log.commits),
             std::mem::take(&mut log.violations),
             std::mem::take(&mut log.refused),
+            std::mem::take(&mut log.started_after_cancel),
+            std::mem::take(&mut log.early_step_records),
         )
     };
     let mut observations = std::mem::take(&mut *world.observations());
     observations.refused_writes = refused;
+    observations.started_after_cancel = started_after_cancel;
+    observations.early_step_records = early_step_records;
     let faults = std::mem::take(&mut *lock(&world.faults));
     Outcome {
         snapshot,
@@ -843,6 +847,9 @@ impl Planner for SimPlanner {
                     "run {}: the planner was asked for step {} after step {planned}'s batch was checkpointed",
                     input.run.id, input.step
                 ));
+            }
+            if let Some(mismatch) = self.world.store.history_mismatch(&input) {
+                self.world.observations().history_mismatches.push(mismatch);
             }
             let think_ms = self.world.draw(|r| r.range(1, 300));
             sleep(Duration::from_millis(think_ms)).await;

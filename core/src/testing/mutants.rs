@@ -19,6 +19,8 @@
 //! | `resume_counts_attempt` | executor PARK | #29: the park/resume cycle counts as an attempt (MemStore refuses an attempts change at CLAIM, so the hook sits at the commit that ends the attempt) |
 //! | `parallel_mixed_batch` | executor admission | #36: any batch of 2..=8 calls runs concurrently |
 //! | `replan_pending_step` | executor resume | §8.3: a resumed execution ignores its checkpointed batch and asks the planner for that step again |
+//! | `start_before_observation` | pipeline folded START | §17.1 F2, §8.5 point 3: the folded PROPOSE·START commits START without reading the observation point (a cancel committed earlier is ignored) |
+//! | `batch_before_last_finish` | pipeline folded START | §17.1 F4: the step's BATCH commits with the last call's START, ahead of its FINISH, recording a result the call does not have yet |
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -35,7 +37,7 @@ use crate::time::Timestamp;
 use crate::vocab::{ApprovalResolution, ApprovalStatus};
 
 /// Every planted bug, by name.
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 11] = [
     "skip_watermark",
     "replay_uncertain",
     "second_resolution_wins",
@@ -45,6 +47,8 @@ pub const NAMES: [&str; 9] = [
     "resume_counts_attempt",
     "parallel_mixed_batch",
     "replan_pending_step",
+    "start_before_observation",
+    "batch_before_last_finish",
 ];
 
 /// 0: none; `i + 1`: `NAMES[i]`.
@@ -188,4 +192,35 @@ pub fn skip_watermark() -> bool {
 /// `replay_uncertain`: whether a watermarked non-idempotent RUNNING row re-executes.
 pub fn replay_uncertain() -> bool {
     active("replay_uncertain")
+}
+
+/// `start_before_observation`: whether the folded START ignores observation point 3 and the
+/// deadline read in its transaction.
+pub fn start_before_observation() -> bool {
+    active("start_before_observation")
+}
+
+/// `batch_before_last_finish`: whether the last call's folded PROPOSE·START also commits the
+/// step's BATCH, with [`provisional_result`] standing in for the result FINISH will store.
+pub fn batch_before_last_finish() -> bool {
+    active("batch_before_last_finish")
+}
+
+/// `batch_before_last_finish`: a success result for a row that has only started.
+pub fn provisional_result(row: &Invocation) -> crate::invocation::pipeline::CallResult {
+    use crate::invocation::outcome::{Outcome, ResultItem};
+    let outcome = Outcome::succeeded(&row.tool_name);
+    crate::invocation::pipeline::CallResult {
+        reference: crate::run::checkpoint::ResultRef::Invocation {
+            invocation_id: row.id,
+        },
+        item: ResultItem::from_outcome(
+            &row.call_id,
+            &outcome,
+            crate::vocab::TrustLevel::InternalTool,
+        ),
+        status: outcome.status,
+        reason_code: outcome.reason_code.clone(),
+        arguments_hash: row.effective_arguments_hash.clone(),
+    }
 }
