@@ -1,0 +1,221 @@
+//! A store written by the previous build (schema M1, checkpoints carrying the whole history)
+//! opens with this build, migrates in place to M2 (SPEC §17.2: step records), and every run it
+//! holds continues to its end: the parked run resumes on approval, the queued run runs, the run
+//! interrupted mid-step is reclaimed and finishes its checkpointed step without re-sending the
+//! effect it already sent, and the completed run's audit trail still reads.
+//! The fixture and how it was made: `tests/fixtures/store-v1/README.md`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use airlock_e2e::airlock_bin;
+use serde_json::Value;
+
+const PARKED: &str = "5d0781c3-d0c2-4802-9b25-195855ae1a8a";
+const PARKED_APPROVAL: &str = "f68bacdd-a63e-43f7-9059-53079a8b5e31";
+const INTERRUPTED: &str = "7913faf9-1031-401f-8278-9cf2855d2848";
+const COMPLETED: &str = "7f4517a3-6274-4af3-9a8a-df73dcb63651";
+const QUEUED: &str = "b2298aed-6023-4f67-9416-e68e51614934";
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-v1")
+}
+
+/// Copies a directory tree (the fixture is never opened in place).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read fixture dir") {
+        let entry = entry.expect("dir entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy fixture file");
+        }
+    }
+}
+
+struct Upgraded {
+    _dir: tempfile::TempDir,
+    data: PathBuf,
+}
+
+impl Upgraded {
+    fn new() -> Upgraded {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        copy_tree(&fixture().join("data"), &data);
+        Upgraded { _dir: dir, data }
+    }
+
+    fn run(&self, principal: &str, args: &[&str]) -> Output {
+        Command::new(airlock_bin())
+            .arg("--data-dir")
+            .arg(&self.data)
+            .arg("--policy-dir")
+            .arg(fixture().join("policy"))
+            .args(["--tenant", "acme", "--principal", principal])
+            .args(args)
+            .env_remove("AIRLOCK_CRASH_AT")
+            .stdin(Stdio::null())
+            .output()
+            .expect("airlock runs")
+    }
+
+    fn json(&self, principal: &str, args: &[&str]) -> Value {
+        let output = self.run(principal, args);
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "airlock {args:?}: stdout {} stderr {}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).expect("one JSON value")
+    }
+
+    fn worker_until_idle(&self) {
+        let output = self.run(
+            "operator",
+            &["worker", "--until-idle", "--lease-ms", "1000"],
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "worker: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+
+    fn status(&self, run: &str) -> String {
+        self.json("alice", &["runs", "show", run])["status"]
+            .as_str()
+            .expect("status")
+            .to_owned()
+    }
+
+    fn db(&self) -> rusqlite::Connection {
+        rusqlite::Connection::open(self.data.join("airlock.sqlite3")).expect("open the store")
+    }
+
+    fn outbox_keys(&self) -> Vec<String> {
+        std::fs::read_to_string(self.data.join("outbox.jsonl"))
+            .expect("outbox")
+            .lines()
+            .map(|line| {
+                let record: Value = serde_json::from_str(line).expect("an outbox record");
+                record["idempotency_key"].as_str().expect("key").to_owned()
+            })
+            .collect()
+    }
+
+    fn approve_pending_of(&self, run: &str) {
+        let page = self.json("alice", &["approvals", "list", "--run", run]);
+        let items = page["items"].as_array().expect("items");
+        assert_eq!(items.len(), 1, "one pending approval for {run}: {page}");
+        let id = items[0]["id"].as_str().expect("id");
+        let resolved = self.json("bob", &["approvals", "approve", id, "--reason", "upgrade"]);
+        assert_eq!(resolved["state"], "applied");
+    }
+}
+
+/// The run's recorded steps, in order.
+fn steps(db: &rusqlite::Connection, run: &str) -> Vec<i64> {
+    let mut statement = db
+        .prepare("SELECT step FROM step_records WHERE run_id = ?1 ORDER BY step")
+        .expect("prepare");
+    statement
+        .query_map([run], |r| r.get(0))
+        .expect("query")
+        .map(|s| s.expect("step"))
+        .collect()
+}
+
+#[test]
+fn a_store_of_the_previous_build_upgrades_in_place_and_its_runs_finish() {
+    let store = Upgraded::new();
+    let fixture_outbox = store.outbox_keys();
+    assert_eq!(fixture_outbox.len(), 1, "the fixture sent e1 once");
+
+    // Opening migrates: the parked approval is listed as before.
+    let page = store.json("alice", &["approvals", "list"]);
+    let ids: Vec<&str> = page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|i| i["id"].as_str())
+        .collect();
+    assert_eq!(ids, [PARKED_APPROVAL]);
+    let db = store.db();
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, 2, "migrated to M2");
+    // The history of each run's latest checkpoint became its step records.
+    assert_eq!(steps(&db, PARKED), [1, 2]);
+    assert_eq!(steps(&db, INTERRUPTED), [1]);
+    assert_eq!(steps(&db, COMPLETED), [1, 2]);
+    assert!(steps(&db, QUEUED).is_empty());
+    let refs: String = db
+        .query_row(
+            "SELECT results FROM step_records WHERE run_id = ?1 AND step = 2",
+            [PARKED],
+            |r| r.get(0),
+        )
+        .expect("step 2 of the parked run");
+    let refs: Value = serde_json::from_str(&refs).expect("result references");
+    assert_eq!(refs.as_array().map(Vec::len), Some(2), "c2 and c3: {refs}");
+    drop(db);
+
+    // The parked run resumes on approval; the interrupted one is reclaimed and finishes its
+    // checkpointed step 2; the queued one runs to its own park.
+    store.approve_pending_of(PARKED);
+    store.worker_until_idle();
+    assert_eq!(store.status(PARKED), "COMPLETED");
+    assert_eq!(store.status(INTERRUPTED), "COMPLETED");
+    assert_eq!(store.status(QUEUED), "WAITING_FOR_APPROVAL");
+    store.approve_pending_of(QUEUED);
+    store.worker_until_idle();
+    assert_eq!(store.status(QUEUED), "COMPLETED");
+    assert_eq!(store.status(COMPLETED), "COMPLETED");
+
+    // Every effect exactly once: e1 was not sent again; c4 of the parked and queued runs once.
+    let keys = store.outbox_keys();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+    assert_eq!(
+        keys[0], fixture_outbox[0],
+        "the fixture's line is untouched"
+    );
+    let mut unique = keys.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 3, "no key twice: {keys:?}");
+
+    // The runs carry on from their old step numbers: the interrupted run's step 2 came from
+    // its old PENDING (not planned again), and its final FINAL counted three steps.
+    let db = store.db();
+    let (step_count, calls): (i64, i64) = db
+        .query_row(
+            "SELECT step_count, tool_call_count FROM runs WHERE id = ?1",
+            [INTERRUPTED],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the interrupted run");
+    assert_eq!((step_count, calls), (4, 3));
+    assert_eq!(steps(&db, INTERRUPTED), [1, 2, 3]);
+    let rows: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM tool_invocations WHERE run_id = ?1 AND call_id = 'm1'",
+            [INTERRUPTED],
+            |r| r.get(0),
+        )
+        .expect("m1 rows");
+    assert_eq!(rows, 1, "step 2's call has exactly one row");
+
+    // The completed run's audit trail still reads, ending where it ended.
+    let output = store.run("alice", &["runs", "events", COMPLETED]);
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let last: Value = serde_json::from_str(text.lines().last().expect("events")).expect("JSON");
+    assert_eq!(last["event_type"], "run.completed");
+}
