@@ -198,26 +198,30 @@ pub(crate) fn prepare(
     let client: &mut Client = &mut object;
     engine.wait(async {
         if action == SchemaAction::Migrate {
-            if let Some(schema) = create_schema {
-                client
-                    .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
-                    .await
-                    .map_err(|e| client_error(&e))?;
-            }
-            // One migrator per schema at a time; the lock ends with the session if the
-            // process dies.
+            // One migrator per schema at a time (creating the schema included); the lock ends
+            // with the session if the process dies.
+            let key = "hashtext('airlock.migrate.' || COALESCE($1::text, current_schema()))";
             client
                 .execute(
-                    "SELECT pg_advisory_lock(hashtext('airlock.migrate.' || current_schema()))",
-                    &[],
+                    &format!("SELECT pg_advisory_lock({key})"),
+                    &[&create_schema],
                 )
                 .await
                 .map_err(|e| client_error(&e))?;
-            let migrated = migrate(client, &ours, &target).await;
+            let migrated = async {
+                if let Some(schema) = create_schema {
+                    client
+                        .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+                        .await
+                        .map_err(|e| client_error(&e))?;
+                }
+                migrate(client, &ours, &target).await
+            }
+            .await;
             let unlocked = client
                 .execute(
-                    "SELECT pg_advisory_unlock(hashtext('airlock.migrate.' || current_schema()))",
-                    &[],
+                    &format!("SELECT pg_advisory_unlock({key})"),
+                    &[&create_schema],
                 )
                 .await;
             migrated?;
