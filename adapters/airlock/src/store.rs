@@ -58,6 +58,24 @@ pub enum AnyStore {
     Postgres(PgStore),
 }
 
+impl AnyStore {
+    /// The SQLite store, if that is the one (bench and diagnostics: its commit counters).
+    pub fn sqlite(&self) -> Option<&SqliteStore> {
+        match self {
+            AnyStore::Sqlite(store) => Some(store),
+            AnyStore::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL store, if that is the one (bench and diagnostics: its round trips).
+    pub fn postgres(&self) -> Option<&PgStore> {
+        match self {
+            AnyStore::Postgres(store) => Some(store),
+            AnyStore::Sqlite(_) => None,
+        }
+    }
+}
+
 impl Store for AnyStore {
     fn transact<R>(
         &self,
