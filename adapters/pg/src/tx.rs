@@ -172,11 +172,39 @@ fn mutable_columns(run: &Run) -> Result<[(&'static str, Column); 12], TxError> {
 /// One transaction's `StoreTx`.
 pub(crate) struct PgTx<'e> {
     wire: Wire<'e>,
+    /// Runs whose row this transaction has locked (write transactions only).
+    locked_runs: Vec<RunId>,
 }
 
 impl<'e> PgTx<'e> {
     pub(crate) fn new(wire: Wire<'e>) -> PgTx<'e> {
-        PgTx { wire }
+        PgTx {
+            wire,
+            locked_runs: Vec::new(),
+        }
+    }
+
+    fn note_locked(&mut self, run: RunId) {
+        if self.wire.access == Access::Write && !self.locked_runs.contains(&run) {
+            self.locked_runs.push(run);
+        }
+    }
+
+    /// Locks the run's row before a row of that run's invocations or approvals, unless this
+    /// transaction already holds it: every writer then takes a run's locks in one order — the
+    /// run, then its rows, then its session's event counter — so an approval expiry racing a
+    /// cancel of the same run waits instead of deadlocking (a deadlock would reach the caller
+    /// as a storage error and stop a worker's sweep).
+    fn lock_run_first(&mut self, run: RunId) -> Result<(), TxError> {
+        if self.wire.access != Access::Write || self.locked_runs.contains(&run) {
+            return Ok(());
+        }
+        self.wire.row(
+            "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+            &[&run.to_string()],
+        )?;
+        self.locked_runs.push(run);
+        Ok(())
     }
 
     pub(crate) fn into_wire(self) -> Wire<'e> {
@@ -258,7 +286,11 @@ impl<'e> PgTx<'e> {
             rows::RUN_COLUMNS,
             self.lock()
         );
-        self.one(&sql, &[&id.to_string()], rows::run)
+        let run = self.one(&sql, &[&id.to_string()], rows::run)?;
+        if run.is_some() {
+            self.note_locked(id);
+        }
+        Ok(run)
     }
 
     fn invocation_row(
@@ -358,6 +390,7 @@ impl StoreTx for PgTx<'_> {
                 &ts(run.updated_at),
             ],
         )?;
+        self.note_locked(run.id);
         if run.status() == RunStatus::Queued {
             self.queues(run.id);
         }
@@ -397,7 +430,10 @@ impl StoreTx for PgTx<'_> {
             ],
         )?;
         match held {
-            Some(_) => Ok(()),
+            Some(_) => {
+                self.note_locked(lease.run_id);
+                Ok(())
+            }
             None => Err(TxError::Fenced),
         }
     }
@@ -533,7 +569,7 @@ impl StoreTx for PgTx<'_> {
             Access::Write => " FOR UPDATE SKIP LOCKED",
             Access::Read => "",
         };
-        match only {
+        let claimable = match only {
             Some(id) => self.one(
                 &format!(
                     "SELECT {} FROM runs WHERE status = 'QUEUED' AND id = $2 \
@@ -542,7 +578,7 @@ impl StoreTx for PgTx<'_> {
                 ),
                 &[&ts(now), &id.to_string()],
                 rows::run,
-            ),
+            )?,
             None => self.one(
                 &format!(
                     "SELECT {} FROM runs WHERE status = 'QUEUED' \
@@ -552,8 +588,12 @@ impl StoreTx for PgTx<'_> {
                 ),
                 &[&ts(now)],
                 rows::run,
-            ),
+            )?,
+        };
+        if let Some(run) = &claimable {
+            self.note_locked(run.id);
         }
+        Ok(claimable)
     }
 
     fn expired_leases(&mut self, now: Timestamp, limit_rows: usize) -> Result<Vec<Run>, TxError> {
@@ -811,6 +851,7 @@ impl StoreTx for PgTx<'_> {
         expected: InvocationStatus,
         next: &Invocation,
     ) -> Result<(), TxError> {
+        self.lock_run_first(next.run_id)?;
         let current = self
             .invocation_row(next.id, true)?
             .ok_or(TxError::NotFound)?;
@@ -997,6 +1038,7 @@ impl StoreTx for PgTx<'_> {
         expected: ApprovalStatus,
         next: &Approval,
     ) -> Result<(), TxError> {
+        self.lock_run_first(next.run_id)?;
         let current = self.approval_row(next.id, true)?.ok_or(TxError::NotFound)?;
         if current.status != expected {
             return Err(conflict(format!(

@@ -371,3 +371,66 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
         0
     );
 }
+
+#[test]
+fn an_expiry_racing_a_cancel_of_the_same_run_waits_instead_of_deadlocking() {
+    let Some(url) = common::server("an_expiry_racing_a_cancel") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("order");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::WaitingForApproval);
+    let invocation = seed_invocation(
+        &store,
+        sample_invocation(
+            1,
+            &run,
+            1,
+            "c1",
+            airlock_core::vocab::InvocationStatus::WaitingForApproval,
+        ),
+    );
+    let approval = sample_approval(1, &invocation, airlock_core::vocab::ApprovalStatus::Pending);
+    commit(&store, "approval", |tx| tx.insert_approval(&approval));
+    let closed = |status| {
+        let mut next = approval.clone();
+        next.status = status;
+        next.resolved_at = Some(at(50));
+        next
+    };
+    let (locked, run_is_locked) = mpsc::channel();
+    let (cancel, expire) = std::thread::scope(|scope| {
+        let store = &store;
+        // A cancel: the run first, then (a moment later) its approval.
+        let cancel = scope.spawn(move || {
+            store.transact(|tx| {
+                tx.run(run.id)?;
+                let _ = locked.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                tx.update_approval(
+                    airlock_core::vocab::ApprovalStatus::Pending,
+                    &closed(airlock_core::vocab::ApprovalStatus::Cancelled),
+                )
+            })
+        });
+        run_is_locked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the cancel holds the run");
+        // An expiry: the approval first, then the run (as core's EXPIRE writes them).
+        let expire = store.transact(|tx| {
+            tx.update_approval(
+                airlock_core::vocab::ApprovalStatus::Pending,
+                &closed(airlock_core::vocab::ApprovalStatus::Expired),
+            )?;
+            tx.run(run.id)
+        });
+        (cancel.join().expect("thread"), expire)
+    });
+    assert_eq!(cancel, Ok(()), "the first writer commits");
+    assert!(
+        matches!(&expire, Err(TxError::Conflict(message)) if message.contains("not the expected pending")),
+        "the second waits, then finds the approval closed (no deadlock): {expire:?}"
+    );
+}
