@@ -434,3 +434,65 @@ fn an_expiry_racing_a_cancel_of_the_same_run_waits_instead_of_deadlocking() {
         "the second waits, then finds the approval closed (no deadlock): {expire:?}"
     );
 }
+
+#[test]
+fn a_cancel_request_is_not_overwritten_by_a_workers_stale_copy_of_the_run() {
+    let Some(url) = common::server("a_cancel_request_is_not_overwritten") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("stale");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let lease = run.lease().expect("a running sample holds its lease");
+    let (read, has_read) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let store = &store;
+        // A worker's transaction: it reads the run, decides, and writes its copy back.
+        let worker = scope.spawn(move || {
+            store.transact(|tx| {
+                tx.guard_lease(&lease)?;
+                let current = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+                let _ = read.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                let mut next = current.clone();
+                next.tool_call_count += 1;
+                let guard = airlock_core::run::RunGuard {
+                    run_id: run.id,
+                    status: RunStatus::Running,
+                    lease: Some(lease.clone()),
+                };
+                tx.update_run(&guard, &next).map(drop)
+            })
+        });
+        has_read
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the worker read the run");
+        // `runs cancel` meanwhile: sets the request on the RUNNING run.
+        store
+            .transact(|tx| {
+                let current = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+                let mut next = current.clone();
+                next.cancel_requested_at = Some(at(60));
+                let guard = airlock_core::run::RunGuard {
+                    run_id: run.id,
+                    status: RunStatus::Running,
+                    lease: None,
+                };
+                tx.update_run(&guard, &next).map(drop)
+            })
+            .expect("the cancel request commits");
+        worker.join().expect("thread").expect("the worker commits");
+    });
+    let stored = store
+        .read(|tx| tx.run(run.id))
+        .expect("read")
+        .expect("the run");
+    assert_eq!(stored.tool_call_count, 1, "the worker's write landed");
+    assert_eq!(
+        stored.cancel_requested_at,
+        Some(at(60)),
+        "the cancel request survived the worker's write"
+    );
+}
