@@ -35,7 +35,11 @@ const CALLS: u32 = 40;
 
 fn principal() -> Principal {
     let mut scopes = platform_scopes();
-    scopes.extend(["workspace.read", "workspace.write"].iter().filter_map(|s| Scope::parse(s).ok()));
+    scopes.extend(
+        ["workspace.read", "workspace.write"]
+            .iter()
+            .filter_map(|s| Scope::parse(s).ok()),
+    );
     Principal {
         tenant_id: "bench".to_owned(),
         principal_id: "bench".to_owned(),
@@ -44,14 +48,19 @@ fn principal() -> Principal {
 }
 
 fn fresh_schema_url(base: &str, name: &str) -> String {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let (client, connection) = tokio_postgres::connect(base, tokio_postgres::NoTls)
             .await
             .expect("connect to the bench server");
         tokio::spawn(connection);
         client
-            .batch_execute(&format!("DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"))
+            .batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {name} CASCADE; CREATE SCHEMA {name}"
+            ))
             .await
             .expect("fresh schema");
     });
@@ -60,11 +69,16 @@ fn fresh_schema_url(base: &str, name: &str) -> String {
 }
 
 async fn submit(data_dir: &Path, store: Option<&str>) -> App {
-    let app = App::open(data_dir, store, None).await.expect("open the store");
+    let app = App::open(data_dir, store, None)
+        .await
+        .expect("open the store");
     let control = app.control(None);
     let script = write_script(CALLS, 1);
     for _ in 0..RUNS {
-        control.submit_run(&principal(), &script).await.expect("submit");
+        control
+            .submit_run(&principal(), &script)
+            .await
+            .expect("submit");
     }
     app
 }
@@ -86,7 +100,11 @@ fn check_all_succeeded(app: &App) {
 
 fn processes(airlock: &Path, label: &str, store: Option<&str>, workers: usize) -> f64 {
     let dir = tempfile::tempdir().expect("temp dir");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let app = runtime.block_on(submit(dir.path(), store));
     let start = Instant::now();
     let children: Vec<_> = (0..workers)
@@ -106,13 +124,18 @@ fn processes(airlock: &Path, label: &str, store: Option<&str>, workers: usize) -
         })
         .collect();
     for mut child in children {
-        assert!(child.wait().expect("worker exits").success(), "a worker failed");
+        assert!(
+            child.wait().expect("worker exits").success(),
+            "a worker failed"
+        );
     }
     let elapsed = start.elapsed().as_secs_f64();
     check_all_succeeded(&app);
     let calls = RUNS as f64 * f64::from(CALLS);
     let rate = calls / elapsed;
-    println!("{label:<10} {workers} worker process(es): {calls} calls in {elapsed:.2} s = {rate:.0} calls/s");
+    println!(
+        "{label:<10} {workers} worker process(es): {calls} calls in {elapsed:.2} s = {rate:.0} calls/s"
+    );
     drop(app);
     runtime.shutdown_background();
     rate
@@ -121,7 +144,11 @@ fn processes(airlock: &Path, label: &str, store: Option<&str>, workers: usize) -
 fn round_trips(base: &str) {
     let url = fresh_schema_url(base, "bench_round_trips");
     let dir = tempfile::tempdir().expect("temp dir");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let app = submit(dir.path(), Some(&url)).await;
         let store = app.env.store.0.postgres().expect("postgres");
@@ -169,7 +196,9 @@ fn main() {
         .expect("usage: store_scaling PATH/TO/airlock (a release build)");
     let airlock = Path::new(&airlock);
     let base = std::env::var("AIRLOCK_TEST_PG_URL").expect("AIRLOCK_TEST_PG_URL names the server");
-    println!("{RUNS} runs x {CALLS} workspace.write_text calls (one per step), concurrency 4 per worker");
+    println!(
+        "{RUNS} runs x {CALLS} workspace.write_text calls (one per step), concurrency 4 per worker"
+    );
     for workers in [1, 2, 4] {
         processes(airlock, "sqlite", None, workers);
         let url = fresh_schema_url(&base, &format!("bench_scaling_{workers}"));
