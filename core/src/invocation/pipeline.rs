@@ -792,7 +792,9 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             observed
         };
         match observed {
-            Observed::Clear => Ok(Proposed::Row(Box::new(start_writes(tx, current, row, actor, now)?))),
+            Observed::Clear => Ok(Proposed::Row(Box::new(start_writes(
+                tx, current, row, actor, now,
+            )?))),
             Observed::Cancel => {
                 close_with_code(
                     tx,
