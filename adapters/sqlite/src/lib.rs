@@ -135,7 +135,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path: path.to_owned(),
             group: group::GroupCommit::new(conn),
-            readers: readers::Readers::new(path),
+            readers: readers::Readers::new(&by_path(path)),
         })
     }
 
@@ -195,7 +195,7 @@ fn open_writer(path: &Path) -> Result<Connection, SqliteError> {
         path: path.to_owned(),
         source,
     };
-    let mut conn = Connection::open_with_flags(path, open_flags()).map_err(open_error)?;
+    let mut conn = Connection::open_with_flags(by_path(path), open_flags()).map_err(open_error)?;
     configure(&conn)?;
     migrate(&mut conn)?;
     verify_schema(&conn)?;
@@ -233,13 +233,25 @@ fn read_only_reason(path: &Path) -> Option<String> {
     }
 }
 
-/// How every connection opens the file: by path, never as a URI. With `SQLITE_OPEN_URI` a data
-/// directory named `file:dd` would put the store in `./dd` while the workspaces and the outbox
-/// go to `./file:dd`, and the next command would find no store there.
+/// How every connection opens the file: by path, never as a URI. A URI would let a data
+/// directory named `file:dd` put the store in `./dd` while the workspaces and the outbox go to
+/// `./file:dd`, and the next command would find no store there. The bundled SQLite is built
+/// with `SQLITE_USE_URI`, which reads any name beginning `file:` as a URI whatever the open
+/// flags, so such a relative path is also spelled `./file:…` ([`by_path`]).
 fn open_flags() -> OpenFlags {
     OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_CREATE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// `path` spelled so that SQLite cannot read it as a URI: only a name that begins with `file:`
+/// is one, so a relative path that does gets a leading `./`.
+fn by_path(path: &Path) -> PathBuf {
+    if path.as_os_str().as_encoded_bytes().starts_with(b"file:") {
+        Path::new(".").join(path)
+    } else {
+        path.to_owned()
+    }
 }
 
 /// The per-connection pragmas of SPEC §14. The busy timeout comes first so that switching the
