@@ -143,8 +143,11 @@ fn long_script(steps: usize) -> Value {
     })
 }
 
-/// Waits until a run is RUNNING, then holds SQLite's write lock from this process for six
-/// seconds (past the store's five-second busy timeout). Returns the run id, read under the lock.
+/// Waits until a run is RUNNING, then holds SQLite's write lock from this process for nine
+/// seconds. The store's busy timeout is five seconds of requested sleeps, which a loaded machine
+/// stretches: nine leaves four seconds of slack for the executor's transaction to fail while the
+/// lock is held, and the worker's release, which waits up to five more, still gets the lock.
+/// Returns the run id, read under the lock.
 fn hold_the_write_lock_while_a_run_executes(data: &DataDir) -> String {
     let started = Instant::now();
     while !data.path().join("airlock.sqlite3").exists()
@@ -172,7 +175,7 @@ fn hold_the_write_lock_while_a_run_executes(data: &DataDir) -> String {
             r.get(0)
         })
         .expect("the run is still executing when the lock is taken (make the script longer)");
-    std::thread::sleep(Duration::from_secs(6));
+    std::thread::sleep(Duration::from_secs(9));
     conn.execute_batch("ROLLBACK").expect("release the lock");
     run
 }

@@ -214,10 +214,10 @@ fn read_only_reason(path: &Path) -> Option<String> {
         ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => Some(error.to_string()),
         _ => None,
     };
-    if let Err(error) = OpenOptions::new().write(true).open(path) {
-        if let Some(reason) = refused(error) {
-            return Some(reason);
-        }
+    if let Err(error) = OpenOptions::new().write(true).open(path)
+        && let Some(reason) = refused(error)
+    {
+        return Some(reason);
     }
     let directory = match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent,
@@ -341,6 +341,27 @@ fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
             } else {
                 Err(SqliteError::Migration(error))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_relative_name_beginning_file_colon_is_respelled() {
+        assert_eq!(
+            by_path(Path::new("file:dd/airlock.sqlite3")),
+            Path::new("./file:dd/airlock.sqlite3")
+        );
+        for unchanged in [
+            "/data/file:dd/a.sqlite3",
+            "dd/file:x",
+            "./file:dd/a",
+            "a.sqlite3",
+        ] {
+            assert_eq!(by_path(Path::new(unchanged)), Path::new(unchanged));
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `airlock run submit` and `airlock runs show|events|cancel|resume` (Appendix A).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_core::control::ServiceError;
 use airlock_core::ids::RunId;
@@ -60,7 +60,7 @@ fn inline_failure(error: TxError) -> ServiceError {
 
 pub async fn submit(
     globals: &Globals,
-    script: &PathBuf,
+    script: &Path,
     inline: bool,
     max_script_bytes: usize,
 ) -> Exit {

@@ -75,19 +75,35 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
 }
 
 /// SIGINT or SIGTERM: stop claiming; in-flight runs end or park before the process exits.
+///
+/// Both handlers are installed here, before the worker claims anything, not when the listening
+/// task first runs: until a handler is installed a signal keeps its default action and kills the
+/// process, so a SIGINT that arrived while the task still waited for a thread would abandon the
+/// run it had just claimed.
 fn spawn_signal_listener(stopping: Arc<AtomicBool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut terminate = signal(SignalKind::terminate()).ok();
     tokio::spawn(async move {
-        let terminate = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut signal) => {
+        let interrupted = async {
+            match interrupt.as_mut() {
+                Some(signal) => {
                     signal.recv().await;
                 }
-                Err(_) => std::future::pending::<()>().await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let terminated = async {
+            match terminate.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminate => {}
+            () = interrupted => {}
+            () = terminated => {}
         }
         stopping.store(true, Ordering::SeqCst);
     });
