@@ -610,6 +610,10 @@ impl Drop for ReadOnly {
             let _ = Command::new("umount").arg(&self.dir).status();
         } else {
             let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755));
+            for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+                let _ =
+                    std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o755));
+            }
         }
     }
 }

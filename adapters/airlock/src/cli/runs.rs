@@ -53,8 +53,12 @@ fn inline_worker_id() -> String {
 /// whatever the transaction's own kind, since the run was neither refused nor invalid. The
 /// worker has logged it and given the lease back, so any worker resumes the run.
 fn inline_failure(error: TxError) -> ServiceError {
+    let cause = match error {
+        TxError::Backend(message) => message,
+        other => other.to_string(),
+    };
     ServiceError::Storage(format!(
-        "the run could not be executed in this process: {error}; a worker resumes it"
+        "the run could not be executed in this process: {cause}; a worker resumes it"
     ))
 }
 
@@ -168,11 +172,16 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
             let worker = app.worker(WorkerSettings::new(inline_worker_id()));
             match worker.run_inline(id).await {
                 Ok(Some(_)) => {}
-                // The claim was lost: another worker took the run since `resume_run` saw it.
+                // The claim was lost: the run changed (another worker took it, say) since
+                // `resume_run` saw it QUEUED and due. Nothing ran here; say what it is now.
                 Ok(None) => {
-                    return service_error(&ServiceError::Conflict(
-                        "the run was claimed by another worker meanwhile".to_owned(),
-                    ));
+                    let now = match control.get_run(&principal, id) {
+                        Ok(run) => run.status().as_str().to_owned(),
+                        Err(e) => return service_error(&e),
+                    };
+                    return service_error(&ServiceError::Conflict(format!(
+                        "the run could not be claimed here: it is {now} (changed meanwhile)"
+                    )));
                 }
                 Err(e) => return service_error(&inline_failure(e)),
             }
