@@ -238,8 +238,15 @@ fn item_02_inline_execution_reports_a_storage_error_and_gives_the_lease_back() {
 fn item_02_a_worker_logs_the_run_and_cause_of_an_abandoned_execution() {
     let data = DataDir::new();
     data.submit(&long_script(150));
+    // One run at a time: with its only slot taken the worker does not try to claim while the
+    // lock is held, so the transaction that meets the lock is the executor's (a blocked claim
+    // would hold the store's writer for its five seconds and the executor would wait behind it
+    // instead of failing).
     let worker = data
-        .command("operator", &["worker", "--until-idle"])
+        .command(
+            "operator",
+            &["worker", "--until-idle", "--concurrency", "1"],
+        )
         .env_remove("RUST_LOG")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
