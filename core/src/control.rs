@@ -11,7 +11,7 @@ use crate::env::Env;
 use crate::events::{Actor, Event, EventType, NewEvent, ProcessEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
 use crate::invocation::Invocation;
-use crate::planner::script::RunScript;
+use crate::planner::script::{DEFAULT_MAX_SCRIPT_BYTES, RunScript};
 use crate::ports::Dispatcher;
 use crate::principal::Principal;
 use crate::run::cancel::TokenRegistry;
@@ -30,6 +30,9 @@ use crate::vocab::{
 /// `list_pending`'s page size when none is given, and its largest (SPEC §10.4).
 pub const APPROVAL_PAGE_DEFAULT: usize = 50;
 pub const APPROVAL_PAGE_MAX: usize = 100;
+/// The longest resolution reason (SPEC §10.1) and settlement note (§9.5), in characters.
+pub const MAX_REASON_CHARS: usize = 4096;
+pub const MAX_NOTE_CHARS: usize = 4096;
 
 /// The service's error kinds; the CLI maps each to an exit code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +122,19 @@ pub struct ControlService<S: Store> {
     dispatcher: Arc<dyn Dispatcher>,
     /// This process's run tokens, when it also executes runs.
     tokens: Option<TokenRegistry>,
+    /// The largest run script, and `planner_input`, `submit_run` accepts.
+    max_script_bytes: usize,
+}
+
+/// A resolution reason longer than [`MAX_REASON_CHARS`], as the error it gets.
+fn invalid_reason(reason: Option<&str>) -> Option<ServiceError> {
+    reason
+        .is_some_and(|r| r.chars().count() > MAX_REASON_CHARS)
+        .then(|| {
+            ServiceError::InvalidArgument(format!(
+                "reason must be at most {MAX_REASON_CHARS} characters"
+            ))
+        })
 }
 
 fn require(principal: &Principal, scope: &str) -> Result<(), ServiceError> {
@@ -142,7 +158,14 @@ impl<S: Store> ControlService<S> {
             env,
             dispatcher,
             tokens,
+            max_script_bytes: DEFAULT_MAX_SCRIPT_BYTES,
         }
+    }
+
+    /// Sets the largest run script `submit_run` accepts (default [`DEFAULT_MAX_SCRIPT_BYTES`]).
+    pub fn with_max_script_bytes(mut self, max_script_bytes: usize) -> Self {
+        self.max_script_bytes = max_script_bytes;
+        self
     }
 
     pub fn env(&self) -> &Env<S> {
@@ -150,14 +173,22 @@ impl<S: Store> ControlService<S> {
     }
 
     /// SUBMIT (SPEC §15): a new run from a run script, queued with its seed checkpoint.
+    ///
+    /// The script, and the `planner_input` stored from it, may be at most the configured
+    /// number of bytes ([`ControlService::with_max_script_bytes`]): every worker reads the
+    /// script back and every checkpoint's history repeats its calls, so an unbounded script is
+    /// an unbounded cost for the store and every process that touches the run.
     pub async fn submit_run(
         &self,
         principal: &Principal,
         script_text: &str,
     ) -> Result<Submitted, ServiceError> {
         require(principal, "run.write")?;
+        self.check_script_size("the run script", script_text.len())?;
         let script = RunScript::parse(script_text)
             .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        let planner_input = script.to_json();
+        self.check_script_size("its planner_input", planner_input.len())?;
         if script.tenant_id != principal.tenant_id || script.principal_id != principal.principal_id
         {
             return Err(ServiceError::Forbidden(
@@ -215,7 +246,7 @@ impl<S: Store> ControlService<S> {
                 principal_scopes: script.principal_scopes.clone(),
                 origin_trust: script.origin_trust,
                 planner_kind: "scripted".to_owned(),
-                planner_input: script.to_json(),
+                planner_input: planner_input.clone(),
                 state: RunState::Queued {
                     scheduled_for: None,
                 },
@@ -263,6 +294,16 @@ impl<S: Store> ControlService<S> {
         self.env.reached(CrashPoint::AfterSubmit).await;
         self.dispatcher.dispatch(run_id);
         Ok(submitted)
+    }
+
+    fn check_script_size(&self, what: &str, bytes: usize) -> Result<(), ServiceError> {
+        if bytes > self.max_script_bytes {
+            return Err(ServiceError::InvalidArgument(format!(
+                "{what} is {bytes} bytes, over the limit of {} bytes",
+                self.max_script_bytes
+            )));
+        }
+        Ok(())
     }
 
     fn visible_run(tx: &mut dyn StoreTx, principal: &Principal, id: RunId) -> Result<Run, TxError> {
@@ -373,6 +414,13 @@ impl<S: Store> ControlService<S> {
             // expires_at).
             let now = self.env.clock.now();
             let approval = Self::visible_approval(tx, principal, id)?;
+            // The request itself is checked before any answer that depends on the row's state:
+            // a repeat of an applied resolution is still a request, and one with an invalid
+            // reason is refused (exit 2) rather than answered `already_resolved_identically`.
+            // Only the visibility check comes first, so another tenant's id stays NotFound.
+            if let Some(invalid) = invalid_reason(reason) {
+                return Ok(Err(invalid));
+            }
             if !self_approval && approval.principal_id == principal.principal_id {
                 return Ok(Err(ServiceError::SelfApproval));
             }
@@ -411,13 +459,6 @@ impl<S: Store> ControlService<S> {
             if now >= approval.expires_at {
                 let requeued = expire_one(tx, &approval, now)?;
                 return Ok(Ok(Committed::ExpiredNow { requeued }));
-            }
-            // The reason (§10.1, at most 4096 characters) matters only to a resolution that
-            // applies; every answer above comes first, in the spec's order.
-            if reason.is_some_and(|r| r.chars().count() > 4096) {
-                return Ok(Err(ServiceError::InvalidArgument(
-                    "reason must be at most 4096 characters".to_owned(),
-                )));
             }
             let mut next = approval.clone();
             next.status = match resolution {
@@ -585,18 +626,30 @@ impl<S: Store> ControlService<S> {
         Ok(outcome)
     }
 
-    /// Re-dispatches a QUEUED run without changing it.
+    /// Re-dispatches a QUEUED run without changing it. A run still in its retry back-off
+    /// (`scheduled_for` after now) is a `Conflict` naming the time it is due: every dispatcher
+    /// claims only due runs (SPEC §10.5), so a resume answered `Ok` would execute nothing, and
+    /// `runs resume` would print an unchanged QUEUED run with exit 0.
     pub fn resume_run(&self, principal: &Principal, id: RunId) -> Result<(), ServiceError> {
         require(principal, "run.write")?;
         let run = self.env.read(|tx| Self::visible_run(tx, principal, id))?;
-        if run.status() != RunStatus::Queued {
-            return Err(ServiceError::Conflict(format!(
+        match run.state {
+            RunState::Queued {
+                scheduled_for: Some(due),
+            } if due > self.env.clock.now() => Err(ServiceError::Conflict(format!(
+                "run is QUEUED but not due until {due}: it waits out its retry back-off after \
+                 a lost lease (SPEC §8.2); a worker claims it then, or resume it again after \
+                 that time"
+            ))),
+            RunState::Queued { .. } => {
+                self.dispatcher.resume(id);
+                Ok(())
+            }
+            _ => Err(ServiceError::Conflict(format!(
                 "run is {}, not QUEUED",
                 run.status()
-            )));
+            ))),
         }
-        self.dispatcher.resume(id);
-        Ok(())
     }
 
     /// The UNCERTAIN review queue (SPEC §9.5), newest first.
@@ -648,6 +701,13 @@ impl<S: Store> ControlService<S> {
                 .invocation(id)?
                 .filter(|i| i.tenant_id == principal.tenant_id)
                 .ok_or(TxError::NotFound)?;
+            // The note is checked before any state-dependent answer, the idempotent repeat
+            // included (see `resolve`); another tenant's id is NotFound whatever the note.
+            if !(1..=MAX_NOTE_CHARS).contains(&note.chars().count()) {
+                return Ok(Err(ServiceError::InvalidArgument(format!(
+                    "note must be 1 to {MAX_NOTE_CHARS} characters"
+                ))));
+            }
             if invocation.status != InvocationStatus::Uncertain {
                 return Err(TxError::Conflict("invocation is not uncertain".to_owned()));
             }
@@ -658,13 +718,6 @@ impl<S: Store> ControlService<S> {
                 return Err(TxError::Conflict(
                     "the invocation was settled with a different outcome".to_owned(),
                 ));
-            }
-            // The note matters only to a settlement that is written; the answers above come
-            // first, in §9.5's order (another tenant's id is NotFound whatever the note).
-            if !(1..=4096).contains(&note.chars().count()) {
-                return Ok(Err(ServiceError::InvalidArgument(
-                    "note must be 1 to 4096 characters".to_owned(),
-                )));
             }
             let settlement = Settlement {
                 id: settlement_id,

@@ -12,6 +12,7 @@ use crate::env::Env;
 use crate::events::Actor;
 use crate::ids::RunId;
 use crate::ports::{BoxFut, Spawner};
+use crate::run::abandon::{self, Watched};
 use crate::run::cancel::{CancelToken, TokenRegistry};
 use crate::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use crate::run::state::{Change, RequeueReason, transition};
@@ -19,6 +20,14 @@ use crate::run::{Failure, Lease, Run};
 use crate::store::{Store, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{CancelReason, CrashPoint, FailureReason, InvocationStatus, RunStatus};
+
+/// The shortest lease a host may configure, in milliseconds: heartbeats run every lease/3.
+pub const MIN_LEASE_MS: u64 = 3;
+/// The longest lease a host may configure, in milliseconds: one hour. A lease is how long a run
+/// waits after its worker died before another may take it (and how long `worker --until-idle`
+/// may wait for it); past an hour that is an outage rather than a setting, and a value near
+/// `u64::MAX` would put the expiry at the end of time, so the run would never be reclaimed.
+pub const MAX_LEASE_MS: u64 = 3_600_000;
 
 /// Worker settings with the defaults of SPEC §8.2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,24 +178,60 @@ impl<S: Store + 'static> Worker<S> {
 
     /// Executes a claimed run with its heartbeat until it parks or ends.
     pub async fn execute(&self, run: Run, lease: Lease) -> ExecutionEnd {
+        self.execute_and_report(run, lease).await.0
+    }
+
+    /// [`Worker::execute`], also returning the failed transaction an `Abandoned` execution was
+    /// abandoned for (`None` when it was fenced). Such an execution is logged as a warning and
+    /// its lease released for RECLAIM (see `run::abandon`).
+    async fn execute_and_report(&self, run: Run, lease: Lease) -> (ExecutionEnd, Option<TxError>) {
         let _in_flight = InFlight::enter(self, &lease);
         let token = self.tokens.register(run.id, lease.lease_epoch);
         if run.cancel_requested_at.is_some() {
             token.cancel(CancelReason::Requested);
         }
+        let watched = Arc::new(Watched::new(Arc::clone(&self.env.store)));
+        let env = self.env.with_store(Arc::clone(&watched));
         let switch = HeartbeatSwitch::default();
-        let executor = RunExecutor::new(&self.env, &self.settings.worker_id, switch.clone());
+        let executor = RunExecutor::new(&env, &self.settings.worker_id, switch.clone());
         let span = tracing::info_span!("run", run_id = %run.id, lease_epoch = lease.lease_epoch, worker_id = %self.settings.worker_id);
         let execution = Box::pin(tracing::Instrument::instrument(
             executor.execute(&lease, &token),
             span,
         ));
         let heartbeat = Box::pin(self.heartbeat(&lease, &token, &switch));
-        match select(execution, heartbeat).await {
+        let end = match select(execution, heartbeat).await {
             Either::Left((end, _)) => end,
             // The heartbeat loop never ends by itself; if it did, the executor still owns the run.
             Either::Right(((), execution)) => execution.await,
+        };
+        let cause = match end {
+            ExecutionEnd::Abandoned => watched.latest_failure(),
+            ExecutionEnd::Parked | ExecutionEnd::Finished(_) => None,
+        };
+        if let Some(cause) = &cause {
+            self.give_back(&lease, cause);
         }
+        (end, cause)
+    }
+
+    /// Logs an execution abandoned for a failed transaction and releases its lease (see
+    /// `run::abandon`); the execution, heartbeat included, has ended.
+    fn give_back(&self, lease: &Lease, cause: &TxError) {
+        let released = abandon::release(self.env.store.as_ref(), lease, self.env.clock.now());
+        let released = match &released {
+            Ok(true) => "released for RECLAIM".to_owned(),
+            Ok(false) => "already taken over".to_owned(),
+            Err(error) => format!("not released ({error}); it runs out instead"),
+        };
+        tracing::warn!(
+            run_id = %lease.run_id,
+            lease_epoch = lease.lease_epoch,
+            worker_id = %self.settings.worker_id,
+            error = %cause,
+            lease = %released,
+            "a worker transaction failed: the execution was abandoned; RECLAIM recovers the run"
+        );
     }
 
     /// Renews the lease every lease/3 and reports cancellation (SPEC §8.2).
@@ -322,9 +367,14 @@ impl<S: Store + 'static> Worker<S> {
     }
 
     /// Claims and executes one specific run in this task (the inline dispatcher, `runs resume`).
+    /// An execution abandoned for a failed transaction is that transaction's error, so the
+    /// caller can report it instead of a run that seems to be still RUNNING.
     pub async fn run_inline(&self, run: RunId) -> Result<Option<ExecutionEnd>, TxError> {
         match self.claim(Some(run)).await? {
-            Some((run, lease)) => Ok(Some(self.execute(run, lease).await)),
+            Some((run, lease)) => match self.execute_and_report(run, lease).await {
+                (ExecutionEnd::Abandoned, Some(cause)) => Err(cause),
+                (end, _) => Ok(Some(end)),
+            },
             None => Ok(None),
         }
     }

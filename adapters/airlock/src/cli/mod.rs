@@ -187,9 +187,11 @@ pub fn run() -> ExitCode {
         match cli.command {
             Command::Policy(_) => Exit::Ok,
             Command::Demo(args) => demo::run(&globals, args).await,
-            Command::Run(runs::RunCommand::Submit { script, inline }) => {
-                runs::submit(&globals, &script, inline).await
-            }
+            Command::Run(runs::RunCommand::Submit {
+                script,
+                inline,
+                max_script_bytes,
+            }) => runs::submit(&globals, &script, inline, max_script_bytes).await,
             Command::Runs(command) => runs::runs(&globals, command).await,
             Command::Worker(args) => worker::run(&globals, args).await,
             Command::Approvals(command) => approvals::run(&globals, command).await,
