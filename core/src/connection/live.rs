@@ -344,7 +344,8 @@ impl LiveConnection {
                         }
                         let handed = m.handed.remove(position);
                         m.cancelled.retain(|k| *k != key);
-                        let end = if cancelled {
+                        // A client that cancelled, or has gone, gets no answer (§19.3).
+                        let end = if cancelled || m.closed {
                             TicketEnd::Dropped
                         } else {
                             TicketEnd::Answered(answer)
