@@ -383,13 +383,12 @@ impl LiveConnection {
         }
     }
 
+    /// Whether the client cancelled a request handed to `run`.
     fn take_cancelled(&self, run: RunId) -> bool {
         self.with(|m| {
-            let wanted = m
-                .handed
+            m.handed
                 .iter()
-                .any(|h| h.run == run && m.cancelled.contains(&h.entry.key));
-            wanted
+                .any(|h| h.run == run && m.cancelled.contains(&h.entry.key))
         })
     }
 }
