@@ -15,7 +15,6 @@ use crate::planner::script::{DEFAULT_MAX_SCRIPT_BYTES, RunScript};
 use crate::ports::Dispatcher;
 use crate::principal::Principal;
 use crate::run::cancel::TokenRegistry;
-use crate::run::checkpoint::{Checkpoint, CheckpointState};
 use crate::run::state::{Change, RequeueReason, transition, update_fields};
 use crate::run::{Run, RunState};
 use crate::scope::Scope;
@@ -23,8 +22,8 @@ use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{
-    ApprovalResolution, ApprovalStatus, CancelReason, CheckpointTrigger, CrashPoint,
-    InvocationStatus, ResolveState, RunStatus, SettlementOutcome,
+    ApprovalResolution, ApprovalStatus, CancelReason, CrashPoint, InvocationStatus, ResolveState,
+    RunStatus, SettlementOutcome,
 };
 
 /// `list_pending`'s page size when none is given, and its largest (SPEC §10.4).
@@ -220,6 +219,12 @@ impl<S: Store> ControlService<S> {
                             "the session belongs to another principal".to_owned(),
                         ));
                     }
+                    // A gateway connection's session takes runs only from its client (§19.1).
+                    if tx.connection_by_session(id)?.is_some() {
+                        return Err(TxError::Conflict(
+                            "the session belongs to an MCP connection".to_owned(),
+                        ));
+                    }
                     if tx.active_run_in_session(id)?.is_some() {
                         return Err(TxError::Conflict(
                             "the session already has an active run".to_owned(),
@@ -260,31 +265,7 @@ impl<S: Store> ControlService<S> {
                 created_at: now,
                 updated_at: now,
             };
-            tx.insert_run(&run)?;
-            tx.insert_checkpoint(&Checkpoint {
-                run_id,
-                version: 1,
-                trigger: CheckpointTrigger::Seed,
-                state: CheckpointState::default(),
-                created_at: now,
-            })?;
-            for (event_type, payload) in [
-                (EventType::RunQueued, json!({"run_id": run_id.to_string()})),
-                (
-                    EventType::RunCheckpointed,
-                    json!({"version": 1, "trigger": "seed"}),
-                ),
-            ] {
-                tx.append_event(&NewEvent {
-                    session_id,
-                    run_id: Some(run_id),
-                    event_type,
-                    actor: actor.clone(),
-                    payload,
-                    derivation_key: None,
-                    created_at: now,
-                })?;
-            }
+            crate::connection::live::insert_queued_run(tx, &run, &actor, now)?;
             Ok(Submitted {
                 run_id,
                 session_id,
@@ -566,53 +547,7 @@ impl<S: Store> ControlService<S> {
         // (§2.2), and a repeated request for a run that is still running commits nothing.
         let (outcome, wrote) = self.env.transact(|tx| {
             let run = Self::visible_run(tx, principal, id)?;
-            if run.status().is_terminal() {
-                let outcome = CancelOutcome {
-                    accepted: false,
-                    status: run.status(),
-                };
-                return Ok((outcome, false));
-            }
-            let first_request = run.cancel_requested_at.is_none();
-            let flagged = if first_request {
-                let mut next = run.clone();
-                next.cancel_requested_at = Some(now);
-                let stored = update_fields(tx, &run, next, now)?;
-                tx.append_event(&NewEvent {
-                    session_id: run.session_id,
-                    run_id: Some(run.id),
-                    event_type: EventType::RunCancelRequested,
-                    actor: actor.clone(),
-                    payload: json!({"requested_at": now.to_string()}),
-                    derivation_key: None,
-                    created_at: now,
-                })?;
-                stored
-            } else {
-                run
-            };
-            let running_call = !tx
-                .invocations_of_run_in(id, InvocationStatus::Running)?
-                .is_empty();
-            let direct = match flagged.status() {
-                RunStatus::Queued => !running_call,
-                RunStatus::WaitingForApproval => true,
-                _ => false,
-            };
-            if direct {
-                let cancelled =
-                    transition(tx, &flagged, flagged.clone(), Change::Cancel, &actor, now)?;
-                let outcome = CancelOutcome {
-                    accepted: true,
-                    status: cancelled.status(),
-                };
-                return Ok((outcome, true));
-            }
-            let outcome = CancelOutcome {
-                accepted: true,
-                status: flagged.status(),
-            };
-            Ok((outcome, first_request))
+            request_cancel_in_tx(tx, &run, &actor, now)
         })?;
         if wrote {
             self.env.reached(CrashPoint::AfterCancel).await;
@@ -800,6 +735,65 @@ impl<S: Store> ControlService<S> {
         self.env.reached(CrashPoint::AfterProfile).await;
         Ok(stored)
     }
+}
+
+/// CANCEL's writes inside an open transaction (SPEC §8.5), shared by `cancel_run` and a
+/// connection's close (§19.4): a terminal run is left alone (`accepted: false`); otherwise
+/// `cancel_requested_at` is set (with `run.cancel_requested` on the first request), and a QUEUED
+/// run without a RUNNING invocation or a WAITING_FOR_APPROVAL run is cancelled at once. Returns
+/// the outcome and whether anything was written.
+pub(crate) fn request_cancel_in_tx(
+    tx: &mut dyn StoreTx,
+    run: &Run,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<(CancelOutcome, bool), TxError> {
+    if run.status().is_terminal() {
+        let outcome = CancelOutcome {
+            accepted: false,
+            status: run.status(),
+        };
+        return Ok((outcome, false));
+    }
+    let first_request = run.cancel_requested_at.is_none();
+    let flagged = if first_request {
+        let mut next = run.clone();
+        next.cancel_requested_at = Some(now);
+        let stored = update_fields(tx, run, next, now)?;
+        tx.append_event(&NewEvent {
+            session_id: run.session_id,
+            run_id: Some(run.id),
+            event_type: EventType::RunCancelRequested,
+            actor: actor.clone(),
+            payload: json!({"requested_at": now.to_string()}),
+            derivation_key: None,
+            created_at: now,
+        })?;
+        stored
+    } else {
+        run.clone()
+    };
+    let running_call = !tx
+        .invocations_of_run_in(run.id, InvocationStatus::Running)?
+        .is_empty();
+    let direct = match flagged.status() {
+        RunStatus::Queued => !running_call,
+        RunStatus::WaitingForApproval => true,
+        _ => false,
+    };
+    if direct {
+        let cancelled = transition(tx, &flagged, flagged.clone(), Change::Cancel, actor, now)?;
+        let outcome = CancelOutcome {
+            accepted: true,
+            status: cancelled.status(),
+        };
+        return Ok((outcome, true));
+    }
+    let outcome = CancelOutcome {
+        accepted: true,
+        status: flagged.status(),
+    };
+    Ok((outcome, first_request))
 }
 
 /// `"{created_at_micros}:{id}"`.

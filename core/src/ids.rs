@@ -84,6 +84,10 @@ uuid_id!(
     /// A parallel batch's group.
     ParallelGroupId
 );
+uuid_id!(
+    /// One live client connection of a gateway (SPEC §19.1): the planner of its session's runs.
+    ConnectionId
+);
 
 #[cfg(test)]
 mod tests {

@@ -10,6 +10,7 @@
 pub mod action;
 pub mod approval;
 pub mod canonical;
+pub mod connection;
 pub mod control;
 pub mod env;
 pub mod events;

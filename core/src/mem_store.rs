@@ -33,8 +33,9 @@ use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::approval::Approval;
+use crate::connection::{Connection, ConnectionState, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
-use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
+use crate::ids::{ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -60,6 +61,8 @@ pub struct MemSnapshot {
     pub process_events: Vec<ProcessEvent>,
     pub settlements: BTreeMap<SettlementId, Settlement>,
     pub policy_profiles: BTreeMap<String, PolicyProfileRecord>,
+    /// Gateway connections (SPEC §19.4), at most one per session.
+    pub connections: BTreeMap<ConnectionId, Connection>,
 }
 
 /// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
@@ -165,7 +168,7 @@ fn conflict(message: impl Into<String>) -> TxError {
 /// as violations: core then abandons and recovers, which would otherwise hide the bug. The
 /// fragments are those of the messages in this file; keep them in step.
 pub fn is_rule_breach(error: &TxError) -> bool {
-    const RULES: [&str; 16] = [
+    const RULES: [&str; 17] = [
         "invalid run transition",
         "invalid invocation transition",
         "lease_epoch",
@@ -182,6 +185,7 @@ pub fn is_rule_breach(error: &TxError) -> bool {
         "is not in session",
         "UNIQUE(session_id, sequence)",
         "duplicate id",
+        "closed connection",
     ];
     matches!(error, TxError::Conflict(message) if RULES.iter().any(|rule| message.contains(rule)))
 }
@@ -446,6 +450,13 @@ impl StoreTx for MemTx<'_> {
             _ => false,
         };
         let wanted = |run: &&Run| only.is_none_or(|id| run.id == id);
+        let connections = &self.tables.rows.connections;
+        let claimable = |run: &&Run| {
+            only.is_some()
+                || !connections
+                    .values()
+                    .any(|c| c.session_id == run.session_id && c.is_open())
+        };
         Ok(self
             .tables
             .rows
@@ -453,6 +464,7 @@ impl StoreTx for MemTx<'_> {
             .values()
             .filter(due)
             .filter(wanted)
+            .filter(claimable)
             .min_by_key(|r| (r.created_at, r.id))
             .cloned())
     }
@@ -475,6 +487,108 @@ impl StoreTx for MemTx<'_> {
             .into_iter()
             .take(limit)
             .map(|(_, run)| run.clone())
+            .collect())
+    }
+
+    fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError> {
+        let connections = &self.tables.rows.connections;
+        if connections.contains_key(&connection.id) {
+            return Err(conflict(format!(
+                "connections: duplicate id {}",
+                connection.id
+            )));
+        }
+        if connections
+            .values()
+            .any(|c| c.session_id == connection.session_id)
+        {
+            return Err(conflict(format!(
+                "connections: UNIQUE(session_id): session {} already has a connection",
+                connection.session_id
+            )));
+        }
+        if !self
+            .tables
+            .rows
+            .sessions
+            .contains_key(&connection.session_id)
+        {
+            return Err(TxError::NotFound);
+        }
+        self.tables
+            .rows
+            .connections
+            .insert(connection.id, connection.clone());
+        Ok(())
+    }
+
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError> {
+        Ok(self.tables.rows.connections.get(&id).cloned())
+    }
+
+    fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
+        Ok(self
+            .tables
+            .rows
+            .connections
+            .values()
+            .find(|c| c.session_id == session)
+            .cloned())
+    }
+
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &Connection,
+    ) -> Result<(), TxError> {
+        let Some(current) = self.tables.rows.connections.get(&next.id) else {
+            return Err(TxError::NotFound);
+        };
+        if current.status() != expected {
+            return Err(conflict(format!(
+                "connections: connection {} is {}, not {expected}",
+                next.id,
+                current.status()
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "connections: an immutable field of connection {} changed",
+                next.id
+            )));
+        }
+        if !current.is_open() {
+            return Err(conflict(format!(
+                "connections: closed connection {} never changes",
+                next.id
+            )));
+        }
+        self.tables.rows.connections.insert(next.id, next.clone());
+        Ok(())
+    }
+
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError> {
+        let mut expired: Vec<(Timestamp, &Connection)> = self
+            .tables
+            .rows
+            .connections
+            .values()
+            .filter_map(|c| match c.state {
+                ConnectionState::Open { alive_until } if alive_until <= now => {
+                    Some((alive_until, c))
+                }
+                _ => None,
+            })
+            .collect();
+        expired.sort_by_key(|(until, c)| (*until, c.id));
+        Ok(expired
+            .into_iter()
+            .take(limit)
+            .map(|(_, c)| c.clone())
             .collect())
     }
 

@@ -3,8 +3,9 @@
 //! persists it.
 
 use crate::approval::Approval;
+use crate::connection::{Connection, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
-use crate::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use crate::ids::{ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard};
@@ -81,7 +82,10 @@ pub trait StoreTx {
         until: Timestamp,
         now: Timestamp,
     ) -> Result<Option<HeartbeatObs>, TxError>;
-    /// The oldest `(created_at, id)` QUEUED run that is due, optionally only `only`.
+    /// The oldest `(created_at, id)` QUEUED run that is due, optionally only `only`. Without
+    /// `only`, a run whose session belongs to an open connection is skipped: only that
+    /// connection's gateway claims it, by id (SPEC §19.4). A run of a closed connection is
+    /// returned (it is claimed to be ended).
     fn next_claimable_run(
         &mut self,
         now: Timestamp,
@@ -90,6 +94,26 @@ pub trait StoreTx {
     /// RUNNING runs whose lease expired at or before `now`, oldest expiry first.
     fn expired_leases(&mut self, now: Timestamp, limit: usize) -> Result<Vec<Run>, TxError>;
     fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError>;
+
+    // Connections (SPEC §19.4): the liveness of gateway clients.
+    /// `Conflict` on a duplicate id or a session that already has a connection; `NotFound`
+    /// without the session.
+    fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError>;
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError>;
+    fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError>;
+    /// Guarded by the expected status (`Conflict` otherwise); immutable fields must be unchanged
+    /// and a closed connection never changes.
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &Connection,
+    ) -> Result<(), TxError>;
+    /// Open connections whose `alive_until` is at or before `now`, oldest first, at most `limit`.
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError>;
 
     // Checkpoints.
     /// Versions must be contiguous: `Conflict` unless `version` is the latest plus one.

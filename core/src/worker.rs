@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::future::{Either, select};
 
+use crate::connection::{CloseReason, RunBinding, binding_of, close_in_tx};
 use crate::control::ControlService;
 use crate::env::Env;
 use crate::events::Actor;
-use crate::ids::RunId;
+use crate::ids::{ConnectionId, RunId};
 use crate::ports::{BoxFut, Spawner};
 use crate::run::abandon::{self, Watched};
 use crate::run::cancel::{CancelToken, TokenRegistry};
@@ -71,6 +72,8 @@ pub struct TickReport {
     pub claimed: usize,
     pub reclaimed: usize,
     pub expired: usize,
+    /// Gateway connections closed because their gateway stopped renewing them.
+    pub closed: usize,
 }
 
 /// One worker process's state: its settings, token registry and in-flight count.
@@ -151,8 +154,29 @@ impl<S: Store + 'static> Worker<S> {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    /// CLAIM: the oldest due QUEUED run (or exactly `only`), under a new lease epoch.
+    /// CLAIM: the oldest due QUEUED run (or exactly `only`), under a new lease epoch. A run
+    /// bound to an open gateway connection is never claimed here, not even by id (SPEC §19.4:
+    /// only its gateway executes it); one bound to a closed connection is claimed to be ended
+    /// (the executor finalizes it without a planner, [`crate::connection`]).
     pub async fn claim(&self, only: Option<RunId>) -> Result<Option<(Run, Lease)>, TxError> {
+        self.claim_where(only, None).await
+    }
+
+    /// CLAIM of a gateway's own run: `run` only, and only while it is bound to `connection` and
+    /// that connection is open, both read inside the claim's transaction.
+    pub async fn claim_for_connection(
+        &self,
+        run: RunId,
+        connection: ConnectionId,
+    ) -> Result<Option<(Run, Lease)>, TxError> {
+        self.claim_where(Some(run), Some(connection)).await
+    }
+
+    async fn claim_where(
+        &self,
+        only: Option<RunId>,
+        connection: Option<ConnectionId>,
+    ) -> Result<Option<(Run, Lease)>, TxError> {
         let now = self.env.clock.now();
         let until = now.saturating_add_micros(self.settings.lease_micros());
         let actor = Actor::worker(&self.settings.worker_id);
@@ -160,6 +184,15 @@ impl<S: Store + 'static> Worker<S> {
             let Some(run) = tx.next_claimable_run(now, only)? else {
                 return Ok(None);
             };
+            let allowed = match (connection, binding_of(tx, &run)?) {
+                (Some(ours), RunBinding::Live(bound)) => ours == bound,
+                (Some(_), _) => false,
+                (None, RunBinding::Live(_)) => false,
+                (None, RunBinding::Unbound | RunBinding::Orphaned(_)) => true,
+            };
+            if !allowed {
+                return Ok(None);
+            }
             let change = Change::Claim {
                 worker_id: self.settings.worker_id.clone(),
                 lease_expires_at: until,
@@ -296,6 +329,18 @@ impl<S: Store + 'static> Worker<S> {
                     transition(tx, &run, run.clone(), Change::Cancel, &actor, now)?;
                     return Ok(true);
                 }
+                // A run whose client has gone is never re-queued (SPEC §19.4): nothing of it may
+                // run again, so it ends here, its in-flight calls swept (UNCERTAIN when
+                // watermarked and not idempotent, else FAILED tool.interrupted).
+                if let RunBinding::Orphaned(_) = binding_of(tx, &run)? {
+                    let change = if running {
+                        Change::Fail(Failure::new(FailureReason::PlannerError, run.step_count, now))
+                    } else {
+                        Change::Cancel
+                    };
+                    transition(tx, &run, run.clone(), change, &actor, now)?;
+                    return Ok(true);
+                }
                 let mut next = run.clone();
                 // Saturating: a count read back from the store must end in max_attempts_exceeded,
                 // never wrap to a fresh run.
@@ -323,6 +368,44 @@ impl<S: Store + 'static> Worker<S> {
         })
     }
 
+    /// The connection sweep (SPEC §19.4): closes every open connection whose `alive_until`
+    /// passed (its gateway died or stalled), which cancels its parked and queued runs at once
+    /// and flags its running one; RECLAIM then ends the running one when its lease expires.
+    /// Runs with each reclaim sweep, before it. Returns how many it closed.
+    pub async fn sweep_connections(&self) -> Result<usize, TxError> {
+        let now = self.env.clock.now();
+        let mut closed = 0;
+        loop {
+            let expired = self
+                .env
+                .read(|tx| tx.expired_connections(now, RECLAIM_PAGE))?;
+            let candidates = expired.len();
+            let mut page_closed = 0;
+            for connection in expired {
+                let result = self.env.transact(|tx| {
+                    let Some(current) = tx.connection(connection.id)? else {
+                        return Ok(None);
+                    };
+                    let still_expired = matches!(current.state, crate::connection::ConnectionState::Open { alive_until } if alive_until <= now);
+                    if !still_expired {
+                        return Ok(None);
+                    }
+                    Ok(Some(close_in_tx(tx, current.id, CloseReason::Expired, now)?))
+                })?;
+                if let Some(flagged) = result {
+                    page_closed += 1;
+                    if let Some(run) = flagged {
+                        self.tokens.cancel(run, CancelReason::Requested);
+                    }
+                }
+            }
+            closed += page_closed;
+            if candidates < RECLAIM_PAGE || page_closed == 0 {
+                return Ok(closed);
+            }
+        }
+    }
+
     /// One poll: reclaim and sweep when due (or when there is nothing to claim), then claim up
     /// to the free slots and hand each run to `spawner`.
     pub async fn tick(
@@ -333,6 +416,7 @@ impl<S: Store + 'static> Worker<S> {
         let now = self.env.clock.now();
         let mut report = TickReport::default();
         if due(&self.last_reclaim, now, self.settings.reclaim_every_ms) {
+            report.closed += self.sweep_connections().await?;
             report.reclaimed += self.reclaim().await?;
         }
         if due(&self.last_sweep, now, self.settings.approval_sweep_every_ms) {
@@ -357,6 +441,7 @@ impl<S: Store + 'static> Worker<S> {
                 None => {
                     // Nothing to claim: reclaim now too, so an expired lease does not wait.
                     if report.reclaimed == 0 {
+                        report.closed += self.sweep_connections().await?;
                         report.reclaimed += self.reclaim().await?;
                     }
                     break;

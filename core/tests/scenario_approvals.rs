@@ -1111,7 +1111,8 @@ async fn revalidation_with_arguments_that_now_normalize_differently_is_changed()
             },
             "additionalProperties": false
         }))
-        .expect("schema");
+        .expect("schema")
+        .into();
     });
     let h2 = new_process(&h, Ruleset::shipped().unwrap(), |tools| {
         replace_send(tools, Some(replacement))

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -181,6 +182,38 @@ where
 
 fn required<T>(value: Option<T>, index: usize, what: &str) -> rusqlite::Result<T> {
     value.ok_or_else(|| decode_error(index, format!("{what} is null")))
+}
+
+pub(super) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
+     gateway_id, status, alive_until, closed_at, close_reason, opened_at";
+
+pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
+    let status: ConnectionStatus = parse(row, 5)?;
+    let state = match status {
+        ConnectionStatus::Open => ConnectionState::Open {
+            alive_until: required(time_opt(row, 6)?, 6, "alive_until of an open connection")?,
+        },
+        ConnectionStatus::Closed => ConnectionState::Closed {
+            closed_at: required(time_opt(row, 7)?, 7, "closed_at of a closed connection")?,
+            reason: {
+                let text: Option<String> = row.get(8)?;
+                let text = required(text, 8, "close_reason of a closed connection")?;
+                text.parse()
+                    .map_err(|e: airlock_core::vocab::UnknownVariant| {
+                        decode_error(8, e.to_string())
+                    })?
+            },
+        },
+    };
+    Ok(ClientConnection {
+        id: parse(row, 0)?,
+        tenant_id: row.get(1)?,
+        principal_id: row.get(2)?,
+        session_id: parse(row, 3)?,
+        gateway_id: row.get(4)?,
+        state,
+        opened_at: time(row, 9)?,
+    })
 }
 
 pub(super) const SESSION_COLUMNS: &str =

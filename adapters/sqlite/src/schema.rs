@@ -312,11 +312,38 @@ BEGIN SELECT RAISE(ABORT, 'step_records are append-only'); END;
 CREATE INDEX ix_tool_invocations_run_status ON tool_invocations (run_id, status);
 "#;
 
+/// M3 (SPEC §19.4): gateway connections, the durable liveness of MCP clients. One per session
+/// (`uq_connections_session`); `alive_until` is set exactly while `open`, `closed_at` and
+/// `close_reason` exactly while `closed`. The partial index serves the connection sweep; the
+/// claim query joins on `session_id` through the unique index.
+const M3: &str = r#"
+CREATE TABLE connections (
+    id           TEXT    NOT NULL PRIMARY KEY,
+    tenant_id    TEXT    NOT NULL,
+    principal_id TEXT    NOT NULL,
+    session_id   TEXT    NOT NULL REFERENCES sessions (id),
+    gateway_id   TEXT    NOT NULL,
+    status       TEXT    NOT NULL
+        CONSTRAINT ck_connections_status CHECK (status IN ('open', 'closed')),
+    alive_until  INTEGER,
+    closed_at    INTEGER,
+    close_reason TEXT
+        CONSTRAINT ck_connections_close_reason
+            CHECK (close_reason IS NULL OR close_reason IN ('disconnected', 'expired')),
+    opened_at    INTEGER NOT NULL,
+    CONSTRAINT ck_connections_alive_iff_open CHECK ((status = 'open') = (alive_until IS NOT NULL)),
+    CONSTRAINT ck_connections_closed_iff_closed
+        CHECK ((status = 'closed') = (closed_at IS NOT NULL AND close_reason IS NOT NULL))
+);
+CREATE UNIQUE INDEX uq_connections_session ON connections (session_id);
+CREATE INDEX ix_connections_alive_until ON connections (alive_until, id) WHERE status = 'open';
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
-const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M2)];
+const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M2), M::up(M3)];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -25,8 +25,9 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
-use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -52,6 +53,18 @@ pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
 
 fn conflict(message: impl Into<String>) -> TxError {
     TxError::Conflict(message.into())
+}
+
+/// `alive_until`, `closed_at` and `close_reason` of a connection's state.
+fn connection_state_columns(
+    state: &ConnectionState,
+) -> (Option<i64>, Option<i64>, Option<&'static str>) {
+    match state {
+        ConnectionState::Open { alive_until } => (Some(ts(*alive_until)), None, None),
+        ConnectionState::Closed { closed_at, reason } => {
+            (None, Some(ts(*closed_at)), Some(reason.as_str()))
+        }
+    }
 }
 
 /// A `LIMIT` value; `usize` beyond `i64::MAX` means "no limit" in practice.
@@ -489,10 +502,13 @@ impl StoreTx for SqliteTx<'_> {
                 params![ts(now), id.to_string()],
                 rows::run,
             ),
+            // A run of a session whose connection is open belongs to that gateway (§19.4).
             None => self.one(
                 &format!(
                     "SELECT {} FROM runs WHERE status = 'QUEUED' \
                      AND (scheduled_for IS NULL OR scheduled_for <= ?1) \
+                     AND NOT EXISTS (SELECT 1 FROM connections AS c \
+                         WHERE c.session_id = runs.session_id AND c.status = 'open') \
                      ORDER BY created_at, id LIMIT 1",
                     rows::RUN_COLUMNS
                 ),
@@ -511,6 +527,119 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![ts(now), limit(limit_rows)],
             rows::run,
+        )
+    }
+
+    fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
+        let (alive_until, closed_at, reason) = connection_state_columns(&connection.state);
+        self.execute(
+            &format!(
+                "INSERT INTO connections ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![
+                connection.id.to_string(),
+                connection.tenant_id,
+                connection.principal_id,
+                connection.session_id.to_string(),
+                connection.gateway_id,
+                connection.status().as_str(),
+                alive_until,
+                closed_at,
+                reason,
+                ts(connection.opened_at),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE id = ?1",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::connection,
+        )
+    }
+
+    fn connection_by_session(
+        &mut self,
+        session: SessionId,
+    ) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE session_id = ?1",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![session.to_string()],
+            rows::connection,
+        )
+    }
+
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &ClientConnection,
+    ) -> Result<(), TxError> {
+        let Some(current) = self.connection(next.id)? else {
+            return Err(TxError::NotFound);
+        };
+        if current.status() != expected {
+            return Err(conflict(format!(
+                "connections: connection {} is {}, not {expected}",
+                next.id,
+                current.status()
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "connections: an immutable field of connection {} changed",
+                next.id
+            )));
+        }
+        if !current.is_open() {
+            return Err(conflict(format!(
+                "connections: closed connection {} never changes",
+                next.id
+            )));
+        }
+        let (alive_until, closed_at, reason) = connection_state_columns(&next.state);
+        let changed = self.execute(
+            "UPDATE connections SET status = ?1, alive_until = ?2, closed_at = ?3, \
+             close_reason = ?4 WHERE id = ?5 AND status = ?6",
+            params![
+                next.status().as_str(),
+                alive_until,
+                closed_at,
+                reason,
+                next.id.to_string(),
+                expected.as_str()
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!(
+                "connections: connection {} is not {expected}",
+                next.id
+            )));
+        }
+        Ok(())
+    }
+
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit_rows: usize,
+    ) -> Result<Vec<ClientConnection>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM connections WHERE status = 'open' AND alive_until <= ?1 \
+                 ORDER BY alive_until, id LIMIT ?2",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![ts(now), limit(limit_rows)],
+            rows::connection,
         )
     }
 

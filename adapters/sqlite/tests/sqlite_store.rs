@@ -47,7 +47,10 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.foreign_keys, 1);
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 2, "M1 (§14) and M2 (§17.2 step records)");
+    assert_eq!(
+        SCHEMA_VERSION, 3,
+        "M1 (§14), M2 (§17.2 step records) and M3 (§19.4 connections)"
+    );
 
     // Reopening an existing file keeps the schema version and the settings.
     drop(store);
