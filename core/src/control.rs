@@ -315,6 +315,37 @@ impl<S: Store> ControlService<S> {
         Ok(Page { items, next_cursor })
     }
 
+    /// The caller tenant's events of every run, by id, strictly after `after_id` (SPEC §20's
+    /// event stream). Scope `run.read`: the stream is the runs' audit log, the same records
+    /// `list_events` gives per run. `next_cursor` is the last item's id whenever the page is
+    /// not empty, since a tail asks again after it even when the page was short.
+    pub fn tenant_events(
+        &self,
+        principal: &Principal,
+        after_id: Option<i64>,
+        limit: Option<usize>,
+    ) -> Result<Page<Event>, ServiceError> {
+        require(principal, "run.read")?;
+        let limit = limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(
+                "limit must be in 1..=1000".to_owned(),
+            ));
+        }
+        let items = self
+            .env
+            .read(|tx| tx.events_of_tenant(&principal.tenant_id, after_id, limit))?;
+        let next_cursor = items.last().map(|e| e.id.to_string());
+        Ok(Page { items, next_cursor })
+    }
+
+    /// The highest event id committed so far (scope `run.read`): where a view rendered now
+    /// starts its tail, so that nothing committed after the render is missed.
+    pub fn last_event_id(&self, principal: &Principal) -> Result<Option<i64>, ServiceError> {
+        require(principal, "run.read")?;
+        Ok(self.env.read(|tx| tx.last_event_id())?)
+    }
+
     pub fn get_approval(
         &self,
         principal: &Principal,

@@ -84,6 +84,10 @@ uuid_id!(
     /// A parallel batch's group.
     ParallelGroupId
 );
+uuid_id!(
+    /// One API token of the HTTP API (SPEC §20); names the token, never reveals it.
+    ApiTokenId
+);
 
 #[cfg(test)]
 mod tests {

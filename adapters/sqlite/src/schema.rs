@@ -1,5 +1,6 @@
 //! The SQLite schema of SPEC §14, applied as migration M1 through `rusqlite_migration` (which
-//! keeps `PRAGMA user_version`, so a store at M1 reports `user_version = 1`).
+//! keeps `PRAGMA user_version` equal to the number of migrations applied), and the `api_tokens`
+//! table of SPEC §20 as the next migration.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
 //! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
@@ -265,11 +266,43 @@ CREATE TRIGGER uncertain_settlements_no_delete BEFORE DELETE ON uncertain_settle
 BEGIN SELECT RAISE(ABORT, 'uncertain_settlements are append-only'); END;
 "#;
 
+/// The API tokens of SPEC §20, self-contained (one table, its index and its triggers) so it can
+/// be renumbered beside other migrations. Only the SHA-256 of a token is stored. Rows are never
+/// deleted and only `revoked_at` ever changes, once: the table is the record of who could act
+/// through the HTTP API, and when.
+const M_API_TOKENS: &str = r#"
+CREATE TABLE api_tokens (
+    id           TEXT    NOT NULL PRIMARY KEY,
+    tenant_id    TEXT    NOT NULL,
+    principal_id TEXT    NOT NULL,
+    scopes       TEXT    NOT NULL,
+    token_sha256 TEXT    NOT NULL
+        CONSTRAINT ck_api_tokens_token_sha256 CHECK (length(token_sha256) = 64),
+    label        TEXT,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER,
+    revoked_at   INTEGER,
+    CONSTRAINT uq_api_tokens_token_sha256 UNIQUE (token_sha256)
+);
+CREATE INDEX ix_api_tokens_tenant ON api_tokens (tenant_id, created_at, id);
+CREATE TRIGGER api_tokens_only_revocation BEFORE UPDATE ON api_tokens
+WHEN OLD.revoked_at IS NOT NULL OR NEW.revoked_at IS NULL
+    OR NEW.id IS NOT OLD.id OR NEW.tenant_id IS NOT OLD.tenant_id
+    OR NEW.principal_id IS NOT OLD.principal_id OR NEW.scopes IS NOT OLD.scopes
+    OR NEW.token_sha256 IS NOT OLD.token_sha256 OR NEW.label IS NOT OLD.label
+    OR NEW.created_at IS NOT OLD.created_at OR NEW.expires_at IS NOT OLD.expires_at
+BEGIN
+    SELECT RAISE(ABORT, 'api_tokens: only revoked_at changes, and only once');
+END;
+CREATE TRIGGER api_tokens_no_delete BEFORE DELETE ON api_tokens
+BEGIN SELECT RAISE(ABORT, 'api_tokens are kept: revoke a token instead'); END;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
-const MIGRATIONS: &[M<'static>] = &[M::up(M1)];
+const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M_API_TOKENS)];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -69,6 +69,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     event_payloads_are_objects_of_the_runs_session(&make());
     missing_parents_are_not_found(&make());
     settlements_only_of_uncertain_invocations(&make());
+    crate::testing::contract_http::run(&make);
 }
 
 // ----- helpers -------------------------------------------------------------------------------
