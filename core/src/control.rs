@@ -357,6 +357,36 @@ impl<S: Store> ControlService<S> {
             .read(|tx| Self::visible_approval(tx, principal, id))?)
     }
 
+    /// The explanation of the decision behind each of these approvals (SPEC §4.1: for audit and
+    /// approvers only, never the planner), read in one transaction. Not in SPEC §10.4: the
+    /// approval record carries the reason code but not its explanation, and a reviewer needs
+    /// both. Ids that are not the caller's announced approvals are left out, as `get` would
+    /// answer `NotFound` for them.
+    pub fn approval_explanations(
+        &self,
+        principal: &Principal,
+        ids: &[ApprovalId],
+    ) -> Result<std::collections::BTreeMap<ApprovalId, String>, ServiceError> {
+        require(principal, "approval.read")?;
+        Ok(self.env.read(|tx| {
+            let mut explanations = std::collections::BTreeMap::new();
+            for &id in ids {
+                let approval = match Self::visible_approval(tx, principal, id) {
+                    Ok(approval) => approval,
+                    Err(TxError::NotFound) => continue,
+                    Err(error) => return Err(error),
+                };
+                if let Some(decision) = tx
+                    .invocation(approval.action_id)?
+                    .and_then(|i| i.policy_decision)
+                {
+                    explanations.insert(id, decision.explanation);
+                }
+            }
+            Ok(explanations)
+        })?)
+    }
+
     /// The tenant's announced pending approvals, newest first.
     pub fn list_pending(
         &self,
