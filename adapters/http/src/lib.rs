@@ -45,6 +45,9 @@ pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
 pub struct Settings {
     /// How often an event stream that is caught up asks the store for more.
     pub stream_poll: Duration,
+    /// How often an open event stream re-checks its token, so revoking a token also ends the
+    /// streams it opened.
+    pub stream_reauthenticate: Duration,
     /// Whether the console is served over TLS: its cookie is then `Secure` and the origin
     /// it expects is `https://`.
     pub tls: bool,
@@ -54,6 +57,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             stream_poll: Duration::from_millis(500),
+            stream_reauthenticate: Duration::from_secs(5),
             tls: false,
         }
     }

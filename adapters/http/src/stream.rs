@@ -38,9 +38,6 @@ use crate::wire::EventRecord;
 /// Events read per store query.
 const PAGE: usize = 200;
 
-/// How often an open stream re-checks its token.
-const REAUTHENTICATE_EVERY: Duration = Duration::from_secs(5);
-
 /// `GET /v1/events/stream` query.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -89,19 +86,20 @@ struct Tail {
     buffered: VecDeque<Event>,
     follow: bool,
     poll: Duration,
+    reauthenticate: Duration,
     checked_at: tokio::time::Instant,
     closing: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The tenant's events after `after`, as a stream that polls the store every `poll` while it
-/// is caught up, and ends when `follow` is false and it is caught up, when the token stops
+/// is caught up and re-checks the token every `reauthenticate`, and ends when `follow` is false and it is caught up, when the token stops
 /// being valid, or on a store error (the client reconnects with `Last-Event-ID`).
 pub fn tail(
     control: SharedControl,
     caller: Authenticated,
     after: Option<i64>,
     follow: bool,
-    poll: Duration,
+    (poll, reauthenticate): (Duration, Duration),
     closing: tokio::sync::watch::Receiver<bool>,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send {
     let state = Tail {
@@ -111,6 +109,7 @@ pub fn tail(
         buffered: VecDeque::new(),
         follow,
         poll,
+        reauthenticate,
         checked_at: tokio::time::Instant::now(),
         closing,
     };
@@ -124,7 +123,7 @@ pub fn tail(
                 let item = message(&event);
                 return Some((Ok(item), tail));
             }
-            if tail.checked_at.elapsed() >= REAUTHENTICATE_EVERY {
+            if tail.checked_at.elapsed() >= tail.reauthenticate {
                 if tail.control.authenticate_id(tail.caller.token.id).is_err() {
                     return None;
                 }
@@ -195,7 +194,10 @@ pub fn open(
         caller,
         after,
         follow,
-        state.settings.stream_poll,
+        (
+            state.settings.stream_poll,
+            state.settings.stream_reauthenticate,
+        ),
         state.closing.subscribe(),
     );
     Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))

@@ -112,6 +112,7 @@ impl World {
         let control = Arc::new(ControlService::new(env, Arc::new(NoDispatch), None));
         let settings = Settings {
             stream_poll: std::time::Duration::from_millis(20),
+            stream_reauthenticate: std::time::Duration::from_millis(50),
             tls: false,
         };
         let state = AppState::new(control.clone(), settings);
