@@ -522,10 +522,16 @@ pub struct TokenRecord {
     pub tenant_id: String,
     pub principal_id: String,
     pub scopes: Vec<String>,
+    pub expires_at: Option<String>,
     pub label: Option<String>,
     pub created_at: String,
-    pub expires_at: Option<String>,
     pub revoked_at: Option<String>,
+}
+
+/// `tokens list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenList {
+    pub items: Vec<TokenRecord>,
 }
 
 impl TokenRecord {
@@ -537,9 +543,9 @@ impl TokenRecord {
             tenant_id: t.tenant_id.clone(),
             principal_id: t.principal_id.clone(),
             scopes: t.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+            expires_at: time(t.expires_at),
             label: t.label.clone(),
             created_at: t.created_at.to_string(),
-            expires_at: time(t.expires_at),
             revoked_at: time(t.revoked_at),
         }
     }
