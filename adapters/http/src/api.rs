@@ -15,7 +15,7 @@ use crate::extract::{ApiJson, ApiQuery, Caller, IdPath, RequiredJson, body_text}
 use crate::problem::{Problem, ProblemBody};
 use crate::wire::{
     ApprovalPage, ApprovalRecord, CancelRecord, EventPage, Health, InvocationRecord, ResolveBody,
-    ResolvedRecord, RunRecord, SettleBody, SettlementOutcomeWire, SettlementRecord,
+    ResolvedRecord, RunRecord, RunScriptDoc, SettleBody, SettlementOutcomeWire, SettlementRecord,
     SubmittedRecord, UncertainPage,
 };
 
@@ -24,12 +24,15 @@ use crate::wire::{
 #[into_params(parameter_in = Query)]
 pub struct ApprovalsQuery {
     /// Only this run's approvals.
-    #[param(format = Uuid)]
+    #[param(format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     pub run: Option<String>,
     /// Page size, 1..=100 (default 50).
     #[param(minimum = 1, maximum = 100)]
     pub limit: Option<u32>,
     /// The previous page's `next_cursor`.
+    #[param(
+        pattern = "^[0-9]{1,19}:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
+    )]
     pub cursor: Option<String>,
 }
 
@@ -101,7 +104,7 @@ pub async fn list_approvals(
 
 /// One approval (`approval.read`); another tenant's, or one not yet announced, is 404.
 #[utoipa::path(get, path = "/v1/approvals/{id}", tag = "approvals",
-    params(("id" = String, Path, format = Uuid, description = "Approval id")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Approval id")),
     responses(
         (status = 200, body = ApprovalRecord),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
@@ -117,6 +120,22 @@ pub async fn get_approval(
 ) -> Result<Json<ApprovalRecord>, Problem> {
     let approval = state.control.get_approval(&caller.principal, id)?;
     Ok(Json(ApprovalRecord::from(&approval)))
+}
+
+/// The longest `reason` and `note`, in characters (SPEC §9.5, §10.1).
+const MAX_TEXT_CHARS: usize = 4096;
+
+/// A body that does not match the document is refused before anything else, so the answer
+/// to a malformed request never depends on what is stored (the service checks these lengths
+/// only when it writes, after its idempotent answers).
+fn check_length(field: &str, text: &str, min: usize) -> Result<(), Problem> {
+    let chars = text.chars().count();
+    if chars < min || chars > MAX_TEXT_CHARS {
+        return Err(Problem::invalid(format!(
+            "{field} must be {min} to {MAX_TEXT_CHARS} characters"
+        )));
+    }
+    Ok(())
 }
 
 /// RESOLVE (SPEC §10.4) as the HTTP answer: `applied` and a repeat of the same answer are 200,
@@ -142,7 +161,7 @@ pub(crate) async fn resolve(
                 record.approval.status
             ),
         );
-        problem.approval = Some(record.approval);
+        problem.approval = Some(Box::new(record.approval));
         return Err(problem);
     }
     Ok(record)
@@ -150,7 +169,7 @@ pub(crate) async fn resolve(
 
 /// Approve once (`approval.resolve`).
 #[utoipa::path(post, path = "/v1/approvals/{id}/approve", tag = "approvals",
-    params(("id" = String, Path, format = Uuid, description = "Approval id")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Approval id")),
     request_body(content = Option<ResolveBody>, description = "Optional reason", content_type = "application/json"),
     responses(
         (status = 200, description = "`applied`, or `already_resolved_identically` for a repeat", body = ResolvedRecord),
@@ -170,6 +189,7 @@ pub async fn approve(
     ApiJson(body): ApiJson<ResolveBody>,
 ) -> Result<Json<ResolvedRecord>, Problem> {
     let reason = body.reason.as_deref();
+    reason.map_or(Ok(()), |r| check_length("reason", r, 0))?;
     resolve(&state, &caller, id, ApprovalResolution::ApproveOnce, reason)
         .await
         .map(Json)
@@ -177,7 +197,7 @@ pub async fn approve(
 
 /// Deny (`approval.resolve`); the run is re-queued to record the denial.
 #[utoipa::path(post, path = "/v1/approvals/{id}/deny", tag = "approvals",
-    params(("id" = String, Path, format = Uuid, description = "Approval id")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Approval id")),
     request_body(content = Option<ResolveBody>, description = "Optional reason", content_type = "application/json"),
     responses(
         (status = 200, description = "`applied`, or `already_resolved_identically` for a repeat", body = ResolvedRecord),
@@ -197,6 +217,7 @@ pub async fn deny(
     ApiJson(body): ApiJson<ResolveBody>,
 ) -> Result<Json<ResolvedRecord>, Problem> {
     let reason = body.reason.as_deref();
+    reason.map_or(Ok(()), |r| check_length("reason", r, 0))?;
     resolve(&state, &caller, id, ApprovalResolution::Deny, reason)
         .await
         .map(Json)
@@ -231,7 +252,7 @@ pub async fn list_uncertain(
 /// SETTLE (`invocation.settle`): records a finding; the invocation stays UNCERTAIN. The same
 /// outcome again returns the stored settlement; a different one is 409.
 #[utoipa::path(post, path = "/v1/invocations/{id}/settle", tag = "invocations",
-    params(("id" = String, Path, format = Uuid, description = "Invocation id")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Invocation id")),
     request_body(content = SettleBody, content_type = "application/json"),
     responses(
         (status = 200, body = SettlementRecord),
@@ -249,6 +270,7 @@ pub async fn settle(
     IdPath(id): IdPath<InvocationId>,
     RequiredJson(body): RequiredJson<SettleBody>,
 ) -> Result<Json<SettlementRecord>, Problem> {
+    check_length("note", &body.note, 1)?;
     let outcome = match body.outcome {
         SettlementOutcomeWire::Succeeded => SettlementOutcome::Succeeded,
         SettlementOutcomeWire::Failed => SettlementOutcome::Failed,
@@ -263,7 +285,7 @@ pub async fn settle(
 /// SUBMIT (`run.write`): the body is a run script (SPEC §15) whose tenant and principal must
 /// be the caller's and whose scopes must be a subset of the caller's.
 #[utoipa::path(post, path = "/v1/runs", tag = "runs",
-    request_body(content = Object, description = "A run script (SPEC §15)", content_type = "application/json"),
+    request_body(content = RunScriptDoc, description = "A run script (SPEC §15)", content_type = "application/json"),
     responses(
         (status = 201, body = SubmittedRecord, headers(("location" = String, description = "The run's URL"))),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
@@ -291,7 +313,7 @@ pub async fn submit_run(
 
 /// One run without its script (`run.read`).
 #[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
-    params(("id" = String, Path, format = Uuid, description = "Run id")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Run id")),
     responses(
         (status = 200, body = RunRecord),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
@@ -311,7 +333,7 @@ pub async fn get_run(
 
 /// A run's events by id (`run.read`).
 #[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs",
-    params(("id" = String, Path, format = Uuid, description = "Run id"), EventsQuery),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Run id"), EventsQuery),
     responses(
         (status = 200, body = EventPage),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
@@ -326,6 +348,9 @@ pub async fn run_events(
     IdPath(id): IdPath<RunId>,
     ApiQuery(query): ApiQuery<EventsQuery>,
 ) -> Result<Json<EventPage>, Problem> {
+    if query.after_id.is_some_and(|a| a < 0) {
+        return Err(Problem::invalid("after_id must be a non-negative integer"));
+    }
     let page = state.control.list_events(
         &caller.principal,
         id,
@@ -337,7 +362,7 @@ pub async fn run_events(
 
 /// CANCEL (`run.cancel`, SPEC §8.5): a terminal run answers `accepted: false`.
 #[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs",
-    params(("id" = String, Path, format = Uuid, description = "Run id")),
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Run id")),
     responses(
         (status = 200, body = CancelRecord),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),

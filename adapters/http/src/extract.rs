@@ -89,7 +89,8 @@ impl<T: DeserializeOwned + Default + Send> FromRequest<AppState> for ApiJson<T> 
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Problem> {
         let text = body_text(request, state).await?;
-        if text.trim().is_empty() {
+        // No body and a JSON `null` both mean "no options" (the body is optional).
+        if text.trim().is_empty() || text.trim() == "null" {
             return Ok(ApiJson(T::default()));
         }
         json_object(&text).map(ApiJson)

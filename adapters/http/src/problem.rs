@@ -20,8 +20,9 @@ pub struct Problem {
     pub status: StatusCode,
     pub code: &'static str,
     pub detail: String,
-    /// For `already_resolved_differently`: the approval as it stands.
-    pub approval: Option<ApprovalRecord>,
+    /// For `already_resolved_differently`: the approval as it stands (boxed: errors stay
+    /// small on the common path).
+    pub approval: Option<Box<ApprovalRecord>>,
 }
 
 /// The body of every error response.
@@ -107,7 +108,7 @@ impl Problem {
             status: self.status.as_u16(),
             detail: self.detail.clone(),
             code: self.code.to_owned(),
-            approval: self.approval.clone(),
+            approval: self.approval.as_deref().cloned(),
         }
     }
 }

@@ -159,10 +159,10 @@ pub fn tail(
 /// id and whose `data` is the event envelope. Resume with `Last-Event-ID`.
 #[utoipa::path(get, path = "/v1/events/stream", tag = "events", params(
         StreamQuery,
-        ("Last-Event-ID" = Option<String>, Header, description = "Resume after this event id (sent by EventSource on reconnect)"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = "^[0-9]{1,18}$", description = "Resume after this event id (sent by EventSource on reconnect)"),
     ),
     responses(
-        (status = 200, description = "A `text/event-stream`; each message's `data` is an event envelope", content_type = "text/event-stream", body = String),
+        (status = 200, description = "A `text/event-stream`; each message's `data` is an event envelope", content_type = "text/event-stream", body = crate::wire::SseMessageDoc),
         (status = 400, body = ProblemBody, content_type = "application/problem+json"),
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
         (status = 403, body = ProblemBody, content_type = "application/problem+json"),

@@ -122,6 +122,7 @@ impl From<&Page<Approval>> for ApprovalPage {
 pub struct ResolveBody {
     /// Recorded as the approval's `resolution_reason`; at most 4096 characters.
     #[serde(default)]
+    #[schema(max_length = 4096)]
     pub reason: Option<String>,
 }
 
@@ -252,7 +253,8 @@ pub struct UncertainPage {
 pub struct SettleBody {
     /// What a human found out about the call's effect.
     pub outcome: SettlementOutcomeWire,
-    /// 1 to 4096 characters.
+    /// How it was found out; 1 to 4096 characters.
+    #[schema(min_length = 1, max_length = 4096)]
     pub note: String,
 }
 
@@ -549,4 +551,112 @@ impl TokenRecord {
             revoked_at: time(t.revoked_at),
         }
     }
+}
+
+/// A run script (SPEC §15), as `POST /v1/runs` takes it. Documentation of the shape only: the
+/// server parses the body with core's own strict parser, which also checks what a schema
+/// cannot say (the script's tenant and principal are the caller's, its scopes a subset of the
+/// caller's, fewer steps than `limits.max_steps`, call ids unique in their step).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunScriptDoc {
+    /// Always 1.
+    #[schema(minimum = 1, maximum = 1)]
+    pub schema_version: u32,
+    /// The caller's tenant.
+    #[schema(min_length = 1, max_length = 128)]
+    pub tenant_id: String,
+    /// The caller's principal.
+    #[schema(min_length = 1, max_length = 128)]
+    pub principal_id: String,
+    /// A subset of the caller's scopes.
+    pub principal_scopes: Vec<ScopeDoc>,
+    /// An existing session of the caller without an active run, or null for a new one.
+    #[serde(default)]
+    #[schema(format = Uuid)]
+    pub session_id: Option<String>,
+    /// Default `external_untrusted`.
+    #[serde(default)]
+    pub origin_trust: TrustDoc,
+    /// Default: 16 steps, 32 tool calls, no deadline.
+    #[serde(default)]
+    pub limits: LimitsDoc,
+    /// At most 999 steps, each with at least one call.
+    #[schema(max_items = 999)]
+    pub steps: Vec<StepDoc>,
+    /// At most 4096 characters; default `done`.
+    #[serde(default)]
+    #[schema(max_length = 4096)]
+    pub final_message: String,
+}
+
+/// A scope: lowercase segments joined by dots (SPEC §5).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(value_type = String, pattern = "^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)+$")]
+pub struct ScopeDoc(pub String);
+
+/// A trust label a script may declare (SPEC §3; not `platform` or `trusted_configuration`).
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TrustDoc {
+    User,
+    InternalTool,
+    Memory,
+    Knowledge,
+    #[default]
+    ExternalUntrusted,
+}
+
+/// Budgets (SPEC §8.4).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsDoc {
+    /// Default 16.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_steps: u32,
+    /// Default 32.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 10000)]
+    pub max_tool_calls: u32,
+    /// Default: no deadline.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 604800)]
+    pub deadline_seconds: Option<u32>,
+}
+
+/// One planner turn.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StepDoc {
+    #[schema(min_items = 1)]
+    pub calls: Vec<CallDoc>,
+}
+
+/// One proposed tool call.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallDoc {
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    pub call_id: String,
+    pub tool: String,
+    /// A pinned version, or null for the latest registered.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Any JSON; the tool's schema validates it.
+    pub arguments: Value,
+    /// Trust label per top-level argument; unlisted ones are `external_untrusted`.
+    #[serde(default)]
+    pub argument_trust: std::collections::BTreeMap<String, TrustDoc>,
+}
+
+/// One message of the event stream, as `text/event-stream` frames it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SseMessageDoc {
+    /// The event id (decimal): send it back as `Last-Event-ID` to resume after it.
+    pub id: String,
+    /// The event type, e.g. `approval.requested`.
+    pub event: String,
+    /// The event envelope (an `EventRecord`) as one line of JSON.
+    pub data: String,
 }

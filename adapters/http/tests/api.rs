@@ -175,6 +175,10 @@ async fn the_approval_queue_lists_gets_and_resolves_once() {
         .await;
     deny.assert_problem(409, "already_resolved_differently");
     assert_eq!(deny.json["approval"]["status"], "approved");
+    world
+        .post(&path, &bob, json!({"reason": "r".repeat(4097)}))
+        .await
+        .assert_problem(400, "invalid_argument");
 
     // Resolved approvals leave the pending queue; the run was re-queued.
     let page = world.get("/v1/approvals", &bob).await;
@@ -382,6 +386,7 @@ async fn malformed_requests_are_invalid_arguments() {
         "/v1/runs/x".to_owned(),
         "/v1/runs/0190a6f1-2b3c-7d4e-8f90-123456789abc/events?limit=0".to_owned(),
         "/v1/runs/0190a6f1-2b3c-7d4e-8f90-123456789abc/events?after_id=x".to_owned(),
+        "/v1/runs/0190a6f1-2b3c-7d4e-8f90-123456789abc/events?after_id=-1".to_owned(),
         "/v1/invocations/uncertain?all=maybe".to_owned(),
         "/v1/events/stream?after=-1".to_owned(),
         "/v1/events/stream?follow=perhaps".to_owned(),
@@ -670,7 +675,7 @@ async fn responses_carry_the_security_headers() {
     for (name, value) in [
         ("x-content-type-options", "nosniff"),
         ("x-frame-options", "DENY"),
-        ("referrer-policy", "no-referrer"),
+        ("referrer-policy", "same-origin"),
         ("cache-control", "no-store"),
         (
             "content-security-policy",
