@@ -13,15 +13,26 @@ cd "$(dirname "$0")/.."
 SCHEMATHESIS_VERSION=4.32.5
 PLAYWRIGHT_CORE_VERSION=1.64.1
 
+APT_UPDATED=""
+apt_install() {
+  if [ -z "$APT_UPDATED" ]; then apt-get update -qq; APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
 if ! [ -x /usr/bin/chromium ] || ! command -v chromedriver >/dev/null 2>&1; then
   echo "http.sh: installing Debian's chromium and chromium-driver"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  apt_install chromium chromium-driver
 fi
+command -v curl >/dev/null 2>&1 || apt_install curl
 if ! .ci/.venv/bin/python -c "import importlib.metadata as m; assert m.version('schemathesis') == '$SCHEMATHESIS_VERSION'" 2>/dev/null; then
   echo "http.sh: installing schemathesis $SCHEMATHESIS_VERSION into .ci/.venv"
   rm -rf .ci/.venv
-  python3.11 -m venv .ci/.venv 2>/dev/null || python3 -m venv .ci/.venv
+  PYTHON="$(command -v python3.11 || command -v python3)"
+  if ! "$PYTHON" -m venv .ci/.venv 2>/dev/null; then
+    # Debian's python3 needs its venv package for ensurepip.
+    rm -rf .ci/.venv
+    apt_install python3-venv
+    "$PYTHON" -m venv .ci/.venv
+  fi
   .ci/.venv/bin/pip install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
 fi
 PLAYWRIGHT_CORE="$PWD/.ci/.npm/node_modules/playwright-core"

@@ -20,7 +20,7 @@ fn skipped_here_schemathesis_and_headless_chromium_run_in_ci_http_sh() {
     for needed in [
         "schemathesis==$SCHEMATHESIS_VERSION",
         "playwright-core@$PLAYWRIGHT_CORE_VERSION",
-        "apt-get install -y -qq chromium chromium-driver",
+        "apt_install chromium chromium-driver",
         "node .ci/browser/console.cjs",
         "adapters/http/openapi.json",
     ] {
