@@ -337,6 +337,37 @@ impl<S: Store> ControlService<S> {
         Ok(Page { items, next_cursor })
     }
 
+    /// The caller tenant's events of every run, by id, strictly after `after_id` (SPEC §20's
+    /// event stream). Scope `run.read`: the stream is the runs' audit log, the same records
+    /// `list_events` gives per run. `next_cursor` is the last item's id whenever the page is
+    /// not empty, since a tail asks again after it even when the page was short.
+    pub fn tenant_events(
+        &self,
+        principal: &Principal,
+        after_id: Option<i64>,
+        limit: Option<usize>,
+    ) -> Result<Page<Event>, ServiceError> {
+        require(principal, "run.read")?;
+        let limit = limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(
+                "limit must be in 1..=1000".to_owned(),
+            ));
+        }
+        let items = self
+            .env
+            .read(|tx| tx.events_of_tenant(&principal.tenant_id, after_id, limit))?;
+        let next_cursor = items.last().map(|e| e.id.to_string());
+        Ok(Page { items, next_cursor })
+    }
+
+    /// The highest event id committed so far (scope `run.read`): where a view rendered now
+    /// starts its tail, so that nothing committed after the render is missed.
+    pub fn last_event_id(&self, principal: &Principal) -> Result<Option<i64>, ServiceError> {
+        require(principal, "run.read")?;
+        Ok(self.env.read(|tx| tx.last_event_id())?)
+    }
+
     pub fn get_approval(
         &self,
         principal: &Principal,
@@ -346,6 +377,36 @@ impl<S: Store> ControlService<S> {
         Ok(self
             .env
             .read(|tx| Self::visible_approval(tx, principal, id))?)
+    }
+
+    /// The explanation of the decision behind each of these approvals (SPEC §4.1: for audit and
+    /// approvers only, never the planner), read in one transaction. Not in SPEC §10.4: the
+    /// approval record carries the reason code but not its explanation, and a reviewer needs
+    /// both. Ids that are not the caller's announced approvals are left out, as `get` would
+    /// answer `NotFound` for them.
+    pub fn approval_explanations(
+        &self,
+        principal: &Principal,
+        ids: &[ApprovalId],
+    ) -> Result<std::collections::BTreeMap<ApprovalId, String>, ServiceError> {
+        require(principal, "approval.read")?;
+        Ok(self.env.read(|tx| {
+            let mut explanations = std::collections::BTreeMap::new();
+            for &id in ids {
+                let approval = match Self::visible_approval(tx, principal, id) {
+                    Ok(approval) => approval,
+                    Err(TxError::NotFound) => continue,
+                    Err(error) => return Err(error),
+                };
+                if let Some(decision) = tx
+                    .invocation(approval.action_id)?
+                    .and_then(|i| i.policy_decision)
+                {
+                    explanations.insert(id, decision.explanation);
+                }
+            }
+            Ok(explanations)
+        })?)
     }
 
     /// The tenant's announced pending approvals, newest first.

@@ -32,10 +32,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::access::ApiToken;
 use crate::approval::Approval;
 use crate::connection::{Connection, ConnectionState, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
-use crate::ids::{ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId};
+use crate::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId,
+};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -63,6 +66,8 @@ pub struct MemSnapshot {
     pub policy_profiles: BTreeMap<String, PolicyProfileRecord>,
     /// Gateway connections (SPEC §19.4), at most one per session.
     pub connections: BTreeMap<ConnectionId, Connection>,
+    /// SPEC §20.
+    pub api_tokens: BTreeMap<ApiTokenId, ApiToken>,
 }
 
 /// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
@@ -82,6 +87,8 @@ struct Tables {
     /// Position in `rows.process_events` of each derivation key.
     process_event_by_key: BTreeMap<String, usize>,
     settlement_by_invocation: BTreeMap<InvocationId, SettlementId>,
+    /// `UNIQUE(token_sha256)` of `api_tokens`.
+    api_token_by_digest: BTreeMap<String, ApiTokenId>,
 }
 
 /// The in-memory store. Cheap to share behind an `Arc`; see the module docs for its semantics.
@@ -1076,6 +1083,31 @@ impl StoreTx for MemTx<'_> {
             .collect())
     }
 
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        let rows = &self.tables.rows;
+        // Events are kept in id order, so the first one after the cursor is found by bisection.
+        let start = after_id.map_or(0, |after| rows.events.partition_point(|e| e.id <= after));
+        Ok(rows.events[start..]
+            .iter()
+            .filter(|e| {
+                rows.sessions
+                    .get(&e.session_id)
+                    .is_some_and(|s| s.tenant_id == tenant)
+            })
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        Ok(self.tables.rows.events.last().map(|e| e.id))
+    }
+
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
         let tables = &*self.tables;
         if let Some(&position) = tables.process_event_by_key.get(&event.derivation_key) {
@@ -1177,6 +1209,66 @@ impl StoreTx for MemTx<'_> {
     /// By `policy_version`.
     fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
         Ok(self.tables.rows.policy_profiles.values().cloned().collect())
+    }
+
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        if self.tables.rows.api_tokens.contains_key(&token.id) {
+            return Err(conflict(format!("api_tokens: duplicate id {}", token.id)));
+        }
+        if self
+            .tables
+            .api_token_by_digest
+            .contains_key(&token.token_sha256)
+        {
+            return Err(conflict("api_tokens: UNIQUE(token_sha256) holds"));
+        }
+        self.tables
+            .api_token_by_digest
+            .insert(token.token_sha256.clone(), token.id);
+        self.tables.rows.api_tokens.insert(token.id, token.clone());
+        Ok(())
+    }
+
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        Ok(self.tables.rows.api_tokens.get(&id).cloned())
+    }
+
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        Ok(self
+            .tables
+            .api_token_by_digest
+            .get(digest)
+            .and_then(|id| self.tables.rows.api_tokens.get(id))
+            .cloned())
+    }
+
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        let mut tokens: Vec<ApiToken> = self
+            .tables
+            .rows
+            .api_tokens
+            .values()
+            .filter(|t| t.tenant_id == tenant)
+            .cloned()
+            .collect();
+        tokens.sort_by_key(|t| (t.created_at, t.id));
+        Ok(tokens)
+    }
+
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        let token = self
+            .tables
+            .rows
+            .api_tokens
+            .get_mut(&id)
+            .ok_or(TxError::NotFound)?;
+        if token.revoked_at.is_some() {
+            return Err(conflict(format!(
+                "api_tokens: revoked_at of token {id} is set once"
+            )));
+        }
+        token.revoked_at = Some(at);
+        Ok(token.clone())
     }
 }
 

@@ -2,10 +2,11 @@
 //! updates, uniqueness and append-only audit tables. Core builds every change; a store only
 //! persists it.
 
+use crate::access::ApiToken;
 use crate::approval::Approval;
 use crate::connection::{Connection, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
-use crate::ids::{ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard};
@@ -210,6 +211,21 @@ pub trait StoreTx {
         after_id: Option<i64>,
         limit: usize,
     ) -> Result<Vec<Event>, TxError>;
+    /// The events of every session of `tenant`, by id, strictly after `after_id`, at most
+    /// `limit` (SPEC §20's event stream). Ids must follow commit order for this to be a
+    /// gap-free tail: a reader that has seen id `n` must never later see a new event with an
+    /// id below `n`. SQLite and `MemStore` commit one writer at a time, so an id is taken and
+    /// committed before the next one is taken; a store whose ids can commit out of order (a
+    /// PostgreSQL sequence) must hold back ids above the oldest uncommitted one.
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError>;
+    /// The highest event id committed so far in any session (`None` before the first): a
+    /// position to start a tail from, under the same commit-order rule.
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError>;
     /// Idempotent by derivation key like `append_event`.
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError>;
     fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError>;
@@ -229,4 +245,16 @@ pub trait StoreTx {
     ) -> Result<PolicyProfileRecord, TxError>;
     /// Every recorded profile, ordered by `policy_version`.
     fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError>;
+
+    // API tokens (SPEC §20).
+    /// `Conflict` on a duplicate id or `token_sha256`.
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError>;
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError>;
+    /// The token whose `token_sha256` is `digest`.
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError>;
+    /// The tenant's tokens by `created_at, id`.
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError>;
+    /// Sets `revoked_at` once: `NotFound` for an unknown id, `Conflict` if it is already set
+    /// (nothing else of a token ever changes).
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError>;
 }

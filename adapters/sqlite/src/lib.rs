@@ -3,8 +3,8 @@
 //! `SqliteStore`: the embedded production [`Store`] (SPEC §2.2, §7.5, §13, §14, §16 #40–#41). It
 //! depends on core alone: never on the host, a gateway or the HTTP crate (structural test).
 //!
-//! One file holds every table of §14 (`schema`, applied through `rusqlite_migration`, so
-//! `PRAGMA user_version = 1`). Each store keeps one writing connection with the per-connection
+//! One file holds every table of §14 and Part II's additions (`schema`, applied through
+//! `rusqlite_migration`, so `PRAGMA user_version` counts the migrations applied). Each store keeps one writing connection with the per-connection
 //! pragmas of §14 — `journal_mode=WAL`, `synchronous=FULL` (a committed watermark must survive
 //! power loss, G4), `foreign_keys=ON`, `busy_timeout=5000` — and several processes may open the
 //! same file: every write transaction takes the write lock up front with `BEGIN IMMEDIATE`,
@@ -300,7 +300,7 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
 }
 
 /// Checks that the migrated store holds exactly the schema objects this build creates, with
-/// the same definitions. SPEC §14 keeps `user_version` at 1, so the version alone cannot tell an
+/// the same definitions. `user_version` only counts migrations, so the version alone cannot tell an
 /// older build's store, or one whose audit triggers were dropped, from a good one.
 fn verify_schema(conn: &Connection) -> Result<(), SqliteError> {
     let expected = schema::expected_objects()?;

@@ -14,6 +14,7 @@ use rusqlite::types::Type;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Actor, Event, ProcessEvent};
@@ -465,5 +466,22 @@ pub(super) fn profile(row: &Row<'_>) -> rusqlite::Result<PolicyProfileRecord> {
         rule_count: unsigned(row, 4)?,
         loaded_at: time(row, 5)?,
         loaded_by: row.get(6)?,
+    })
+}
+
+pub(super) const API_TOKEN_COLUMNS: &str = "id, tenant_id, principal_id, scopes, token_sha256, \
+     label, created_at, expires_at, revoked_at";
+
+pub(super) fn api_token(row: &Row<'_>) -> rusqlite::Result<ApiToken> {
+    Ok(ApiToken {
+        id: parse(row, 0)?,
+        tenant_id: row.get(1)?,
+        principal_id: row.get(2)?,
+        scopes: json_col(row, 3)?,
+        token_sha256: row.get(4)?,
+        label: row.get(5)?,
+        created_at: time(row, 6)?,
+        expires_at: time_opt(row, 7)?,
+        revoked_at: time_opt(row, 8)?,
     })
 }

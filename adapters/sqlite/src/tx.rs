@@ -24,10 +24,11 @@
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
-use airlock_core::ids::{ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -1265,6 +1266,34 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    /// Walks `events` by id from the cursor and keeps the tenant's through a correlated
+    /// session lookup, so a tail costs about `limit` rows however long the log is (a join
+    /// planned from `sessions` would read every event of the tenant and sort them).
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM events WHERE id > ?2 AND EXISTS \
+                 (SELECT 1 FROM sessions WHERE sessions.id = events.session_id \
+                  AND sessions.tenant_id = ?1) ORDER BY id LIMIT ?3",
+                rows::EVENT_COLUMNS
+            ),
+            params![tenant, after_id.unwrap_or(i64::MIN), limit(limit_rows)],
+            rows::event,
+        )
+    }
+
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        self.one("SELECT MAX(id) FROM events", [].as_slice(), |row| {
+            row.get(0)
+        })
+        .map(Option::flatten)
+    }
+
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
         let stored = self.one(
             &format!(
@@ -1404,5 +1433,81 @@ impl StoreTx for SqliteTx<'_> {
             [].as_slice(),
             rows::profile,
         )
+    }
+
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        if self.api_token(token.id)?.is_some() {
+            return Err(conflict(format!("api_tokens: duplicate id {}", token.id)));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO api_tokens ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![
+                token.id.to_string(),
+                token.tenant_id,
+                token.principal_id,
+                json(&token.scopes, "api_tokens.scopes")?,
+                token.token_sha256,
+                token.label,
+                ts(token.created_at),
+                opt_ts(token.expires_at),
+                opt_ts(token.revoked_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE id = ?1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::api_token,
+        )
+    }
+
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE token_sha256 = ?1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![digest],
+            rows::api_token,
+        )
+    }
+
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE tenant_id = ?1 ORDER BY created_at, id",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![tenant],
+            rows::api_token,
+        )
+    }
+
+    /// The trigger `api_tokens_only_revocation` refuses a second revocation from any
+    /// connection; this checks first so the refusal reads like `MemStore`'s.
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        let token = self.api_token(id)?.ok_or(TxError::NotFound)?;
+        if token.revoked_at.is_some() {
+            return Err(conflict(format!(
+                "api_tokens: revoked_at of token {id} is set once"
+            )));
+        }
+        self.execute(
+            "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+            params![id.to_string(), ts(at)],
+        )?;
+        Ok(ApiToken {
+            revoked_at: Some(at),
+            ..token
+        })
     }
 }

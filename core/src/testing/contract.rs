@@ -71,6 +71,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     missing_parents_are_not_found(&make());
     settlements_only_of_uncertain_invocations(&make());
     connections_are_guarded_and_bind_their_sessions_runs(&make());
+    crate::testing::contract_http::run(&make);
 }
 
 // ----- helpers -------------------------------------------------------------------------------
