@@ -690,6 +690,29 @@ fn row_12_expiry_values_must_be_positive_integers() {
     }
 }
 
+#[test]
+fn row_12_expiry_values_are_bounded_by_ten_years() {
+    // Not in §7.4's table (issue 17): a value past ten years is refused with its own message;
+    // ten years exactly loads (a store-upgrade fixture uses it).
+    let max = airlock_core::policy::profile::MAX_APPROVAL_EXPIRY_SECONDS;
+    assert_eq!(max, 315_360_000);
+    for replacement in [
+        format!("high = {}", max + 1),
+        format!("high = {}", i64::MAX),
+    ] {
+        let err = profile_edit("high = 14400", &replacement);
+        assert_eq!(err, PolicyLoadError::ExpiryTooLong, "{replacement}");
+        assert_eq!(err.file(), PolicyFile::Profile);
+        assert_eq!(
+            err.to_string(),
+            "profile: approval expiry values must be at most 315360000 seconds (10 years)"
+        );
+    }
+    let profile = edit(&shipped_profile(), "high = 14400", &format!("high = {max}"));
+    let ruleset = Ruleset::load(profile.as_bytes(), HARDLINE).unwrap();
+    assert_eq!(ruleset.profile.approval_expiry.high, max);
+}
+
 // ----- Row 13: booleans -----
 
 #[test]

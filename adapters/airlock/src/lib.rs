@@ -7,5 +7,6 @@
 pub mod app;
 pub mod cli;
 pub mod exit;
+pub mod input_file;
 pub mod policy_source;
 pub mod store;

@@ -308,9 +308,21 @@ impl<'e> Session<'e> {
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, TxError> {
+        self.write_rows_after(None, sql, params)
+    }
+
+    /// [`Session::write_rows`], with `setup` (plain SQL, no parameters) run inside the same
+    /// savepoint just before the statement, in the same exchange: a refused statement rolls
+    /// `setup`'s effects back with its own, locks included.
+    pub(crate) fn write_rows_after(
+        &mut self,
+        setup: Option<&str>,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, TxError> {
         let statement = self.statement(sql)?;
         let client = self.client;
-        self.guarded(|| client.query(&statement, params))
+        self.guarded(setup, || client.query(&statement, params))
     }
 
     /// A write returning how many rows it changed, in its own savepoint.
@@ -321,20 +333,57 @@ impl<'e> Session<'e> {
     ) -> Result<u64, TxError> {
         let statement = self.statement(sql)?;
         let client = self.client;
-        self.guarded(|| client.execute(&statement, params))
+        self.guarded(None, || client.execute(&statement, params))
     }
 
-    /// `SAVEPOINT` (after `BEGIN` on the first statement), the statement and `RELEASE`, sent
-    /// together in one exchange; on a refusal, `ROLLBACK TO` in a second.
-    fn guarded<T, F>(&mut self, statement: impl FnOnce() -> F) -> Result<T, TxError>
+    /// A read run before the transaction begins, as a statement of its own (autocommit), in
+    /// one exchange: for work whose effect the transaction's snapshot must already include
+    /// (the event horizon's waits, `tx`'s "Event ids"). `Backend` once the transaction has
+    /// begun, since its snapshot may then be older than the statement.
+    pub(crate) fn row_before_begin(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, TxError> {
+        if self.begun {
+            return Err(TxError::Backend(
+                "a statement meant to run before the transaction began came after it began"
+                    .to_owned(),
+            ));
+        }
+        let statement = self.statement(sql)?;
+        self.engine.counters.exchange();
+        let rows = self
+            .engine
+            .wait(self.client.query(&statement, params))
+            .map_err(|e| tx_error(&e))?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Whether `BEGIN` has been sent.
+    pub(crate) fn begun(&self) -> bool {
+        self.begun
+    }
+
+    /// `SAVEPOINT` (after `BEGIN` on the first statement), `setup` if any, the statement and
+    /// `RELEASE`, sent together in one exchange; on a refusal, `ROLLBACK TO` in a second.
+    fn guarded<T, F>(
+        &mut self,
+        setup: Option<&str>,
+        statement: impl FnOnce() -> F,
+    ) -> Result<T, TxError>
     where
         F: Future<Output = Result<T, tokio_postgres::Error>>,
     {
-        let prefix = if self.begun {
+        let mut prefix = if self.begun {
             format!("SAVEPOINT {WRITE_SAVEPOINT}")
         } else {
             format!("{}; SAVEPOINT {WRITE_SAVEPOINT}", self.access.begin())
         };
+        if let Some(setup) = setup {
+            prefix.push_str("; ");
+            prefix.push_str(setup);
+        }
         self.begun = true;
         let release = format!("RELEASE SAVEPOINT {WRITE_SAVEPOINT}");
         let client = self.client;

@@ -6,12 +6,14 @@
 //! never on the host, a gateway or the HTTP crate (structural test).
 //!
 //! - **Schema** (`schema`): every table, constraint, partial unique index and append-only rule of
-//!   SPEC §14 (with §17.2's step records), enforced by PostgreSQL itself; applied by refinery
+//!   SPEC §14 (with §17.2's step records, §19.4's connections and §20's API tokens), enforced
+//!   by PostgreSQL itself; applied by refinery
 //!   only when asked ([`SchemaAction::Migrate`]); open refuses a database without the schema or
 //!   with one this build does not know.
 //! - **Transactions** (`tx`): READ COMMITTED with the guarded writes of SPEC §8.1, the run row as
 //!   the lock that orders a run's writers, `FOR UPDATE SKIP LOCKED` claims, per-session event
-//!   sequences from the session row's counter. Reads (`Store::read`) run in one REPEATABLE READ,
+//!   sequences from the session row's counter, event ids that a tenant tail reads in commit
+//!   order (readers wait for in-flight event writers rather than writers for each other). Reads (`Store::read`) run in one REPEATABLE READ,
 //!   READ ONLY snapshot beside the writers.
 //! - **Client** (`engine`): tokio-postgres through a deadpool pool, driven by a runtime the store
 //!   owns; the calling thread waits (see below). BEGIN rides with the first statement, each

@@ -15,7 +15,9 @@ use serde::de::DeserializeOwned;
 use tokio_postgres::Row;
 use tokio_postgres::types::FromSql;
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -55,6 +57,19 @@ pub(crate) fn opt_json<T: Serialize>(
     column: &str,
 ) -> Result<Option<String>, TxError> {
     value.map(|v| json(v, column)).transpose()
+}
+
+/// `alive_until`, `closed_at` and `close_reason` of a connection's state: exactly the columns
+/// the connection CHECKs expect for its status.
+pub(crate) fn connection_state_columns(
+    state: &ConnectionState,
+) -> (Option<i64>, Option<i64>, Option<&'static str>) {
+    match state {
+        ConnectionState::Open { alive_until } => (Some(ts(*alive_until)), None, None),
+        ConnectionState::Closed { closed_at, reason } => {
+            (None, Some(ts(*closed_at)), Some(reason.as_str()))
+        }
+    }
 }
 
 /// The state columns of a run: `status`, `lease_owner`, `lease_expires_at`, `scheduled_for`,
@@ -428,5 +443,47 @@ pub(crate) fn profile(row: &Row) -> Result<PolicyProfileRecord, TxError> {
         rule_count: unsigned(row, 4)?,
         loaded_at: time(row, 5)?,
         loaded_by: get(row, 6)?,
+    })
+}
+
+pub(crate) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
+     gateway_id, status, alive_until, closed_at, close_reason, opened_at";
+
+pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
+    let status: ConnectionStatus = parse(row, 5)?;
+    let state = match status {
+        ConnectionStatus::Open => ConnectionState::Open {
+            alive_until: required(time_opt(row, 6)?, 6, "alive_until of an open connection")?,
+        },
+        ConnectionStatus::Closed => ConnectionState::Closed {
+            closed_at: required(time_opt(row, 7)?, 7, "closed_at of a closed connection")?,
+            reason: required(parse_opt(row, 8)?, 8, "close_reason of a closed connection")?,
+        },
+    };
+    Ok(ClientConnection {
+        id: parse(row, 0)?,
+        tenant_id: get(row, 1)?,
+        principal_id: get(row, 2)?,
+        session_id: parse(row, 3)?,
+        gateway_id: get(row, 4)?,
+        state,
+        opened_at: time(row, 9)?,
+    })
+}
+
+pub(crate) const API_TOKEN_COLUMNS: &str = "id, tenant_id, principal_id, scopes, token_sha256, \
+     label, created_at, expires_at, revoked_at";
+
+pub(crate) fn api_token(row: &Row) -> Result<ApiToken, TxError> {
+    Ok(ApiToken {
+        id: parse(row, 0)?,
+        tenant_id: get(row, 1)?,
+        principal_id: get(row, 2)?,
+        scopes: json_col(row, 3)?,
+        token_sha256: get(row, 4)?,
+        label: get(row, 5)?,
+        created_at: time(row, 6)?,
+        expires_at: time_opt(row, 7)?,
+        revoked_at: time_opt(row, 8)?,
     })
 }

@@ -2,7 +2,7 @@
 //!
 //! Migrations are applied by refinery: versioned, checksummed, recorded in
 //! `refinery_schema_history` in the store's schema. Only the commands that start work apply them
-//! ([`SchemaAction::Migrate`]: `run submit`, `worker`, `demo`, later `serve` and `mcp serve`);
+//! ([`SchemaAction::Migrate`]: `run submit`, `worker`, `demo`, `serve`, later `mcp serve`);
 //! every other command opens with [`SchemaAction::RequireCurrent`] and refuses a database without
 //! the schema, so a mistyped URL cannot answer "nothing pending" from tables it just created.
 //!
@@ -28,11 +28,18 @@ const V1: (&str, &str) = (
     include_str!("../migrations/V1__airlock_schema.sql"),
 );
 
+/// V2: gateway connections (§19.4), API tokens (§20) and the functions that keep the tenant
+/// event tail in commit order (see the file's comments and `tx`'s "Event ids").
+const V2: (&str, &str) = (
+    "V2__connections_api_tokens_event_order",
+    include_str!("../migrations/V2__connections_api_tokens_event_order.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";
@@ -42,7 +49,9 @@ const EXPECTED_OBJECTS: &str = include_str!("schema_objects.txt");
 
 /// The catalog query behind [`objects`]: every object of the current schema that the
 /// migrations create, by kind, name and the detail that matters (a column's type and
-/// nullability, a constraint's kind, a trigger's table, timing and function).
+/// nullability, a constraint's kind, a trigger's table, timing and function, a sequence's
+/// increment, cache and cycling: the event tail relies on `events_id_seq` handing out
+/// increasing values across sessions, which a cache above 1 or a cycle would break).
 const OBJECTS_SQL: &str = "
 SELECT 'table ' || c.relname
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -74,6 +83,12 @@ UNION ALL
 SELECT 'function ' || p.proname
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = current_schema()
+UNION ALL
+SELECT 'sequence ' || c.relname || ' increment ' || s.seqincrement || ' cache ' || s.seqcache
+       || CASE WHEN s.seqcycle THEN ' cycle' ELSE '' END
+  FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = current_schema() AND c.relname NOT LIKE $1 || '%'
 ";
 
 fn migrations() -> Result<Vec<Migration>, refinery::Error> {

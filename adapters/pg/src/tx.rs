@@ -23,15 +23,32 @@
 //! back append leaves no gap behind it. The session row's lock also orders a session's event ids
 //! by commit.
 //!
+//! **Event ids** (SPEC §20's tenant tail, `StoreTx::events_of_tenant`). An event's `id` comes
+//! from the identity sequence when its row is inserted, and transactions on different sessions
+//! commit in any order, so ids alone do not follow commit order: a tail could see id 11 while
+//! id 10 is still uncommitted, move its cursor past it, and never see 10. Writers are not
+//! serialized to prevent that (it would queue every event-writing transaction of every worker
+//! from its first append to its COMMIT); readers hold back instead. A write transaction
+//! registers before it takes its first event id (an exclusive advisory transaction lock keyed
+//! by this schema and its backend pid, sent with the first append: no extra round trip, and no
+//! writer ever waits for another). A tail first computes the event horizon: the sequence's
+//! last value L, then the registered transactions, each waited for until it ends; every id at
+//! or below L was taken by one of them or by a transaction already over, so after the waits
+//! every such id is committed or never will be. The tail's snapshot is taken after that, and it
+//! returns ids up to L only. The functions are in migration V2, with the argument in full; the
+//! test `pg_event_order.rs` holds an earlier id's transaction open while a later one commits.
+//!
 //! Constraint violations map to `Conflict` (UNIQUE, PRIMARY KEY, CHECK, trigger) or `NotFound`
 //! (a missing parent row); see `engine::tx_error`. The `MemStore`-only rules are repeated where
 //! they are cheap because the current row is read anyway, with the SQLite store's messages.
 
 use tokio_postgres::types::ToSql;
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionStatus};
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
-use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -169,11 +186,20 @@ fn mutable_columns(run: &Run) -> Result<[(&'static str, Column); 12], TxError> {
     ])
 }
 
+/// Registers the transaction as one that takes event ids (see "Event ids"); sent in the same
+/// exchange as the first append, inside its savepoint.
+const REGISTER_EVENT_WRITER: &str = "SELECT airlock_event_register()";
+
+/// The highest event id a tail may return now (see "Event ids"); waits for in-flight writers.
+const EVENT_HORIZON: &str = "SELECT airlock_event_horizon()";
+
 /// One transaction's `StoreTx`.
 pub(crate) struct PgTx<'e> {
     wire: Wire<'e>,
     /// Runs whose row this transaction has locked (write transactions only).
     locked_runs: Vec<RunId>,
+    /// Whether this transaction holds its event-writer registration (see "Event ids").
+    registered_event_writer: bool,
 }
 
 impl<'e> PgTx<'e> {
@@ -181,7 +207,31 @@ impl<'e> PgTx<'e> {
         PgTx {
             wire,
             locked_runs: Vec::new(),
+            registered_event_writer: false,
         }
+    }
+
+    /// The event horizon: every event id at or below it is committed or will never be, so a
+    /// tail may return up to it and no further. It must be computed before the snapshot the
+    /// tail is read from: before `BEGIN` when the transaction has not begun (a read's snapshot
+    /// is then taken by the tail's own query), or as a statement of its own inside a write
+    /// transaction (READ COMMITTED: the next statement takes a new snapshot). A read whose
+    /// snapshot is already taken cannot be made gap-free, so it is refused.
+    fn event_horizon(&mut self) -> Result<i64, TxError> {
+        let row = if !self.wire.begun() {
+            self.wire.row_before_begin(EVENT_HORIZON, &[])?
+        } else if self.wire.access == Access::Write {
+            self.wire.row(EVENT_HORIZON, &[])?
+        } else {
+            return Err(TxError::Backend(
+                "the event tail must be the first read of a PostgreSQL read transaction (its \
+                 snapshot would otherwise predate the wait for in-flight event writers)"
+                    .to_owned(),
+            ));
+        };
+        let row = row.ok_or_else(|| TxError::Backend("the event horizon is missing".into()))?;
+        row.try_get(0)
+            .map_err(|e| TxError::Backend(format!("the event horizon: {e}")))
     }
 
     fn note_locked(&mut self, run: RunId) {
@@ -579,10 +629,14 @@ impl StoreTx for PgTx<'_> {
                 &[&ts(now), &id.to_string()],
                 rows::run,
             )?,
+            // A run of a session whose connection is open belongs to that connection's
+            // gateway, which claims it by id (§19.4).
             None => self.one(
                 &format!(
                     "SELECT {} FROM runs WHERE status = 'QUEUED' \
                      AND (scheduled_for IS NULL OR scheduled_for <= $1) \
+                     AND NOT EXISTS (SELECT 1 FROM connections AS c \
+                         WHERE c.session_id = runs.session_id AND c.status = 'open') \
                      ORDER BY created_at, id LIMIT 1{lock}",
                     rows::RUN_COLUMNS
                 ),
@@ -605,6 +659,133 @@ impl StoreTx for PgTx<'_> {
             ),
             &[&ts(now), &limit(limit_rows)],
             rows::run,
+        )
+    }
+
+    /// Duplicate id or session: the primary key or `uq_connections_session` (`Conflict`); a
+    /// missing session: the foreign key (`NotFound`).
+    fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
+        let (alive_until, closed_at, reason) = rows::connection_state_columns(&connection.state);
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO connections ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+                     $10)",
+                    rows::CONNECTION_COLUMNS
+                ),
+                &[
+                    &connection.id.to_string(),
+                    &connection.tenant_id,
+                    &connection.principal_id,
+                    &connection.session_id.to_string(),
+                    &connection.gateway_id,
+                    &connection.status().as_str(),
+                    &alive_until,
+                    &closed_at,
+                    &reason,
+                    &ts(connection.opened_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE id = $1",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&id.to_string()],
+            rows::connection,
+        )
+    }
+
+    fn connection_by_session(
+        &mut self,
+        session: SessionId,
+    ) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE session_id = $1",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&session.to_string()],
+            rows::connection,
+        )
+    }
+
+    /// The current row is read locked (in a write transaction), so the checks and the guarded
+    /// UPDATE see the same row; the trigger `connections_guarded` repeats the immutability
+    /// rules for any other writer. A connection row is only ever locked by a change of its
+    /// own, before its run's row (closing requests the run's cancellation afterwards), and a
+    /// claim reads it unlocked, so the run-first lock order of claims cannot meet it.
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &ClientConnection,
+    ) -> Result<(), TxError> {
+        let sql = format!(
+            "SELECT {} FROM connections WHERE id = $1{}",
+            rows::CONNECTION_COLUMNS,
+            self.lock()
+        );
+        let current = self
+            .one(&sql, &[&next.id.to_string()], rows::connection)?
+            .ok_or(TxError::NotFound)?;
+        if current.status() != expected {
+            return Err(conflict(format!(
+                "connections: connection {} is {}, not {expected}",
+                next.id,
+                current.status()
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "connections: an immutable field of connection {} changed",
+                next.id
+            )));
+        }
+        if !current.is_open() {
+            return Err(conflict(format!(
+                "connections: closed connection {} never changes",
+                next.id
+            )));
+        }
+        let (alive_until, closed_at, reason) = rows::connection_state_columns(&next.state);
+        let changed = self.wire.write(
+            "UPDATE connections SET status = $1, alive_until = $2, closed_at = $3, \
+             close_reason = $4 WHERE id = $5 AND status = $6",
+            &[
+                &next.status().as_str(),
+                &alive_until,
+                &closed_at,
+                &reason,
+                &next.id.to_string(),
+                &expected.as_str(),
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!(
+                "connections: connection {} is not {expected}",
+                next.id
+            )));
+        }
+        Ok(())
+    }
+
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit_rows: usize,
+    ) -> Result<Vec<ClientConnection>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM connections WHERE status = 'open' AND alive_until <= $1 \
+                 ORDER BY alive_until, id LIMIT $2",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&ts(now), &limit(limit_rows)],
+            rows::connection,
         )
     }
 
@@ -1156,7 +1337,10 @@ impl StoreTx for PgTx<'_> {
         let session_id = event.session_id.to_string();
         let run_id = event.run_id.map(|r| r.to_string());
         let payload = json(&event.payload, "events.payload")?;
-        let inserted = self.wire.write_rows(
+        let register = (self.wire.access == Access::Write && !self.registered_event_writer)
+            .then_some(REGISTER_EVENT_WRITER);
+        let inserted = self.wire.write_rows_after(
+            register,
             "WITH taken AS ( \
                  UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
                  WHERE id = $1 AND ($2::text IS NULL OR EXISTS \
@@ -1181,7 +1365,10 @@ impl StoreTx for PgTx<'_> {
         );
         let row = match inserted {
             Ok(rows) => match rows.into_iter().next() {
-                Some(row) => row,
+                Some(row) => {
+                    self.registered_event_writer |= register.is_some();
+                    row
+                }
                 None => return self.refused_event(event, None),
             },
             Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
@@ -1223,6 +1410,45 @@ impl StoreTx for PgTx<'_> {
             ],
             rows::event,
         )
+    }
+
+    /// Up to the event horizon (see "Event ids"): an id above it may still be preceded by one
+    /// that commits later, so it waits for the next read. Walks `events` by id from the cursor
+    /// and keeps the tenant's through the session, as the SQLite store does.
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        let horizon = self.event_horizon()?;
+        self.all(
+            &format!(
+                "SELECT {} FROM events WHERE id > $2 AND id <= $3 AND EXISTS \
+                 (SELECT 1 FROM sessions WHERE sessions.id = events.session_id \
+                  AND sessions.tenant_id = $1) ORDER BY id LIMIT $4",
+                rows::EVENT_COLUMNS
+            ),
+            &[
+                &tenant,
+                &after_id.unwrap_or(i64::MIN),
+                &horizon,
+                &limit(limit_rows),
+            ],
+            rows::event,
+        )
+    }
+
+    /// The highest id at or below the event horizon, so a tail started from it misses nothing
+    /// that commits later.
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        let horizon = self.event_horizon()?;
+        let last: Option<Option<i64>> = self.one(
+            "SELECT MAX(id) FROM events WHERE id <= $1",
+            &[&horizon],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )?;
+        Ok(last.flatten())
     }
 
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
@@ -1385,5 +1611,82 @@ impl StoreTx for PgTx<'_> {
             &[],
             rows::profile,
         )
+    }
+
+    /// Duplicate id or digest: the primary key or `uq_api_tokens_token_sha256` (`Conflict`).
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO api_tokens ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    rows::API_TOKEN_COLUMNS
+                ),
+                &[
+                    &token.id.to_string(),
+                    &token.tenant_id,
+                    &token.principal_id,
+                    &json(&token.scopes, "api_tokens.scopes")?,
+                    &token.token_sha256,
+                    &token.label,
+                    &ts(token.created_at),
+                    &opt_ts(token.expires_at),
+                    &opt_ts(token.revoked_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE id = $1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&id.to_string()],
+            rows::api_token,
+        )
+    }
+
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE token_sha256 = $1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&digest],
+            rows::api_token,
+        )
+    }
+
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE tenant_id = $1 ORDER BY created_at, id",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&tenant],
+            rows::api_token,
+        )
+    }
+
+    /// One guarded statement: `revoked_at IS NULL` in the WHERE makes a second revocation
+    /// change nothing (two racing revocations: one wins, the other is a `Conflict`), and the
+    /// trigger `api_tokens_only_revocation` refuses it from any other writer too.
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        let revoked = self.wire.write_rows(
+            &format!(
+                "UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL \
+                 RETURNING {}",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&id.to_string(), &ts(at)],
+        )?;
+        match revoked.first() {
+            Some(row) => rows::api_token(row),
+            None if self.api_token(id)?.is_some() => Err(conflict(format!(
+                "api_tokens: revoked_at of token {id} is set once"
+            ))),
+            None => Err(TxError::NotFound),
+        }
     }
 }

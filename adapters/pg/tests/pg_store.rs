@@ -80,7 +80,7 @@ fn open_refuses_a_schema_it_does_not_know() {
         &url,
         &newer,
         "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) \
-         VALUES (2, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+         VALUES (3, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
     )
     .expect("history row");
     for action in [SchemaAction::RequireCurrent, SchemaAction::Migrate] {
@@ -130,7 +130,11 @@ fn concurrent_first_opens_migrate_once() {
         &schema,
         "SELECT COUNT(*) FROM refinery_schema_history",
     );
-    assert_eq!(history, ["1"], "one migration recorded once");
+    assert_eq!(
+        history,
+        [airlock_pg::SCHEMA_VERSION.to_string()],
+        "each migration recorded once"
+    );
 }
 
 #[test]
@@ -177,6 +181,90 @@ fn postgres_itself_rejects_changes_to_audit_rows() {
         duplicate.contains("uq_events_session_sequence"),
         "{duplicate}"
     );
+}
+
+/// The rules of migration V2 hold for any writer, not only through the store: a token changes
+/// only by its one revocation and is never deleted; a connection keeps its identity, a closed
+/// one never changes, and its columns agree with its status.
+#[test]
+fn postgres_itself_guards_tokens_and_connections() {
+    let Some(url) = common::server("postgres_itself_guards_tokens_and_connections") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("guards");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Queued);
+    let session = run.session_id;
+    let digest = "a".repeat(64);
+    common::execute(
+        &url,
+        &schema,
+        &format!(
+            "INSERT INTO api_tokens (id, tenant_id, principal_id, scopes, token_sha256, \
+             created_at) VALUES ('t1', 'acme', 'alice', '[]', '{digest}', 1); \
+             INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+             status, alive_until, opened_at) VALUES ('c1', 'acme', 'alice', '{session}', 'g', \
+             'open', 10, 1)"
+        ),
+    )
+    .expect("rows written around the store");
+    for (sql, refusal) in [
+        (
+            "UPDATE api_tokens SET label = 'x'",
+            "only revoked_at changes",
+        ),
+        ("DELETE FROM api_tokens", "revoke a token instead"),
+        ("TRUNCATE api_tokens", "append-only"),
+        (
+            "UPDATE api_tokens SET revoked_at = 5, label = 'x'",
+            "only revoked_at changes",
+        ),
+        (
+            "INSERT INTO api_tokens (id, tenant_id, principal_id, scopes, token_sha256, \
+             created_at) VALUES ('t2', 'acme', 'alice', '[]', 'short', 1)",
+            "ck_api_tokens_token_sha256",
+        ),
+        (
+            "UPDATE connections SET gateway_id = 'other'",
+            "immutable field",
+        ),
+        ("DELETE FROM connections", "close a connection instead"),
+        (
+            "UPDATE connections SET status = 'closed'",
+            "ck_connections_alive_iff_open",
+        ),
+        (
+            "INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+             status, alive_until, opened_at) SELECT 'c2', tenant_id, principal_id, session_id, \
+             gateway_id, status, alive_until, opened_at FROM connections",
+            "uq_connections_session",
+        ),
+    ] {
+        let refused = common::execute(&url, &schema, sql).expect_err(sql);
+        assert!(refused.contains(refusal), "{sql}: {refused}");
+    }
+    common::execute(&url, &schema, "UPDATE api_tokens SET revoked_at = 5")
+        .expect("the one revocation");
+    let again = common::execute(&url, &schema, "UPDATE api_tokens SET revoked_at = 6")
+        .expect_err("a second revocation");
+    assert!(again.contains("only once"), "{again}");
+    common::execute(
+        &url,
+        &schema,
+        "UPDATE connections SET status = 'closed', alive_until = NULL, closed_at = 20, \
+         close_reason = 'expired'",
+    )
+    .expect("closing");
+    let reopened = common::execute(
+        &url,
+        &schema,
+        "UPDATE connections SET status = 'open', alive_until = 30, closed_at = NULL, \
+         close_reason = NULL",
+    )
+    .expect_err("a closed connection never changes");
+    assert!(reopened.contains("never changes"), "{reopened}");
 }
 
 #[test]

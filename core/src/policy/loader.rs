@@ -17,7 +17,7 @@ use crate::vocab::{HardlineRuleKind, PolicyCondition, PolicyDecisionType, SideEf
 
 use super::hardline::{HardlineRule, Matcher, NetworkRanges, ProtectedPaths, SideEffectSet, is_ws};
 use super::matrix::{FailClosed, Matrix, MatrixRule};
-use super::profile::{ApprovalExpiry, Profile};
+use super::profile::{ApprovalExpiry, MAX_APPROVAL_EXPIRY_SECONDS, Profile};
 
 /// Which of the two files an error concerns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,12 @@ pub enum PolicyLoadError {
     ExpiryLevels,
     #[error("profile: approval expiry values must be positive integers")]
     ExpiryValues,
+    /// Not in SPEC §7.4's table: row 12 bounded above (see [`MAX_APPROVAL_EXPIRY_SECONDS`]).
+    #[error(
+        "profile: approval expiry values must be at most {MAX_APPROVAL_EXPIRY_SECONDS} seconds \
+         (10 years)"
+    )]
+    ExpiryTooLong,
     #[error("profile: {0} must be a boolean")]
     NotBoolean(&'static str),
     #[error("profile: advisory.enabled must be false")]
@@ -121,6 +127,7 @@ impl PolicyLoadError {
             | UnknownToolOpen
             | ExpiryLevels
             | ExpiryValues
+            | ExpiryTooLong
             | NotBoolean(_)
             | AdvisoryEnabled => PolicyFile::Profile,
             _ => PolicyFile::Hardline,
@@ -435,9 +442,11 @@ pub fn load_profile(bytes: &[u8]) -> Result<Profile, PolicyLoadError> {
         return Err(PolicyLoadError::ExpiryLevels);
     }
     let seconds = |level: &str| match expiry.get(level) {
-        Some(Value::Integer(n)) if *n > 0 => {
-            u64::try_from(*n).map_err(|_| PolicyLoadError::ExpiryValues)
-        }
+        Some(Value::Integer(n)) if *n > 0 => match u64::try_from(*n) {
+            Ok(seconds) if seconds <= MAX_APPROVAL_EXPIRY_SECONDS => Ok(seconds),
+            Ok(_) => Err(PolicyLoadError::ExpiryTooLong),
+            Err(_) => Err(PolicyLoadError::ExpiryValues),
+        },
         _ => Err(PolicyLoadError::ExpiryValues),
     };
     let approval_expiry = ApprovalExpiry {
