@@ -1,8 +1,8 @@
 //! Many worker processes on one PostgreSQL database (SPEC §18 "Many processes"): three
 //! `airlock worker --store postgres://…` processes share the runs while approvals are resolved
 //! from other processes; a kill -9 torture with three workers per round; `airlock demo` on
-//! PostgreSQL; and a worker whose server is lost mid-run stops claiming and exits 4 with nothing
-//! committed lost. Skipped (with a message) without `AIRLOCK_TEST_PG_URL`; under `CI=true` they
+//! PostgreSQL; a worker whose server is lost mid-run stops claiming and exits 4 with nothing
+//! committed lost; and `airlock serve` on PostgreSQL streaming a run's events. Skipped (with a message) without `AIRLOCK_TEST_PG_URL`; under `CI=true` they
 //! fail instead.
 
 use std::process::{Child, Output, Stdio};
@@ -305,4 +305,139 @@ fn a_worker_that_loses_its_server_stops_and_exits_4_losing_nothing_committed() {
     assert_eq!(data.worker_until_idle(1500).status.code(), Some(0));
     assert_eq!(count_status(&data, "COMPLETED"), runs, "every run finishes");
     assert_no_duplicate_effects(&data);
+}
+
+/// One Server-Sent Event as `airlock serve` sends it.
+#[derive(Debug)]
+struct Sse {
+    id: i64,
+    event: String,
+    data: serde_json::Value,
+}
+
+/// Opens `GET /v1/events/stream` with an HTTP/1.0 request (so the body is the bare stream, not
+/// chunked) and forwards each event to the returned channel from a reader thread.
+fn follow_events(addr: &str, token: &str) -> std::sync::mpsc::Receiver<Sse> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to serve");
+    write!(
+        stream,
+        "GET /v1/events/stream HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Accept: text/event-stream\r\n\r\n"
+    )
+    .expect("request");
+    let (sender, events) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stream).lines();
+        let status = lines.next().and_then(Result::ok).unwrap_or_default();
+        assert!(status.contains(" 200 "), "the stream answers 200: {status}");
+        let (mut id, mut event, mut data) = (None, String::new(), None);
+        for line in lines {
+            let Ok(line) = line else { return };
+            if let Some(value) = line.strip_prefix("id:") {
+                id = value.trim().parse::<i64>().ok();
+            } else if let Some(value) = line.strip_prefix("event:") {
+                event = value.trim().to_owned();
+            } else if let Some(value) = line.strip_prefix("data:") {
+                data = serde_json::from_str(value.trim()).ok();
+            } else if line.is_empty()
+                && let (Some(id), Some(data)) = (id.take(), data.take())
+                && sender
+                    .send(Sse {
+                        id,
+                        event: std::mem::take(&mut event),
+                        data,
+                    })
+                    .is_err()
+            {
+                return;
+            }
+        }
+    });
+    events
+}
+
+/// `airlock serve --store postgres://…` (SPEC §18 with §20): a token minted by the CLI on the
+/// database opens the event stream, the server's own worker (woken by NOTIFY) executes a run
+/// another process submitted, and the stream delivers that run's events as they commit, in id
+/// order, exactly the run's audit trail; nothing is written to a SQLite file.
+#[test]
+fn serve_on_postgres_streams_the_events_of_a_run_its_worker_executes() {
+    use std::io::{BufRead, BufReader};
+    let Some(server) = server("serve_on_postgres_streams_events") else {
+        return;
+    };
+    let data = DataDir::on_postgres(&server);
+    let minted = data.json("bob", &["tokens", "create", "--label", "pg-e2e"]);
+    let token = minted["token"].as_str().expect("the token, shown once");
+    let mut serve = data
+        .command("operator", &["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let mut first = String::new();
+    BufReader::new(serve.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("the listening line");
+    let listening: serde_json::Value = serde_json::from_str(&first).expect("JSON line");
+    assert_eq!(listening["worker"], true, "{listening}");
+    let addr = listening["listening"].as_str().expect("address").to_owned();
+    let events = follow_events(&addr, token);
+
+    let run = data.submit(&script(json!([[workspace_write(
+        "w1",
+        "streamed.txt",
+        "hello"
+    )]])));
+    let started = Instant::now();
+    let mut streamed = Vec::new();
+    loop {
+        let left = Duration::from_secs(60).saturating_sub(started.elapsed());
+        let event = events
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no run.completed streamed; got {streamed:?}"));
+        let done = event.event == "run.completed" && event.data["run_id"] == run.as_str();
+        streamed.push(event);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        streamed.windows(2).all(|w| w[0].id < w[1].id),
+        "ids increase along the stream: {streamed:?}"
+    );
+    assert!(
+        streamed.iter().all(|e| e.data["id"] == e.id),
+        "the SSE id is the event's id"
+    );
+    let of_run: Vec<(i64, String)> = streamed
+        .iter()
+        .filter(|e| e.data["run_id"] == run.as_str())
+        .map(|e| (e.id, e.event.clone()))
+        .collect();
+    let trail: Vec<(i64, String)> = data
+        .events(&run)
+        .iter()
+        .map(|e| {
+            (
+                e["id"].as_i64().expect("id"),
+                e["event_type"].as_str().expect("type").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(of_run, trail, "the stream carries the run's audit trail");
+    assert_eq!(data.run_status(&run), "COMPLETED");
+    assert_eq!(data.count("SELECT COUNT(*) FROM api_tokens"), 1);
+    assert!(
+        !data.path().join("airlock.sqlite3").exists(),
+        "no SQLite store beside the PostgreSQL one"
+    );
+    let output = terminate(serve);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "SIGTERM ends serve: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
