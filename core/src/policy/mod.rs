@@ -11,7 +11,7 @@ pub mod profile;
 pub mod shipped;
 pub mod version;
 
-pub use engine::evaluate;
+pub use engine::{evaluate, evaluate_with};
 pub use loader::{PolicyFile, PolicyLoadError};
 pub use profile::Profile;
 pub use version::PolicyVersion;
