@@ -59,7 +59,11 @@ pub fn hardline_readings(data: &[u8]) {
         "§21.1: the URL pre-filter skips only what cannot match"
     );
     let reading = shell::read_shell(&text);
-    assert_eq!(reading, shell::read_shell(&text), "the shell reading is deterministic");
+    assert_eq!(
+        reading,
+        shell::read_shell(&text),
+        "the shell reading is deterministic"
+    );
     let words: Vec<&str> = text.split_whitespace().collect();
     let _ = shell::read_argv(&words);
     let _ = is_credential_shaped(&text);

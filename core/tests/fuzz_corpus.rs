@@ -50,7 +50,10 @@ fn policy_eval_corpus_replays_clean() {
 
 #[test]
 fn hardline_readings_corpus_replays_clean() {
-    replay("hardline_readings", airlock_core::fuzzing::hardline_readings);
+    replay(
+        "hardline_readings",
+        airlock_core::fuzzing::hardline_readings,
+    );
 }
 
 #[test]

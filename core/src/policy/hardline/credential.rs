@@ -117,11 +117,13 @@ pub fn is_credential_shaped(s: &str) -> bool {
 pub fn is_credential_name(name: &str) -> bool {
     let snake = name.to_snake_case();
     let mut segments = snake.rsplit('_').filter(|s| !s.is_empty());
-    match (segments.next(), segments.next()) {
-        (Some("password" | "passwd" | "secret" | "token" | "credentials" | "cookie"), _) => true,
-        (Some("key"), Some("api" | "private" | "access" | "secret")) => true,
-        _ => false,
-    }
+    matches!(
+        (segments.next(), segments.next()),
+        (
+            Some("password" | "passwd" | "secret" | "token" | "credentials" | "cookie"),
+            _
+        ) | (Some("key"), Some("api" | "private" | "access" | "secret"))
+    )
 }
 
 /// The characters of a credential-name identifier in text (SPEC §21.4).
@@ -136,12 +138,7 @@ fn has_credential_assignment(s: &str) -> bool {
     let bytes = s.as_bytes();
     for (at, _) in s.match_indices([':', '=']) {
         // A value must follow: optional WS, then a non-WS character.
-        if !s[at + 1..]
-            .trim_start_matches(is_ws)
-            .chars()
-            .next()
-            .is_some_and(|c| !is_ws(c))
-        {
+        if s[at + 1..].trim_start_matches(is_ws).is_empty() {
             continue;
         }
         let before = s[..at].trim_end_matches(is_ws);

@@ -274,11 +274,7 @@ impl Reader {
             }
             "xargs" => self.xargs(&args, piped, depth),
             "find" => self.find(&args, depth),
-            "curl" | "wget" => {
-                if user_password(&args) {
-                    self.out.user_password = true;
-                }
-            }
+            "curl" | "wget" if user_password(&args) => self.out.user_password = true,
             _ => {}
         }
         self.emit(words, redirects);
