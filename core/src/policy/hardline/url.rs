@@ -61,37 +61,27 @@ pub fn read_urls(s: &str, prefilter: bool) -> UrlReading {
             if prefilter && !may_yield(variant) {
                 continue;
             }
-            reading.merge(read_candidate(variant, 0));
+            reading.merge(read_candidate(variant, 0, prefilter));
         }
     }
     reading
 }
 
-/// A token as it is, and with one surrounding pair of `"'<>()[]` removed; for a conservative
-/// reading also with only the leading or only the trailing one of those characters removed.
+/// A token as it is, and with one surrounding pair of `"'<>()[]` removed.
 fn unwrapped(token: &str) -> Vec<&str> {
     let mut out = vec![token];
-    let first = token.chars().next();
-    let last = token.chars().next_back();
-    let opens = |c: char| PAIRS.iter().any(|(o, _)| *o == c);
-    let closes = |c: char| PAIRS.iter().any(|(_, e)| *e == c);
-    let head = first.filter(|c| opens(*c)).map_or(0, char::len_utf8);
-    let tail = last.filter(|c| closes(*c)).map_or(0, char::len_utf8);
-    if head > 0 {
-        out.push(&token[head..]);
-    }
-    if tail > 0 {
-        out.push(&token[..token.len() - tail]);
-    }
-    if head > 0 && tail > 0 && head + tail <= token.len() {
-        out.push(&token[head..token.len() - tail]);
+    let mut chars = token.chars();
+    if let (Some(first), Some(last)) = (chars.next(), chars.next_back())
+        && PAIRS.contains(&(first, last))
+    {
+        out.push(&token[first.len_utf8()..token.len() - last.len_utf8()]);
     }
     out
 }
 
 /// One candidate: parsed as it is and, when it has no scheme of its own, with `http://` in
 /// front.
-fn read_candidate(candidate: &str, depth: usize) -> UrlReading {
+fn read_candidate(candidate: &str, depth: usize, prefilter: bool) -> UrlReading {
     let mut reading = UrlReading::default();
     let parsed = Url::parse(candidate);
     let without_scheme = match &parsed {
@@ -102,10 +92,32 @@ fn read_candidate(candidate: &str, depth: usize) -> UrlReading {
     if let Ok(url) = &parsed {
         read_url(url, depth, &mut reading);
     }
-    if without_scheme && let Ok(url) = Url::parse(&format!("http://{candidate}")) {
+    let worth_a_prefix = !prefilter || candidate.contains(['=', '?']) || host_may_be_ip(candidate);
+    if without_scheme
+        && worth_a_prefix
+        && let Ok(url) = Url::parse(&format!("http://{candidate}"))
+    {
         read_url(&url, depth, &mut reading);
     }
     reading
+}
+
+/// Whether `http://` + `candidate` could have an IP host: the host (after the last `@` of the
+/// authority, port included) is bracketed, or holds only what an IPv4 number can be spelled
+/// with (hex digits, `x`, `.`, `%` escapes, the tab and newlines the parser drops) or characters
+/// outside ASCII (UTS-46 may map them to digits). Part of the pre-filter of SPEC §21.1.
+fn host_may_be_ip(candidate: &str) -> bool {
+    let authority = candidate
+        .split(['/', '\\', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    host.starts_with('[')
+        || host.chars().all(|c| {
+            !c.is_ascii()
+                || c.is_ascii_hexdigit()
+                || matches!(c, 'x' | 'X' | '.' | '%' | ':' | '\t' | '\n' | '\r')
+        })
 }
 
 fn is_special(url: &Url) -> bool {
@@ -124,7 +136,7 @@ fn read_url(url: &Url, depth: usize, reading: &mut UrlReading) {
     if url.host_str().is_none_or(str::is_empty) {
         let decoded = percent_decode(path);
         if depth < MAX_NESTING && decoded.contains(':') {
-            reading.merge(read_candidate(&decoded, depth + 1));
+            reading.merge(read_candidate(&decoded, depth + 1, false));
         }
         reading.paths.push(decoded);
     }
@@ -247,8 +259,10 @@ mod tests {
 
     #[test]
     fn tokens_lose_one_surrounding_pair() {
-        assert_eq!(unwrapped("'x'"), ["'x'", "x'", "'x", "x"]);
-        assert_eq!(unwrapped("(x"), ["(x", "x"]);
+        assert_eq!(unwrapped("'x'"), ["'x'", "x"]);
+        assert_eq!(unwrapped("(x)"), ["(x)", "x"]);
+        assert_eq!(unwrapped("(x"), ["(x"]);
+        assert_eq!(unwrapped("'"), ["'"]);
         assert_eq!(unwrapped("x"), ["x"]);
     }
 }

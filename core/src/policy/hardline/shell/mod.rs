@@ -172,7 +172,7 @@ impl Reader {
             for raw in &command.words {
                 let expansion = expand(raw, &self.variables);
                 substitutions.extend(expansion.substitutions);
-                readings = cross(&readings, &expansion.readings);
+                readings = cross(readings, expansion.readings);
             }
             let mut redirects = Vec::new();
             for raw in &command.redirects {
@@ -626,18 +626,27 @@ fn absolute(path: &str) -> String {
     format!("/{}", components.join("/"))
 }
 
-/// Every reading of the command so far combined with every reading of the next word.
-fn cross(left: &[Vec<Word>], right: &[Vec<Word>]) -> Vec<Vec<Word>> {
-    let mut out = Vec::with_capacity(left.len() * right.len());
-    for l in left {
-        for r in right {
+/// Every reading of the command so far combined with every reading of the next word, at most
+/// two in all (two readings per quoted `$IFS` word could multiply; two hold both ways). The
+/// common case, one reading on each side, extends in place: building an argv stays linear.
+fn cross(mut left: Vec<Vec<Word>>, right: Vec<Vec<Word>>) -> Vec<Vec<Word>> {
+    if let [only] = right.as_slice() {
+        for argv in &mut left {
+            argv.extend(only.iter().cloned());
+        }
+        return left;
+    }
+    let mut out = Vec::with_capacity(2);
+    'outer: for l in &left {
+        for r in &right {
+            if out.len() == 2 {
+                break 'outer;
+            }
             let mut argv = l.clone();
             argv.extend(r.iter().cloned());
             out.push(argv);
         }
     }
-    // Two readings per quoted `$IFS` word could multiply; two in all are enough to hold both.
-    out.truncate(2);
     out
 }
 

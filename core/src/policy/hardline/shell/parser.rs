@@ -63,7 +63,14 @@ pub fn parse(text: &str) -> Option<Script> {
     }
     let mut script = Script::default();
     let mut any = false;
+    // The lines share one token budget, so a long script of short lines stays bounded too.
+    let mut budget = 2 * MAX_TOKENS;
     for line in text.split('\n') {
+        let tokens = estimated_tokens(line);
+        if tokens > budget {
+            break;
+        }
+        budget -= tokens;
         if let Some(part) = parse_whole(line) {
             any = true;
             script.pipelines.extend(part.pipelines);
@@ -74,7 +81,7 @@ pub fn parse(text: &str) -> Option<Script> {
 
 /// One call of the parser on the whole of `text`, behind the guards.
 fn parse_whole(text: &str) -> Option<Script> {
-    if nesting_depth(text) > MAX_NESTING {
+    if nesting_depth(text) > MAX_NESTING || estimated_tokens(text) > MAX_TOKENS {
         return None;
     }
     let options = options();
@@ -88,6 +95,26 @@ fn parse_whole(text: &str) -> Option<Script> {
         flatten_list(complete, &mut script);
     }
     Some(script)
+}
+
+/// An upper bound on the tokenizer's output, counted before tokenizing (the tokenizer itself
+/// costs about a microsecond per token): every run of non-blank characters and every operator
+/// character may be a token.
+fn estimated_tokens(text: &str) -> usize {
+    let mut count = 0;
+    let mut in_word = false;
+    for b in text.bytes() {
+        let blank = matches!(b, b' ' | b'\t');
+        let operator = matches!(b, b';' | b'&' | b'|' | b'<' | b'>' | b'(' | b')' | b'\n');
+        if operator {
+            count += 1;
+        }
+        if !blank && !operator && !in_word {
+            count += 1;
+        }
+        in_word = !blank && !operator;
+    }
+    count
 }
 
 /// The deepest nesting of `(`, `{` and `[`, quotes ignored (so the figure is never lower than
