@@ -17,6 +17,12 @@ use super::strings::is_ws;
 /// How deep a URL nested in a URL's path (`jar:view-source:file:…`) is read.
 const MAX_NESTING: usize = 4;
 
+/// Most candidates parsed per string. A WHATWG parse with UTS-46 mapping costs microseconds, so
+/// a 64 KiB string of thousands of URL-like tokens would take a large fraction of a second; the
+/// budget keeps every string's reading within milliseconds (SPEC §21.5), and tokens past it keep
+/// their v1 readings. Ordinary strings hold a handful of candidates.
+pub const MAX_CANDIDATES: usize = 512;
+
 /// Characters one surrounding pair of which is removed from a token.
 const PAIRS: [(char, char); 5] = [('"', '"'), ('\'', '\''), ('<', '>'), ('(', ')'), ('[', ']')];
 
@@ -52,14 +58,23 @@ pub fn read_urls(s: &str, prefilter: bool) -> UrlReading {
     let mut tokens = trimmed.split(is_ws).filter(|t| !t.is_empty()).peekable();
     // A string that is one token is read once.
     let whole = (tokens.peek() != Some(&trimmed)).then_some(trimmed);
+    let mut budget = MAX_CANDIDATES;
     for candidate in whole.into_iter().chain(tokens) {
         let variants = unwrapped(candidate);
         for (i, variant) in variants.iter().enumerate() {
             if variant.is_empty() || variants[..i].contains(variant) {
                 continue;
             }
-            if prefilter && !may_yield(variant) {
-                continue;
+            if !may_yield(variant) {
+                // A candidate that cannot yield costs nothing and is not counted, so the budget
+                // and the pre-filter are independent; without the pre-filter it is still read.
+                if prefilter {
+                    continue;
+                }
+            } else if budget == 0 {
+                return reading;
+            } else {
+                budget -= 1;
             }
             reading.merge(read_candidate(variant, 0, prefilter));
         }
@@ -255,6 +270,15 @@ mod tests {
             true,
         );
         assert_eq!(r.queries, ["d=-----BEGIN RSA PRIVATE KEY-----"]);
+    }
+
+    #[test]
+    fn the_candidate_budget_bounds_a_long_string() {
+        let mut text = "http://example.com/ ".repeat(MAX_CANDIDATES);
+        text.push_str("http://169.254.169.254/");
+        assert_eq!(read_urls(&text, true).addresses, Vec::<IpAddr>::new());
+        let short = "http://example.com/ http://169.254.169.254/";
+        assert_eq!(read_urls(short, true).addresses, [IMDS]);
     }
 
     #[test]
