@@ -23,6 +23,13 @@ const MAX_NESTING: usize = 4;
 /// their v1 readings. Ordinary strings hold a handful of candidates.
 pub const MAX_CANDIDATES: usize = 512;
 
+/// For how many `=` of one path or query the whole rest of it is read as well as the value.
+const MAX_WHOLE_SUFFIXES: usize = 8;
+
+/// How many `=` of one path or query are read at all (a value may run to the end of a long
+/// part, so each costs up to the part's length).
+const MAX_VALUES: usize = 64;
+
 /// Characters one surrounding pair of which is removed from a token.
 const PAIRS: [(char, char); 5] = [('"', '"'), ('\'', '\''), ('<', '>'), ('(', ')'), ('[', ']')];
 
@@ -155,12 +162,21 @@ fn read_url(url: &Url, depth: usize, reading: &mut UrlReading) {
         }
         reading.paths.push(decoded);
     }
+    // The text after each `=` (SPEC §21.2), from the part decoded once: each value up to the
+    // next `&`, and for the first few also the whole rest of the part (a path's
+    // `resource=/etc/passwd` runs to its end). Decoding first can only add `=` and `&` to cut
+    // at, so it reads more, never less; the caps keep a long query linear.
     for part in [Some(path), url.query()].into_iter().flatten() {
-        for (i, _) in part.match_indices('=') {
-            let after = &part[i + 1..];
-            reading.paths.push(percent_decode(after));
-            if let Some(end) = after.find('&') {
-                reading.paths.push(percent_decode(&after[..end]));
+        if !part.contains('=') {
+            continue;
+        }
+        let decoded = percent_decode(part);
+        for (n, (i, _)) in decoded.match_indices('=').take(MAX_VALUES).enumerate() {
+            let after = &decoded[i + 1..];
+            let value = after.split('&').next().unwrap_or_default();
+            reading.paths.push(value.to_owned());
+            if n < MAX_WHOLE_SUFFIXES && value.len() != after.len() {
+                reading.paths.push(after.to_owned());
             }
         }
     }
