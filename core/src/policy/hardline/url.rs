@@ -129,6 +129,9 @@ fn read_candidate(candidate: &str, depth: usize, prefilter: bool) -> UrlReading 
 /// with (hex digits, `x`, `.`, `%` escapes, the tab and newlines the parser drops) or characters
 /// outside ASCII (UTS-46 may map them to digits). Part of the pre-filter of SPEC §21.1.
 fn host_may_be_ip(candidate: &str) -> bool {
+    // The parser strips C0 controls and spaces from the end of its input (found by the fuzz
+    // target: `54.169.27\0` is the address 54.169.0.27).
+    let candidate = candidate.trim_end_matches(|c: char| c <= ' ');
     let authority = candidate
         .split(['/', '\\', '?', '#'])
         .next()
@@ -286,6 +289,15 @@ mod tests {
             true,
         );
         assert_eq!(r.queries, ["d=-----BEGIN RSA PRIVATE KEY-----"]);
+    }
+
+    #[test]
+    fn the_prefilter_keeps_hosts_the_parser_trims() {
+        let v4 = IpAddr::V4(Ipv4Addr::new(54, 169, 0, 27));
+        for s in ["54.169.27\0", "54.169.27\u{1}\u{1}", "x 54.169.27\0\n y"] {
+            assert_eq!(read_urls(s, true), read_urls(s, false), "{s:?}");
+            assert!(read_urls(s, true).addresses.contains(&v4), "{s:?}");
+        }
     }
 
     #[test]
