@@ -139,7 +139,7 @@ fn sigkilled_workers_on_postgres_never_duplicate_an_effect_or_lose_an_approval()
         return;
     };
     let data = DataDir::on_postgres(&server);
-    let runs = 30;
+    let runs: i64 = 30;
     for i in 0..runs {
         data.submit(&script(json!([
             [workspace_write("w1", &format!("r{i}.txt"), "first")],
@@ -184,6 +184,42 @@ fn sigkilled_workers_on_postgres_never_duplicate_an_effect_or_lose_an_approval()
         approve_all(&data);
     }
     assert_eq!(open(), 0, "every run ends once no worker is killed");
+    // A kill -9 rarely lands between a watermark and its outcome (the window is the tool body:
+    // one outbox append), so two more runs are interrupted exactly there, on the same database:
+    // a worker that aborts right after the watermark commit (the effect not sent) and one that
+    // aborts right after the effect. A worker that takes the run over must leave both calls
+    // UNCERTAIN, send neither again, and end the run.
+    for (point, effects) in [("after_start", 0), ("after_invoke", 1)] {
+        let content = format!("interrupted {point}");
+        let run = data.submit(&script(json!([[external_write("x", &content)]])));
+        assert_eq!(data.worker_until_idle(400).status.code(), Some(0));
+        data.approve_first_pending(&run);
+        let crashed = data
+            .spawn_worker(400, Some(point))
+            .wait_with_output()
+            .expect("the crashing worker is reaped");
+        assert_eq!(crashed.status.code(), None, "{point}: the worker aborted");
+        for _ in 0..20 {
+            if data.run_status(&run) == "COMPLETED" {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(450));
+            assert_eq!(data.worker_until_idle(400).status.code(), Some(0));
+        }
+        assert_eq!(data.run_status(&run), "COMPLETED", "{point}");
+        let uncertain = data.count(&format!(
+            "SELECT COUNT(*) FROM tool_invocations WHERE run_id = '{run}' \
+             AND tool_name = 'demo.external_write' AND status = 'UNCERTAIN' \
+             AND effect_sent_at IS NOT NULL"
+        ));
+        assert_eq!(uncertain, 1, "{point}: the interrupted call is UNCERTAIN");
+        let sent = data
+            .outbox()
+            .iter()
+            .filter(|line| line.to_string().contains(&content))
+            .count();
+        assert_eq!(sent, effects, "{point}: the effect was sent {sent} times");
+    }
     assert_no_duplicate_effects(&data);
     let lost = data.count(
         "SELECT COUNT(*) FROM tool_invocations i WHERE i.tool_name = 'demo.external_write' \
@@ -211,14 +247,14 @@ fn sigkilled_workers_on_postgres_never_duplicate_an_effect_or_lose_an_approval()
     );
     let finished =
         data.count("SELECT COUNT(*) FROM runs WHERE status IN ('COMPLETED','FAILED','CANCELLED')");
-    assert_eq!(finished, runs);
+    assert_eq!(finished, runs + 2);
     let reclaimed = data.count("SELECT COUNT(*) FROM runs WHERE attempts > 0");
     assert!(
         reclaimed >= 1,
         "{kills} kills interrupted no run; the torture tested nothing"
     );
     eprintln!(
-        "postgres torture: {kills} kills, {reclaimed} runs reclaimed, {} UNCERTAIN",
+        "postgres torture: {kills} kills, {reclaimed} runs reclaimed, {} UNCERTAIN (2 planted)",
         data.count("SELECT COUNT(*) FROM tool_invocations WHERE status = 'UNCERTAIN'")
     );
 }
