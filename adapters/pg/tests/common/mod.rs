@@ -21,12 +21,13 @@ pub fn server(test: &str) -> Option<String> {
                  run in CI (.ci/run sources .ci/postgres.sh)"
             );
             // Straight to the process's stderr, not `eprintln!`: the test harness captures
-            // the macro's output of a passing test, and a skip nobody sees reads as a pass.
-            let _ = writeln!(
-                std::io::stderr(),
+            // the macro's output of a passing test, and a skip nobody sees reads as a pass. One
+            // write of the whole line, so lines of tests running in parallel do not interleave.
+            let line = format!(
                 "{test}: SKIPPED: AIRLOCK_TEST_PG_URL is not set (`. .ci/postgres.sh` starts a \
-                 private PostgreSQL on loopback and sets it)"
+                 private PostgreSQL on loopback and sets it)\n"
             );
+            let _ = std::io::stderr().write_all(line.as_bytes());
             None
         }
     }
