@@ -42,6 +42,9 @@ pub fn bench_dir(root: &str, prefix: &str) -> tempfile::TempDir {
 
 /// Opens a connection with the store's pragmas and a one-column table.
 pub fn raw_connection(path: &Path) -> rusqlite::Connection {
+    // The same process-wide SQLite setting as the stores (`SqliteStore::open` makes it too, but
+    // only before SQLite's first connection, and the raw limit is measured first).
+    airlock_sqlite::without_memory_statistics();
     let conn = rusqlite::Connection::open(path).expect("open the raw-limit file");
     conn.busy_timeout(Duration::from_secs(5))
         .expect("busy timeout");

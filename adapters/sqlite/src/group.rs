@@ -50,7 +50,10 @@ use super::tx::{SqliteTx, tx_error};
 /// number of runs a host executes at once (4 per worker by default, SPEC §8.2).
 pub(super) const MAX_GROUP: usize = 64;
 
-const MEMBER_SAVEPOINT: &str = "airlock_transaction";
+/// Each member's savepoint, and its two ends.
+const MEMBER_SAVEPOINT: &str = "SAVEPOINT airlock_transaction";
+const RELEASE_MEMBER: &str = "RELEASE airlock_transaction";
+const ROLLBACK_MEMBER: &str = "ROLLBACK TO airlock_transaction; RELEASE airlock_transaction";
 
 /// How one group ended: committed, or the message every member gets as `Backend`.
 type GroupOutcome = Result<(), String>;
@@ -173,10 +176,7 @@ impl GroupCommit {
                 // Nobody else holds a group open, so this caller leads a new one. A failed
                 // BEGIN (another process kept the write lock past busy_timeout) involves no
                 // one else.
-                shared
-                    .conn
-                    .execute_batch("BEGIN IMMEDIATE")
-                    .map_err(tx_error)?;
+                control(&shared.conn, "BEGIN IMMEDIATE").map_err(tx_error)?;
                 let group = Arc::new(Group::default());
                 shared.open = Some(Arc::clone(&group));
                 shared.members = 0;
@@ -219,7 +219,7 @@ impl GroupCommit {
                 rollback_if_open(&shared.conn);
                 Err(reason)
             }
-            None => match shared.conn.execute_batch("COMMIT") {
+            None => match control(&shared.conn, "COMMIT") {
                 Ok(()) => Ok(()),
                 Err(error) => {
                     rollback_if_open(&shared.conn);
@@ -232,6 +232,13 @@ impl GroupCommit {
         self.groups.fetch_add(1, Ordering::Relaxed);
         group.close(outcome);
     }
+}
+
+/// Runs one of the fixed statements that open and end transactions and savepoints through the
+/// connection's statement cache. They run several times per tool call; `execute_batch` would
+/// parse each one again every time.
+pub(super) fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 /// Rolls back whatever part of the group's transaction SQLite still has open. Its error is
@@ -257,7 +264,7 @@ fn run_member<R>(
             Some(reason),
         );
     }
-    if let Err(error) = conn.execute_batch(&format!("SAVEPOINT {MEMBER_SAVEPOINT}")) {
+    if let Err(error) = control(conn, MEMBER_SAVEPOINT) {
         let reason = format!("savepoint failed: {error}");
         return (
             MemberResult::Returned(Err(TxError::Backend(reason.clone()))),
@@ -270,15 +277,15 @@ fn run_member<R>(
         Err(payload) => MemberResult::Panicked(payload),
     };
     let keep = matches!(result, MemberResult::Returned(Ok(_)));
-    let end = if keep {
-        format!("RELEASE {MEMBER_SAVEPOINT}")
-    } else {
-        format!("ROLLBACK TO {MEMBER_SAVEPOINT}; RELEASE {MEMBER_SAVEPOINT}")
-    };
     let broken = if conn.is_autocommit() {
         Some(rolled_back_by_sqlite(&result))
     } else {
-        match conn.execute_batch(&end) {
+        let ended = if keep {
+            control(conn, RELEASE_MEMBER)
+        } else {
+            conn.execute_batch(ROLLBACK_MEMBER)
+        };
+        match ended {
             Ok(()) if !conn.is_autocommit() => None,
             Ok(()) => Some("the group's transaction ended early".to_owned()),
             Err(error) => Some(format!("ending a savepoint failed: {error}")),

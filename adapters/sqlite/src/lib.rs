@@ -124,6 +124,7 @@ impl SqliteStore {
     /// with [`SqliteError::ReadOnly`], which says so, rather than with SQLite's "unable to open
     /// database file" from the first pragma that needs the WAL index.
     pub fn open(path: &Path) -> Result<SqliteStore, SqliteError> {
+        without_memory_statistics();
         let conn = open_writer(path).map_err(|error| match read_only_reason(path) {
             Some(reason) => SqliteError::ReadOnly {
                 path: path.to_owned(),
@@ -187,6 +188,33 @@ impl Store for SqliteStore {
     ) -> Result<R, TxError> {
         self.readers.read(f)
     }
+}
+
+/// Turns off SQLite's memory statistics, once per process and before SQLite initializes.
+///
+/// With statistics on (the bundled build's default), every allocation SQLite makes takes one
+/// process-wide mutex to count bytes, and a write transaction here allocates a great deal: each
+/// page a member's savepoint touches is copied into an in-memory sub-journal 1 KB chunk by 1 KB
+/// chunk. `perf` put about 4 % of the worker benchmark's CPU in that counting (the mutex and the
+/// size bookkeeping around `malloc`). Nothing in airlock reads the statistics
+/// (`sqlite3_memory_used`, `sqlite3_status`) or sets a heap limit, which needs them, so nothing
+/// else changes. SQLite accepts the setting only before it initializes; if something else in
+/// the process initialized it first, the call is refused with `SQLITE_MISUSE` and changes
+/// nothing, which is harmless, so the result is ignored. [`SqliteStore::open`] calls it; a
+/// process that opens other SQLite connections before its first store (the benchmarks' raw
+/// commit probe) calls it first, so that every connection runs with the same setting.
+pub fn without_memory_statistics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: SQLITE_CONFIG_MEMSTATUS takes exactly one `int` argument. The call only sets
+        // a flag of SQLite's global configuration, and is refused once SQLite is initialized.
+        let _ = unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::ffi::c_int,
+            )
+        };
+    });
 }
 
 /// The writing connection, configured, migrated and checked.

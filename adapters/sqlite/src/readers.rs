@@ -23,6 +23,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use airlock_core::store::{StoreTx, TxError};
 
+use super::group::control;
 use super::tx::{SqliteTx, tx_error};
 use super::{BUSY_TIMEOUT, STATEMENT_CACHE_CAPACITY};
 
@@ -50,7 +51,7 @@ impl Readers {
             Some(conn) => conn,
             None => self.open()?,
         };
-        conn.execute_batch("BEGIN DEFERRED").map_err(tx_error)?;
+        control(&conn, "BEGIN DEFERRED").map_err(tx_error)?;
         let returned = catch_unwind(AssertUnwindSafe(|| f(&mut SqliteTx::new(&conn))));
         // A read commits nothing: COMMIT only ends the snapshot. After an error, ROLLBACK.
         let end = if matches!(returned, Ok(Ok(_))) {
@@ -61,7 +62,7 @@ impl Readers {
         let ended = if conn.is_autocommit() {
             Ok(())
         } else {
-            conn.execute_batch(end)
+            control(&conn, end)
         };
         if ended.is_ok() && conn.is_autocommit() {
             self.give_back(conn);
