@@ -13,6 +13,7 @@ pub mod checks;
 pub mod plan;
 pub mod report;
 pub mod store;
+pub mod timeline;
 pub mod trace;
 
 #[cfg(madsim)]
