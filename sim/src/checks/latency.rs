@@ -144,12 +144,13 @@ fn histories(world: &World<'_>) -> Histories {
                 .filter(|b| b.status == RunStatus::Running)
                 .map(|b| b.lease_epoch);
             let is_running = (view.status == RunStatus::Running).then_some(view.lease_epoch);
-            if was_running.is_some() && was_running != is_running {
-                if let Some(index) = open.remove(&view.id) {
-                    let tenure = &mut tenures[index];
-                    let end = end_of(commit, view.id, &tenure.holder, view.status);
-                    tenure.ended = Some((at, n, end));
-                }
+            if was_running.is_some()
+                && was_running != is_running
+                && let Some(index) = open.remove(&view.id)
+            {
+                let tenure = &mut tenures[index];
+                let end = end_of(commit, view.id, &tenure.holder, view.status);
+                tenure.ended = Some((at, n, end));
             }
             if let Some(epoch) = is_running {
                 if was_running != is_running {
@@ -177,10 +178,11 @@ fn histories(world: &World<'_>) -> Histories {
                 .as_ref()
                 .is_some_and(|b| b.status == RunStatus::Queued);
             let list = queued.entry(view.id).or_default();
-            if was_queued && view.status != RunStatus::Queued {
-                if let Some(last) = list.last_mut() {
-                    last.2 = Some(at);
-                }
+            if was_queued
+                && view.status != RunStatus::Queued
+                && let Some(last) = list.last_mut()
+            {
+                last.2 = Some(at);
             }
             if view.status == RunStatus::Queued
                 && (!was_queued
