@@ -1,12 +1,12 @@
-//! Durable transactions through `SqliteStore` against the disk's raw commit limit (SPEC §14;
-//! the adapter's acceptance item 6: with 4 or more runs at once, tool calls per second must
-//! exceed a third of the raw limit, which takes group commit).
+//! Durable transactions through `SqliteStore` against the disk's raw commit limit (SPEC §14,
+//! §17.3: durable tool calls per second against a third of the raw limit, which takes group
+//! commit).
 //!
 //! Lines measured (criterion group `sqlite`; throughput in durable commits):
 //! - `raw_commit`: the limit — one single-row INSERT per COMMIT, `journal_mode=WAL`,
 //!   `synchronous=FULL`, on a file in the same directory as the stores.
 //! - `store_calls/1`: tool-call-shaped transactions through one `SqliteStore` from one thread
-//!   (per call: two reads on the read connections, then PROPOSE, START, FINISH; see
+//!   (per call: two reads on the read connections, then PROPOSE·START, FINISH; see
 //!   `airlock_bench::durable::ToolCallRun`; a fresh run every 32 calls, the default budget).
 //! - `store_calls/4`, `store_calls/8`: the same from 4 and 8 threads at once, one run each,
 //!   sharing one store (group commit).

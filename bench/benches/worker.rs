@@ -1,6 +1,7 @@
-//! Whole tool calls through the worker against the disk's raw commit limit (SPEC §14; the
-//! adapter's acceptance item 6: with 4 or more runs at once, durable tool calls per second must
-//! exceed a third of the raw limit).
+//! Whole tool calls through the worker against the disk's raw commit limit (SPEC §17.3: with 16
+//! runs at once, durable tool calls per second must reach a third of the raw FULL commit rate
+//! measured in the same run; an allowed call in a one-call step costs at most 2.2 commits,
+//! counted by the store: the `tx/call` column).
 //!
 //! Each line submits run scripts of `workspace.write_text` calls (32 per run; 1 or 8 per step)
 //! into a fresh data directory and runs one `Worker` with `concurrency = N` until every run is

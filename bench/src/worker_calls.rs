@@ -1,6 +1,6 @@
 //! The full tool-call workload of the durable benchmark: run scripts of `workspace.write_text`
 //! calls submitted through the control service and executed by core's `Worker` on the tokio
-//! host, over `SqliteStore` in a data directory (the adapter's acceptance item 6).
+//! host, over `SqliteStore` in a data directory (SPEC §17.3).
 //!
 //! Unlike [`crate::durable::ToolCallRun`], which replays the pipeline's transactions by hand,
 //! this goes through everything a call costs in production: claim, lease heartbeats, the policy

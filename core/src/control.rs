@@ -11,11 +11,10 @@ use crate::env::Env;
 use crate::events::{Actor, Event, EventType, NewEvent, ProcessEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
 use crate::invocation::Invocation;
-use crate::planner::script::RunScript;
+use crate::planner::script::{DEFAULT_MAX_SCRIPT_BYTES, RunScript};
 use crate::ports::Dispatcher;
 use crate::principal::Principal;
 use crate::run::cancel::TokenRegistry;
-use crate::run::checkpoint::{Checkpoint, CheckpointState};
 use crate::run::state::{Change, RequeueReason, transition, update_fields};
 use crate::run::{Run, RunState};
 use crate::scope::Scope;
@@ -23,13 +22,16 @@ use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{
-    ApprovalResolution, ApprovalStatus, CancelReason, CheckpointTrigger, CrashPoint,
-    InvocationStatus, ResolveState, RunStatus, SettlementOutcome,
+    ApprovalResolution, ApprovalStatus, CancelReason, CrashPoint, InvocationStatus, ResolveState,
+    RunStatus, SettlementOutcome,
 };
 
 /// `list_pending`'s page size when none is given, and its largest (SPEC §10.4).
 pub const APPROVAL_PAGE_DEFAULT: usize = 50;
 pub const APPROVAL_PAGE_MAX: usize = 100;
+/// The longest resolution reason (SPEC §10.1) and settlement note (§9.5), in characters.
+pub const MAX_REASON_CHARS: usize = 4096;
+pub const MAX_NOTE_CHARS: usize = 4096;
 
 /// The service's error kinds; the CLI maps each to an exit code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +121,19 @@ pub struct ControlService<S: Store> {
     dispatcher: Arc<dyn Dispatcher>,
     /// This process's run tokens, when it also executes runs.
     tokens: Option<TokenRegistry>,
+    /// The largest run script, and `planner_input`, `submit_run` accepts.
+    max_script_bytes: usize,
+}
+
+/// A resolution reason longer than [`MAX_REASON_CHARS`], as the error it gets.
+fn invalid_reason(reason: Option<&str>) -> Option<ServiceError> {
+    reason
+        .is_some_and(|r| r.chars().count() > MAX_REASON_CHARS)
+        .then(|| {
+            ServiceError::InvalidArgument(format!(
+                "reason must be at most {MAX_REASON_CHARS} characters"
+            ))
+        })
 }
 
 fn require(principal: &Principal, scope: &str) -> Result<(), ServiceError> {
@@ -142,7 +157,14 @@ impl<S: Store> ControlService<S> {
             env,
             dispatcher,
             tokens,
+            max_script_bytes: DEFAULT_MAX_SCRIPT_BYTES,
         }
+    }
+
+    /// Sets the largest run script `submit_run` accepts (default [`DEFAULT_MAX_SCRIPT_BYTES`]).
+    pub fn with_max_script_bytes(mut self, max_script_bytes: usize) -> Self {
+        self.max_script_bytes = max_script_bytes;
+        self
     }
 
     pub fn env(&self) -> &Env<S> {
@@ -150,14 +172,22 @@ impl<S: Store> ControlService<S> {
     }
 
     /// SUBMIT (SPEC §15): a new run from a run script, queued with its seed checkpoint.
+    ///
+    /// The script, and the `planner_input` stored from it, may be at most the configured
+    /// number of bytes ([`ControlService::with_max_script_bytes`]): every worker reads the
+    /// script back and every checkpoint's history repeats its calls, so an unbounded script is
+    /// an unbounded cost for the store and every process that touches the run.
     pub async fn submit_run(
         &self,
         principal: &Principal,
         script_text: &str,
     ) -> Result<Submitted, ServiceError> {
         require(principal, "run.write")?;
+        self.check_script_size("the run script", script_text.len())?;
         let script = RunScript::parse(script_text)
             .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
+        let planner_input = script.to_json();
+        self.check_script_size("its planner_input", planner_input.len())?;
         if script.tenant_id != principal.tenant_id || script.principal_id != principal.principal_id
         {
             return Err(ServiceError::Forbidden(
@@ -189,6 +219,12 @@ impl<S: Store> ControlService<S> {
                             "the session belongs to another principal".to_owned(),
                         ));
                     }
+                    // A gateway connection's session takes runs only from its client (§19.1).
+                    if tx.connection_by_session(id)?.is_some() {
+                        return Err(TxError::Conflict(
+                            "the session belongs to an MCP connection".to_owned(),
+                        ));
+                    }
                     if tx.active_run_in_session(id)?.is_some() {
                         return Err(TxError::Conflict(
                             "the session already has an active run".to_owned(),
@@ -215,7 +251,7 @@ impl<S: Store> ControlService<S> {
                 principal_scopes: script.principal_scopes.clone(),
                 origin_trust: script.origin_trust,
                 planner_kind: "scripted".to_owned(),
-                planner_input: script.to_json(),
+                planner_input: planner_input.clone(),
                 state: RunState::Queued {
                     scheduled_for: None,
                 },
@@ -229,31 +265,7 @@ impl<S: Store> ControlService<S> {
                 created_at: now,
                 updated_at: now,
             };
-            tx.insert_run(&run)?;
-            tx.insert_checkpoint(&Checkpoint {
-                run_id,
-                version: 1,
-                trigger: CheckpointTrigger::Seed,
-                state: CheckpointState::default(),
-                created_at: now,
-            })?;
-            for (event_type, payload) in [
-                (EventType::RunQueued, json!({"run_id": run_id.to_string()})),
-                (
-                    EventType::RunCheckpointed,
-                    json!({"version": 1, "trigger": "seed"}),
-                ),
-            ] {
-                tx.append_event(&NewEvent {
-                    session_id,
-                    run_id: Some(run_id),
-                    event_type,
-                    actor: actor.clone(),
-                    payload,
-                    derivation_key: None,
-                    created_at: now,
-                })?;
-            }
+            crate::connection::live::insert_queued_run(tx, &run, &actor, now)?;
             Ok(Submitted {
                 run_id,
                 session_id,
@@ -263,6 +275,16 @@ impl<S: Store> ControlService<S> {
         self.env.reached(CrashPoint::AfterSubmit).await;
         self.dispatcher.dispatch(run_id);
         Ok(submitted)
+    }
+
+    fn check_script_size(&self, what: &str, bytes: usize) -> Result<(), ServiceError> {
+        if bytes > self.max_script_bytes {
+            return Err(ServiceError::InvalidArgument(format!(
+                "{what} is {bytes} bytes, over the limit of {} bytes",
+                self.max_script_bytes
+            )));
+        }
+        Ok(())
     }
 
     fn visible_run(tx: &mut dyn StoreTx, principal: &Principal, id: RunId) -> Result<Run, TxError> {
@@ -315,6 +337,37 @@ impl<S: Store> ControlService<S> {
         Ok(Page { items, next_cursor })
     }
 
+    /// The caller tenant's events of every run, by id, strictly after `after_id` (SPEC §20's
+    /// event stream). Scope `run.read`: the stream is the runs' audit log, the same records
+    /// `list_events` gives per run. `next_cursor` is the last item's id whenever the page is
+    /// not empty, since a tail asks again after it even when the page was short.
+    pub fn tenant_events(
+        &self,
+        principal: &Principal,
+        after_id: Option<i64>,
+        limit: Option<usize>,
+    ) -> Result<Page<Event>, ServiceError> {
+        require(principal, "run.read")?;
+        let limit = limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(
+                "limit must be in 1..=1000".to_owned(),
+            ));
+        }
+        let items = self
+            .env
+            .read(|tx| tx.events_of_tenant(&principal.tenant_id, after_id, limit))?;
+        let next_cursor = items.last().map(|e| e.id.to_string());
+        Ok(Page { items, next_cursor })
+    }
+
+    /// The highest event id committed so far (scope `run.read`): where a view rendered now
+    /// starts its tail, so that nothing committed after the render is missed.
+    pub fn last_event_id(&self, principal: &Principal) -> Result<Option<i64>, ServiceError> {
+        require(principal, "run.read")?;
+        Ok(self.env.read(|tx| tx.last_event_id())?)
+    }
+
     pub fn get_approval(
         &self,
         principal: &Principal,
@@ -324,6 +377,36 @@ impl<S: Store> ControlService<S> {
         Ok(self
             .env
             .read(|tx| Self::visible_approval(tx, principal, id))?)
+    }
+
+    /// The explanation of the decision behind each of these approvals (SPEC §4.1: for audit and
+    /// approvers only, never the planner), read in one transaction. Not in SPEC §10.4: the
+    /// approval record carries the reason code but not its explanation, and a reviewer needs
+    /// both. Ids that are not the caller's announced approvals are left out, as `get` would
+    /// answer `NotFound` for them.
+    pub fn approval_explanations(
+        &self,
+        principal: &Principal,
+        ids: &[ApprovalId],
+    ) -> Result<std::collections::BTreeMap<ApprovalId, String>, ServiceError> {
+        require(principal, "approval.read")?;
+        Ok(self.env.read(|tx| {
+            let mut explanations = std::collections::BTreeMap::new();
+            for &id in ids {
+                let approval = match Self::visible_approval(tx, principal, id) {
+                    Ok(approval) => approval,
+                    Err(TxError::NotFound) => continue,
+                    Err(error) => return Err(error),
+                };
+                if let Some(decision) = tx
+                    .invocation(approval.action_id)?
+                    .and_then(|i| i.policy_decision)
+                {
+                    explanations.insert(id, decision.explanation);
+                }
+            }
+            Ok(explanations)
+        })?)
     }
 
     /// The tenant's announced pending approvals, newest first.
@@ -373,6 +456,13 @@ impl<S: Store> ControlService<S> {
             // expires_at).
             let now = self.env.clock.now();
             let approval = Self::visible_approval(tx, principal, id)?;
+            // The request itself is checked before any answer that depends on the row's state:
+            // a repeat of an applied resolution is still a request, and one with an invalid
+            // reason is refused (exit 2) rather than answered `already_resolved_identically`.
+            // Only the visibility check comes first, so another tenant's id stays NotFound.
+            if let Some(invalid) = invalid_reason(reason) {
+                return Ok(Err(invalid));
+            }
             if !self_approval && approval.principal_id == principal.principal_id {
                 return Ok(Err(ServiceError::SelfApproval));
             }
@@ -411,13 +501,6 @@ impl<S: Store> ControlService<S> {
             if now >= approval.expires_at {
                 let requeued = expire_one(tx, &approval, now)?;
                 return Ok(Ok(Committed::ExpiredNow { requeued }));
-            }
-            // The reason (§10.1, at most 4096 characters) matters only to a resolution that
-            // applies; every answer above comes first, in the spec's order.
-            if reason.is_some_and(|r| r.chars().count() > 4096) {
-                return Ok(Err(ServiceError::InvalidArgument(
-                    "reason must be at most 4096 characters".to_owned(),
-                )));
             }
             let mut next = approval.clone();
             next.status = match resolution {
@@ -525,53 +608,7 @@ impl<S: Store> ControlService<S> {
         // (§2.2), and a repeated request for a run that is still running commits nothing.
         let (outcome, wrote) = self.env.transact(|tx| {
             let run = Self::visible_run(tx, principal, id)?;
-            if run.status().is_terminal() {
-                let outcome = CancelOutcome {
-                    accepted: false,
-                    status: run.status(),
-                };
-                return Ok((outcome, false));
-            }
-            let first_request = run.cancel_requested_at.is_none();
-            let flagged = if first_request {
-                let mut next = run.clone();
-                next.cancel_requested_at = Some(now);
-                let stored = update_fields(tx, &run, next, now)?;
-                tx.append_event(&NewEvent {
-                    session_id: run.session_id,
-                    run_id: Some(run.id),
-                    event_type: EventType::RunCancelRequested,
-                    actor: actor.clone(),
-                    payload: json!({"requested_at": now.to_string()}),
-                    derivation_key: None,
-                    created_at: now,
-                })?;
-                stored
-            } else {
-                run
-            };
-            let running_call = !tx
-                .invocations_of_run_in(id, InvocationStatus::Running)?
-                .is_empty();
-            let direct = match flagged.status() {
-                RunStatus::Queued => !running_call,
-                RunStatus::WaitingForApproval => true,
-                _ => false,
-            };
-            if direct {
-                let cancelled =
-                    transition(tx, &flagged, flagged.clone(), Change::Cancel, &actor, now)?;
-                let outcome = CancelOutcome {
-                    accepted: true,
-                    status: cancelled.status(),
-                };
-                return Ok((outcome, true));
-            }
-            let outcome = CancelOutcome {
-                accepted: true,
-                status: flagged.status(),
-            };
-            Ok((outcome, first_request))
+            request_cancel_in_tx(tx, &run, &actor, now)
         })?;
         if wrote {
             self.env.reached(CrashPoint::AfterCancel).await;
@@ -585,18 +622,30 @@ impl<S: Store> ControlService<S> {
         Ok(outcome)
     }
 
-    /// Re-dispatches a QUEUED run without changing it.
+    /// Re-dispatches a QUEUED run without changing it. A run still in its retry back-off
+    /// (`scheduled_for` after now) is a `Conflict` naming the time it is due: every dispatcher
+    /// claims only due runs (SPEC §10.5), so a resume answered `Ok` would execute nothing, and
+    /// `runs resume` would print an unchanged QUEUED run with exit 0.
     pub fn resume_run(&self, principal: &Principal, id: RunId) -> Result<(), ServiceError> {
         require(principal, "run.write")?;
         let run = self.env.read(|tx| Self::visible_run(tx, principal, id))?;
-        if run.status() != RunStatus::Queued {
-            return Err(ServiceError::Conflict(format!(
+        match run.state {
+            RunState::Queued {
+                scheduled_for: Some(due),
+            } if due > self.env.clock.now() => Err(ServiceError::Conflict(format!(
+                "run is QUEUED but not due until {due}: it waits out its retry back-off after \
+                 a lost lease (SPEC §8.2); a worker claims it then, or resume it again after \
+                 that time"
+            ))),
+            RunState::Queued { .. } => {
+                self.dispatcher.resume(id);
+                Ok(())
+            }
+            _ => Err(ServiceError::Conflict(format!(
                 "run is {}, not QUEUED",
                 run.status()
-            )));
+            ))),
         }
-        self.dispatcher.resume(id);
-        Ok(())
     }
 
     /// The UNCERTAIN review queue (SPEC §9.5), newest first.
@@ -648,6 +697,13 @@ impl<S: Store> ControlService<S> {
                 .invocation(id)?
                 .filter(|i| i.tenant_id == principal.tenant_id)
                 .ok_or(TxError::NotFound)?;
+            // The note is checked before any state-dependent answer, the idempotent repeat
+            // included (see `resolve`); another tenant's id is NotFound whatever the note.
+            if !(1..=MAX_NOTE_CHARS).contains(&note.chars().count()) {
+                return Ok(Err(ServiceError::InvalidArgument(format!(
+                    "note must be 1 to {MAX_NOTE_CHARS} characters"
+                ))));
+            }
             if invocation.status != InvocationStatus::Uncertain {
                 return Err(TxError::Conflict("invocation is not uncertain".to_owned()));
             }
@@ -658,13 +714,6 @@ impl<S: Store> ControlService<S> {
                 return Err(TxError::Conflict(
                     "the invocation was settled with a different outcome".to_owned(),
                 ));
-            }
-            // The note matters only to a settlement that is written; the answers above come
-            // first, in §9.5's order (another tenant's id is NotFound whatever the note).
-            if !(1..=4096).contains(&note.chars().count()) {
-                return Ok(Err(ServiceError::InvalidArgument(
-                    "note must be 1 to 4096 characters".to_owned(),
-                )));
             }
             let settlement = Settlement {
                 id: settlement_id,
@@ -747,6 +796,65 @@ impl<S: Store> ControlService<S> {
         self.env.reached(CrashPoint::AfterProfile).await;
         Ok(stored)
     }
+}
+
+/// CANCEL's writes inside an open transaction (SPEC §8.5), shared by `cancel_run` and a
+/// connection's close (§19.4): a terminal run is left alone (`accepted: false`); otherwise
+/// `cancel_requested_at` is set (with `run.cancel_requested` on the first request), and a QUEUED
+/// run without a RUNNING invocation or a WAITING_FOR_APPROVAL run is cancelled at once. Returns
+/// the outcome and whether anything was written.
+pub(crate) fn request_cancel_in_tx(
+    tx: &mut dyn StoreTx,
+    run: &Run,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<(CancelOutcome, bool), TxError> {
+    if run.status().is_terminal() {
+        let outcome = CancelOutcome {
+            accepted: false,
+            status: run.status(),
+        };
+        return Ok((outcome, false));
+    }
+    let first_request = run.cancel_requested_at.is_none();
+    let flagged = if first_request {
+        let mut next = run.clone();
+        next.cancel_requested_at = Some(now);
+        let stored = update_fields(tx, run, next, now)?;
+        tx.append_event(&NewEvent {
+            session_id: run.session_id,
+            run_id: Some(run.id),
+            event_type: EventType::RunCancelRequested,
+            actor: actor.clone(),
+            payload: json!({"requested_at": now.to_string()}),
+            derivation_key: None,
+            created_at: now,
+        })?;
+        stored
+    } else {
+        run.clone()
+    };
+    let running_call = !tx
+        .invocations_of_run_in(run.id, InvocationStatus::Running)?
+        .is_empty();
+    let direct = match flagged.status() {
+        RunStatus::Queued => !running_call,
+        RunStatus::WaitingForApproval => true,
+        _ => false,
+    };
+    if direct {
+        let cancelled = transition(tx, &flagged, flagged.clone(), Change::Cancel, actor, now)?;
+        let outcome = CancelOutcome {
+            accepted: true,
+            status: cancelled.status(),
+        };
+        return Ok((outcome, true));
+    }
+    let outcome = CancelOutcome {
+        accepted: true,
+        status: flagged.status(),
+    };
+    Ok((outcome, first_request))
 }
 
 /// `"{created_at_micros}:{id}"`.

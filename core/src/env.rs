@@ -38,6 +38,20 @@ impl<S: Store> Clone for Env<S> {
 }
 
 impl<S: Store> Env<S> {
+    /// The same environment over another store (the worker's `Watched` wrapper, say).
+    pub fn with_store<T: Store>(&self, store: Arc<T>) -> Env<T> {
+        Env {
+            store,
+            clock: Arc::clone(&self.clock),
+            ids: Arc::clone(&self.ids),
+            ruleset: Arc::clone(&self.ruleset),
+            tools: Arc::clone(&self.tools),
+            workspaces: self.workspaces.clone(),
+            planners: Arc::clone(&self.planners),
+            faults: Arc::clone(&self.faults),
+        }
+    }
+
     /// One transaction.
     pub fn transact<R>(
         &self,

@@ -34,6 +34,10 @@ crate::vocab::wire_enum! {
         ApprovalCancelled = "approval.cancelled",
         ApprovalInvalidated = "approval.invalidated",
         PolicyProfileLoaded = "policy.profile.loaded",
+        McpConnectionOpened = "mcp.connection.opened",
+        McpConnectionClosed = "mcp.connection.closed",
+        McpToolRegistered = "mcp.tool.registered",
+        McpToolPinMismatch = "mcp.tool.pin_mismatch",
     }
 }
 

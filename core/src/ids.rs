@@ -84,6 +84,14 @@ uuid_id!(
     /// A parallel batch's group.
     ParallelGroupId
 );
+uuid_id!(
+    /// One live client connection of a gateway (SPEC §19.1): the planner of its session's runs.
+    ConnectionId
+);
+uuid_id!(
+    /// One API token of the HTTP API (SPEC §20); names the token, never reveals it.
+    ApiTokenId
+);
 
 #[cfg(test)]
 mod tests {

@@ -7,9 +7,11 @@
 //! spawning arrive through the ports in [`ports`] (SPEC §2). A structural test scans `src/` for
 //! the forbidden names.
 
+pub mod access;
 pub mod action;
 pub mod approval;
 pub mod canonical;
+pub mod connection;
 pub mod control;
 pub mod env;
 pub mod events;

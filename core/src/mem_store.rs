@@ -32,9 +32,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::access::ApiToken;
 use crate::approval::Approval;
+use crate::connection::{Connection, ConnectionState, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
-use crate::ids::{ApprovalId, InvocationId, RunId, SessionId, SettlementId};
+use crate::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId,
+};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -60,6 +64,10 @@ pub struct MemSnapshot {
     pub process_events: Vec<ProcessEvent>,
     pub settlements: BTreeMap<SettlementId, Settlement>,
     pub policy_profiles: BTreeMap<String, PolicyProfileRecord>,
+    /// Gateway connections (SPEC §19.4), at most one per session.
+    pub connections: BTreeMap<ConnectionId, Connection>,
+    /// SPEC §20.
+    pub api_tokens: BTreeMap<ApiTokenId, ApiToken>,
 }
 
 /// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
@@ -79,6 +87,8 @@ struct Tables {
     /// Position in `rows.process_events` of each derivation key.
     process_event_by_key: BTreeMap<String, usize>,
     settlement_by_invocation: BTreeMap<InvocationId, SettlementId>,
+    /// `UNIQUE(token_sha256)` of `api_tokens`.
+    api_token_by_digest: BTreeMap<String, ApiTokenId>,
 }
 
 /// The in-memory store. Cheap to share behind an `Arc`; see the module docs for its semantics.
@@ -165,7 +175,7 @@ fn conflict(message: impl Into<String>) -> TxError {
 /// as violations: core then abandons and recovers, which would otherwise hide the bug. The
 /// fragments are those of the messages in this file; keep them in step.
 pub fn is_rule_breach(error: &TxError) -> bool {
-    const RULES: [&str; 16] = [
+    const RULES: [&str; 17] = [
         "invalid run transition",
         "invalid invocation transition",
         "lease_epoch",
@@ -182,6 +192,7 @@ pub fn is_rule_breach(error: &TxError) -> bool {
         "is not in session",
         "UNIQUE(session_id, sequence)",
         "duplicate id",
+        "closed connection",
     ];
     matches!(error, TxError::Conflict(message) if RULES.iter().any(|rule| message.contains(rule)))
 }
@@ -446,6 +457,13 @@ impl StoreTx for MemTx<'_> {
             _ => false,
         };
         let wanted = |run: &&Run| only.is_none_or(|id| run.id == id);
+        let connections = &self.tables.rows.connections;
+        let claimable = |run: &&Run| {
+            only.is_some()
+                || !connections
+                    .values()
+                    .any(|c| c.session_id == run.session_id && c.is_open())
+        };
         Ok(self
             .tables
             .rows
@@ -453,6 +471,7 @@ impl StoreTx for MemTx<'_> {
             .values()
             .filter(due)
             .filter(wanted)
+            .filter(claimable)
             .min_by_key(|r| (r.created_at, r.id))
             .cloned())
     }
@@ -475,6 +494,108 @@ impl StoreTx for MemTx<'_> {
             .into_iter()
             .take(limit)
             .map(|(_, run)| run.clone())
+            .collect())
+    }
+
+    fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError> {
+        let connections = &self.tables.rows.connections;
+        if connections.contains_key(&connection.id) {
+            return Err(conflict(format!(
+                "connections: duplicate id {}",
+                connection.id
+            )));
+        }
+        if connections
+            .values()
+            .any(|c| c.session_id == connection.session_id)
+        {
+            return Err(conflict(format!(
+                "connections: UNIQUE(session_id): session {} already has a connection",
+                connection.session_id
+            )));
+        }
+        if !self
+            .tables
+            .rows
+            .sessions
+            .contains_key(&connection.session_id)
+        {
+            return Err(TxError::NotFound);
+        }
+        self.tables
+            .rows
+            .connections
+            .insert(connection.id, connection.clone());
+        Ok(())
+    }
+
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError> {
+        Ok(self.tables.rows.connections.get(&id).cloned())
+    }
+
+    fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
+        Ok(self
+            .tables
+            .rows
+            .connections
+            .values()
+            .find(|c| c.session_id == session)
+            .cloned())
+    }
+
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &Connection,
+    ) -> Result<(), TxError> {
+        let Some(current) = self.tables.rows.connections.get(&next.id) else {
+            return Err(TxError::NotFound);
+        };
+        if current.status() != expected {
+            return Err(conflict(format!(
+                "connections: connection {} is {}, not {expected}",
+                next.id,
+                current.status()
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "connections: an immutable field of connection {} changed",
+                next.id
+            )));
+        }
+        if !current.is_open() {
+            return Err(conflict(format!(
+                "connections: closed connection {} never changes",
+                next.id
+            )));
+        }
+        self.tables.rows.connections.insert(next.id, next.clone());
+        Ok(())
+    }
+
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError> {
+        let mut expired: Vec<(Timestamp, &Connection)> = self
+            .tables
+            .rows
+            .connections
+            .values()
+            .filter_map(|c| match c.state {
+                ConnectionState::Open { alive_until } if alive_until <= now => {
+                    Some((alive_until, c))
+                }
+                _ => None,
+            })
+            .collect();
+        expired.sort_by_key(|(until, c)| (*until, c.id));
+        Ok(expired
+            .into_iter()
+            .take(limit)
+            .map(|(_, c)| c.clone())
             .collect())
     }
 
@@ -962,6 +1083,31 @@ impl StoreTx for MemTx<'_> {
             .collect())
     }
 
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        let rows = &self.tables.rows;
+        // Events are kept in id order, so the first one after the cursor is found by bisection.
+        let start = after_id.map_or(0, |after| rows.events.partition_point(|e| e.id <= after));
+        Ok(rows.events[start..]
+            .iter()
+            .filter(|e| {
+                rows.sessions
+                    .get(&e.session_id)
+                    .is_some_and(|s| s.tenant_id == tenant)
+            })
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        Ok(self.tables.rows.events.last().map(|e| e.id))
+    }
+
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
         let tables = &*self.tables;
         if let Some(&position) = tables.process_event_by_key.get(&event.derivation_key) {
@@ -1063,6 +1209,66 @@ impl StoreTx for MemTx<'_> {
     /// By `policy_version`.
     fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
         Ok(self.tables.rows.policy_profiles.values().cloned().collect())
+    }
+
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        if self.tables.rows.api_tokens.contains_key(&token.id) {
+            return Err(conflict(format!("api_tokens: duplicate id {}", token.id)));
+        }
+        if self
+            .tables
+            .api_token_by_digest
+            .contains_key(&token.token_sha256)
+        {
+            return Err(conflict("api_tokens: UNIQUE(token_sha256) holds"));
+        }
+        self.tables
+            .api_token_by_digest
+            .insert(token.token_sha256.clone(), token.id);
+        self.tables.rows.api_tokens.insert(token.id, token.clone());
+        Ok(())
+    }
+
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        Ok(self.tables.rows.api_tokens.get(&id).cloned())
+    }
+
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        Ok(self
+            .tables
+            .api_token_by_digest
+            .get(digest)
+            .and_then(|id| self.tables.rows.api_tokens.get(id))
+            .cloned())
+    }
+
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        let mut tokens: Vec<ApiToken> = self
+            .tables
+            .rows
+            .api_tokens
+            .values()
+            .filter(|t| t.tenant_id == tenant)
+            .cloned()
+            .collect();
+        tokens.sort_by_key(|t| (t.created_at, t.id));
+        Ok(tokens)
+    }
+
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        let token = self
+            .tables
+            .rows
+            .api_tokens
+            .get_mut(&id)
+            .ok_or(TxError::NotFound)?;
+        if token.revoked_at.is_some() {
+            return Err(conflict(format!(
+                "api_tokens: revoked_at of token {id} is set once"
+            )));
+        }
+        token.revoked_at = Some(at);
+        Ok(token.clone())
     }
 }
 

@@ -2,9 +2,11 @@
 //! updates, uniqueness and append-only audit tables. Core builds every change; a store only
 //! persists it.
 
+use crate::access::ApiToken;
 use crate::approval::Approval;
+use crate::connection::{Connection, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
-use crate::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard};
@@ -81,7 +83,10 @@ pub trait StoreTx {
         until: Timestamp,
         now: Timestamp,
     ) -> Result<Option<HeartbeatObs>, TxError>;
-    /// The oldest `(created_at, id)` QUEUED run that is due, optionally only `only`.
+    /// The oldest `(created_at, id)` QUEUED run that is due, optionally only `only`. Without
+    /// `only`, a run whose session belongs to an open connection is skipped: only that
+    /// connection's gateway claims it, by id (SPEC §19.4). A run of a closed connection is
+    /// returned (it is claimed to be ended).
     fn next_claimable_run(
         &mut self,
         now: Timestamp,
@@ -90,6 +95,26 @@ pub trait StoreTx {
     /// RUNNING runs whose lease expired at or before `now`, oldest expiry first.
     fn expired_leases(&mut self, now: Timestamp, limit: usize) -> Result<Vec<Run>, TxError>;
     fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError>;
+
+    // Connections (SPEC §19.4): the liveness of gateway clients.
+    /// `Conflict` on a duplicate id or a session that already has a connection; `NotFound`
+    /// without the session.
+    fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError>;
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError>;
+    fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError>;
+    /// Guarded by the expected status (`Conflict` otherwise); immutable fields must be unchanged
+    /// and a closed connection never changes.
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &Connection,
+    ) -> Result<(), TxError>;
+    /// Open connections whose `alive_until` is at or before `now`, oldest first, at most `limit`.
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError>;
 
     // Checkpoints.
     /// Versions must be contiguous: `Conflict` unless `version` is the latest plus one.
@@ -186,6 +211,21 @@ pub trait StoreTx {
         after_id: Option<i64>,
         limit: usize,
     ) -> Result<Vec<Event>, TxError>;
+    /// The events of every session of `tenant`, by id, strictly after `after_id`, at most
+    /// `limit` (SPEC §20's event stream). Ids must follow commit order for this to be a
+    /// gap-free tail: a reader that has seen id `n` must never later see a new event with an
+    /// id below `n`. SQLite and `MemStore` commit one writer at a time, so an id is taken and
+    /// committed before the next one is taken; a store whose ids can commit out of order (a
+    /// PostgreSQL sequence) must hold back ids above the oldest uncommitted one.
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError>;
+    /// The highest event id committed so far in any session (`None` before the first): a
+    /// position to start a tail from, under the same commit-order rule.
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError>;
     /// Idempotent by derivation key like `append_event`.
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError>;
     fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError>;
@@ -205,4 +245,16 @@ pub trait StoreTx {
     ) -> Result<PolicyProfileRecord, TxError>;
     /// Every recorded profile, ordered by `policy_version`.
     fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError>;
+
+    // API tokens (SPEC §20).
+    /// `Conflict` on a duplicate id or `token_sha256`.
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError>;
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError>;
+    /// The token whose `token_sha256` is `digest`.
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError>;
+    /// The tenant's tokens by `created_at, id`.
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError>;
+    /// Sets `revoked_at` once: `NotFound` for an unknown id, `Conflict` if it is already set
+    /// (nothing else of a token ever changes).
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError>;
 }

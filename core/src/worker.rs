@@ -7,11 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::future::{Either, select};
 
+use crate::connection::{CloseReason, RunBinding, binding_of, close_in_tx};
 use crate::control::ControlService;
 use crate::env::Env;
 use crate::events::Actor;
-use crate::ids::RunId;
+use crate::ids::{ConnectionId, RunId};
 use crate::ports::{BoxFut, Spawner};
+use crate::run::abandon::{self, Watched};
 use crate::run::cancel::{CancelToken, TokenRegistry};
 use crate::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use crate::run::state::{Change, RequeueReason, transition};
@@ -19,6 +21,14 @@ use crate::run::{Failure, Lease, Run};
 use crate::store::{Store, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{CancelReason, CrashPoint, FailureReason, InvocationStatus, RunStatus};
+
+/// The shortest lease a host may configure, in milliseconds: heartbeats run every lease/3.
+pub const MIN_LEASE_MS: u64 = 3;
+/// The longest lease a host may configure, in milliseconds: one hour. A lease is how long a run
+/// waits after its worker died before another may take it (and how long `worker --until-idle`
+/// may wait for it); past an hour that is an outage rather than a setting, and a value near
+/// `u64::MAX` would put the expiry at the end of time, so the run would never be reclaimed.
+pub const MAX_LEASE_MS: u64 = 3_600_000;
 
 /// Worker settings with the defaults of SPEC §8.2.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +72,8 @@ pub struct TickReport {
     pub claimed: usize,
     pub reclaimed: usize,
     pub expired: usize,
+    /// Gateway connections closed because their gateway stopped renewing them.
+    pub closed: usize,
 }
 
 /// One worker process's state: its settings, token registry and in-flight count.
@@ -142,8 +154,29 @@ impl<S: Store + 'static> Worker<S> {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    /// CLAIM: the oldest due QUEUED run (or exactly `only`), under a new lease epoch.
+    /// CLAIM: the oldest due QUEUED run (or exactly `only`), under a new lease epoch. A run
+    /// bound to an open gateway connection is never claimed here, not even by id (SPEC §19.4:
+    /// only its gateway executes it); one bound to a closed connection is claimed to be ended
+    /// (the executor finalizes it without a planner, [`crate::connection`]).
     pub async fn claim(&self, only: Option<RunId>) -> Result<Option<(Run, Lease)>, TxError> {
+        self.claim_where(only, None).await
+    }
+
+    /// CLAIM of a gateway's own run: `run` only, and only while it is bound to `connection` and
+    /// that connection is open, both read inside the claim's transaction.
+    pub async fn claim_for_connection(
+        &self,
+        run: RunId,
+        connection: ConnectionId,
+    ) -> Result<Option<(Run, Lease)>, TxError> {
+        self.claim_where(Some(run), Some(connection)).await
+    }
+
+    async fn claim_where(
+        &self,
+        only: Option<RunId>,
+        connection: Option<ConnectionId>,
+    ) -> Result<Option<(Run, Lease)>, TxError> {
         let now = self.env.clock.now();
         let until = now.saturating_add_micros(self.settings.lease_micros());
         let actor = Actor::worker(&self.settings.worker_id);
@@ -151,6 +184,15 @@ impl<S: Store + 'static> Worker<S> {
             let Some(run) = tx.next_claimable_run(now, only)? else {
                 return Ok(None);
             };
+            let allowed = match (connection, binding_of(tx, &run)?) {
+                (Some(ours), RunBinding::Live(bound)) => ours == bound,
+                (Some(_), _) => false,
+                (None, RunBinding::Live(_)) => false,
+                (None, RunBinding::Unbound | RunBinding::Orphaned(_)) => true,
+            };
+            if !allowed {
+                return Ok(None);
+            }
             let change = Change::Claim {
                 worker_id: self.settings.worker_id.clone(),
                 lease_expires_at: until,
@@ -169,24 +211,60 @@ impl<S: Store + 'static> Worker<S> {
 
     /// Executes a claimed run with its heartbeat until it parks or ends.
     pub async fn execute(&self, run: Run, lease: Lease) -> ExecutionEnd {
+        self.execute_and_report(run, lease).await.0
+    }
+
+    /// [`Worker::execute`], also returning the failed transaction an `Abandoned` execution was
+    /// abandoned for (`None` when it was fenced). Such an execution is logged as a warning and
+    /// its lease released for RECLAIM (see `run::abandon`).
+    async fn execute_and_report(&self, run: Run, lease: Lease) -> (ExecutionEnd, Option<TxError>) {
         let _in_flight = InFlight::enter(self, &lease);
         let token = self.tokens.register(run.id, lease.lease_epoch);
         if run.cancel_requested_at.is_some() {
             token.cancel(CancelReason::Requested);
         }
+        let watched = Arc::new(Watched::new(Arc::clone(&self.env.store)));
+        let env = self.env.with_store(Arc::clone(&watched));
         let switch = HeartbeatSwitch::default();
-        let executor = RunExecutor::new(&self.env, &self.settings.worker_id, switch.clone());
+        let executor = RunExecutor::new(&env, &self.settings.worker_id, switch.clone());
         let span = tracing::info_span!("run", run_id = %run.id, lease_epoch = lease.lease_epoch, worker_id = %self.settings.worker_id);
         let execution = Box::pin(tracing::Instrument::instrument(
             executor.execute(&lease, &token),
             span,
         ));
         let heartbeat = Box::pin(self.heartbeat(&lease, &token, &switch));
-        match select(execution, heartbeat).await {
+        let end = match select(execution, heartbeat).await {
             Either::Left((end, _)) => end,
             // The heartbeat loop never ends by itself; if it did, the executor still owns the run.
             Either::Right(((), execution)) => execution.await,
+        };
+        let cause = match end {
+            ExecutionEnd::Abandoned => watched.latest_failure(),
+            ExecutionEnd::Parked | ExecutionEnd::Finished(_) => None,
+        };
+        if let Some(cause) = &cause {
+            self.give_back(&lease, cause);
         }
+        (end, cause)
+    }
+
+    /// Logs an execution abandoned for a failed transaction and releases its lease (see
+    /// `run::abandon`); the execution, heartbeat included, has ended.
+    fn give_back(&self, lease: &Lease, cause: &TxError) {
+        let released = abandon::release(self.env.store.as_ref(), lease, self.env.clock.now());
+        let released = match &released {
+            Ok(true) => "released for RECLAIM".to_owned(),
+            Ok(false) => "already taken over".to_owned(),
+            Err(error) => format!("not released ({error}); it runs out instead"),
+        };
+        tracing::warn!(
+            run_id = %lease.run_id,
+            lease_epoch = lease.lease_epoch,
+            worker_id = %self.settings.worker_id,
+            error = %cause,
+            lease = %released,
+            "a worker transaction failed: the execution was abandoned; RECLAIM recovers the run"
+        );
     }
 
     /// Renews the lease every lease/3 and reports cancellation (SPEC §8.2).
@@ -259,6 +337,18 @@ impl<S: Store + 'static> Worker<S> {
                     transition(tx, &run, run.clone(), Change::Cancel, &actor, now)?;
                     return Ok(true);
                 }
+                // A run whose client has gone is never re-queued (SPEC §19.4): nothing of it may
+                // run again, so it ends here, its in-flight calls swept (UNCERTAIN when
+                // watermarked and not idempotent, else FAILED tool.interrupted).
+                if let RunBinding::Orphaned(_) = binding_of(tx, &run)? {
+                    let change = if running {
+                        Change::Fail(Failure::new(FailureReason::PlannerError, run.step_count, now))
+                    } else {
+                        Change::Cancel
+                    };
+                    transition(tx, &run, run.clone(), change, &actor, now)?;
+                    return Ok(true);
+                }
                 let mut next = run.clone();
                 // Saturating: a count read back from the store must end in max_attempts_exceeded,
                 // never wrap to a fresh run.
@@ -286,6 +376,44 @@ impl<S: Store + 'static> Worker<S> {
         })
     }
 
+    /// The connection sweep (SPEC §19.4): closes every open connection whose `alive_until`
+    /// passed (its gateway died or stalled), which cancels its parked and queued runs at once
+    /// and flags its running one; RECLAIM then ends the running one when its lease expires.
+    /// Runs with each reclaim sweep, before it. Returns how many it closed.
+    pub async fn sweep_connections(&self) -> Result<usize, TxError> {
+        let now = self.env.clock.now();
+        let mut closed = 0;
+        loop {
+            let expired = self
+                .env
+                .read(|tx| tx.expired_connections(now, RECLAIM_PAGE))?;
+            let candidates = expired.len();
+            let mut page_closed = 0;
+            for connection in expired {
+                let result = self.env.transact(|tx| {
+                    let Some(current) = tx.connection(connection.id)? else {
+                        return Ok(None);
+                    };
+                    let still_expired = matches!(current.state, crate::connection::ConnectionState::Open { alive_until } if alive_until <= now);
+                    if !still_expired {
+                        return Ok(None);
+                    }
+                    Ok(Some(close_in_tx(tx, current.id, CloseReason::Expired, now)?))
+                })?;
+                if let Some(flagged) = result {
+                    page_closed += 1;
+                    if let Some(run) = flagged {
+                        self.tokens.cancel(run, CancelReason::Requested);
+                    }
+                }
+            }
+            closed += page_closed;
+            if candidates < RECLAIM_PAGE || page_closed == 0 {
+                return Ok(closed);
+            }
+        }
+    }
+
     /// One poll: reclaim and sweep when due (or when there is nothing to claim), then claim up
     /// to the free slots and hand each run to `spawner`.
     pub async fn tick(
@@ -296,6 +424,7 @@ impl<S: Store + 'static> Worker<S> {
         let now = self.env.clock.now();
         let mut report = TickReport::default();
         if due(&self.last_reclaim, now, self.settings.reclaim_every_ms) {
+            report.closed += self.sweep_connections().await?;
             report.reclaimed += self.reclaim().await?;
         }
         if due(&self.last_sweep, now, self.settings.approval_sweep_every_ms) {
@@ -320,6 +449,7 @@ impl<S: Store + 'static> Worker<S> {
                 None => {
                     // Nothing to claim: reclaim now too, so an expired lease does not wait.
                     if report.reclaimed == 0 {
+                        report.closed += self.sweep_connections().await?;
                         report.reclaimed += self.reclaim().await?;
                     }
                     break;
@@ -330,9 +460,14 @@ impl<S: Store + 'static> Worker<S> {
     }
 
     /// Claims and executes one specific run in this task (the inline dispatcher, `runs resume`).
+    /// An execution abandoned for a failed transaction is that transaction's error, so the
+    /// caller can report it instead of a run that seems to be still RUNNING.
     pub async fn run_inline(&self, run: RunId) -> Result<Option<ExecutionEnd>, TxError> {
         match self.claim(Some(run)).await? {
-            Some((run, lease)) => Ok(Some(self.execute(run, lease).await)),
+            Some((run, lease)) => match self.execute_and_report(run, lease).await {
+                (ExecutionEnd::Abandoned, Some(cause)) => Err(cause),
+                (end, _) => Ok(Some(end)),
+            },
             None => Ok(None),
         }
     }

@@ -27,8 +27,8 @@ use airlock_core::vocab::{
 use common::*;
 use serde_json::{Value, json};
 
-/// The shipped files' `policy_version` (SPEC §7.4).
-const SHIPPED_VERSION: &str = "default@9f2e26918d43+hce0d2844";
+/// The shipped files' `policy_version` (SPEC §7.4), as core derives it from the embedded files.
+use airlock_core::policy::shipped::SHIPPED_VERSION;
 
 /// The shipped profile's external_write row, which the revalidation scenarios edit.
 const EXTERNAL_WRITE_ROW: &str = "[rules.external_write]\ndecision = \"require_approval\"\n";
@@ -789,33 +789,32 @@ async fn self_approval_disabled_refuses_the_runs_principal_and_keeps_the_row_pen
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_over_long_reason_is_refused_only_where_a_resolution_would_apply() {
-    // §10.4's order comes first: another tenant gets NotFound and a repeat gets its answer;
-    // only a resolution that would apply is refused for its 4097-character reason.
+async fn an_over_long_reason_is_refused_before_any_answer_that_depends_on_the_row() {
+    // Issue 17 item 6: the request is validated before §10.4's state-dependent answers, the
+    // idempotent repeat included; only another tenant's NotFound comes first (it reveals
+    // nothing, whatever the reason).
     let h = Harness::new();
     let run = park(&h, send_script(&h, "hi")).await;
     let approval = only_approval(&h, run);
     let long = "r".repeat(4097);
-    let approve = |who: airlock_core::principal::Principal, reason: String| {
+    let resolve = |who: airlock_core::principal::Principal,
+                   resolution: ApprovalResolution,
+                   reason: Option<String>| {
         let control = &h.control;
         async move {
             control
-                .resolve(
-                    &who,
-                    approval.id,
-                    ApprovalResolution::ApproveOnce,
-                    Some(&reason),
-                )
+                .resolve(&who, approval.id, resolution, reason.as_deref())
                 .await
                 .map(|r| r.state)
         }
     };
+    let approve = ApprovalResolution::ApproveOnce;
     assert_eq!(
-        approve(h.mallory(), long.clone()).await,
+        resolve(h.mallory(), approve, Some(long.clone())).await,
         Err(ServiceError::NotFound)
     );
     assert!(matches!(
-        approve(h.bob(), long.clone()).await,
+        resolve(h.bob(), approve, Some(long.clone())).await,
         Err(ServiceError::InvalidArgument(_))
     ));
     assert_eq!(
@@ -823,34 +822,58 @@ async fn an_over_long_reason_is_refused_only_where_a_resolution_would_apply() {
         ApprovalStatus::Pending
     );
     assert_eq!(
-        approve(h.bob(), "r".repeat(4096)).await,
+        resolve(h.bob(), approve, Some("r".repeat(4096))).await,
         Ok(ResolveState::Applied)
     );
+    // A repeat is still a request: an invalid one is refused, not answered as a repeat.
+    for resolution in [approve, ApprovalResolution::Deny] {
+        assert!(matches!(
+            resolve(h.bob(), resolution, Some(long.clone())).await,
+            Err(ServiceError::InvalidArgument(_))
+        ));
+    }
     assert_eq!(
-        approve(h.bob(), long).await,
+        resolve(h.bob(), approve, None).await,
         Ok(ResolveState::AlreadyResolvedIdentically)
+    );
+    assert_eq!(
+        approval_row(&h, approval.id).resolution_reason,
+        Some("r".repeat(4096))
     );
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_over_long_reason_does_not_hide_an_expiry() {
-    // §10.4: `pending` and `now ≥ expires_at` → commit the expiry, return `Expired`; that answer
-    // comes before the reason's length is looked at.
+async fn an_over_long_reason_is_refused_even_when_the_approval_is_due_to_expire() {
+    // Validation comes first here too; the expiry is not lost, only left to the next sweep or
+    // the next valid resolve (§10.4: `pending` and `now ≥ expires_at` → expiry, `Expired`).
     let h = Harness::new();
     let run = park(&h, send_script(&h, "hi")).await;
     let approval = only_approval(&h, run);
     h.advance(MEDIUM_EXPIRY_SECONDS as u64 + 1).await;
-    let answer = h
-        .control
-        .resolve(
-            &h.bob(),
-            approval.id,
-            ApprovalResolution::ApproveOnce,
-            Some(&"r".repeat(4097)),
-        )
-        .await
-        .map(|r| r.state);
-    assert_eq!(answer, Err(ServiceError::Expired));
+    let resolve = |reason: Option<String>| {
+        let control = &h.control;
+        let bob = h.bob();
+        async move {
+            control
+                .resolve(
+                    &bob,
+                    approval.id,
+                    ApprovalResolution::ApproveOnce,
+                    reason.as_deref(),
+                )
+                .await
+                .map(|r| r.state)
+        }
+    };
+    assert!(matches!(
+        resolve(Some("r".repeat(4097))).await,
+        Err(ServiceError::InvalidArgument(_))
+    ));
+    assert_eq!(
+        approval_row(&h, approval.id).status,
+        ApprovalStatus::Pending
+    );
+    assert_eq!(resolve(Some("ok".into())).await, Err(ServiceError::Expired));
     assert_eq!(
         approval_row(&h, approval.id).status,
         ApprovalStatus::Expired
@@ -1088,7 +1111,8 @@ async fn revalidation_with_arguments_that_now_normalize_differently_is_changed()
             },
             "additionalProperties": false
         }))
-        .expect("schema");
+        .expect("schema")
+        .into();
     });
     let h2 = new_process(&h, Ruleset::shipped().unwrap(), |tools| {
         replace_send(tools, Some(replacement))

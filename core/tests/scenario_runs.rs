@@ -603,6 +603,106 @@ async fn a_mixed_batch_runs_sequentially_without_a_group_and_results_in_planner_
 }
 
 #[tokio::test(start_paused = true)]
+async fn resuming_a_run_in_its_retry_back_off_is_a_conflict_that_says_when_it_is_due() {
+    // Issue 17 item 3: every dispatcher claims only due runs (§10.5), so `resume_run` of a run
+    // still waiting out its back-off would execute nothing; it answers Conflict with the time.
+    let h = Harness::new();
+    let run = h.submit(h.script(json!([[echo("c1", "one")]]))).await;
+    h.worker("w1")
+        .claim(None)
+        .await
+        .unwrap()
+        .expect("claimable");
+    h.advance(30).await;
+    assert_eq!(h.worker("w2").reclaim().await.unwrap(), 1);
+    let due = match h.run(run).state {
+        RunState::Queued {
+            scheduled_for: Some(due),
+        } => due,
+        other => panic!("re-queued with a back-off, not {other:?}"),
+    };
+
+    let refused = h.control.resume_run(&h.bob(), run);
+
+    match refused {
+        Err(ServiceError::Conflict(message)) => {
+            assert!(
+                message.contains(&format!("not due until {due}")),
+                "{message}"
+            );
+        }
+        other => panic!("expected a Conflict, got {other:?}"),
+    }
+    assert!(h.dispatcher.resumed.lock().unwrap().is_empty());
+    h.advance(1).await;
+    assert_eq!(h.control.resume_run(&h.bob(), run), Ok(()));
+    assert_eq!(*h.dispatcher.resumed.lock().unwrap(), [run]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_script_or_planner_input_over_the_size_limit_is_invalid() {
+    // Issue 17 item 11: submit_run caps the script, and the planner_input stored from it, at a
+    // configurable size (default 2 MiB); nothing is stored for a refused script.
+    let h = Harness::new();
+    assert_eq!(
+        airlock_core::planner::script::DEFAULT_MAX_SCRIPT_BYTES,
+        2 * 1024 * 1024
+    );
+    let big = h.script(json!([[echo("c1", &"x".repeat(3 * 1024 * 1024))]]));
+    let refused = h.control.submit_run(&h.alice(), &big.to_string()).await;
+    match refused {
+        Err(ServiceError::InvalidArgument(message)) => {
+            assert!(message.starts_with("the run script is "), "{message}");
+            assert!(
+                message.ends_with("over the limit of 2097152 bytes"),
+                "{message}"
+            );
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+
+    let text = h
+        .script(json!([[echo("c1", &"x".repeat(1000))]]))
+        .to_string();
+    let small = ControlService::new(h.env.clone(), h.dispatcher.clone(), None)
+        .with_max_script_bytes(text.len() - 1);
+    assert!(matches!(
+        small.submit_run(&h.alice(), &text).await,
+        Err(ServiceError::InvalidArgument(_))
+    ));
+    // The stored planner_input is bounded too: the defaults it adds can make it the larger one.
+    let planner_input_len = planner_input_len(&text);
+    assert!(
+        planner_input_len > text.len(),
+        "the example needs its defaults added"
+    );
+    let exact = ControlService::new(h.env.clone(), h.dispatcher.clone(), None)
+        .with_max_script_bytes(text.len());
+    match exact.submit_run(&h.alice(), &text).await {
+        Err(ServiceError::InvalidArgument(message)) => {
+            assert!(message.starts_with("its planner_input is "), "{message}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    let roomy = ControlService::new(h.env.clone(), h.dispatcher.clone(), None)
+        .with_max_script_bytes(planner_input_len);
+    roomy.submit_run(&h.alice(), &text).await.unwrap();
+    assert_eq!(
+        h.store.snapshot().runs.len(),
+        1,
+        "only the accepted script is stored"
+    );
+}
+
+/// The length of the `planner_input` stored for a script.
+fn planner_input_len(text: &str) -> usize {
+    airlock_core::planner::script::RunScript::parse(text)
+        .unwrap()
+        .to_json()
+        .len()
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_script_one_step_short_of_max_steps_completes_and_a_longer_one_is_rejected() {
     // N scripted steps need max_steps ≥ N + 1 (the final turn is a step): 2 of 3 completes.
     let h = Harness::new();
@@ -1376,6 +1476,116 @@ async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the
     h.advance(2).await;
     h.drive(&h.worker("w4")).await;
     assert_eq!(h.run(run).status(), RunStatus::Completed);
+}
+
+/// Everything `tracing` writes while the guard lives, on this thread (the paused tokio tests run
+/// on one thread).
+fn capture_logs() -> (Arc<Mutex<Vec<u8>>>, tracing::subscriber::DefaultGuard) {
+    #[derive(Clone)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    let sink = Sink(Arc::clone(&buffer));
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .finish();
+    (buffer, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abandoned_execution_is_logged_and_its_lease_given_back_for_an_immediate_reclaim() {
+    // Issue 17 item 2 (see `run::abandon`): the executor still writes nothing more after a failed
+    // transaction (§8.3), but the worker then logs a warning with the run id and the cause, and
+    // shortens the lease to now, so the next RECLAIM takes the run at once instead of after a
+    // whole lease; RECLAIM handles it as any expired lease (attempts + 1, back-off).
+    let h = Harness::new();
+    let run = h
+        .submit(h.script(json!([[echo("c1", "one")], [echo("c2", "two")]])))
+        .await;
+    let store = FailingReads::over(&h);
+    let w1 = Worker::new(h.env_over(store.clone()), WorkerSettings::new("w1"));
+    let (claimed, lease) = w1.claim(None).await.unwrap().expect("the run is due");
+    let claimed_at = h.env.clock.now();
+    store.hook.fail_next(0);
+
+    let (logs, guard) = capture_logs();
+    assert_eq!(w1.execute(claimed, lease).await, ExecutionEnd::Abandoned);
+    drop(guard);
+
+    let row = h.run(run);
+    assert_eq!(
+        row.status(),
+        RunStatus::Running,
+        "RECLAIM, not the worker, moves it"
+    );
+    assert_eq!(row.lease_epoch, 1);
+    assert!(
+        matches!(row.state, RunState::Running { lease_expires_at, .. } if lease_expires_at == claimed_at),
+        "the lease now ends now: {:?}",
+        row.state
+    );
+    let log = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WARN"))
+        .unwrap_or_else(|| panic!("no warning in {log:?}"));
+    for expected in [
+        format!("run_id={run}"),
+        "lease_epoch=1".to_owned(),
+        "worker_id=w1".to_owned(),
+        "database is locked".to_owned(),
+        "released for RECLAIM".to_owned(),
+    ] {
+        assert!(warning.contains(&expected), "{expected} in {warning}");
+    }
+
+    // No time passes: the next sweep re-queues it with its back-off, and it completes.
+    assert_eq!(h.worker("w2").reclaim().await.unwrap(), 1);
+    assert_eq!(h.run(run).attempts, 1);
+    h.advance(1).await;
+    assert_eq!(
+        h.drive(&h.worker("w2")).await,
+        vec![ExecutionEnd::Finished(RunStatus::Completed)]
+    );
+
+    // A fenced execution is no failure: nothing is logged, nothing released.
+    let quiet = h.submit(h.script(json!([[echo("c1", "x")]]))).await;
+    let (stale_run, stale_lease) = h.worker("w3").claim(None).await.unwrap().expect("due");
+    h.advance(30).await;
+    assert_eq!(h.worker("w4").reclaim().await.unwrap(), 1);
+    let (logs, guard) = capture_logs();
+    assert_eq!(
+        h.worker("w3").execute(stale_run, stale_lease).await,
+        ExecutionEnd::Abandoned
+    );
+    drop(guard);
+    assert!(logs.lock().unwrap().is_empty(), "a fence is not a warning");
+    assert_eq!(h.run(quiet).status(), RunStatus::Queued);
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_inline_reports_the_failed_transaction_of_an_abandoned_execution() {
+    // `run submit --inline` and `runs resume` must not print a RUNNING run as if all were well.
+    let h = Harness::new();
+    let run = h.submit(h.script(json!([[echo("c1", "one")]]))).await;
+    let store = FailingReads::over(&h);
+    store.hook.fail_next(0);
+    let worker = Worker::new(h.env_over(store.clone()), WorkerSettings::new("inline"));
+    assert_eq!(
+        worker.run_inline(run).await,
+        Err(TxError::Backend("database is locked".into()))
+    );
+    assert_eq!(h.worker("w2").reclaim().await.unwrap(), 1);
 }
 
 #[tokio::test(start_paused = true)]

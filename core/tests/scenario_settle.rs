@@ -84,10 +84,19 @@ async fn settle_answers_in_the_spec_order_and_writes_one_finding() {
     assert_eq!(settled_events(&h, run), 1);
 
     // The same outcome again returns the stored settlement (its note, not the new one); a
-    // different outcome is a Conflict.
+    // different outcome is a Conflict. The note of a repeat is still checked first (issue 17
+    // item 6): an invalid repeat is refused, not answered with the stored settlement.
+    for note in [String::new(), "n".repeat(4097)] {
+        assert!(matches!(
+            h.control
+                .settle(&h.bob(), id, SettlementOutcome::Succeeded, &note)
+                .await,
+            Err(ServiceError::InvalidArgument(_))
+        ));
+    }
     let again = h
         .control
-        .settle(&h.bob(), id, SettlementOutcome::Succeeded, "")
+        .settle(&h.bob(), id, SettlementOutcome::Succeeded, "again")
         .await
         .unwrap();
     assert_eq!(again, first);
@@ -125,7 +134,7 @@ async fn only_an_uncertain_invocation_can_be_settled() {
     assert_eq!(done.status, InvocationStatus::Succeeded);
     assert_eq!(
         h.control
-            .settle(&h.bob(), done.id, SettlementOutcome::Succeeded, "")
+            .settle(&h.bob(), done.id, SettlementOutcome::Succeeded, "checked")
             .await,
         Err(ServiceError::Conflict(
             "invocation is not uncertain".to_owned()

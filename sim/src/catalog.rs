@@ -279,7 +279,7 @@ fn spec(
             patch: 0,
         },
         description: format!("simulated service {name}"),
-        input_schema: schema,
+        input_schema: schema.into(),
         side_effect,
         risk,
         idempotency,

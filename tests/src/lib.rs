@@ -307,6 +307,60 @@ pub fn assert_no_duplicate_effects(data: &DataDir) {
     assert_eq!(dangling, 0, "a terminal run has an open invocation");
 }
 
+/// Makes `command`'s process fail every write past `bytes` of any file, as a full disk does: the
+/// write that crosses the limit is cut short there, and the next one fails (`EFBIG`;
+/// `RLIMIT_FSIZE`, with `SIGXFSZ` ignored so the process sees the error instead of being
+/// killed). Both settings are inherited across `exec` by the child only.
+pub fn limit_file_size(command: &mut Command, bytes: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    let limit = libc::rlimit {
+        rlim_cur: bytes as libc::rlim_t,
+        rlim_max: bytes as libc::rlim_t,
+    };
+    // SAFETY: between fork and exec the closure calls only `signal` and `setrlimit`, both
+    // async-signal-safe, and touches no memory shared with the parent.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::signal(libc::SIGXFSZ, libc::SIG_IGN) == libc::SIG_ERR
+                || libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Waits for `child` to exit, at most `limit`; kills it and panics otherwise.
+pub fn wait_within(child: &mut Child, limit: std::time::Duration, what: &str) -> Output {
+    let started = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            break;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    use std::io::Read;
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_end(&mut stdout).expect("stdout");
+    }
+    if let Some(mut err) = child.stderr.take() {
+        err.read_to_end(&mut stderr).expect("stderr");
+    }
+    Output {
+        status: child.wait().expect("status"),
+        stdout,
+        stderr,
+    }
+}
+
 /// One call with every argument trusted as `user`.
 pub use airlock_core::testing::fixtures::user_call as call;
 

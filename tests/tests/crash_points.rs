@@ -190,6 +190,56 @@ fn after_revalidate() {
 }
 
 #[test]
+fn after_pending_the_step_its_first_call_and_its_start_committed_together() {
+    // SPEC §17.1 F1, F2: PENDING, PROPOSE and START of an allowed call are one commit, so an
+    // abort right after it finds all three in the file: the checkpointed batch, the row
+    // RUNNING with its watermark, and the call counted; a fresh worker finishes it once.
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[workspace_write("w1", "a.txt", "x")]])));
+    crash(
+        &data,
+        "after_pending",
+        "operator",
+        &["worker", "--until-idle", "--lease-ms", "1000"],
+    );
+    let conn = db(&data);
+    let (trigger, state): (String, String) = conn
+        .query_row(
+            "SELECT \"trigger\", state FROM checkpoints WHERE run_id = ?1 ORDER BY version DESC LIMIT 1",
+            [&run],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(trigger, "tool_pending");
+    let state: Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["pending"]["step"], 1);
+    let rows = invocations(&data);
+    assert_eq!(
+        rows.len(),
+        1,
+        "the step's first call committed with its PENDING"
+    );
+    assert_eq!(rows[0].0, "RUNNING", "START folded into PROPOSE");
+    assert!(rows[0].3.is_some(), "with its watermark");
+    let count: i64 = conn
+        .query_row(
+            "SELECT tool_call_count FROM runs WHERE id = ?1",
+            [&run],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(count, 1);
+    drop(conn);
+    settle_everything(&data);
+    assert_eq!(data.run_status(&run), "COMPLETED");
+    let rows = invocations(&data);
+    assert_eq!(
+        rows[0].0, "SUCCEEDED",
+        "an idempotent write re-executes under its key"
+    );
+}
+
+#[test]
 fn after_start_of_the_approved_external_write_never_sends_it() {
     // After approval the first START is the external write's: its watermark is committed, the
     // body has not run. Recovery must mark it UNCERTAIN, not send it (§9.4, §16 #11).
@@ -451,8 +501,9 @@ fn after_profile() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!(version, "default@9f2e26918d43+hce0d2844");
-    assert_eq!(rules, 22);
+    let shipped = airlock_core::policy::Ruleset::shipped().expect("the shipped policy loads");
+    assert_eq!(version, shipped.version.as_str());
+    assert_eq!(rules, shipped.rule_count() as i64);
     let loaded: i64 = conn
         .query_row(
             "SELECT COUNT(*) FROM process_events WHERE event_type = 'policy.profile.loaded'",

@@ -150,7 +150,11 @@ fn a_store_of_the_previous_build_upgrades_in_place_and_its_runs_finish() {
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .expect("user_version");
-    assert_eq!(version, 2, "migrated to M2");
+    assert_eq!(
+        version,
+        airlock_sqlite::SCHEMA_VERSION,
+        "migrated through M2 (step records) to this build's schema"
+    );
     // The history of each run's latest checkpoint became its step records.
     assert_eq!(steps(&db, PARKED), [1, 2]);
     assert_eq!(steps(&db, INTERRUPTED), [1]);

@@ -7,4 +7,5 @@
 pub mod app;
 pub mod cli;
 pub mod exit;
+pub mod input_file;
 pub mod policy_source;

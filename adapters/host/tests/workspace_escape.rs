@@ -330,6 +330,24 @@ async fn a_planted_hard_link_to_an_outside_file_is_refused() {
     assert_eq!(f.read_code("hard.txt").await, ESCAPE);
     assert_eq!(f.write_code("hard.txt", "pwned").await, ESCAPE);
     assert_eq!(f.outside_snapshot(), before);
+
+    // Nor does a listing report it: its byte count would be the outside file's.
+    std::fs::write(f.root.join("mine.txt"), b"ab").unwrap();
+    let listed = f.ws().list(&path(""), true).unwrap();
+    assert_eq!(
+        listed.iter().map(|e| e.path.as_str()).collect::<Vec<_>>(),
+        ["mine.txt"],
+        "{listed:?}"
+    );
+    let tool = f
+        .call(&ListFiles::new(), json!({"path": "", "recursive": true}))
+        .await
+        .unwrap();
+    assert!(
+        !tool.structured.to_string().contains("hard.txt"),
+        "{}",
+        tool.structured
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

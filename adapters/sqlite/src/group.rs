@@ -28,7 +28,9 @@
 //! **Failures.** SQLite may roll a transaction back by itself after an I/O error; the group is
 //! then "broken": no later member runs its closure (it could otherwise run in autocommit mode
 //! and commit on its own), and closing the group rolls back whatever is left and fails every
-//! member. A failed `SAVEPOINT`, `RELEASE` or `ROLLBACK TO` breaks the group the same way. A
+//! member. The members get the error of the statement that made SQLite give up (a full disk,
+//! an I/O error), not a bare "rolled back" that would hide it. A failed `SAVEPOINT`, `RELEASE`
+//! or `ROLLBACK TO` breaks the group the same way. A
 //! panic inside a closure rolls back that member's savepoint, lets the group finish, and then
 //! resumes unwinding on the caller's thread. Nested `transact` calls from inside a closure
 //! deadlock, as they would on SQLite's write lock (and do on `MemStore`).
@@ -274,7 +276,7 @@ fn run_member<R>(
         format!("ROLLBACK TO {MEMBER_SAVEPOINT}; RELEASE {MEMBER_SAVEPOINT}")
     };
     let broken = if conn.is_autocommit() {
-        Some("the group's transaction was rolled back by SQLite".to_owned())
+        Some(rolled_back_by_sqlite(&result))
     } else {
         match conn.execute_batch(&end) {
             Ok(()) if !conn.is_autocommit() => None,
@@ -283,4 +285,70 @@ fn run_member<R>(
         }
     };
     (result, broken)
+}
+
+/// Why the group broke when SQLite rolled its transaction back during a member's closure. The
+/// statement that made SQLite give up (a full disk, an I/O error) failed inside that closure,
+/// so the closure's own error is the cause: it is kept first, and every member of the group
+/// gets it, rather than a bare "rolled back" that hides a full disk.
+fn rolled_back_by_sqlite<R>(result: &MemberResult<R>) -> String {
+    const ROLLED_BACK: &str = "the group's transaction was rolled back by SQLite";
+    match result {
+        MemberResult::Returned(Err(TxError::Backend(cause))) => format!("{cause} ({ROLLED_BACK})"),
+        MemberResult::Returned(Err(cause)) => format!("{cause} ({ROLLED_BACK})"),
+        MemberResult::Returned(Ok(_)) | MemberResult::Panicked(_) => ROLLED_BACK.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use airlock_core::testing::fixtures::{sample_run, sample_session};
+    use airlock_core::vocab::RunStatus;
+
+    use super::*;
+
+    /// A writer connection on a migrated store file whose database may grow by only a few
+    /// pages, with a page cache so small that a large row spills to the WAL mid-statement: a
+    /// full disk, the way SQLite meets it, which makes SQLite roll the whole transaction back.
+    fn nearly_full(path: &std::path::Path) -> Connection {
+        drop(crate::SqliteStore::open(path).unwrap());
+        let conn = Connection::open(path).unwrap();
+        conn.busy_timeout(crate::BUSY_TIMEOUT).unwrap();
+        conn.pragma_update(None, "cache_size", 2).unwrap();
+        let pages: i64 = conn
+            .pragma_query_value(None, "page_count", |row| row.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 20)
+            .unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_member_that_fills_the_disk_gets_its_own_error_not_a_bare_rollback() {
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::new(nearly_full(&dir.path().join("store.sqlite3")));
+        let session = sample_session(1);
+        let mut run = sample_run(1, session.id, RunStatus::Queued);
+        run.planner_input = format!("\"{}\"", "x".repeat(1_000_000));
+
+        let error = group
+            .transact(|tx| {
+                tx.insert_session(&session)?;
+                tx.insert_run(&run)
+            })
+            .unwrap_err();
+
+        assert_eq!(
+            error,
+            TxError::Backend(
+                "database or disk is full (the group's transaction was rolled back by SQLite)"
+                    .to_owned()
+            ),
+            "the cause is kept"
+        );
+        // The group is over and the connection usable: a small write commits.
+        group
+            .transact(|tx| tx.insert_session(&sample_session(2)))
+            .unwrap();
+    }
 }

@@ -3,8 +3,8 @@
 //! `SqliteStore`: the embedded production [`Store`] (SPEC §2.2, §7.5, §13, §14, §16 #40–#41). It
 //! depends on core alone: never on the host, a gateway or the HTTP crate (structural test).
 //!
-//! One file holds every table of §14 (`schema`, applied through `rusqlite_migration`, so
-//! `PRAGMA user_version = 1`). Each store keeps one writing connection with the per-connection
+//! One file holds every table of §14 and Part II's additions (`schema`, applied through
+//! `rusqlite_migration`, so `PRAGMA user_version` counts the migrations applied). Each store keeps one writing connection with the per-connection
 //! pragmas of §14 — `journal_mode=WAL`, `synchronous=FULL` (a committed watermark must survive
 //! power loss, G4), `foreign_keys=ON`, `busy_timeout=5000` — and several processes may open the
 //! same file: every write transaction takes the write lock up front with `BEGIN IMMEDIATE`,
@@ -43,6 +43,20 @@ const STATEMENT_CACHE_CAPACITY: usize = 128;
 /// Why a store could not be opened or inspected.
 #[derive(Debug, thiserror::Error)]
 pub enum SqliteError {
+    /// The file or its directory cannot be written (a read-only mount, or permissions). The
+    /// store needs write access even for read commands: every process records its policy (SPEC
+    /// §7.5), and WAL mode keeps its index in a `-shm` file beside the database.
+    #[error(
+        "the store '{path}' is read-only here ({reason}); airlock writes to its store even to \
+         read it (every process records its policy, and WAL needs its -shm file beside the \
+         database): make it writable, or copy the data directory to a writable place ({source})"
+    )]
+    ReadOnly {
+        path: PathBuf,
+        reason: String,
+        #[source]
+        source: Box<SqliteError>,
+    },
     #[error("cannot open '{path}': {source}")]
     Open {
         path: PathBuf,
@@ -105,27 +119,23 @@ impl fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`, sets the §14 pragmas and migrates the
     /// schema to [`SCHEMA_VERSION`].
+    ///
+    /// A store on a read-only file system (or in a directory this user may not write) fails
+    /// with [`SqliteError::ReadOnly`], which says so, rather than with SQLite's "unable to open
+    /// database file" from the first pragma that needs the WAL index.
     pub fn open(path: &Path) -> Result<SqliteStore, SqliteError> {
-        let open_error = |source| SqliteError::Open {
-            path: path.to_owned(),
-            source,
-        };
-        let mut conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_URI,
-        )
-        .map_err(open_error)?;
-        configure(&conn)?;
-        migrate(&mut conn)?;
-        verify_schema(&conn)?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+        let conn = open_writer(path).map_err(|error| match read_only_reason(path) {
+            Some(reason) => SqliteError::ReadOnly {
+                path: path.to_owned(),
+                reason,
+                source: Box::new(error),
+            },
+            None => error,
+        })?;
         Ok(SqliteStore {
             path: path.to_owned(),
             group: group::GroupCommit::new(conn),
-            readers: readers::Readers::new(path),
+            readers: readers::Readers::new(&by_path(path)),
         })
     }
 
@@ -179,6 +189,71 @@ impl Store for SqliteStore {
     }
 }
 
+/// The writing connection, configured, migrated and checked.
+fn open_writer(path: &Path) -> Result<Connection, SqliteError> {
+    let open_error = |source| SqliteError::Open {
+        path: path.to_owned(),
+        source,
+    };
+    let mut conn = Connection::open_with_flags(by_path(path), open_flags()).map_err(open_error)?;
+    configure(&conn)?;
+    migrate(&mut conn)?;
+    verify_schema(&conn)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(conn)
+}
+
+/// Why the store at `path` cannot be written, asked only after opening it failed: the file
+/// opened for writing (nothing created, nothing changed), then its directory, where SQLite
+/// must create the `-wal` and `-shm` files, by creating and removing an empty probe file.
+/// `None` if both can be written, so the failure had another cause.
+fn read_only_reason(path: &Path) -> Option<String> {
+    use std::fs::OpenOptions;
+    use std::io::ErrorKind;
+    let refused = |error: std::io::Error| match error.kind() {
+        ErrorKind::ReadOnlyFilesystem | ErrorKind::PermissionDenied => Some(error.to_string()),
+        _ => None,
+    };
+    if let Err(error) = OpenOptions::new().write(true).open(path)
+        && let Some(reason) = refused(error)
+    {
+        return Some(reason);
+    }
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let probe = directory.join(format!(".airlock-write-probe-{}", std::process::id()));
+    match OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(&probe);
+            None
+        }
+        Err(error) => refused(error).map(|reason| format!("directory: {reason}")),
+    }
+}
+
+/// How every connection opens the file: by path, never as a URI. A URI would let a data
+/// directory named `file:dd` put the store in `./dd` while the workspaces and the outbox go to
+/// `./file:dd`, and the next command would find no store there. The bundled SQLite is built
+/// with `SQLITE_USE_URI`, which reads any name beginning `file:` as a URI whatever the open
+/// flags, so such a relative path is also spelled `./file:…` ([`by_path`]).
+fn open_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// `path` spelled so that SQLite cannot read it as a URI: only a name that begins with `file:`
+/// is one, so a relative path that does gets a leading `./`.
+fn by_path(path: &Path) -> PathBuf {
+    if path.as_os_str().as_encoded_bytes().starts_with(b"file:") {
+        Path::new(".").join(path)
+    } else {
+        path.to_owned()
+    }
+}
+
 /// The per-connection pragmas of SPEC §14. The busy timeout comes first so that switching the
 /// journal mode waits for another process instead of failing.
 fn configure(conn: &Connection) -> Result<(), SqliteError> {
@@ -225,7 +300,7 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
 }
 
 /// Checks that the migrated store holds exactly the schema objects this build creates, with
-/// the same definitions. SPEC §14 keeps `user_version` at 1, so the version alone cannot tell an
+/// the same definitions. `user_version` only counts migrations, so the version alone cannot tell an
 /// older build's store, or one whose audit triggers were dropped, from a good one.
 fn verify_schema(conn: &Connection) -> Result<(), SqliteError> {
     let expected = schema::expected_objects()?;
@@ -266,6 +341,27 @@ fn migrate(conn: &mut Connection) -> Result<(), SqliteError> {
             } else {
                 Err(SqliteError::Migration(error))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_relative_name_beginning_file_colon_is_respelled() {
+        assert_eq!(
+            by_path(Path::new("file:dd/airlock.sqlite3")),
+            Path::new("./file:dd/airlock.sqlite3")
+        );
+        for unchanged in [
+            "/data/file:dd/a.sqlite3",
+            "dd/file:x",
+            "./file:dd/a",
+            "a.sqlite3",
+        ] {
+            assert_eq!(by_path(Path::new(unchanged)), Path::new(unchanged));
         }
     }
 }

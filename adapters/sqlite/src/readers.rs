@@ -93,11 +93,10 @@ impl Readers {
     /// A read connection: the writer has already set WAL mode (a property of the file) and
     /// migrated the schema; this one only refuses writes and waits out a busy file.
     fn open(&self) -> Result<Connection, TxError> {
+        // By path, never as a URI (`open_flags` and `by_path` in the crate root).
         let conn = Connection::open_with_flags(
             &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX
-                | OpenFlags::SQLITE_OPEN_URI,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(tx_error)?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(tx_error)?;

@@ -14,7 +14,9 @@ use rusqlite::types::Type;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -181,6 +183,38 @@ where
 
 fn required<T>(value: Option<T>, index: usize, what: &str) -> rusqlite::Result<T> {
     value.ok_or_else(|| decode_error(index, format!("{what} is null")))
+}
+
+pub(super) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
+     gateway_id, status, alive_until, closed_at, close_reason, opened_at";
+
+pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
+    let status: ConnectionStatus = parse(row, 5)?;
+    let state = match status {
+        ConnectionStatus::Open => ConnectionState::Open {
+            alive_until: required(time_opt(row, 6)?, 6, "alive_until of an open connection")?,
+        },
+        ConnectionStatus::Closed => ConnectionState::Closed {
+            closed_at: required(time_opt(row, 7)?, 7, "closed_at of a closed connection")?,
+            reason: {
+                let text: Option<String> = row.get(8)?;
+                let text = required(text, 8, "close_reason of a closed connection")?;
+                text.parse()
+                    .map_err(|e: airlock_core::vocab::UnknownVariant| {
+                        decode_error(8, e.to_string())
+                    })?
+            },
+        },
+    };
+    Ok(ClientConnection {
+        id: parse(row, 0)?,
+        tenant_id: row.get(1)?,
+        principal_id: row.get(2)?,
+        session_id: parse(row, 3)?,
+        gateway_id: row.get(4)?,
+        state,
+        opened_at: time(row, 9)?,
+    })
 }
 
 pub(super) const SESSION_COLUMNS: &str =
@@ -432,5 +466,22 @@ pub(super) fn profile(row: &Row<'_>) -> rusqlite::Result<PolicyProfileRecord> {
         rule_count: unsigned(row, 4)?,
         loaded_at: time(row, 5)?,
         loaded_by: row.get(6)?,
+    })
+}
+
+pub(super) const API_TOKEN_COLUMNS: &str = "id, tenant_id, principal_id, scopes, token_sha256, \
+     label, created_at, expires_at, revoked_at";
+
+pub(super) fn api_token(row: &Row<'_>) -> rusqlite::Result<ApiToken> {
+    Ok(ApiToken {
+        id: parse(row, 0)?,
+        tenant_id: row.get(1)?,
+        principal_id: row.get(2)?,
+        scopes: json_col(row, 3)?,
+        token_sha256: row.get(4)?,
+        label: row.get(5)?,
+        created_at: time(row, 6)?,
+        expires_at: time_opt(row, 7)?,
+        revoked_at: time_opt(row, 8)?,
     })
 }

@@ -1,7 +1,8 @@
 //! The SQLite schema of SPEC §14, applied as migrations through `rusqlite_migration` (which
-//! keeps `PRAGMA user_version`: a store at M2 reports `user_version = 2`). M1 is the whole v1
-//! schema; M2 (SPEC §17.2) adds the append-only per-step history records, copies the history
-//! that earlier checkpoints carried into them, and indexes invocations by run and status.
+//! keeps `PRAGMA user_version` equal to the number of migrations applied: a fully migrated store
+//! reports 4). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
+//! records, copies the history that earlier checkpoints carried into them, and indexes
+//! invocations by run and status; M3 (§19.4) adds gateway connections; M4 (§20) the API tokens.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
 //! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
@@ -312,11 +313,70 @@ BEGIN SELECT RAISE(ABORT, 'step_records are append-only'); END;
 CREATE INDEX ix_tool_invocations_run_status ON tool_invocations (run_id, status);
 "#;
 
+/// M3 (SPEC §19.4): gateway connections, the durable liveness of MCP clients. One per session
+/// (`uq_connections_session`); `alive_until` is set exactly while `open`, `closed_at` and
+/// `close_reason` exactly while `closed`. The partial index serves the connection sweep; the
+/// claim query joins on `session_id` through the unique index.
+const M3: &str = r#"
+CREATE TABLE connections (
+    id           TEXT    NOT NULL PRIMARY KEY,
+    tenant_id    TEXT    NOT NULL,
+    principal_id TEXT    NOT NULL,
+    session_id   TEXT    NOT NULL REFERENCES sessions (id),
+    gateway_id   TEXT    NOT NULL,
+    status       TEXT    NOT NULL
+        CONSTRAINT ck_connections_status CHECK (status IN ('open', 'closed')),
+    alive_until  INTEGER,
+    closed_at    INTEGER,
+    close_reason TEXT
+        CONSTRAINT ck_connections_close_reason
+            CHECK (close_reason IS NULL OR close_reason IN ('disconnected', 'expired')),
+    opened_at    INTEGER NOT NULL,
+    CONSTRAINT ck_connections_alive_iff_open CHECK ((status = 'open') = (alive_until IS NOT NULL)),
+    CONSTRAINT ck_connections_closed_iff_closed
+        CHECK ((status = 'closed') = (closed_at IS NOT NULL AND close_reason IS NOT NULL))
+);
+CREATE UNIQUE INDEX uq_connections_session ON connections (session_id);
+CREATE INDEX ix_connections_alive_until ON connections (alive_until, id) WHERE status = 'open';
+"#;
+
+/// M4: the API tokens of SPEC §20, self-contained (one table, its index and its triggers) so it can
+/// be renumbered beside other migrations. Only the SHA-256 of a token is stored. Rows are never
+/// deleted and only `revoked_at` ever changes, once: the table is the record of who could act
+/// through the HTTP API, and when.
+const M_API_TOKENS: &str = r#"
+CREATE TABLE api_tokens (
+    id           TEXT    NOT NULL PRIMARY KEY,
+    tenant_id    TEXT    NOT NULL,
+    principal_id TEXT    NOT NULL,
+    scopes       TEXT    NOT NULL,
+    token_sha256 TEXT    NOT NULL
+        CONSTRAINT ck_api_tokens_token_sha256 CHECK (length(token_sha256) = 64),
+    label        TEXT,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER,
+    revoked_at   INTEGER,
+    CONSTRAINT uq_api_tokens_token_sha256 UNIQUE (token_sha256)
+);
+CREATE INDEX ix_api_tokens_tenant ON api_tokens (tenant_id, created_at, id);
+CREATE TRIGGER api_tokens_only_revocation BEFORE UPDATE ON api_tokens
+WHEN OLD.revoked_at IS NOT NULL OR NEW.revoked_at IS NULL
+    OR NEW.id IS NOT OLD.id OR NEW.tenant_id IS NOT OLD.tenant_id
+    OR NEW.principal_id IS NOT OLD.principal_id OR NEW.scopes IS NOT OLD.scopes
+    OR NEW.token_sha256 IS NOT OLD.token_sha256 OR NEW.label IS NOT OLD.label
+    OR NEW.created_at IS NOT OLD.created_at OR NEW.expires_at IS NOT OLD.expires_at
+BEGIN
+    SELECT RAISE(ABORT, 'api_tokens: only revoked_at changes, and only once');
+END;
+CREATE TRIGGER api_tokens_no_delete BEFORE DELETE ON api_tokens
+BEGIN SELECT RAISE(ABORT, 'api_tokens are kept: revoke a token instead'); END;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
-const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M2)];
+const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M2), M::up(M3), M::up(M_API_TOKENS)];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 4;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

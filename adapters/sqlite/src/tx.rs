@@ -24,9 +24,11 @@
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
-use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
@@ -52,6 +54,18 @@ pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
 
 fn conflict(message: impl Into<String>) -> TxError {
     TxError::Conflict(message.into())
+}
+
+/// `alive_until`, `closed_at` and `close_reason` of a connection's state.
+fn connection_state_columns(
+    state: &ConnectionState,
+) -> (Option<i64>, Option<i64>, Option<&'static str>) {
+    match state {
+        ConnectionState::Open { alive_until } => (Some(ts(*alive_until)), None, None),
+        ConnectionState::Closed { closed_at, reason } => {
+            (None, Some(ts(*closed_at)), Some(reason.as_str()))
+        }
+    }
 }
 
 /// A `LIMIT` value; `usize` beyond `i64::MAX` means "no limit" in practice.
@@ -489,10 +503,13 @@ impl StoreTx for SqliteTx<'_> {
                 params![ts(now), id.to_string()],
                 rows::run,
             ),
+            // A run of a session whose connection is open belongs to that gateway (§19.4).
             None => self.one(
                 &format!(
                     "SELECT {} FROM runs WHERE status = 'QUEUED' \
                      AND (scheduled_for IS NULL OR scheduled_for <= ?1) \
+                     AND NOT EXISTS (SELECT 1 FROM connections AS c \
+                         WHERE c.session_id = runs.session_id AND c.status = 'open') \
                      ORDER BY created_at, id LIMIT 1",
                     rows::RUN_COLUMNS
                 ),
@@ -511,6 +528,119 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![ts(now), limit(limit_rows)],
             rows::run,
+        )
+    }
+
+    fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
+        let (alive_until, closed_at, reason) = connection_state_columns(&connection.state);
+        self.execute(
+            &format!(
+                "INSERT INTO connections ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![
+                connection.id.to_string(),
+                connection.tenant_id,
+                connection.principal_id,
+                connection.session_id.to_string(),
+                connection.gateway_id,
+                connection.status().as_str(),
+                alive_until,
+                closed_at,
+                reason,
+                ts(connection.opened_at),
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE id = ?1",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::connection,
+        )
+    }
+
+    fn connection_by_session(
+        &mut self,
+        session: SessionId,
+    ) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE session_id = ?1",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![session.to_string()],
+            rows::connection,
+        )
+    }
+
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &ClientConnection,
+    ) -> Result<(), TxError> {
+        let Some(current) = self.connection(next.id)? else {
+            return Err(TxError::NotFound);
+        };
+        if current.status() != expected {
+            return Err(conflict(format!(
+                "connections: connection {} is {}, not {expected}",
+                next.id,
+                current.status()
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "connections: an immutable field of connection {} changed",
+                next.id
+            )));
+        }
+        if !current.is_open() {
+            return Err(conflict(format!(
+                "connections: closed connection {} never changes",
+                next.id
+            )));
+        }
+        let (alive_until, closed_at, reason) = connection_state_columns(&next.state);
+        let changed = self.execute(
+            "UPDATE connections SET status = ?1, alive_until = ?2, closed_at = ?3, \
+             close_reason = ?4 WHERE id = ?5 AND status = ?6",
+            params![
+                next.status().as_str(),
+                alive_until,
+                closed_at,
+                reason,
+                next.id.to_string(),
+                expected.as_str()
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!(
+                "connections: connection {} is not {expected}",
+                next.id
+            )));
+        }
+        Ok(())
+    }
+
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit_rows: usize,
+    ) -> Result<Vec<ClientConnection>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM connections WHERE status = 'open' AND alive_until <= ?1 \
+                 ORDER BY alive_until, id LIMIT ?2",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![ts(now), limit(limit_rows)],
+            rows::connection,
         )
     }
 
@@ -1136,6 +1266,34 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    /// Walks `events` by id from the cursor and keeps the tenant's through a correlated
+    /// session lookup, so a tail costs about `limit` rows however long the log is (a join
+    /// planned from `sessions` would read every event of the tenant and sort them).
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM events WHERE id > ?2 AND EXISTS \
+                 (SELECT 1 FROM sessions WHERE sessions.id = events.session_id \
+                  AND sessions.tenant_id = ?1) ORDER BY id LIMIT ?3",
+                rows::EVENT_COLUMNS
+            ),
+            params![tenant, after_id.unwrap_or(i64::MIN), limit(limit_rows)],
+            rows::event,
+        )
+    }
+
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        self.one("SELECT MAX(id) FROM events", [].as_slice(), |row| {
+            row.get(0)
+        })
+        .map(Option::flatten)
+    }
+
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
         let stored = self.one(
             &format!(
@@ -1275,5 +1433,81 @@ impl StoreTx for SqliteTx<'_> {
             [].as_slice(),
             rows::profile,
         )
+    }
+
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        if self.api_token(token.id)?.is_some() {
+            return Err(conflict(format!("api_tokens: duplicate id {}", token.id)));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO api_tokens ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![
+                token.id.to_string(),
+                token.tenant_id,
+                token.principal_id,
+                json(&token.scopes, "api_tokens.scopes")?,
+                token.token_sha256,
+                token.label,
+                ts(token.created_at),
+                opt_ts(token.expires_at),
+                opt_ts(token.revoked_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE id = ?1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::api_token,
+        )
+    }
+
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE token_sha256 = ?1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![digest],
+            rows::api_token,
+        )
+    }
+
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE tenant_id = ?1 ORDER BY created_at, id",
+                rows::API_TOKEN_COLUMNS
+            ),
+            params![tenant],
+            rows::api_token,
+        )
+    }
+
+    /// The trigger `api_tokens_only_revocation` refuses a second revocation from any
+    /// connection; this checks first so the refusal reads like `MemStore`'s.
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        let token = self.api_token(id)?.ok_or(TxError::NotFound)?;
+        if token.revoked_at.is_some() {
+            return Err(conflict(format!(
+                "api_tokens: revoked_at of token {id} is set once"
+            )));
+        }
+        self.execute(
+            "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+            params![id.to_string(), ts(at)],
+        )?;
+        Ok(ApiToken {
+            revoked_at: Some(at),
+            ..token
+        })
     }
 }

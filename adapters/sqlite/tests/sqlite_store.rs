@@ -47,7 +47,10 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.foreign_keys, 1);
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 2, "M1 (§14) and M2 (§17.2 step records)");
+    assert_eq!(
+        SCHEMA_VERSION, 4,
+        "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections) and M4 (§20 api_tokens)"
+    );
 
     // Reopening an existing file keeps the schema version and the settings.
     drop(store);
@@ -693,4 +696,65 @@ fn a_run_update_names_only_the_columns_that_change() {
         "a status change writes the status and lease columns"
     );
     assert_eq!(store.read(|tx| tx.run(run.id)).expect("read"), Some(parked));
+}
+
+#[test]
+fn api_tokens_change_only_by_one_revocation_and_are_never_deleted() {
+    // SPEC §20: the table is the record of who could act through the HTTP API; the triggers
+    // hold that against any connection, not only this store's code.
+    let (dir, store) = fresh();
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    conn.execute_batch(
+        "INSERT INTO api_tokens (id, tenant_id, principal_id, scopes, token_sha256, label, \
+         created_at, expires_at, revoked_at) VALUES ('t1', 'acme', 'alice', '[]', \
+         printf('%064d', 1), NULL, 1, NULL, NULL)",
+    )
+    .expect("insert");
+    for (statement, what) in [
+        (
+            "UPDATE api_tokens SET scopes = '[\"run.read\"]'",
+            "widening scopes",
+        ),
+        ("UPDATE api_tokens SET expires_at = 99", "extending expiry"),
+        ("DELETE FROM api_tokens", "deleting"),
+    ] {
+        let message = conn.execute(statement, []).expect_err(what).to_string();
+        assert!(message.contains("api_tokens"), "{what}: {message}");
+    }
+    conn.execute("UPDATE api_tokens SET revoked_at = 5", [])
+        .expect("the one revocation");
+    let message = conn
+        .execute("UPDATE api_tokens SET revoked_at = NULL", [])
+        .expect_err("un-revoking")
+        .to_string();
+    assert!(message.contains("only once"), "{message}");
+    drop(store);
+}
+
+#[test]
+fn the_tenant_event_tail_walks_events_by_id() {
+    // A poll of the event stream must cost about its page, not the tenant's whole log: the plan
+    // scans `events` by its integer key from the cursor and needs no sort.
+    let (dir, store) = fresh();
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id FROM events WHERE id > ?2 AND EXISTS \
+             (SELECT 1 FROM sessions WHERE sessions.id = events.session_id \
+              AND sessions.tenant_id = ?1) ORDER BY id LIMIT ?3",
+        )
+        .expect("plan")
+        .query_map([&"acme" as &dyn rusqlite::ToSql, &0, &10], |row| {
+            row.get::<_, String>(3)
+        })
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("plan rows");
+    let text = plan.join("\n");
+    assert!(
+        text.contains("SEARCH events USING INTEGER PRIMARY KEY (rowid>?)"),
+        "{text}"
+    );
+    assert!(!text.contains("TEMP B-TREE"), "{text}");
+    drop(store);
 }

@@ -288,13 +288,26 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         // Step 5: never repeat a call whose identical twin has an unknown outcome.
         let repeats_uncertain = self.env.read(|tx| {
             tx.guard_lease(site.lease)?;
-            Ok(tx
+            let twin = |i: &Invocation| {
+                i.tool_name == prepared.spec.name
+                    && i.effective_arguments_hash == prepared.arguments_hash
+            };
+            if tx
                 .invocations_of_run_in(site.run.id, InvocationStatus::Uncertain)?
                 .iter()
-                .any(|i| {
-                    i.tool_name == prepared.spec.name
-                        && i.effective_arguments_hash == prepared.arguments_hash
-                }))
+                .any(twin)
+            {
+                return Ok(true);
+            }
+            // A gateway's client may be a restarted agent repeating what its previous run left
+            // unknown: its runs check the tenant's unsettled UNCERTAIN calls too (SPEC §19.3).
+            if tx.connection_by_session(site.run.session_id)?.is_some() {
+                return Ok(tx
+                    .uncertain_invocations(&site.run.tenant_id, false)?
+                    .iter()
+                    .any(twin));
+            }
+            Ok(false)
         })?;
         if repeats_uncertain {
             return Ok(Begun::Ended(

@@ -35,6 +35,10 @@ pub const MAX_SCRIPT_STEPS: usize = 999;
 pub const MAX_FINAL_MESSAGE_CHARS: usize = 4096;
 /// The final message when a script gives none.
 pub const DEFAULT_FINAL_MESSAGE: &str = "done";
+/// The largest run script `submit_run` accepts unless configured otherwise, in bytes (2 MiB): room
+/// for a `workspace.write_text` of the largest content (1 MiB of plain text, SPEC §12.5), and far
+/// beyond what a plan of calls needs. Also the bound on the `planner_input` stored from it.
+pub const DEFAULT_MAX_SCRIPT_BYTES: usize = 2 * 1024 * 1024;
 
 /// How much of a script-supplied value a message quotes, so that a hostile script cannot make
 /// error messages (which are stored and shown) arbitrarily large.

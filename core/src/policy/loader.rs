@@ -17,7 +17,7 @@ use crate::vocab::{HardlineRuleKind, PolicyCondition, PolicyDecisionType, SideEf
 
 use super::hardline::{HardlineRule, Matcher, NetworkRanges, ProtectedPaths, SideEffectSet, is_ws};
 use super::matrix::{FailClosed, Matrix, MatrixRule};
-use super::profile::{ApprovalExpiry, Profile};
+use super::profile::{ApprovalExpiry, MAX_APPROVAL_EXPIRY_SECONDS, Profile};
 
 /// Which of the two files an error concerns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,12 @@ pub enum PolicyLoadError {
     ExpiryLevels,
     #[error("profile: approval expiry values must be positive integers")]
     ExpiryValues,
+    /// Not in SPEC §7.4's table: row 12 bounded above (see [`MAX_APPROVAL_EXPIRY_SECONDS`]).
+    #[error(
+        "profile: approval expiry values must be at most {MAX_APPROVAL_EXPIRY_SECONDS} seconds \
+         (10 years)"
+    )]
+    ExpiryTooLong,
     #[error("profile: {0} must be a boolean")]
     NotBoolean(&'static str),
     #[error("profile: advisory.enabled must be false")]
@@ -121,6 +127,7 @@ impl PolicyLoadError {
             | UnknownToolOpen
             | ExpiryLevels
             | ExpiryValues
+            | ExpiryTooLong
             | NotBoolean(_)
             | AdvisoryEnabled => PolicyFile::Profile,
             _ => PolicyFile::Hardline,
@@ -435,9 +442,11 @@ pub fn load_profile(bytes: &[u8]) -> Result<Profile, PolicyLoadError> {
         return Err(PolicyLoadError::ExpiryLevels);
     }
     let seconds = |level: &str| match expiry.get(level) {
-        Some(Value::Integer(n)) if *n > 0 => {
-            u64::try_from(*n).map_err(|_| PolicyLoadError::ExpiryValues)
-        }
+        Some(Value::Integer(n)) if *n > 0 => match u64::try_from(*n) {
+            Ok(seconds) if seconds <= MAX_APPROVAL_EXPIRY_SECONDS => Ok(seconds),
+            Ok(_) => Err(PolicyLoadError::ExpiryTooLong),
+            Err(_) => Err(PolicyLoadError::ExpiryValues),
+        },
         _ => Err(PolicyLoadError::ExpiryValues),
     };
     let approval_expiry = ApprovalExpiry {
@@ -540,7 +549,7 @@ fn own_field(kind: HardlineRuleKind) -> Option<&'static str> {
     match kind {
         HardlineRuleKind::SideEffect => None,
         HardlineRuleKind::CommandRegex => Some("pattern"),
-        HardlineRuleKind::ProtectedPath => Some("paths"),
+        HardlineRuleKind::ProtectedPath | HardlineRuleKind::ProtectedUrlPath => Some("paths"),
         HardlineRuleKind::NetworkRange => Some("cidrs"),
         HardlineRuleKind::TrustFlow => Some("source"),
     }
@@ -588,7 +597,7 @@ fn kind_field<'a>(head: &RuleHead<'a>) -> Result<KindField<'a>, PolicyLoadError>
             .and_then(Value::as_str)
             .map(KindField::Pattern)
             .ok_or_else(|| required("pattern")),
-        HardlineRuleKind::ProtectedPath => string_list(value)
+        HardlineRuleKind::ProtectedPath | HardlineRuleKind::ProtectedUrlPath => string_list(value)
             .map(KindField::Paths)
             .ok_or_else(|| required("paths")),
         HardlineRuleKind::NetworkRange => string_list(value)
@@ -603,7 +612,11 @@ fn kind_field<'a>(head: &RuleHead<'a>) -> Result<KindField<'a>, PolicyLoadError>
 
 /// Row 19 for one rule: its field compiled. An entry of `paths` that names nothing is refused
 /// here too (`InvalidPath`), an addition to the table: it would silently protect nothing.
-fn compile(id: &str, field: KindField<'_>) -> Result<Matcher, PolicyLoadError> {
+fn compile(
+    id: &str,
+    kind: HardlineRuleKind,
+    field: KindField<'_>,
+) -> Result<Matcher, PolicyLoadError> {
     match field {
         KindField::None => Ok(Matcher::SideEffect),
         KindField::CredentialShaped => Ok(Matcher::TrustFlowCredentialShaped),
@@ -615,7 +628,10 @@ fn compile(id: &str, field: KindField<'_>) -> Result<Matcher, PolicyLoadError> {
         KindField::Paths(paths) => {
             let paths: Vec<String> = paths.into_iter().map(str::to_owned).collect();
             ProtectedPaths::new(&paths)
-                .map(Matcher::ProtectedPath)
+                .map(|paths| match kind {
+                    HardlineRuleKind::ProtectedUrlPath => Matcher::ProtectedUrlPath(paths),
+                    _ => Matcher::ProtectedPath(paths),
+                })
                 .map_err(|path| PolicyLoadError::InvalidPath {
                     id: id.to_owned(),
                     path,
@@ -711,7 +727,7 @@ pub fn load_hardline(bytes: &[u8]) -> Result<Vec<HardlineRule>, PolicyLoadError>
         .map(|(head, field)| {
             Ok(HardlineRule {
                 id: head.id.to_owned(),
-                matcher: compile(head.id, field)?,
+                matcher: compile(head.id, head.kind, field)?,
                 applies_to: head.applies_to,
                 message_code: head.message_code.to_owned(),
                 near_miss: head.near_miss.to_owned(),

@@ -4,6 +4,11 @@ use crate::vocab::RiskLevel;
 
 use super::matrix::{FailClosed, Matrix};
 
+/// The longest approval expiry a profile may set: ten years (3650 days), in seconds. A larger
+/// value is a typo or an attack rather than a policy, and expiry times are computed as
+/// `created_at + seconds` on a microsecond clock, which a value near `u64::MAX` would saturate.
+pub const MAX_APPROVAL_EXPIRY_SECONDS: u64 = 315_360_000;
+
 /// Seconds an approval stays open, per risk level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApprovalExpiry {

@@ -10,6 +10,7 @@ use futures_util::future::join_all;
 use serde_json::json;
 
 use crate::canonical::is_valid_call_id;
+use crate::connection::{RunBinding, binding_of};
 use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, ParallelGroupId};
@@ -114,11 +115,38 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             let checkpoint = tx
                 .latest_checkpoint(lease.run_id)?
                 .ok_or(TxError::NotFound)?;
-            Ok((run, checkpoint))
+            // A run whose client has gone is claimed only to be ended (SPEC §19.4).
+            let orphan = match binding_of(tx, &run)? {
+                RunBinding::Orphaned(_) => Some(
+                    !tx.invocations_of_run_in(run.id, InvocationStatus::Running)?
+                        .is_empty(),
+                ),
+                _ => None,
+            };
+            Ok((run, checkpoint, orphan))
         });
-        let Ok((run, checkpoint)) = read else {
+        let Ok((run, checkpoint, orphan)) = read else {
             return ExecutionEnd::Abandoned;
         };
+        if let Some(running) = orphan {
+            // Nothing is asked or invoked: in-flight calls are swept (UNCERTAIN when
+            // watermarked and not idempotent), so the run cannot be CANCELLED (§8.1).
+            let end = if running {
+                Final::Failed(FailureReason::PlannerError)
+            } else {
+                Final::Cancelled
+            };
+            return self
+                .finalize(
+                    &run,
+                    lease,
+                    &checkpoint.state,
+                    checkpoint.version,
+                    end,
+                    None,
+                )
+                .await;
+        }
         // A cancel accepted between CLAIM and registration reached only the row: the token is
         // registered by now, so applying the flag here leaves no window (SPEC §8.5, Tokens).
         if run.cancel_requested_at.is_some() {

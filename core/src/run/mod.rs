@@ -1,6 +1,7 @@
 //! Runs (SPEC §8): the row, its states, leases and limits. Only [`state::transition`] changes a
 //! run's status.
 
+pub mod abandon;
 pub mod cancel;
 pub mod checkpoint;
 pub mod executor;

@@ -127,6 +127,8 @@ struct LedgerState {
     /// F4: armed for the last call of a sequential batch with the results of the calls before
     /// it; disarmed once BATCH commits.
     closing: Option<Closing>,
+    /// Whether this ledger's BATCH has committed (folded or in its own transaction).
+    batch_committed: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +162,7 @@ impl<'a> StepLedger<'a> {
                 staged: None,
                 unwritten_pending,
                 closing: None,
+                batch_committed: false,
             }),
         }
     }
@@ -188,10 +191,9 @@ impl<'a> StepLedger<'a> {
         });
     }
 
-    /// Whether BATCH was committed by a call transaction.
+    /// Whether the step's BATCH has committed, folded into a call transaction or on its own.
     pub fn step_closed(&self) -> bool {
-        let inner = self.lock();
-        inner.closing.is_none() && inner.committed.state.pending.is_none()
+        self.lock().batch_committed
     }
 
     /// The staged position, else the committed one.
@@ -336,7 +338,154 @@ impl<'a> StepLedger<'a> {
         }
         if folded.batch {
             inner.closing = None;
+            inner.batch_committed = true;
         }
         folded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invocation::outcome::{Outcome, ResultItem};
+    use crate::mem_store::MemStore;
+    use crate::ports::ProposedCall;
+    use crate::run::checkpoint::{Admission, PinnedCall, ResultRef};
+    use crate::store::Store;
+    use crate::testing::fixtures::{T0, sample_checkpoint, seed_run};
+    use crate::vocab::RunStatus;
+
+    fn batch(step: u32, calls: &[&str]) -> PendingBatch {
+        PendingBatch {
+            step,
+            calls: calls
+                .iter()
+                .map(|id| PinnedCall {
+                    call: ProposedCall {
+                        call_id: (*id).to_owned(),
+                        tool: "test.echo".to_owned(),
+                        version: None,
+                        arguments: serde_json::json!({}),
+                        argument_trust: BTreeMap::new(),
+                    },
+                    pinned_version: Some("1.0.0".to_owned()),
+                })
+                .collect(),
+            admission: Admission::Sequential,
+        }
+    }
+
+    fn result(call_id: &str, status: OutcomeStatus, trust: TrustLevel) -> CallResult {
+        let outcome = Outcome::new(status, "test.echo", "policy.matrix.none");
+        CallResult {
+            reference: ResultRef::Refusal {
+                derivation_key: format!("tool.call.refused:r:1:{call_id}"),
+            },
+            item: ResultItem::from_outcome(call_id, &outcome, trust),
+            status,
+            reason_code: "policy.matrix.none".to_owned(),
+            arguments_hash: "h".to_owned(),
+        }
+    }
+
+    #[test]
+    fn closing_a_step_advances_taints_counts_denials_and_records_in_planner_order() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        let before = CheckpointState {
+            step: 1,
+            pending: Some(batch(2, &["a", "b", "c"])),
+            ..CheckpointState::default()
+        };
+        let results = [
+            result("a", OutcomeStatus::Denied, TrustLevel::InternalTool),
+            result("b", OutcomeStatus::Succeeded, TrustLevel::ExternalUntrusted),
+            result("c", OutcomeStatus::Denied, TrustLevel::InternalTool),
+        ];
+        let (after, record) = close_step(&run, &before, &batch(2, &["a", "b", "c"]), &results, T0);
+        assert_eq!(after.step, 2);
+        assert_eq!(after.pending, None);
+        assert!(after.tainted, "an untrusted result taints the run");
+        assert_eq!(
+            after
+                .denial_counts
+                .get(&denial_key("test.echo", "h", "policy.matrix.none")),
+            Some(&2),
+            "identical denials are counted together"
+        );
+        assert_eq!(record.step, 2);
+        let ids: Vec<&str> = record.calls.iter().map(|c| c.call_id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(
+            record.results,
+            results
+                .iter()
+                .map(|r| r.reference.clone())
+                .collect::<Vec<_>>()
+        );
+        // Taint is never cleared.
+        let (again, _) = close_step(&run, &after, &batch(3, &["d"]), &results[..1], T0);
+        assert!(again.tainted);
+    }
+
+    #[test]
+    fn a_rolled_back_transaction_forgets_what_it_staged_and_a_commit_promotes_it() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, RunStatus::Running);
+        crate::testing::fixtures::commit(&store, "seed checkpoint", |tx| {
+            tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
+        });
+        let ledger = StepLedger::new(
+            &run,
+            Actor::worker("w1"),
+            1,
+            CheckpointState::default(),
+            Some(batch(1, &["a"])),
+        );
+        let failed: Result<(), TxError> = store.transact(|tx| {
+            ledger.stage_opening(tx, T0)?;
+            Err(TxError::Conflict("the call's own write failed".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(ledger.settle(false), Folded::default());
+        assert!(ledger.pending_unwritten(), "PENDING is still to be written");
+        assert_eq!(ledger.committed().0, 1);
+
+        ledger.arm_closing(&batch(1, &["a"]), Vec::new());
+        let committed = store.transact(|tx| {
+            ledger.stage_opening(tx, T0)?;
+            ledger.stage_closing(
+                tx,
+                &result("a", OutcomeStatus::Succeeded, TrustLevel::InternalTool),
+                T0,
+            )
+        });
+        assert!(committed.is_ok(), "{committed:?}");
+        assert_eq!(
+            ledger.settle(true),
+            Folded {
+                pending: true,
+                batch: true
+            }
+        );
+        assert!(!ledger.pending_unwritten());
+        assert!(ledger.step_closed());
+        let (version, state) = ledger.committed();
+        assert_eq!((version, state.step, state.pending), (3, 1, None));
+        let stored = store
+            .read(|tx| tx.latest_checkpoint(run.id))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (stored.version, stored.trigger),
+            (3, CheckpointTrigger::ToolBatch)
+        );
+        assert_eq!(
+            store
+                .read(|tx| tx.step_records(run.id, 0, 10))
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

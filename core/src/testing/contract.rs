@@ -70,6 +70,8 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     event_payloads_are_objects_of_the_runs_session(&make());
     missing_parents_are_not_found(&make());
     settlements_only_of_uncertain_invocations(&make());
+    connections_are_guarded_and_bind_their_sessions_runs(&make());
+    crate::testing::contract_http::run(&make);
 }
 
 // ----- helpers -------------------------------------------------------------------------------
@@ -2537,5 +2539,141 @@ fn settlements_only_of_uncertain_invocations<S: Store>(store: &S) {
     assert!(
         conflict_message(store.transact(|tx| tx.insert_settlement(&sample_settlement(1, &failed))))
             .contains("not UNCERTAIN")
+    );
+}
+
+/// SPEC §19.4: a connection per session, guarded by its status, closed for good; the sweep's
+/// input is open connections past `alive_until`, oldest first; a run of an open connection's
+/// session is claimed only by id, one of a closed connection's by anyone.
+fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
+    use crate::connection::{CloseReason, Connection, ConnectionState, ConnectionStatus};
+    use crate::ids::ConnectionId;
+    let connection = |n: u128, session: crate::ids::SessionId, alive: i64| Connection {
+        id: ConnectionId(uuid::Uuid::from_u128(0xc044_0000 + n)),
+        tenant_id: TENANT.to_owned(),
+        principal_id: PRINCIPAL.to_owned(),
+        session_id: session,
+        gateway_id: WORKER.to_owned(),
+        state: ConnectionState::Open {
+            alive_until: at(alive),
+        },
+        opened_at: T0,
+    };
+    let bound = seed_run(store, 1, RunStatus::Queued);
+    let free = seed_run(store, 2, RunStatus::Queued);
+    let c1 = connection(1, bound.session_id, 30);
+    commit(store, "insert connection", |tx| tx.insert_connection(&c1));
+    assert_eq!(
+        read(store, |tx| tx.connection(c1.id)),
+        Some(c1.clone()),
+        "connection: reads back as written"
+    );
+    assert_eq!(
+        read(store, |tx| tx.connection_by_session(bound.session_id)),
+        Some(c1.clone()),
+        "connection_by_session"
+    );
+    assert_eq!(
+        read(store, |tx| tx.connection_by_session(free.session_id)),
+        None,
+        "connection_by_session: none"
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_connection(&connection(2, bound.session_id, 30))),
+        "connections: one per session",
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_connection(&c1)),
+        "connections: duplicate id",
+    );
+    assert_eq!(
+        store.transact(|tx| tx.insert_connection(&connection(3, session_id(99), 30))),
+        Err(TxError::NotFound),
+        "connections: the session must exist"
+    );
+    // Ordinary claims skip the bound run (it is older); a claim by id still sees it.
+    assert_eq!(
+        read(store, |tx| tx.next_claimable_run(at(0), None)).map(|r| r.id),
+        Some(free.id),
+        "next_claimable_run: a run of an open connection is skipped without `only`"
+    );
+    assert_eq!(
+        read(store, |tx| tx.next_claimable_run(at(0), Some(bound.id))).map(|r| r.id),
+        Some(bound.id),
+        "next_claimable_run: a run of an open connection is found by id"
+    );
+    // The sweep's input.
+    let other = seed_run(store, 3, RunStatus::Completed);
+    let c3 = connection(4, other.session_id, 20);
+    commit(store, "insert second connection", |tx| {
+        tx.insert_connection(&c3)
+    });
+    let expired = |now: i64, limit: usize| {
+        read(store, |tx| tx.expired_connections(at(now), limit))
+            .into_iter()
+            .map(|c| c.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        expired(19, 10),
+        Vec::<ConnectionId>::new(),
+        "expired_connections: none yet"
+    );
+    assert_eq!(
+        expired(30, 10),
+        vec![c3.id, c1.id],
+        "expired_connections: oldest first, at or before now"
+    );
+    assert_eq!(expired(30, 1), vec![c3.id], "expired_connections: limit");
+    // Renewal, guarded by status.
+    let mut renewed = c1.clone();
+    renewed.state = ConnectionState::Open {
+        alive_until: at(60),
+    };
+    commit(store, "renew", |tx| {
+        tx.update_connection(ConnectionStatus::Open, &renewed)
+    });
+    assert_eq!(
+        expired(30, 10),
+        vec![c3.id],
+        "expired_connections: a renewed one is alive"
+    );
+    let mut moved = renewed.clone();
+    moved.session_id = free.session_id;
+    assert_conflict(
+        store.transact(|tx| tx.update_connection(ConnectionStatus::Open, &moved)),
+        "connections: immutable fields",
+    );
+    assert_conflict(
+        store.transact(|tx| tx.update_connection(ConnectionStatus::Closed, &renewed)),
+        "connections: guarded by status",
+    );
+    let mut closed = renewed.clone();
+    closed.state = ConnectionState::Closed {
+        closed_at: at(40),
+        reason: CloseReason::Disconnected,
+    };
+    commit(store, "close", |tx| {
+        tx.update_connection(ConnectionStatus::Open, &closed)
+    });
+    assert_eq!(
+        read(store, |tx| tx.connection(c1.id)),
+        Some(closed.clone()),
+        "closed reads back"
+    );
+    assert_conflict(
+        store.transact(|tx| tx.update_connection(ConnectionStatus::Closed, &closed)),
+        "connections: a closed connection never changes",
+    );
+    assert_eq!(
+        expired(1000, 10),
+        vec![c3.id],
+        "expired_connections: closed ones are not listed"
+    );
+    // Closed: the bound run is claimable again, oldest first.
+    assert_eq!(
+        read(store, |tx| tx.next_claimable_run(at(0), None)).map(|r| r.id),
+        Some(bound.id),
+        "next_claimable_run: a run of a closed connection is claimable (to be ended)"
     );
 }

@@ -1,22 +1,35 @@
 //! The tool registry (SPEC §12.4): `(name, version)` is unique, and an unpinned lookup takes the
 //! highest registered version.
 //!
-//! The registry is built once at startup and then only read, so it needs no interior locking:
-//! hosts share it behind an `Arc`. A spec is validated when it is registered, so every tool the
-//! pipeline can resolve has a spec that satisfies §12.4.
+//! Most hosts build the registry once at startup and then only read it, behind an `Arc`. A
+//! gateway also registers tools it discovers while running, and retires a version whose
+//! upstream definition changed (SPEC §19.2): [`ToolRegistry::add`] and [`ToolRegistry::retire`]
+//! take `&self`, so the map sits behind a lock that is held only for a lookup or an insert,
+//! never across an await. A spec is validated when it is registered, so every tool the pipeline
+//! can resolve has a spec that satisfies §12.4.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::ports::Tool;
 
 use super::spec::{ToolSpec, ToolSpecError, ToolVersion};
 
 /// Every registered tool, ordered by name and then numerically by version.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub struct ToolRegistry {
-    tools: BTreeMap<(String, ToolVersion), Arc<dyn Tool>>,
+    tools: RwLock<BTreeMap<(String, ToolVersion), Arc<dyn Tool>>>,
+}
+
+type Tools = BTreeMap<(String, ToolVersion), Arc<dyn Tool>>;
+
+impl Clone for ToolRegistry {
+    fn clone(&self) -> ToolRegistry {
+        ToolRegistry {
+            tools: RwLock::new(self.read().clone()),
+        }
+    }
 }
 
 impl ToolRegistry {
@@ -28,17 +41,40 @@ impl ToolRegistry {
     /// is refused rather than replacing the first, because PENDING pins calls to `(name,
     /// version)` and a replay must reach the same body.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolSpecError> {
+        self.add(tool)
+    }
+
+    /// [`ToolRegistry::register`] on a shared registry: a tool discovered at runtime.
+    pub fn add(&self, tool: Arc<dyn Tool>) -> Result<(), ToolSpecError> {
         let spec = tool.spec();
         spec.validate()?;
         let key = (spec.name.clone(), spec.version);
-        if self.tools.contains_key(&key) {
+        let mut tools = self.write();
+        if tools.contains_key(&key) {
             return Err(ToolSpecError::Duplicate {
                 name: key.0,
                 version: key.1,
             });
         }
-        self.tools.insert(key, tool);
+        tools.insert(key, tool);
         Ok(())
+    }
+
+    /// Unregisters one version (its definition changed upstream, SPEC §19.2): calls pinned to
+    /// it resolve nothing from now on, so a pending one is refused `policy.matrix.unknown_tool`
+    /// and an approved one denied `policy.revalidation.changed` (§10.3). Returns whether it was
+    /// registered.
+    pub fn retire(&self, name: &str, version: ToolVersion) -> bool {
+        self.write().remove(&(name.to_owned(), version)).is_some()
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Tools> {
+        // Inserts and removals are single map operations: a panic cannot leave one half done.
+        self.tools.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Tools> {
+        self.tools.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Finds a tool by name and optional version string. `None` takes the highest registered
@@ -48,12 +84,12 @@ impl ToolRegistry {
         match version {
             Some(text) => {
                 let version: ToolVersion = text.parse().ok()?;
-                self.tools.get(&(name.to_owned(), version)).cloned()
+                self.read().get(&(name.to_owned(), version)).cloned()
             }
             None => {
                 let lowest = ToolVersion::new(0, 0, 0);
                 let highest = ToolVersion::new(u32::MAX, u32::MAX, u32::MAX);
-                self.tools
+                self.read()
                     .range((name.to_owned(), lowest)..=(name.to_owned(), highest))
                     .next_back()
                     .map(|(_, tool)| Arc::clone(tool))
@@ -62,16 +98,19 @@ impl ToolRegistry {
     }
 
     /// Every registered spec, by name and then version.
-    pub fn specs(&self) -> Vec<&ToolSpec> {
-        self.tools.values().map(|tool| tool.spec()).collect()
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.read()
+            .values()
+            .map(|tool| tool.spec().clone())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.tools.len()
+        self.read().len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.tools.is_empty()
+        self.read().is_empty()
     }
 }
 
@@ -79,7 +118,7 @@ impl fmt::Debug for ToolRegistry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
             .entries(
-                self.tools
+                self.read()
                     .keys()
                     .map(|(name, version)| format!("{name}@{version}")),
             )
@@ -129,7 +168,8 @@ mod tests {
             input_schema: InputSchema {
                 properties: BTreeMap::new(),
                 required: BTreeSet::new(),
-            },
+            }
+            .into(),
             side_effect: SideEffectClass::None,
             risk: RiskLevel::Low,
             idempotency: IdempotencyClass::ReadOnly,

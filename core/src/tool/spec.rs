@@ -80,13 +80,76 @@ pub struct InputSchema {
     pub required: BTreeSet<String>,
 }
 
+/// How a tool's arguments are validated.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArgumentSchema {
+    /// The subset of SPEC §12.4, checked by core.
+    Checked(InputSchema),
+    /// An upstream MCP server's own schema (SPEC §19.2): core checks only that arguments are a
+    /// JSON object within §4.1's nesting limit; the upstream validates the rest. Kept verbatim
+    /// for listing and for the definition hash. Only `mcp_server` tools may have one.
+    Upstream(Value),
+}
+
+/// §4.1: the normalized arguments nest at most this deep.
+pub const MAX_ARGUMENT_DEPTH: usize = 128;
+
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(map) => 1 + map.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+impl ArgumentSchema {
+    /// The JSON Schema the tool is listed with.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ArgumentSchema::Checked(schema) => schema.to_json(),
+            ArgumentSchema::Upstream(schema) => schema.clone(),
+        }
+    }
+
+    fn check(&self) -> Result<(), ToolSpecError> {
+        match self {
+            ArgumentSchema::Checked(schema) => schema.check(),
+            ArgumentSchema::Upstream(schema) if schema.is_object() => Ok(()),
+            ArgumentSchema::Upstream(_) => {
+                Err(schema_error("an upstream schema must be a JSON object"))
+            }
+        }
+    }
+
+    /// Validates raw arguments (SPEC §4.2 item 1); an upstream schema passes any object within
+    /// the nesting limit, unchanged.
+    pub fn normalize(&self, raw: &Value) -> Result<JsonMap, ArgumentsError> {
+        match self {
+            ArgumentSchema::Checked(schema) => schema.normalize(raw),
+            ArgumentSchema::Upstream(_) => match raw {
+                Value::Object(map) if depth(raw) <= MAX_ARGUMENT_DEPTH => Ok(map.clone()),
+                Value::Object(_) => Err(ArgumentsError(format!(
+                    "arguments nest deeper than {MAX_ARGUMENT_DEPTH} levels"
+                ))),
+                _ => Err(ArgumentsError("arguments must be a JSON object".to_owned())),
+            },
+        }
+    }
+}
+
+impl From<InputSchema> for ArgumentSchema {
+    fn from(schema: InputSchema) -> ArgumentSchema {
+        ArgumentSchema::Checked(schema)
+    }
+}
+
 /// Everything core knows about a tool.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolSpec {
     pub name: String,
     pub version: ToolVersion,
     pub description: String,
-    pub input_schema: InputSchema,
+    pub input_schema: ArgumentSchema,
     pub side_effect: SideEffectClass,
     pub risk: RiskLevel,
     pub idempotency: IdempotencyClass,
@@ -197,6 +260,13 @@ impl ToolSpec {
         }
         if !(1..=MAX_OUTPUT_BYTES_LIMIT).contains(&self.max_output_bytes) {
             return Err(ToolSpecError::MaxOutput);
+        }
+        if matches!(self.input_schema, ArgumentSchema::Upstream(_))
+            && self.target != TargetKind::McpServer
+        {
+            return Err(schema_error(
+                "only mcp_server tools may have an upstream schema",
+            ));
         }
         self.input_schema.check()
     }
@@ -716,7 +786,8 @@ mod tests {
             input_schema: InputSchema {
                 properties: BTreeMap::new(),
                 required: BTreeSet::new(),
-            },
+            }
+            .into(),
             side_effect: SideEffectClass::None,
             risk: RiskLevel::Low,
             idempotency: IdempotencyClass::ReadOnly,
@@ -1239,7 +1310,7 @@ mod tests {
         };
         input_schema.required.insert("ghost".to_owned());
         let spec = ToolSpec {
-            input_schema: input_schema.clone(),
+            input_schema: input_schema.clone().into(),
             ..sample_spec()
         };
         assert_eq!(
@@ -1259,7 +1330,7 @@ mod tests {
             },
         );
         let spec = ToolSpec {
-            input_schema,
+            input_schema: input_schema.into(),
             ..sample_spec()
         };
         assert_eq!(
@@ -1271,7 +1342,7 @@ mod tests {
     #[test]
     fn specs_delegate_normalization_to_their_schema() {
         let spec = ToolSpec {
-            input_schema: normalizer(),
+            input_schema: normalizer().into(),
             ..sample_spec()
         };
         assert_eq!(

@@ -283,7 +283,7 @@ pub fn test_spec(
             patch: 0,
         },
         description: format!("test tool {name}"),
-        input_schema: schema,
+        input_schema: schema.into(),
         side_effect,
         risk: RiskLevel::Medium,
         idempotency,

@@ -8,6 +8,8 @@ mod json;
 mod output;
 mod policy;
 mod runs;
+mod serve;
+mod tokens;
 mod worker;
 
 use std::path::PathBuf;
@@ -112,6 +114,11 @@ pub enum Command {
     /// The UNCERTAIN review queue.
     #[command(subcommand)]
     Invocations(invocations::InvocationsCommand),
+    /// Serve the HTTP API and the web console (and a worker, unless --no-worker).
+    Serve(serve::ServeArgs),
+    /// API tokens for the HTTP API and the console.
+    #[command(subcommand)]
+    Tokens(tokens::TokensCommand),
 }
 
 /// `RUST_LOG` selects what goes to stderr (default `warn`). Core's spans — `run`, `step` and
@@ -187,13 +194,17 @@ pub fn run() -> ExitCode {
         match cli.command {
             Command::Policy(_) => Exit::Ok,
             Command::Demo(args) => demo::run(&globals, args).await,
-            Command::Run(runs::RunCommand::Submit { script, inline }) => {
-                runs::submit(&globals, &script, inline).await
-            }
+            Command::Run(runs::RunCommand::Submit {
+                script,
+                inline,
+                max_script_bytes,
+            }) => runs::submit(&globals, &script, inline, max_script_bytes).await,
             Command::Runs(command) => runs::runs(&globals, command).await,
             Command::Worker(args) => worker::run(&globals, args).await,
             Command::Approvals(command) => approvals::run(&globals, command).await,
             Command::Invocations(command) => invocations::run(&globals, command).await,
+            Command::Serve(args) => serve::run(&globals, args).await,
+            Command::Tokens(command) => tokens::run(&globals, command).await,
         }
     });
     shut_down(runtime);

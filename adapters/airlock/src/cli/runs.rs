@@ -1,10 +1,12 @@
 //! `airlock run submit` and `airlock runs show|events|cancel|resume` (Appendix A).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use airlock_core::control::ServiceError;
 use airlock_core::ids::RunId;
-use airlock_core::planner::script::RunScript;
+use airlock_core::planner::script::{DEFAULT_MAX_SCRIPT_BYTES, RunScript};
 use airlock_core::principal::Principal;
+use airlock_core::store::TxError;
 use airlock_core::worker::WorkerSettings;
 use clap::Subcommand;
 use serde_json::json;
@@ -13,6 +15,7 @@ use super::output::{app_error, invalid_argument, line, print, service_error};
 use super::{Globals, json};
 use crate::app::App;
 use crate::exit::Exit;
+use crate::input_file::{FileKind, read_bounded};
 
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
@@ -23,6 +26,9 @@ pub enum RunCommand {
         /// Execute it in this process until it parks or ends.
         #[arg(long)]
         inline: bool,
+        /// The largest script (and stored planner_input) accepted, in bytes.
+        #[arg(long, default_value_t = DEFAULT_MAX_SCRIPT_BYTES)]
+        max_script_bytes: usize,
     },
 }
 
@@ -43,10 +49,37 @@ fn inline_worker_id() -> String {
     format!("inline-{}", uuid::Uuid::new_v4())
 }
 
-pub async fn submit(globals: &Globals, script: &PathBuf, inline: bool) -> Exit {
-    let text = match std::fs::read_to_string(script) {
+/// What `run_inline` failed with, as the service error the CLI prints: a storage error (exit 4)
+/// whatever the transaction's own kind, since the run was neither refused nor invalid. The
+/// worker has logged it and given the lease back, so any worker resumes the run.
+fn inline_failure(error: TxError) -> ServiceError {
+    let cause = match error {
+        TxError::Backend(message) => message,
+        other => other.to_string(),
+    };
+    ServiceError::Storage(format!(
+        "the run could not be executed in this process: {cause}; a worker resumes it"
+    ))
+}
+
+pub async fn submit(
+    globals: &Globals,
+    script: &Path,
+    inline: bool,
+    max_script_bytes: usize,
+) -> Exit {
+    // Bounded: a huge file (or `/dev/zero`) is refused without being read whole.
+    let text = read_bounded(script, FileKind::Readable, max_script_bytes as u64)
+        .map_err(|e| e.to_string())
+        .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()));
+    let text = match text {
         Ok(text) => text,
-        Err(e) => return invalid_argument(&format!("cannot read '{}': {e}", script.display())),
+        Err(e) => {
+            return invalid_argument(&format!(
+                "cannot read '{}': {e} (--max-script-bytes)",
+                script.display()
+            ));
+        }
     };
     let parsed = match RunScript::parse(&text) {
         Ok(parsed) => parsed,
@@ -66,7 +99,7 @@ pub async fn submit(globals: &Globals, script: &PathBuf, inline: bool) -> Exit {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
-    let control = app.control(None);
+    let control = app.control(None).with_max_script_bytes(max_script_bytes);
     let submitted = match control.submit_run(&principal, &text).await {
         Ok(submitted) => submitted,
         Err(e) => return service_error(&e),
@@ -75,7 +108,7 @@ pub async fn submit(globals: &Globals, script: &PathBuf, inline: bool) -> Exit {
     if inline {
         let worker = app.worker(WorkerSettings::new(inline_worker_id()));
         if let Err(e) = worker.run_inline(submitted.run_id).await {
-            return service_error(&e.into());
+            return service_error(&inline_failure(e));
         }
         match control.get_run(&principal, submitted.run_id) {
             Ok(run) => status = run.status(),
@@ -137,8 +170,20 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
                 return service_error(&e);
             }
             let worker = app.worker(WorkerSettings::new(inline_worker_id()));
-            if let Err(e) = worker.run_inline(id).await {
-                return service_error(&e.into());
+            match worker.run_inline(id).await {
+                Ok(Some(_)) => {}
+                // The claim was lost: the run changed (another worker took it, say) since
+                // `resume_run` saw it QUEUED and due. Nothing ran here; say what it is now.
+                Ok(None) => {
+                    let now = match control.get_run(&principal, id) {
+                        Ok(run) => run.status().as_str().to_owned(),
+                        Err(e) => return service_error(&e),
+                    };
+                    return service_error(&ServiceError::Conflict(format!(
+                        "the run could not be claimed here: it is {now} (changed meanwhile)"
+                    )));
+                }
+                Err(e) => return service_error(&inline_failure(e)),
             }
             match control.get_run(&principal, id) {
                 Ok(run) => print(&json::run(&run)),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_core::principal::check_identity;
-use airlock_core::worker::WorkerSettings;
+use airlock_core::worker::{MAX_LEASE_MS, MIN_LEASE_MS, WorkerSettings};
 
 use super::Globals;
 use super::output::{app_error, invalid_argument, service_error};
@@ -24,14 +24,22 @@ pub struct WorkerArgs {
     /// This worker's lease owner id (default: a fresh one).
     #[arg(long)]
     pub worker_id: Option<String>,
-    /// Lease length; heartbeats run every lease/3.
+    /// Lease length in milliseconds, 3..=3600000 (one hour); heartbeats run every lease/3.
     #[arg(long, default_value_t = 30_000)]
     pub lease_ms: u64,
 }
 
 pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
-    if args.concurrency == 0 || args.lease_ms < 3 {
-        return invalid_argument("--concurrency must be at least 1 and --lease-ms at least 3");
+    if args.concurrency == 0 {
+        return invalid_argument("--concurrency must be at least 1");
+    }
+    // Bounded above too: a lease is how long a crashed worker's run waits before another
+    // worker may take it, and a huge one would never expire (core's `MAX_LEASE_MS`).
+    if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&args.lease_ms) {
+        return invalid_argument(&format!(
+            "--lease-ms must be {MIN_LEASE_MS}..={MAX_LEASE_MS} (at most one hour), got {}",
+            args.lease_ms
+        ));
     }
     if let Some(id) = &args.worker_id
         && let Err(e) = check_identity(id)
@@ -67,19 +75,35 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
 }
 
 /// SIGINT or SIGTERM: stop claiming; in-flight runs end or park before the process exits.
+///
+/// Both handlers are installed here, before the worker claims anything, not when the listening
+/// task first runs: until a handler is installed a signal keeps its default action and kills the
+/// process, so a SIGINT that arrived while the task still waited for a thread would abandon the
+/// run it had just claimed.
 fn spawn_signal_listener(stopping: Arc<AtomicBool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut terminate = signal(SignalKind::terminate()).ok();
     tokio::spawn(async move {
-        let terminate = async {
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(mut signal) => {
+        let interrupted = async {
+            match interrupt.as_mut() {
+                Some(signal) => {
                     signal.recv().await;
                 }
-                Err(_) => std::future::pending::<()>().await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let terminated = async {
+            match terminate.as_mut() {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
         };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = terminate => {}
+            () = interrupted => {}
+            () = terminated => {}
         }
         stopping.store(true, Ordering::SeqCst);
     });

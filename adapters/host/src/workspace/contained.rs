@@ -13,7 +13,9 @@
 //!   at all) and with `fstat` after (so a file swapped in between is still caught).
 //! - A regular file with more than one hard link is refused as [`WorkspaceError::Escape`]: the
 //!   workspace tools never create hard links, so one can only have been planted, and its other
-//!   name may lie outside the root.
+//!   name may lie outside the root. Listings leave such a file out, as they leave out symlinks:
+//!   its byte count is that of an inode that may live outside the root, and listing it with a
+//!   size would leak what reading it refuses.
 //! - A listing descends into a subdirectory by reopening it from the root with `openat2(…,
 //!   RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` (or the component walk where `openat2` is missing), so
 //!   at most two directory descriptors are open at a time however deep the tree is. A directory
@@ -22,18 +24,20 @@
 //!   are skipped like names that are not UTF-8. Directories report `byte_count` 0.
 
 use std::ffi::CString;
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_core::workspace::{EntryKind, WorkspaceEntry, WorkspaceError};
 use rustix::fs::{
-    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fchmod, fstat, fsync, ftruncate,
-    mkdirat, openat, openat2, statat,
+    AtFlags, Dir, FileType, Mode, OFlags, ResolveFlags, Stat, fchmod, fstat, ftruncate, mkdirat,
+    openat, openat2, statat,
 };
 use rustix::io::Errno;
+
+use crate::file_faults::FileFaults;
 
 /// The most directory entries one listing may visit (SPEC §12.5).
 pub const MAX_VISITED_ENTRIES: usize = 10_000;
@@ -129,9 +133,11 @@ pub fn walk_dirs(
 }
 
 /// What a listing reports for an entry: its kind and byte count (0 for a directory), or
-/// `None` for what it leaves out (symlinks, special files).
+/// `None` for what it leaves out (symlinks, special files, regular files with another hard
+/// link, see the module docs).
 fn listed_shape(stat: &Stat) -> Option<(EntryKind, u64)> {
     match file_type(stat) {
+        FileType::RegularFile if stat.st_nlink > 1 => None,
         FileType::RegularFile => Some((EntryKind::File, u64::try_from(stat.st_size).unwrap_or(0))),
         FileType::Directory => Some((EntryKind::Directory, 0)),
         _ => None,
@@ -275,6 +281,7 @@ pub fn write_file(
     root: OwnedFd,
     components: &[String],
     data: &[u8],
+    faults: &FileFaults,
 ) -> Result<bool, WorkspaceError> {
     let (parents, name) = split(components)?;
     let dir = walk_dirs(root, parents, true)?;
@@ -287,9 +294,13 @@ pub fn write_file(
     }
     ftruncate(&fd, 0).map_err(|errno| io("truncate", errno))?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(data)
+    let mut effect = faults.begin();
+    effect
+        .write_all(&mut file, data)
         .map_err(|e| WorkspaceError::Io(format!("write: {e}")))?;
-    fsync(file.as_fd()).map_err(|errno| io("fsync", errno))?;
+    effect
+        .sync(&file)
+        .map_err(|e| WorkspaceError::Io(format!("fsync: {e}")))?;
     Ok(created)
 }
 

@@ -24,6 +24,8 @@ use airlock_core::ports::{
     Provenance, Workspace, WorkspaceEntry, WorkspaceError, WorkspaceFactory, WsPath,
 };
 
+use crate::file_faults::FileFaults;
+
 pub use contained::MAX_VISITED_ENTRIES;
 
 use provenance::WrittenPaths;
@@ -38,6 +40,7 @@ pub const MAX_HANDLES: usize = 1024;
 pub struct LocalWorkspaces {
     data_dir: PathBuf,
     handles: Mutex<Handles>,
+    faults: FileFaults,
 }
 
 /// The handles, each with when it was last handed out.
@@ -73,11 +76,17 @@ impl Handles {
 
 impl LocalWorkspaces {
     pub fn new(data_dir: &Path) -> LocalWorkspaces {
+        LocalWorkspaces::with_faults(data_dir, FileFaults::none())
+    }
+
+    /// [`LocalWorkspaces::new`] whose file writes go through `faults` (tests).
+    pub fn with_faults(data_dir: &Path, faults: FileFaults) -> LocalWorkspaces {
         // Made absolute once, so a later change of working directory cannot move the roots.
         let data_dir = std::path::absolute(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
         LocalWorkspaces {
             data_dir,
             handles: Mutex::new(Handles::default()),
+            faults,
         }
     }
 
@@ -116,6 +125,7 @@ impl WorkspaceFactory for LocalWorkspaces {
             data_dir: self.data_dir.clone(),
             layout: layout(tenant, run),
             written: WrittenPaths::default(),
+            faults: self.faults.clone(),
         });
         // Create the root now, so a data directory that cannot hold it fails here.
         handle.open_root()?;
@@ -129,6 +139,7 @@ pub struct LocalWorkspace {
     data_dir: PathBuf,
     layout: [String; 3],
     written: WrittenPaths,
+    faults: FileFaults,
 }
 
 impl LocalWorkspace {
@@ -154,7 +165,7 @@ impl Workspace for LocalWorkspace {
     fn write(&self, path: &WsPath, data: &[u8]) -> Result<bool, WorkspaceError> {
         let root = self.open_root()?;
         self.written.forget(path);
-        let created = contained::write_file(root, path.components(), data)?;
+        let created = contained::write_file(root, path.components(), data, &self.faults)?;
         self.written.record(path, data);
         Ok(created)
     }

@@ -83,7 +83,7 @@ impl Row {
             name: self.name.to_owned(),
             version: BUILTIN_VERSION,
             description: self.description.to_owned(),
-            input_schema: self.input_schema,
+            input_schema: self.input_schema.into(),
             side_effect: self.side_effect,
             risk: self.risk,
             idempotency: self.idempotency,
@@ -327,7 +327,9 @@ mod tests {
         for spec in builtin_specs() {
             assert_eq!(spec.validate(), Ok(()), "{}", spec.name);
             assert_eq!(
-                InputSchema::from_json(&spec.input_schema.to_json()).as_ref(),
+                InputSchema::from_json(&spec.input_schema.to_json())
+                    .map(crate::tool::spec::ArgumentSchema::from)
+                    .as_ref(),
                 Ok(&spec.input_schema),
                 "{}",
                 spec.name

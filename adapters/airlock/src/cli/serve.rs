@@ -1,0 +1,159 @@
+//! `airlock serve` (SPEC §20): the JSON API under `/v1`, the web console at `/` and, unless
+//! `--no-worker`, a worker, in one process on one store. Loopback by default; another address
+//! needs TLS or `--insecure-remote`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use airlock_core::worker::WorkerSettings;
+use airlock_host::TokioSpawner;
+use airlock_http::server::{Exposure, exposure, load_tls, serve};
+use airlock_http::{AppState, Settings, router};
+
+use super::Globals;
+use super::output::{app_error, invalid_argument, line, service_error};
+use crate::app::{App, AppError};
+use crate::exit::Exit;
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0: any free port; the chosen one is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Serve the API and console only; run no worker in this process.
+    #[arg(long)]
+    pub no_worker: bool,
+    /// PEM certificate chain for HTTPS (with --tls-key).
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for HTTPS (with --tls-cert).
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    /// Listen on a non-loopback address without TLS: tokens then cross the network in clear
+    /// text. Prints a warning.
+    #[arg(long)]
+    pub insecure_remote: bool,
+    /// Runs the worker executes at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+}
+
+pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
+    // Every argument is checked before the store is opened.
+    let tls_files = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
+        _ => return invalid_argument("--tls-cert and --tls-key go together"),
+    };
+    if args.concurrency == 0 {
+        return invalid_argument("--concurrency must be at least 1");
+    }
+    let exposed = match exposure(args.listen, tls_files.is_some(), args.insecure_remote) {
+        Ok(exposed) => exposed,
+        Err(e) => return invalid_argument(&e.to_string()),
+    };
+    let tls = match &tls_files {
+        Some((cert, key)) => match load_tls(cert, key) {
+            Ok(config) => Some(config),
+            Err(e) => return app_error(&AppError::Config(e.to_string())),
+        },
+        None => None,
+    };
+    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+        Ok(app) => app,
+        Err(e) => return app_error(&e),
+    };
+    let worker = (!args.no_worker).then(|| {
+        let mut settings = WorkerSettings::new(format!("serve-{}", uuid::Uuid::new_v4()));
+        settings.concurrency = args.concurrency;
+        app.worker(settings)
+    });
+    let control = Arc::new(app.control(worker.as_ref().map(|w| w.tokens().clone())));
+    let state = AppState::new(
+        control.clone(),
+        Settings {
+            tls: tls.is_some(),
+            ..Settings::default()
+        },
+    );
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            return app_error(&AppError::Config(format!(
+                "cannot listen on {}: {e}",
+                args.listen
+            )));
+        }
+    };
+    let bound = listener.local_addr().unwrap_or(args.listen);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    if exposed == Exposure::RemoteInsecure {
+        eprintln!(
+            "warning: serving {bound} without TLS (--insecure-remote): bearer tokens and \
+             session cookies cross the network in clear text"
+        );
+    }
+    line(serde_json::json!({
+        "listening": bound.to_string(),
+        "url": format!("{scheme}://{bound}/"),
+        "worker": worker.is_some(),
+        "policy_version": app.env.ruleset.version.as_str(),
+    }));
+
+    let stopping = Arc::new(AtomicBool::new(false));
+    let stop_signal = Arc::new(tokio::sync::Notify::new());
+    spawn_signal_listener(Arc::clone(&stopping), Arc::clone(&stop_signal));
+    let shutdown = {
+        let state = state.clone();
+        let stop_signal = Arc::clone(&stop_signal);
+        async move {
+            stop_signal.notified().await;
+            state.close();
+        }
+    };
+    let server = serve(router(state.clone()), listener, tls, shutdown);
+    let worker_loop = async {
+        let Some(worker) = &worker else {
+            return Ok(());
+        };
+        let stop = || stopping.load(Ordering::SeqCst);
+        let result = worker.run(&TokioSpawner, &control, &stop).await;
+        if result.is_err() {
+            // Fail-stop like `airlock worker`: the server goes down with it.
+            stopping.store(true, Ordering::SeqCst);
+            stop_signal.notify_one();
+        }
+        result
+    };
+    let (served, worked) = tokio::join!(server, worker_loop);
+    if let Err(e) = worked {
+        return service_error(&e.into());
+    }
+    match served {
+        Ok(()) => Exit::Ok,
+        Err(e) => app_error(&AppError::Config(format!("server: {e}"))),
+    }
+}
+
+/// SIGINT or SIGTERM: stop claiming, end the event streams, stop accepting; in-flight runs end
+/// or park and open requests finish before the process exits.
+fn spawn_signal_listener(stopping: Arc<AtomicBool>, stop_signal: Arc<tokio::sync::Notify>) {
+    tokio::spawn(async move {
+        let terminate = async {
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+        stopping.store(true, Ordering::SeqCst);
+        stop_signal.notify_one();
+    });
+}

@@ -1,0 +1,274 @@
+//! `airlock serve` and `airlock tokens` as a user runs them (SPEC §20): the real binary on a
+//! fresh data directory and an ephemeral loopback port. The HTTP bodies are the CLI's JSON
+//! records byte for byte (compared field by field here), a revoked token stops working at once,
+//! SIGTERM ends the server cleanly, and bad listen/TLS options are refused before anything is
+//! opened.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+
+fn airlock(data: &Path, args: &[&str]) -> (i32, Value) {
+    let output = Command::new(BIN)
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .output()
+        .expect("airlock runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value = stdout
+        .lines()
+        .last()
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(Value::Null);
+    (output.status.code().unwrap_or(-1), value)
+}
+
+/// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status");
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(data: &Path) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("--data-dir")
+            .arg(data)
+            .args(["serve", "--listen", "127.0.0.1:0", "--no-worker"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut first = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("the listening line");
+        let line: Value = serde_json::from_str(&first).expect("JSON");
+        assert_eq!(line["worker"], false);
+        let addr = line["listening"].as_str().expect("address").to_owned();
+        Server { child, addr }
+    }
+
+    fn terminate(mut self) -> i32 {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn serve_answers_with_the_clis_records_and_revocation_is_immediate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
+            "principal_scopes": ["demo.write"], "origin_trust": "user",
+            "steps": [{"calls": [{"call_id": "c1", "tool": "demo.external_write",
+                "arguments": {"destination": "demo", "content": "hello"},
+                "argument_trust": {"destination": "user", "content": "user"}}]}]})
+        .to_string(),
+    )
+    .expect("script");
+    let (code, submitted) = airlock(
+        &data,
+        &["--tenant", "acme", "--principal", "alice", "run", "submit"],
+    );
+    assert_eq!(code, 2, "run submit needs a script path: {submitted}");
+    let script_path = script.to_str().expect("utf-8");
+    let (code, submitted) = airlock(
+        &data,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "alice",
+            "run",
+            "submit",
+            script_path,
+            "--inline",
+        ],
+    );
+    assert_eq!(code, 0, "{submitted}");
+    assert_eq!(submitted["status"], "WAITING_FOR_APPROVAL");
+    let run = submitted["run_id"].as_str().expect("run").to_owned();
+    let (code, minted) = airlock(
+        &data,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "bob",
+            "tokens",
+            "create",
+            "--label",
+            "e2e",
+        ],
+    );
+    assert_eq!(code, 0, "{minted}");
+    let token = minted["token"]
+        .as_str()
+        .expect("token shown once")
+        .to_owned();
+    assert!(token.starts_with("alk_") && token.len() == 68);
+    let (_, listed) = airlock(&data, &["--tenant", "acme", "tokens", "list"]);
+    assert_eq!(listed["items"][0]["id"], minted["id"]);
+    assert!(
+        listed["items"][0].get("token").is_none(),
+        "list never shows the token"
+    );
+    let stored = std::fs::read(data.join("airlock.sqlite3")).expect("store");
+    assert!(
+        !stored.windows(token.len()).any(|w| w == token.as_bytes()),
+        "the token's text is not in the store"
+    );
+
+    let server = Server::start(&data);
+    let (status, health) = http(&server.addr, "GET", "/healthz", None, None);
+    assert_eq!((status, &health["status"]), (200, &json!("ok")));
+
+    // The HTTP records are the CLI's records.
+    let (_, page) = http(&server.addr, "GET", "/v1/approvals", Some(&token), None);
+    let approval = page["items"][0]["id"]
+        .as_str()
+        .expect("a pending approval")
+        .to_owned();
+    let (_, cli_approval) = airlock(&data, &["--tenant", "acme", "approvals", "get", &approval]);
+    assert_eq!(page["items"][0], cli_approval);
+    let (status, http_run) = http(
+        &server.addr,
+        "GET",
+        &format!("/v1/runs/{run}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200);
+    let (_, cli_run) = airlock(&data, &["--tenant", "acme", "runs", "show", &run]);
+    assert_eq!(http_run, cli_run);
+
+    let (status, resolved) = http(
+        &server.addr,
+        "POST",
+        &format!("/v1/approvals/{approval}/approve"),
+        Some(&token),
+        Some(&json!({"reason": "over HTTP"})),
+    );
+    assert_eq!(status, 200, "{resolved}");
+    assert_eq!(resolved["state"], "applied");
+    let (_, cli_resolved) = airlock(&data, &["--tenant", "acme", "approvals", "get", &approval]);
+    assert_eq!(
+        resolved["approval"], cli_resolved,
+        "the CLI sees the HTTP resolution"
+    );
+
+    let id = minted["id"].as_str().expect("id");
+    let (code, revoked) = airlock(&data, &["--tenant", "acme", "tokens", "revoke", id]);
+    assert_eq!(code, 0, "{revoked}");
+    assert!(revoked["revoked_at"].is_string());
+    let (status, problem) = http(&server.addr, "GET", "/v1/approvals", Some(&token), None);
+    assert_eq!((status, &problem["code"]), (401, &json!("unauthenticated")));
+    let (code, _) = airlock(&data, &["--tenant", "globex", "tokens", "revoke", id]);
+    assert_eq!(code, 1, "another tenant's token is not found");
+
+    assert_eq!(server.terminate(), 0, "SIGTERM ends serve with exit 0");
+}
+
+#[test]
+fn unsafe_or_incomplete_listen_options_are_refused_before_the_store_is_opened() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    for (args, code, text) in [
+        (
+            vec!["serve", "--listen", "0.0.0.0:0"],
+            2,
+            "not a loopback address",
+        ),
+        (vec!["serve", "--tls-cert", "c.pem"], 2, "go together"),
+        (
+            vec![
+                "serve",
+                "--listen",
+                "0.0.0.0:0",
+                "--tls-cert",
+                "/nonexistent/c.pem",
+                "--tls-key",
+                "/nonexistent/k.pem",
+            ],
+            4,
+            "cannot read certificate",
+        ),
+        (
+            vec!["tokens", "create", "--expires-in", "soon"],
+            2,
+            "--expires-in",
+        ),
+        (vec!["--tenant", "", "tokens", "create"], 2, "--tenant"),
+    ] {
+        let (status, error) = airlock(&data, &args);
+        assert_eq!(status, code, "{args:?}: {error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(text),
+            "{args:?}: {error}"
+        );
+    }
+    assert!(!data.exists(), "nothing was created");
+}

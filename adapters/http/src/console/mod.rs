@@ -1,0 +1,558 @@
+//! The web console (SPEC §20): server-rendered pages for the approval queue, the review queue
+//! and a run's timeline, updated live from the event stream. Every asset is compiled into the
+//! binary (the machines are offline). Forms POST and redirect back (Post/Redirect/Get), so the
+//! console works without its script; the script only adds live refresh, countdowns and
+//! keyboard shortcuts.
+//!
+//! Every form POST passes, in order: the origin check ([`guard`]), a live session, and the
+//! session's form token. Only then is it one `ControlService` call as the session's principal.
+
+pub mod assets;
+pub mod guard;
+pub mod session;
+pub mod views;
+
+use airlock_core::access::Authenticated;
+use airlock_core::control::ServiceError;
+use airlock_core::ids::{ApprovalId, InvocationId, RunId};
+use airlock_core::vocab::{ApprovalResolution, ResolveState, SettlementOutcome};
+use axum::Router;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use maud::Markup;
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::console::session::SessionId;
+use crate::console::views::{Frame, Notice, Page};
+use crate::stream::{self, StreamQuery};
+
+/// How many approvals a queue page shows (the service's largest page).
+const QUEUE_SIZE: usize = airlock_core::control::APPROVAL_PAGE_MAX;
+
+/// How many events a run page shows.
+const TIMELINE_SIZE: usize = 1000;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(approvals_page))
+        .route("/review", get(review_page))
+        .route("/runs/{id}", get(run_page))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .route("/approvals/{id}/approve", post(approve))
+        .route("/approvals/{id}/deny", post(deny))
+        .route("/invocations/{id}/settle", post(settle))
+        .route("/fragments/approvals", get(approvals_fragment))
+        .route("/fragments/review", get(review_fragment))
+        .route("/fragments/runs/{id}", get(run_fragment))
+        .route("/fragments/counts", get(counts))
+        .route("/events", get(events))
+        .route("/assets/{name}", get(assets::serve))
+}
+
+/// A signed-in browser: its session and the token's caller, re-checked now.
+struct Viewer {
+    session: SessionId,
+    caller: Authenticated,
+}
+
+/// Why a console request cannot go on; each renders as a page or a redirect.
+enum Refusal {
+    /// No live session: GET pages go to the sign-in page, anything else is 401.
+    SignIn,
+    Unauthorized,
+    CrossSite(guard::CrossSite),
+    BadFormToken,
+    BadRequest(String),
+    NotFound,
+    Service(ServiceError),
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let page = |status: StatusCode, title: &str, detail: &str| {
+            (status, views::error_page(title, detail)).into_response()
+        };
+        match self {
+            Refusal::SignIn => Redirect::to("/login").into_response(),
+            Refusal::Unauthorized => page(
+                StatusCode::UNAUTHORIZED,
+                "Signed out",
+                "Your session ended or its token was revoked. Sign in again.",
+            ),
+            Refusal::CrossSite(why) => page(
+                StatusCode::FORBIDDEN,
+                "Refused",
+                &format!("This form was not sent from the console itself: {why}."),
+            ),
+            Refusal::BadFormToken => page(
+                StatusCode::FORBIDDEN,
+                "Refused",
+                "The form's token does not match your session. Reload the page and try again.",
+            ),
+            Refusal::BadRequest(detail) => page(StatusCode::BAD_REQUEST, "Bad request", &detail),
+            Refusal::NotFound => page(
+                StatusCode::NOT_FOUND,
+                "Not found",
+                "Nothing here: it may belong to another tenant or not exist.",
+            ),
+            Refusal::Service(error) => {
+                let status = crate::problem::status_of(&error);
+                if status == StatusCode::NOT_FOUND {
+                    return Refusal::NotFound.into_response();
+                }
+                let detail = match &error {
+                    ServiceError::Storage(_) => "The store is unavailable; try again.".to_owned(),
+                    other => other.to_string(),
+                };
+                page(status, "Could not load this page", &detail)
+            }
+        }
+    }
+}
+
+impl From<ServiceError> for Refusal {
+    fn from(error: ServiceError) -> Refusal {
+        Refusal::Service(error)
+    }
+}
+
+/// The viewer of a page request; without a live session, the sign-in page.
+fn viewer(state: &AppState, headers: &HeaderMap) -> Result<Viewer, Refusal> {
+    let session = session::from_cookies(headers).ok_or(Refusal::SignIn)?;
+    let token = state.sessions.token_of(&session).ok_or(Refusal::SignIn)?;
+    match state.control.authenticate_id(token) {
+        Ok(caller) => Ok(Viewer { session, caller }),
+        Err(airlock_core::access::AuthError::Storage(message)) => {
+            Err(Refusal::Service(ServiceError::Storage(message)))
+        }
+        Err(_) => {
+            state.sessions.remove(&session);
+            Err(Refusal::SignIn)
+        }
+    }
+}
+
+/// The viewer of a fragment or stream request: 401 rather than a redirect, so the page's
+/// script can send the browser to the sign-in page.
+fn viewer_or_401(state: &AppState, headers: &HeaderMap) -> Result<Viewer, Refusal> {
+    viewer(state, headers).map_err(|r| match r {
+        Refusal::SignIn => Refusal::Unauthorized,
+        other => other,
+    })
+}
+
+/// The checks of a form POST, in order: origin, session, form token.
+fn form_viewer(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<Viewer, Refusal> {
+    guard::same_origin(headers, state.settings.tls).map_err(Refusal::CrossSite)?;
+    let viewer = viewer_or_401(state, headers)?;
+    if !viewer.session.csrf_matches(csrf) {
+        return Err(Refusal::BadFormToken);
+    }
+    Ok(viewer)
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct NoticeQuery {
+    notice: Option<String>,
+}
+
+fn frame<'a>(
+    state: &AppState,
+    viewer: &'a Viewer,
+    csrf: &'a str,
+    policy_version: &'a str,
+    notice: Option<Notice>,
+) -> Result<Frame<'a>, Refusal> {
+    let principal = &viewer.caller.principal;
+    // The stream position is read before the page's data, so an event committed while the
+    // page is rendered is delivered to it afterwards rather than lost.
+    let after = state.control.last_event_id(principal)?;
+    let pending = state
+        .control
+        .list_pending(principal, None, Some(QUEUE_SIZE), None)
+        .map(|p| p.items.len())
+        .unwrap_or(0);
+    let uncertain = state
+        .control
+        .list_uncertain(principal, false)
+        .map(|items| items.len())
+        .unwrap_or(0);
+    Ok(Frame {
+        principal,
+        policy_version,
+        csrf,
+        now: state.control.now(),
+        after,
+        pending,
+        uncertain,
+        notice,
+    })
+}
+
+fn html(markup: Markup) -> Response {
+    let mut response = markup.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
+}
+
+async fn approvals_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<NoticeQuery>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer(&state, &headers)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let notice = query.notice.as_deref().and_then(Notice::from_query);
+    let frame = frame(&state, &viewer, &csrf, &version, notice)?;
+    let content = approvals_markup(&state, &viewer, &frame)?;
+    Ok(html(views::page(
+        "Approvals",
+        Page::Approvals,
+        &frame,
+        content,
+    )))
+}
+
+fn approvals_markup(
+    state: &AppState,
+    viewer: &Viewer,
+    frame: &Frame<'_>,
+) -> Result<Markup, Refusal> {
+    let principal = &viewer.caller.principal;
+    let page = state
+        .control
+        .list_pending(principal, None, Some(QUEUE_SIZE), None)?;
+    let ids: Vec<ApprovalId> = page.items.iter().map(|a| a.id).collect();
+    let explanations = state.control.approval_explanations(principal, &ids)?;
+    Ok(views::approvals_fragment(
+        &page.items,
+        &explanations,
+        frame,
+        page.next_cursor.is_some(),
+        "queue",
+    ))
+}
+
+async fn approvals_fragment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    let viewer = viewer_or_401(&state, &headers)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let frame = frame(&state, &viewer, &csrf, &version, None)?;
+    Ok(html(approvals_markup(&state, &viewer, &frame)?))
+}
+
+async fn review_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<NoticeQuery>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer(&state, &headers)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let notice = query.notice.as_deref().and_then(Notice::from_query);
+    let frame = frame(&state, &viewer, &csrf, &version, notice)?;
+    let items = state
+        .control
+        .list_uncertain(&viewer.caller.principal, true)?;
+    let content = views::review_fragment(&items, &frame);
+    Ok(html(views::page("Review", Page::Review, &frame, content)))
+}
+
+async fn review_fragment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    let viewer = viewer_or_401(&state, &headers)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let frame = frame(&state, &viewer, &csrf, &version, None)?;
+    let items = state
+        .control
+        .list_uncertain(&viewer.caller.principal, true)?;
+    Ok(html(views::review_fragment(&items, &frame)))
+}
+
+fn parse_id<T: std::str::FromStr>(text: &str) -> Result<T, Refusal> {
+    text.parse().map_err(|_| Refusal::NotFound)
+}
+
+fn run_markup(
+    state: &AppState,
+    viewer: &Viewer,
+    frame: &Frame<'_>,
+    id: RunId,
+) -> Result<Markup, Refusal> {
+    let principal = &viewer.caller.principal;
+    let run = state.control.get_run(principal, id)?;
+    let events = state
+        .control
+        .list_events(principal, id, None, Some(TIMELINE_SIZE))?;
+    let pending = state
+        .control
+        .list_pending(principal, Some(id), Some(QUEUE_SIZE), None)
+        .map(|p| p.items)
+        .unwrap_or_default();
+    let ids: Vec<ApprovalId> = pending.iter().map(|a| a.id).collect();
+    let explanations = state
+        .control
+        .approval_explanations(principal, &ids)
+        .unwrap_or_default();
+    Ok(views::run_fragment(
+        &run,
+        &pending,
+        &explanations,
+        &events.items,
+        events.next_cursor.is_some(),
+        frame,
+    ))
+}
+
+async fn run_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<NoticeQuery>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer(&state, &headers)?;
+    let id: RunId = parse_id(&id)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let notice = query.notice.as_deref().and_then(Notice::from_query);
+    let frame = frame(&state, &viewer, &csrf, &version, notice)?;
+    let content = run_markup(&state, &viewer, &frame, id)?;
+    Ok(html(views::page("Run", Page::Run, &frame, content)))
+}
+
+async fn run_fragment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer_or_401(&state, &headers)?;
+    let id: RunId = parse_id(&id)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let frame = frame(&state, &viewer, &csrf, &version, None)?;
+    Ok(html(run_markup(&state, &viewer, &frame, id)?))
+}
+
+/// The navigation's counts, for the live refresh.
+async fn counts(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, Refusal> {
+    let viewer = viewer_or_401(&state, &headers)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let frame = frame(&state, &viewer, &csrf, &version, None)?;
+    Ok(axum::Json(serde_json::json!({
+        "approvals": frame.pending,
+        "review": frame.uncertain,
+    }))
+    .into_response())
+}
+
+/// The console's event stream: the API's stream, authenticated by the session cookie
+/// (EventSource cannot send an Authorization header).
+async fn events(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Result<Response, Response> {
+    let viewer = viewer_or_401(&state, &headers).map_err(IntoResponse::into_response)?;
+    let after = stream::start_after(&headers, query.after).map_err(IntoResponse::into_response)?;
+    stream::open(&state, viewer.caller, after, query.follow.unwrap_or(true))
+        .map(IntoResponse::into_response)
+        .map_err(IntoResponse::into_response)
+}
+
+async fn login_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if viewer(&state, &headers).is_ok() {
+        return Redirect::to("/").into_response();
+    }
+    html(views::login(None))
+}
+
+#[derive(Debug, Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Result<Response, Refusal> {
+    guard::same_origin(&headers, state.settings.tls).map_err(Refusal::CrossSite)?;
+    let Ok(Form(form)) = form else {
+        return Err(Refusal::BadRequest(
+            "the sign-in form was incomplete".into(),
+        ));
+    };
+    let caller = match state.control.authenticate(form.token.trim()) {
+        Ok(caller) => caller,
+        Err(airlock_core::access::AuthError::Storage(message)) => {
+            return Err(Refusal::Service(ServiceError::Storage(message)));
+        }
+        Err(_) => {
+            let page = views::login(Some(
+                "That token does not work: it is unknown, expired or revoked.",
+            ));
+            return Ok((StatusCode::UNAUTHORIZED, html(page)).into_response());
+        }
+    };
+    let session = state
+        .sessions
+        .create(caller.token.id)
+        .map_err(|e| Refusal::BadRequest(e.to_string()))?;
+    let mut response = Redirect::to("/").into_response();
+    if let Ok(cookie) = HeaderValue::from_str(&session::set_cookie(&session, state.settings.tls)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    form: Result<Form<CsrfForm>, FormRejection>,
+) -> Result<Response, Refusal> {
+    let csrf = form.map(|Form(f)| f.csrf).unwrap_or_default();
+    let viewer = form_viewer(&state, &headers, &csrf)?;
+    state.sessions.remove(&viewer.session);
+    let mut response = Redirect::to("/login").into_response();
+    if let Ok(cookie) = HeaderValue::from_str(&session::clear_cookie(state.settings.tls)) {
+        response.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+struct ResolveForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    from: String,
+}
+
+/// Where a resolve form returns: the queue, or the run page it was sent from.
+fn back_to(from: &str) -> String {
+    match from.strip_prefix("run:").map(str::parse::<RunId>) {
+        Some(Ok(run)) => format!("/runs/{run}"),
+        _ => "/".to_owned(),
+    }
+}
+
+fn with_notice(path: &str, notice: Notice) -> Redirect {
+    Redirect::to(&format!("{path}?notice={}", notice.as_query()))
+}
+
+async fn resolve_form(
+    state: AppState,
+    headers: HeaderMap,
+    id: String,
+    form: Result<Form<ResolveForm>, FormRejection>,
+    resolution: ApprovalResolution,
+) -> Result<Response, Refusal> {
+    let form = form.map(|Form(f)| f).unwrap_or(ResolveForm {
+        csrf: String::new(),
+        reason: String::new(),
+        from: String::new(),
+    });
+    let viewer = form_viewer(&state, &headers, &form.csrf)?;
+    let back = back_to(&form.from);
+    let id: ApprovalId = parse_id(&id)?;
+    let reason = Some(form.reason.trim()).filter(|r| !r.is_empty());
+    let notice = match state
+        .control
+        .resolve(&viewer.caller.principal, id, resolution, reason)
+        .await
+    {
+        Ok(resolved) => match resolved.state {
+            ResolveState::Applied => match resolution {
+                ApprovalResolution::ApproveOnce => Notice::Approved,
+                ApprovalResolution::Deny => Notice::Denied,
+            },
+            ResolveState::AlreadyResolvedIdentically => Notice::AlreadyResolved,
+            ResolveState::AlreadyResolvedDifferently => {
+                Notice::Error("already_resolved_differently")
+            }
+        },
+        Err(error) => Notice::Error(error.code()),
+    };
+    Ok(with_notice(&back, notice).into_response())
+}
+
+async fn approve(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<ResolveForm>, FormRejection>,
+) -> Result<Response, Refusal> {
+    resolve_form(state, headers, id, form, ApprovalResolution::ApproveOnce).await
+}
+
+async fn deny(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<ResolveForm>, FormRejection>,
+) -> Result<Response, Refusal> {
+    resolve_form(state, headers, id, form, ApprovalResolution::Deny).await
+}
+
+#[derive(Debug, Deserialize)]
+struct SettleForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    outcome: String,
+    #[serde(default)]
+    note: String,
+}
+
+async fn settle(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<SettleForm>, FormRejection>,
+) -> Result<Response, Refusal> {
+    let form = form.map(|Form(f)| f).unwrap_or(SettleForm {
+        csrf: String::new(),
+        outcome: String::new(),
+        note: String::new(),
+    });
+    let viewer = form_viewer(&state, &headers, &form.csrf)?;
+    let id: InvocationId = parse_id(&id)?;
+    let outcome = match form.outcome.as_str() {
+        "succeeded" => SettlementOutcome::Succeeded,
+        "failed" => SettlementOutcome::Failed,
+        _ => return Ok(with_notice("/review", Notice::Error("invalid_argument")).into_response()),
+    };
+    let notice = match state
+        .control
+        .settle(&viewer.caller.principal, id, outcome, form.note.trim())
+        .await
+    {
+        Ok(_) => Notice::Settled,
+        Err(error) => Notice::Error(error.code()),
+    };
+    Ok(with_notice("/review", notice).into_response())
+}

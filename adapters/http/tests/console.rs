@@ -1,0 +1,472 @@
+//! The web console (SPEC §20) in process: signing in with a token, the session cookie, the
+//! approval and review queues and the run page, every form POST's origin and form-token
+//! checks, and attacker-controlled arguments rendered as inert text.
+
+mod common;
+
+use axum::http::{Method, StatusCode};
+use common::{Reply, SelfApproval, World};
+
+const ORIGIN: (&str, &str) = ("origin", "http://127.0.0.1:8080");
+const HOST: (&str, &str) = ("host", "127.0.0.1:8080");
+
+/// A signed-in browser: its cookie header and its form token.
+struct Browser {
+    cookie: String,
+    csrf: String,
+}
+
+async fn sign_in(world: &World, token: &str) -> Browser {
+    let reply = world
+        .send(
+            Method::POST,
+            "/login",
+            None,
+            Some(format!("token={token}")),
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ORIGIN,
+                HOST,
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
+    assert_eq!(location(&reply), "/");
+    let set_cookie = reply
+        .headers
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .expect("a session cookie")
+        .to_owned();
+    assert!(set_cookie.contains("HttpOnly"), "{set_cookie}");
+    assert!(set_cookie.contains("SameSite=Strict"), "{set_cookie}");
+    assert!(!set_cookie.contains(token), "the cookie is not the token");
+    let cookie = set_cookie.split(';').next().expect("pair").to_owned();
+    let page = page(world, "/", &cookie).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    let csrf = page
+        .text
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a form token")
+        .to_owned();
+    Browser { cookie, csrf }
+}
+
+fn location(reply: &Reply) -> String {
+    reply
+        .headers
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn page(world: &World, path: &str, cookie: &str) -> Reply {
+    world
+        .send(Method::GET, path, None, None, &[("cookie", cookie)])
+        .await
+}
+
+async fn form(
+    world: &World,
+    path: &str,
+    browser: &Browser,
+    body: &str,
+    extra: &[(&str, &str)],
+) -> Reply {
+    let mut headers = vec![
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("cookie", browser.cookie.as_str()),
+        HOST,
+    ];
+    headers.extend_from_slice(extra);
+    world
+        .send(Method::POST, path, None, Some(body.to_owned()), &headers)
+        .await
+}
+
+#[tokio::test]
+async fn signing_in_sets_a_strict_http_only_cookie_and_keeps_only_its_digest() {
+    let world = World::new();
+    let anonymous = world.send(Method::GET, "/", None, None, &[]).await;
+    assert_eq!(anonymous.status, StatusCode::SEE_OTHER);
+    assert_eq!(location(&anonymous), "/login");
+    let login = world.send(Method::GET, "/login", None, None, &[]).await;
+    assert_eq!(login.status, StatusCode::OK);
+    assert!(login.text.contains("name=\"token\""));
+
+    let token = world.token("acme", "bob", None);
+    assert!(world.state.sessions.is_empty());
+    let browser = sign_in(&world, &token).await;
+    assert_eq!(world.state.sessions.len(), 1);
+    let home = page(&world, "/", &browser.cookie).await;
+    assert!(
+        home.text.contains("bob"),
+        "the signed-in principal is shown"
+    );
+
+    let wrong = world
+        .send(
+            Method::POST,
+            "/login",
+            None,
+            Some(format!("token=alk_{}", "0".repeat(64))),
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ORIGIN,
+                HOST,
+            ],
+        )
+        .await;
+    assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
+    assert!(wrong.headers.get("set-cookie").is_none());
+
+    // Signing out forgets the session.
+    let out = form(
+        &world,
+        "/logout",
+        &browser,
+        &format!("csrf={}", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER);
+    assert!(world.state.sessions.is_empty());
+    assert_eq!(
+        location(&page(&world, "/", &browser.cookie).await),
+        "/login"
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_token_signs_its_sessions_out() {
+    let world = World::new();
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    world.revoke("acme", &token);
+    let home = page(&world, "/", &browser.cookie).await;
+    assert_eq!(home.status, StatusCode::SEE_OTHER);
+    assert_eq!(location(&home), "/login");
+    let fragment = page(&world, "/fragments/approvals", &browser.cookie).await;
+    assert_eq!(fragment.status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn the_approval_queue_shows_what_a_reviewer_needs_and_escapes_arguments() {
+    let world = World::new();
+    let hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>";
+    let (run, approval) = world.parked_run("acme", "alice", hostile).await;
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let home = page(&world, "/", &browser.cookie).await;
+    let html = &home.text;
+    for needed in [
+        "demo.external_write",
+        "risk-high",
+        "4h 00m left",
+        "policy.matrix.external_write",
+        airlock_core::policy::shipped::SHIPPED_VERSION,
+        &format!("/approvals/{approval}/approve"),
+        &format!("/approvals/{approval}/deny"),
+        &format!("/runs/{run}"),
+        "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;",
+    ] {
+        assert!(html.contains(needed), "missing {needed}");
+    }
+    // The explanation of the decision (for approvers only).
+    let explanation = world
+        .control
+        .approval_explanations(
+            &world.control.authenticate(&token).expect("auth").principal,
+            &[approval],
+        )
+        .expect("explanations")[&approval]
+        .clone();
+    assert!(!explanation.is_empty());
+    assert!(html.contains(&explanation), "the explanation is shown");
+    // The only script on the page is the console's own file; the arguments are inert text.
+    assert_eq!(html.matches("<script").count(), 1, "{html}");
+    assert!(html.contains("<script src=\"/assets/console.js\" defer></script>"));
+    assert!(!html.contains("<img src=x"));
+    assert_eq!(
+        home.headers
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok()),
+        Some(airlock_http::CONTENT_SECURITY_POLICY)
+    );
+    // The live fragment escapes the same way.
+    let fragment = page(&world, "/fragments/approvals", &browser.cookie).await;
+    assert_eq!(fragment.status, StatusCode::OK);
+    assert!(fragment.text.contains("&lt;script&gt;"));
+    assert!(!fragment.text.contains("<script"));
+}
+
+#[tokio::test]
+async fn approving_from_the_console_resolves_once_as_the_sessions_principal() {
+    let world = World::new();
+    let (_run, approval) = world.parked_run("acme", "alice", "x").await;
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let path = format!("/approvals/{approval}/approve");
+    let body = format!(
+        "csrf={}&reason=checked+the+destination&from=queue",
+        browser.csrf
+    );
+    let reply = form(&world, &path, &browser, &body, &[ORIGIN]).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
+    assert_eq!(location(&reply), "/?notice=approved");
+    let stored = world
+        .control
+        .get_approval(
+            &world.control.authenticate(&token).expect("auth").principal,
+            approval,
+        )
+        .expect("approval");
+    assert_eq!(stored.status.as_str(), "approved");
+    assert_eq!(stored.resolved_by.as_deref(), Some("bob"));
+    assert_eq!(
+        stored.resolution_reason.as_deref(),
+        Some("checked the destination")
+    );
+    let notice = page(&world, "/?notice=approved", &browser.cookie).await;
+    assert!(notice.text.contains("Approved. The run resumes."));
+
+    let deny = form(
+        &world,
+        &format!("/approvals/{approval}/deny"),
+        &browser,
+        &format!("csrf={}", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&deny), "/?notice=already_resolved_differently");
+}
+
+#[tokio::test]
+async fn cross_site_and_tokenless_form_posts_are_refused_and_change_nothing() {
+    let world = World::new();
+    let (_run, approval) = world.parked_run("acme", "alice", "x").await;
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let path = format!("/approvals/{approval}/approve");
+    let good = format!("csrf={}", browser.csrf);
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        (good.as_str(), vec![("origin", "http://evil.example")]),
+        (good.as_str(), vec![("origin", "null")]),
+        (good.as_str(), vec![("sec-fetch-site", "cross-site")]),
+        (good.as_str(), vec![ORIGIN, ("sec-fetch-site", "same-site")]),
+        (good.as_str(), vec![]),
+        ("csrf=", vec![ORIGIN]),
+        ("csrf=0000", vec![ORIGIN]),
+        ("", vec![ORIGIN]),
+    ];
+    for (body, headers) in cases {
+        let reply = form(&world, &path, &browser, body, &headers).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::FORBIDDEN,
+            "{body} {headers:?}: {}",
+            reply.text
+        );
+    }
+    // Sign-in is a form POST too.
+    let cross_login = world
+        .send(
+            Method::POST,
+            "/login",
+            None,
+            Some(format!("token={token}")),
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("origin", "http://evil.example"),
+                HOST,
+            ],
+        )
+        .await;
+    assert_eq!(cross_login.status, StatusCode::FORBIDDEN);
+    let principal = world.control.authenticate(&token).expect("auth").principal;
+    assert_eq!(
+        world
+            .control
+            .get_approval(&principal, approval)
+            .expect("approval")
+            .status
+            .as_str(),
+        "pending",
+        "nothing was resolved"
+    );
+    // The same POST from the console itself goes through.
+    let ok = form(
+        &world,
+        &path,
+        &browser,
+        &good,
+        &[ORIGIN, ("sec-fetch-site", "same-origin")],
+    )
+    .await;
+    assert_eq!(location(&ok), "/?notice=approved");
+}
+
+#[tokio::test]
+async fn self_approval_is_refused_in_the_console_too() {
+    let world = World::with(SelfApproval::Refused);
+    let (_run, approval) = world.parked_run("acme", "alice", "x").await;
+    let token = world.token("acme", "alice", None);
+    let browser = sign_in(&world, &token).await;
+    let reply = form(
+        &world,
+        &format!("/approvals/{approval}/approve"),
+        &browser,
+        &format!("csrf={}", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&reply), "/?notice=self_approval");
+    let shown = page(&world, &location(&reply), &browser.cookie).await;
+    assert!(shown.text.contains("self-approval is disabled"));
+    let principal = world.control.authenticate(&token).expect("auth").principal;
+    assert_eq!(
+        world
+            .control
+            .get_approval(&principal, approval)
+            .expect("approval")
+            .status
+            .as_str(),
+        "pending"
+    );
+}
+
+#[tokio::test]
+async fn the_review_queue_shows_uncertain_calls_and_settles_them() {
+    let world = World::new();
+    let invocation = world.uncertain_call(1, "acme", "<script>steal()</script>");
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let review = page(&world, "/review", &browser.cookie).await;
+    assert_eq!(review.status, StatusCode::OK);
+    let principal = world.control.authenticate(&token).expect("auth").principal;
+    let stored = world
+        .control
+        .list_uncertain(&principal, false)
+        .expect("list");
+    let key = &stored[0].idempotency_key;
+    for needed in [
+        key.as_str(),
+        "uncertain",
+        "sent ",
+        &format!("/invocations/{invocation}/settle"),
+        "&lt;script&gt;steal()&lt;/script&gt;",
+    ] {
+        assert!(review.text.contains(needed), "missing {needed}");
+    }
+    assert_eq!(review.text.matches("<script").count(), 1);
+
+    let path = format!("/invocations/{invocation}/settle");
+    let missing = form(
+        &world,
+        &path,
+        &browser,
+        &format!("csrf={}&outcome=failed&note=", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&missing), "/review?notice=invalid_argument");
+    let body = format!(
+        "csrf={}&outcome=succeeded&note=outbox+line+found",
+        browser.csrf
+    );
+    let settled = form(&world, &path, &browser, &body, &[ORIGIN]).await;
+    assert_eq!(location(&settled), "/review?notice=settled");
+    let after = world
+        .control
+        .list_uncertain_with_settlements(&principal, true)
+        .expect("list");
+    let settlement = after[0].1.as_ref().expect("settled");
+    assert_eq!(settlement.note, "outbox line found");
+    assert_eq!(settlement.settled_by, "bob");
+    let shown = page(&world, "/review", &browser.cookie).await;
+    assert!(shown.text.contains("outbox line found"));
+}
+
+#[tokio::test]
+async fn the_run_page_shows_the_timeline_and_another_tenants_run_is_not_found() {
+    let world = World::new();
+    let (run, approval) = world.parked_run("acme", "alice", "x").await;
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let run_page = page(&world, &format!("/runs/{run}"), &browser.cookie).await;
+    assert_eq!(run_page.status, StatusCode::OK);
+    for needed in [
+        "WAITING_FOR_APPROVAL",
+        "run.queued",
+        "tool.call.proposed",
+        "approval.requested",
+        &format!("/approvals/{approval}/approve"),
+        &format!("run:{run}"),
+    ] {
+        assert!(run_page.text.contains(needed), "missing {needed}");
+    }
+    // Resolving from the run page returns to it.
+    let reply = form(
+        &world,
+        &format!("/approvals/{approval}/approve"),
+        &browser,
+        &format!("csrf={}&from=run:{run}", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&reply), format!("/runs/{run}?notice=approved"));
+
+    let mallory = world.token("globex", "mallory", None);
+    let theirs = sign_in(&world, &mallory).await;
+    let refused = page(&world, &format!("/runs/{run}"), &theirs.cookie).await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    assert!(!refused.text.contains("run.queued"));
+    let home = page(&world, "/", &theirs.cookie).await;
+    assert!(home.text.contains("No approvals waiting."));
+}
+
+#[tokio::test]
+async fn assets_are_embedded_and_the_console_stream_needs_a_session() {
+    let world = World::new();
+    let css = world
+        .send(Method::GET, "/assets/console.css", None, None, &[])
+        .await;
+    assert_eq!(css.status, StatusCode::OK);
+    assert_eq!(
+        css.headers.get("content-type").map(|v| v.as_bytes()),
+        Some(&b"text/css; charset=utf-8"[..])
+    );
+    let js = world
+        .send(Method::GET, "/assets/console.js", None, None, &[])
+        .await;
+    assert_eq!(js.status, StatusCode::OK);
+    assert!(js.text.contains("EventSource"));
+    assert!(
+        !js.text.contains("http://") && !js.text.contains("https://"),
+        "no external fetches"
+    );
+    assert_eq!(
+        world
+            .send(Method::GET, "/assets/other.js", None, None, &[])
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+    let events = world
+        .send(Method::GET, "/events?follow=false", None, None, &[])
+        .await;
+    assert_eq!(events.status, StatusCode::UNAUTHORIZED);
+    let (_run, _approval) = world.parked_run("acme", "alice", "x").await;
+    let browser = sign_in(&world, &world.token("acme", "bob", None)).await;
+    let stream = page(&world, "/events?follow=false", &browser.cookie).await;
+    assert_eq!(stream.status, StatusCode::OK);
+    assert!(stream.text.contains("event: approval.requested"));
+    let counts = page(&world, "/fragments/counts", &browser.cookie).await;
+    assert_eq!(
+        counts.json,
+        serde_json::json!({"approvals": 1, "review": 0})
+    );
+}

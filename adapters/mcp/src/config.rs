@@ -1,0 +1,627 @@
+//! The gateway file (SPEC §19.2): strict TOML like the policy loader (§7.4). Every key is known;
+//! an unknown key or a bad value stops the load with the key's dotted path, and the CLI exits 4.
+//!
+//! Choices the spec leaves open: a tool's own `timeout_seconds` (1..=3600, default: the server's,
+//! else 60) and `max_output_bytes` (1..=8 MiB, default: the server's, else 1 MiB); `[limits]`
+//! also takes `max_steps`; a run of the gateway defaults to 1000 steps and 1000 calls (a run is
+//! one connection's stretch of work, so §8.4's script defaults would split it needlessly);
+//! `origin_trust` is `user` or `external_untrusted`; `output_trust` is `external_untrusted` or
+//! `internal_tool`.
+
+use std::collections::BTreeMap;
+
+use toml::{Table, Value};
+
+use airlock_core::run::Limits;
+use airlock_core::scope::{Scope, ScopeSet};
+use airlock_core::vocab::{IdempotencyClass, RiskLevel, SideEffectClass, TrustLevel};
+
+/// A load failure: the dotted path of the offending key and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+fn error(path: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// A tool's class (SPEC §19.2 "Class").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolClass {
+    pub side_effect: SideEffectClass,
+    pub idempotency: IdempotencyClass,
+    pub risk: RiskLevel,
+}
+
+impl ToolClass {
+    /// The class of a tool nobody classified: the strictest usual one.
+    pub const UNCONFIGURED: ToolClass = ToolClass {
+        side_effect: SideEffectClass::ExternalWrite,
+        idempotency: IdempotencyClass::NonIdempotent,
+        risk: RiskLevel::High,
+    };
+
+    /// What `readOnlyHint: true` may give an unconfigured tool with `trust_annotations`.
+    pub const READ_ONLY: ToolClass = ToolClass {
+        side_effect: SideEffectClass::None,
+        idempotency: IdempotencyClass::ReadOnly,
+        risk: RiskLevel::Low,
+    };
+}
+
+/// One `[servers.X.tools.T]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolConfig {
+    pub class: ToolClass,
+    pub scope: Option<Scope>,
+    /// `sha256:{hex}`.
+    pub pin: Option<String>,
+    pub timeout_seconds: Option<u32>,
+    pub max_output_bytes: Option<u64>,
+}
+
+/// How the gateway reaches an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<String>,
+    },
+    StreamableHttp {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One `[servers.X]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    pub id: String,
+    pub transport: Transport,
+    pub output_trust: TrustLevel,
+    pub trust_annotations: bool,
+    /// The class of a tool without a table of its own.
+    pub default: ToolClass,
+    pub timeout_seconds: u32,
+    pub max_output_bytes: u64,
+    pub tools: BTreeMap<String, ToolConfig>,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayConfig {
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub scopes: ScopeSet,
+    pub origin_trust: TrustLevel,
+    pub approve_via_elicitation: bool,
+    pub limits: Limits,
+    pub servers: BTreeMap<String, ServerConfig>,
+}
+
+/// The default per-call timeout (SPEC §19.2).
+pub const DEFAULT_TIMEOUT_SECONDS: u32 = 60;
+/// The default output limit (SPEC §19.2).
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 1024 * 1024;
+
+/// Whether `id` matches `[a-z][a-z0-9_]*`.
+pub fn is_server_id(id: &str) -> bool {
+    let mut bytes = id.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_lowercase())
+        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// Refuses the first key of `table` (in key order) that `known` does not list.
+fn only_keys(table: &Table, known: &[&str], at: &str) -> Result<(), ConfigError> {
+    match table.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(key) => Err(error(&join(at, key), "unknown key")),
+        None => Ok(()),
+    }
+}
+
+fn join(at: &str, key: &str) -> String {
+    if at.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{at}.{key}")
+    }
+}
+
+fn string(table: &Table, key: &str, at: &str) -> Result<Option<String>, ConfigError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(error(&join(at, key), "must be a string")),
+    }
+}
+
+fn required_string(table: &Table, key: &str, at: &str) -> Result<String, ConfigError> {
+    string(table, key, at)?.ok_or_else(|| error(&join(at, key), "is required"))
+}
+
+fn boolean(table: &Table, key: &str, at: &str) -> Result<Option<bool>, ConfigError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(Value::Boolean(b)) => Ok(Some(*b)),
+        Some(_) => Err(error(&join(at, key), "must be a boolean")),
+    }
+}
+
+fn integer_in(
+    table: &Table,
+    key: &str,
+    at: &str,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<Option<i64>, ConfigError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(Value::Integer(n)) if range.contains(n) => Ok(Some(*n)),
+        Some(_) => Err(error(
+            &join(at, key),
+            format!("must be an integer in {}..={}", range.start(), range.end()),
+        )),
+    }
+}
+
+fn strings(table: &Table, key: &str, at: &str) -> Result<Option<Vec<String>>, ConfigError> {
+    match table.get(key) {
+        None => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| error(&join(at, key), "must be an array of strings"))
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(error(&join(at, key), "must be an array of strings")),
+    }
+}
+
+fn string_map(table: &Table, key: &str, at: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    match table.get(key) {
+        None => Ok(BTreeMap::new()),
+        Some(Value::Table(map)) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(error(&join(&join(at, key), k), "must be a string")),
+            })
+            .collect(),
+        Some(_) => Err(error(&join(at, key), "must be a table of strings")),
+    }
+}
+
+fn table<'t>(value: &'t Value, at: &str) -> Result<&'t Table, ConfigError> {
+    value.as_table().ok_or_else(|| error(at, "must be a table"))
+}
+
+fn parsed<T: std::str::FromStr>(
+    table: &Table,
+    key: &str,
+    at: &str,
+) -> Result<Option<T>, ConfigError> {
+    match string(table, key, at)? {
+        None => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| error(&join(at, key), format!("invalid value '{text}'"))),
+    }
+}
+
+/// An id of the script rule: 1..=128 characters, no control characters.
+fn identifier(table: &Table, key: &str, at: &str) -> Result<String, ConfigError> {
+    let value = required_string(table, key, at)?;
+    let length = value.chars().count();
+    if !(1..=128).contains(&length) || value.chars().any(char::is_control) {
+        return Err(error(
+            &join(at, key),
+            "must be 1..=128 characters without control characters",
+        ));
+    }
+    Ok(value)
+}
+
+/// A class table: all three keys, or (for `default`) all three too.
+fn class(table: &Table, at: &str) -> Result<ToolClass, ConfigError> {
+    let require = |key: &str| error(&join(at, key), "is required");
+    Ok(ToolClass {
+        side_effect: parsed(table, "side_effect", at)?.ok_or_else(|| require("side_effect"))?,
+        idempotency: parsed(table, "idempotency", at)?.ok_or_else(|| require("idempotency"))?,
+        risk: parsed(table, "risk", at)?.ok_or_else(|| require("risk"))?,
+    })
+}
+
+fn pin(table: &Table, at: &str) -> Result<Option<String>, ConfigError> {
+    let Some(pin) = string(table, "pin", at)? else {
+        return Ok(None);
+    };
+    let well_formed = pin.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    });
+    if !well_formed {
+        return Err(error(
+            &join(at, "pin"),
+            "must be 'sha256:' and 64 lowercase hex digits",
+        ));
+    }
+    Ok(Some(pin))
+}
+
+const TOP_KEYS: [&str; 8] = [
+    "schema_version",
+    "tenant_id",
+    "principal_id",
+    "scopes",
+    "origin_trust",
+    "approve_via_elicitation",
+    "limits",
+    "servers",
+];
+const SERVER_KEYS: [&str; 12] = [
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "output_trust",
+    "trust_annotations",
+    "default",
+    "timeout_seconds",
+    "max_output_bytes",
+    "tools",
+];
+const TOOL_KEYS: [&str; 7] = [
+    "side_effect",
+    "idempotency",
+    "risk",
+    "scope",
+    "pin",
+    "timeout_seconds",
+    "max_output_bytes",
+];
+const CLASS_KEYS: [&str; 3] = ["side_effect", "idempotency", "risk"];
+const MAX_OUTPUT: i64 = 8 * 1024 * 1024;
+
+impl GatewayConfig {
+    /// Loads the file's text; the first problem found, in key order, is the error.
+    pub fn parse(text: &str) -> Result<GatewayConfig, ConfigError> {
+        let root: Table = text.parse().map_err(|e: toml::de::Error| {
+            error("(file)", format!("invalid TOML: {}", e.message()))
+        })?;
+        only_keys(&root, &TOP_KEYS, "")?;
+        match root.get("schema_version") {
+            Some(Value::Integer(1)) => {}
+            Some(_) => return Err(error("schema_version", "must be 1")),
+            None => return Err(error("schema_version", "is required")),
+        }
+        let tenant_id = identifier(&root, "tenant_id", "")?;
+        let principal_id = identifier(&root, "principal_id", "")?;
+        let mut scopes = ScopeSet::new();
+        for (index, text) in strings(&root, "scopes", "")?
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let scope =
+                Scope::parse(text).map_err(|e| error(&format!("scopes.{index}"), e.to_string()))?;
+            scopes.insert(scope);
+        }
+        let origin_trust = match string(&root, "origin_trust", "")?.as_deref() {
+            None | Some("external_untrusted") => TrustLevel::ExternalUntrusted,
+            Some("user") => TrustLevel::User,
+            Some(other) => {
+                return Err(error(
+                    "origin_trust",
+                    format!("invalid value '{other}' (user or external_untrusted)"),
+                ));
+            }
+        };
+        let approve_via_elicitation =
+            boolean(&root, "approve_via_elicitation", "")?.unwrap_or(false);
+        let mut limits = Limits {
+            max_steps: 1000,
+            max_tool_calls: 1000,
+            deadline_seconds: None,
+        };
+        if let Some(value) = root.get("limits") {
+            let at = "limits";
+            let t = table(value, at)?;
+            only_keys(t, &["max_steps", "max_tool_calls", "deadline_seconds"], at)?;
+            if let Some(n) = integer_in(t, "max_steps", at, 1..=1000)? {
+                limits.max_steps = n as u32;
+            }
+            if let Some(n) = integer_in(t, "max_tool_calls", at, 1..=10_000)? {
+                limits.max_tool_calls = n as u32;
+            }
+            limits.deadline_seconds =
+                integer_in(t, "deadline_seconds", at, 1..=604_800)?.map(|n| n as u32);
+        }
+        let mut servers = BTreeMap::new();
+        if let Some(value) = root.get("servers") {
+            for (id, server) in table(value, "servers")? {
+                let at = format!("servers.{id}");
+                if !is_server_id(id) {
+                    return Err(error(&at, "server ids match [a-z][a-z0-9_]*"));
+                }
+                servers.insert(id.clone(), Self::server(id, table(server, &at)?, &at)?);
+            }
+        }
+        if servers.is_empty() {
+            return Err(error("servers", "at least one server is required"));
+        }
+        Ok(GatewayConfig {
+            tenant_id,
+            principal_id,
+            scopes,
+            origin_trust,
+            approve_via_elicitation,
+            limits,
+            servers,
+        })
+    }
+
+    fn server(id: &str, t: &Table, at: &str) -> Result<ServerConfig, ConfigError> {
+        only_keys(t, &SERVER_KEYS, at)?;
+        let transport = match (string(t, "command", at)?, string(t, "url", at)?) {
+            (Some(command), None) => {
+                for key in ["headers"] {
+                    if t.contains_key(key) {
+                        return Err(error(&join(at, key), "belongs to a url server"));
+                    }
+                }
+                Transport::Stdio {
+                    command,
+                    args: strings(t, "args", at)?.unwrap_or_default(),
+                    env: string_map(t, "env", at)?,
+                    cwd: string(t, "cwd", at)?,
+                }
+            }
+            (None, Some(url)) => {
+                for key in ["args", "env", "cwd"] {
+                    if t.contains_key(key) {
+                        return Err(error(&join(at, key), "belongs to a command server"));
+                    }
+                }
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(error(
+                        &join(at, "url"),
+                        "must be an http:// or https:// URL",
+                    ));
+                }
+                Transport::StreamableHttp {
+                    url,
+                    headers: string_map(t, "headers", at)?,
+                }
+            }
+            (Some(_), Some(_)) => {
+                return Err(error(at, "has both command and url; give exactly one"));
+            }
+            (None, None) => return Err(error(at, "needs command or url")),
+        };
+        let output_trust = match string(t, "output_trust", at)?.as_deref() {
+            None | Some("external_untrusted") => TrustLevel::ExternalUntrusted,
+            Some("internal_tool") => TrustLevel::InternalTool,
+            Some(other) => {
+                return Err(error(
+                    &join(at, "output_trust"),
+                    format!("invalid value '{other}' (external_untrusted or internal_tool)"),
+                ));
+            }
+        };
+        let default = match t.get("default") {
+            None => ToolClass::UNCONFIGURED,
+            Some(value) => {
+                let dat = join(at, "default");
+                let d = table(value, &dat)?;
+                only_keys(d, &CLASS_KEYS, &dat)?;
+                class(d, &dat)?
+            }
+        };
+        let timeout_seconds = integer_in(t, "timeout_seconds", at, 1..=3600)?
+            .map_or(DEFAULT_TIMEOUT_SECONDS, |n| n as u32);
+        let max_output_bytes = integer_in(t, "max_output_bytes", at, 1..=MAX_OUTPUT)?
+            .map_or(DEFAULT_MAX_OUTPUT_BYTES, |n| n as u64);
+        let mut tools = BTreeMap::new();
+        if let Some(value) = t.get("tools") {
+            let tat = join(at, "tools");
+            for (name, tool) in table(value, &tat)? {
+                let at = join(&tat, name);
+                let tool = table(tool, &at)?;
+                only_keys(tool, &TOOL_KEYS, &at)?;
+                let scope = match string(tool, "scope", &at)? {
+                    None => None,
+                    Some(text) => {
+                        let scope = Scope::parse(&text)
+                            .map_err(|e| error(&join(&at, "scope"), e.to_string()))?;
+                        if !text.starts_with(&format!("mcp.{id}.")) {
+                            return Err(error(
+                                &join(&at, "scope"),
+                                format!("must start with 'mcp.{id}.'"),
+                            ));
+                        }
+                        Some(scope)
+                    }
+                };
+                tools.insert(
+                    name.clone(),
+                    ToolConfig {
+                        class: class(tool, &at)?,
+                        scope,
+                        pin: pin(tool, &at)?,
+                        timeout_seconds: integer_in(tool, "timeout_seconds", &at, 1..=3600)?
+                            .map(|n| n as u32),
+                        max_output_bytes: integer_in(
+                            tool,
+                            "max_output_bytes",
+                            &at,
+                            1..=MAX_OUTPUT,
+                        )?
+                        .map(|n| n as u64),
+                    },
+                );
+            }
+        }
+        Ok(ServerConfig {
+            id: id.to_owned(),
+            transport,
+            output_trust,
+            trust_annotations: boolean(t, "trust_annotations", at)?.unwrap_or(false),
+            default,
+            timeout_seconds,
+            max_output_bytes,
+            tools,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+schema_version = 1
+tenant_id = "acme"
+principal_id = "alice"
+scopes = ["mcp.files.read", "mcp.files.write"]
+origin_trust = "user"
+approve_via_elicitation = false
+[limits]
+max_tool_calls = 500
+deadline_seconds = 86400
+
+[servers.files]
+command = "npx"
+args = ["-y", "@modelcontextprotocol/server-filesystem", "/srv/sandbox"]
+output_trust = "external_untrusted"
+trust_annotations = false
+default = { side_effect = "external_write", idempotency = "non_idempotent", risk = "high" }
+
+[servers.files.tools.read_text_file]
+side_effect = "none"
+idempotency = "read_only"
+risk = "low"
+scope = "mcp.files.read"
+
+[servers.files.tools.write_file]
+side_effect = "external_write"
+idempotency = "idempotent"
+risk = "medium"
+scope = "mcp.files.write"
+pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+"#;
+
+    #[test]
+    fn the_spec_example_loads() {
+        let config = GatewayConfig::parse(EXAMPLE).expect("loads");
+        assert_eq!(config.tenant_id, "acme");
+        assert_eq!(config.origin_trust, TrustLevel::User);
+        assert_eq!(config.limits.max_tool_calls, 500);
+        assert_eq!(config.limits.deadline_seconds, Some(86400));
+        let files = &config.servers["files"];
+        assert_eq!(files.timeout_seconds, 60);
+        assert_eq!(files.max_output_bytes, 1024 * 1024);
+        assert_eq!(files.tools["read_text_file"].class, ToolClass::READ_ONLY);
+        assert_eq!(
+            files.tools["write_file"].class.idempotency,
+            IdempotencyClass::Idempotent
+        );
+        assert!(
+            matches!(&files.transport, Transport::Stdio { command, args, .. } if command == "npx" && args.len() == 3)
+        );
+    }
+
+    /// Each broken variant names the offending key's path.
+    #[test]
+    fn unknown_keys_and_bad_values_name_their_path() {
+        let cases: [(&str, &str, &str); 12] = [
+            (
+                "origin_trust = \"user\"",
+                "origin_trust = \"user\"\ncolour = 1",
+                "colour",
+            ),
+            ("schema_version = 1", "schema_version = 2", "schema_version"),
+            (
+                "max_tool_calls = 500",
+                "max_tool_calls = 0",
+                "limits.max_tool_calls",
+            ),
+            (
+                "deadline_seconds = 86400",
+                "deadline = 5",
+                "limits.deadline",
+            ),
+            (
+                "trust_annotations = false",
+                "trust_annotations = \"no\"",
+                "servers.files.trust_annotations",
+            ),
+            (
+                "risk = \"low\"",
+                "risk = \"tiny\"",
+                "servers.files.tools.read_text_file.risk",
+            ),
+            (
+                "scope = \"mcp.files.read\"",
+                "scope = \"mcp.other.read\"",
+                "servers.files.tools.read_text_file.scope",
+            ),
+            (
+                "pin = \"sha256:0000000000000000000000000000000000000000000000000000000000000000\"",
+                "pin = \"md5:00\"",
+                "servers.files.tools.write_file.pin",
+            ),
+            ("[servers.files]", "[servers.Files]", "servers.Files"),
+            (
+                "command = \"npx\"",
+                "command = \"npx\"\nurl = \"http://127.0.0.1:1/mcp\"",
+                "servers.files",
+            ),
+            (
+                "output_trust = \"external_untrusted\"",
+                "output_trust = \"platform\"",
+                "servers.files.output_trust",
+            ),
+            (
+                "idempotency = \"idempotent\"",
+                "idempotency = \"idempotent\"\nsize = 3",
+                "servers.files.tools.write_file.size",
+            ),
+        ];
+        for (from, to, path) in cases {
+            assert!(EXAMPLE.contains(from), "{from}");
+            let text = EXAMPLE.replacen(from, to, 1);
+            let err = GatewayConfig::parse(&text).expect_err(path);
+            assert_eq!(err.path, path, "{to}: {err}");
+        }
+        let err =
+            GatewayConfig::parse("schema_version = 1\ntenant_id = \"a\"\nprincipal_id = \"b\"\n")
+                .unwrap_err();
+        assert_eq!(err.path, "servers");
+        let err = GatewayConfig::parse("not toml [").unwrap_err();
+        assert_eq!(err.path, "(file)");
+    }
+
+    #[test]
+    fn server_ids_follow_the_grammar() {
+        assert!(is_server_id("files"));
+        assert!(is_server_id("a1_b"));
+        for bad in ["", "1a", "Files", "a-b", "_a", "a.b"] {
+            assert!(!is_server_id(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! airlock-mcp is the MCP gateway's adapter and decides nothing (SPEC §19): it reads the
+//! gateway file strictly, names and classifies upstream tools, hashes their definitions for
+//! pins, and builds the core tool specs they are registered under. Whether a call runs, waits
+//! for approval or is refused, and what its client is told, is core's
+//! (`airlock_core::connection`): a live client is the planner of its session's runs, and the
+//! gateway only carries requests in and answers out. It depends on core alone.
+
+pub mod catalog;
+pub mod config;

@@ -1,0 +1,390 @@
+//! Scenarios of a live client connection (SPEC §19.1, §19.3, §19.4) on core alone: a mailbox
+//! stands in for the MCP client, the test tools for the upstream servers.
+
+mod common;
+
+use std::sync::Arc;
+
+use airlock_core::connection::ConnectionStatus;
+use airlock_core::connection::answer::CallAnswer;
+use airlock_core::connection::live::{
+    ClientCall, ConnectionDriver, DISCONNECTED_MESSAGE, LiveConnection, LivePlanner,
+    MCP_PLANNER_KIND, RunTemplate, Ticket, TicketEnd, TicketStatus,
+};
+use airlock_core::env::Env;
+use airlock_core::ids::{ApprovalId, ConnectionId};
+use airlock_core::mem_store::MemStore;
+use airlock_core::ports::{Planner, PlannerError, PlannerFactory};
+use airlock_core::run::{Limits, Run, RunState};
+use airlock_core::scope::{Scope, ScopeSet};
+use airlock_core::store::Store;
+use airlock_core::vocab::{ApprovalResolution, InvocationStatus, RunStatus, TrustLevel};
+use airlock_core::worker::{Worker, WorkerSettings};
+use common::*;
+use serde_json::json;
+
+/// Plans `mcp` runs from the one live connection of the test.
+struct LiveFactory {
+    live: Arc<LiveConnection>,
+    store: Arc<MemStore>,
+}
+
+impl PlannerFactory for LiveFactory {
+    fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        if run.planner_kind != MCP_PLANNER_KIND {
+            return Err(PlannerError("not an mcp run".into()));
+        }
+        Ok(Arc::new(LivePlanner::new(
+            Arc::clone(&self.live),
+            Arc::clone(&self.store),
+        )))
+    }
+}
+
+struct Gateway {
+    worker: Arc<Worker<MemStore>>,
+    driver: Arc<ConnectionDriver<MemStore>>,
+    live: Arc<LiveConnection>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Gateway {
+    /// The process dies: its tasks are dropped where they stand.
+    fn kill(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn template() -> RunTemplate {
+    let scopes: ScopeSet = ["test.use", "demo.write"]
+        .iter()
+        .map(|s| Scope::parse(s).unwrap())
+        .collect();
+    RunTemplate {
+        principal_scopes: scopes,
+        origin_trust: TrustLevel::User,
+        limits: Limits {
+            max_steps: 1000,
+            max_tool_calls: 1000,
+            deadline_seconds: None,
+        },
+    }
+}
+
+/// A gateway process on `h`'s store: its worker, one connection and its driver (running).
+fn gateway(h: &Harness, id: &str) -> Gateway {
+    let live = LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true);
+    let mut env: Env<MemStore> = h.env_over(Arc::clone(&h.store));
+    env.planners = Arc::new(LiveFactory {
+        live: Arc::clone(&live),
+        store: Arc::clone(&h.store),
+    });
+    let mut settings = WorkerSettings::new(id);
+    settings.lease_ms = 3_000;
+    let worker = Worker::new(env, settings);
+    let driver = Arc::new(
+        ConnectionDriver::open(
+            Arc::clone(&worker),
+            Arc::clone(&live),
+            "acme",
+            "alice",
+            template(),
+        )
+        .expect("open"),
+    );
+    let running = Arc::clone(&driver);
+    let run_task = tokio::spawn(async move {
+        let _ = running.run().await;
+    });
+    let renewing = Arc::clone(&driver);
+    let renew_task = tokio::spawn(async move { renewing.keep_alive().await });
+    Gateway {
+        worker,
+        driver,
+        live,
+        tasks: vec![run_task, renew_task],
+    }
+}
+
+fn call(tool: &str, text: &str) -> ClientCall {
+    ClientCall {
+        tool: tool.to_owned(),
+        arguments: json!({"text": text}),
+    }
+}
+
+async fn answer(ticket: &Ticket) -> TicketEnd {
+    tokio::time::timeout(std::time::Duration::from_secs(600), ticket.ended())
+        .await
+        .expect("answered in time")
+}
+
+/// Waits (in paused time) until the ticket is parked; returns its approval.
+async fn parked(ticket: &Ticket) -> ApprovalId {
+    for _ in 0..1000 {
+        if let TicketStatus::Parked { approval_id, .. } = ticket.status() {
+            return approval_id;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("never parked: {:?}", ticket.status());
+}
+
+fn session_runs(h: &Harness, g: &Gateway) -> Vec<Run> {
+    let session = g.driver.connection().session_id;
+    h.store
+        .snapshot()
+        .runs
+        .into_values()
+        .filter(|r| r.session_id == session)
+        .collect()
+}
+
+async fn settle_for(seconds: u64) {
+    tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn allowed_calls_are_answered_with_their_results_and_an_idle_disconnect_completes_the_run() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.echo", "one"));
+    let TicketEnd::Answered(CallAnswer::Executed { structured, .. }) = answer(&first).await else {
+        panic!("executed");
+    };
+    assert_eq!(structured, json!({"text": "one"}));
+    // The answer follows the committed FINISH: the row is closed when the client hears of it.
+    let runs = session_runs(&h, &g);
+    assert_eq!(runs.len(), 1);
+    let rows = h.invocations(runs[0].id);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].call_id, "r1");
+    assert_eq!(rows[0].status, InvocationStatus::Succeeded);
+    let second = g.live.submit(2, call("test.echo", "two"));
+    assert!(matches!(
+        answer(&second).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(
+        h.invocations(runs[0].id)[1].call_id,
+        "r2",
+        "call ids count per run"
+    );
+    // Disconnect with nothing outstanding: the run completes, then the connection closes.
+    g.driver.disconnect().expect("disconnect");
+    settle_for(5).await;
+    let run = h.run(runs[0].id);
+    assert_eq!(
+        run.state,
+        RunState::Completed {
+            final_message: DISCONNECTED_MESSAGE.to_owned()
+        }
+    );
+    let connection = h
+        .store
+        .transact(|tx| tx.connection(g.driver.connection().id))
+        .unwrap()
+        .unwrap();
+    assert_eq!(connection.status(), ConnectionStatus::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_parked_write_is_answered_after_another_process_approves_it() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    assert_eq!(h.ledger.count("test.send"), 0, "nothing sent while parked");
+    // Another process: the control service over the same store.
+    h.control
+        .resolve(
+            &h.bob(),
+            approval,
+            ApprovalResolution::ApproveOnce,
+            Some("ok"),
+        )
+        .await
+        .expect("approve");
+    assert!(matches!(
+        answer(&ticket).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(h.ledger.count("test.send"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reviewer_denial_is_answered_with_the_reviewers_reason() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    h.control
+        .resolve(
+            &h.bob(),
+            approval,
+            ApprovalResolution::Deny,
+            Some("not today"),
+        )
+        .await
+        .expect("deny");
+    assert_eq!(
+        answer(&ticket).await,
+        TicketEnd::Answered(CallAnswer::ReviewerDenied {
+            reason: Some("not today".to_owned())
+        })
+    );
+    assert_eq!(h.ledger.count("test.send"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_approved_call_of_a_client_that_left_is_never_sent() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    g.driver.disconnect().expect("disconnect");
+    assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
+    // Approving afterwards finds the approval cancelled with its run.
+    let resolved = h
+        .control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await;
+    assert!(resolved.is_err(), "{resolved:?}");
+    settle_for(60).await;
+    let runs = session_runs(&h, &g);
+    assert_eq!(h.run(runs[0].id).status(), RunStatus::Cancelled);
+    assert_eq!(
+        h.ledger.count("test.send"),
+        0,
+        "the approved call was never sent"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_cancel_of_a_parked_call_cancels_its_run_and_sends_no_answer() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(7, call("test.send", "hello"));
+    parked(&ticket).await;
+    g.live.cancel(7);
+    assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
+    let runs = session_runs(&h, &g);
+    assert_eq!(h.run(runs[0].id).status(), RunStatus::Cancelled);
+    // A later call starts a new run in the same session.
+    let next = g.live.submit(8, call("test.echo", "again"));
+    assert!(matches!(
+        answer(&next).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(session_runs(&h, &g).len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_ordinary_worker_never_claims_a_live_connections_run() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    // Resolve without letting the gateway run: the run is QUEUED and bound.
+    let worker = h.worker("plain-worker");
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .unwrap();
+    let run = session_runs(&h, &g)[0].id;
+    assert!(worker.claim(None).await.unwrap().is_none());
+    assert!(
+        worker.claim(Some(run)).await.unwrap().is_none(),
+        "not even by id (runs resume, the inline dispatcher)"
+    );
+    assert!(
+        g.worker
+            .claim_for_connection(run, ConnectionId(uuid::Uuid::new_v4()))
+            .await
+            .unwrap()
+            .is_none(),
+        "nor by another connection"
+    );
+    assert!(matches!(
+        answer(&ticket).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+}
+
+/// A gateway that dies while a non-idempotent call is in flight: any process's sweep closes
+/// the connection and RECLAIM ends the run; the call is UNCERTAIN, never sent again, and a new
+/// connection's identical call is refused `policy.uncertain.repeat` (§19.3, tenant-wide).
+#[tokio::test(start_paused = true)]
+async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs() {
+    let gate = Gate {
+        entered: Arc::new(tokio::sync::Notify::new()),
+        release: Arc::new(tokio::sync::Notify::new()),
+    };
+    let ledger = Arc::new(Ledger::default());
+    let parts = (gate.clone(), Arc::clone(&ledger));
+    let h = Harness::over_with_ledger(
+        Arc::new(MemStore::new()),
+        airlock_core::policy::Ruleset::shipped().unwrap(),
+        ledger,
+        move |tools| {
+            let mut spec = test_spec(
+                "test.gated_write",
+                airlock_core::vocab::SideEffectClass::WorkspaceWrite,
+                airlock_core::vocab::IdempotencyClass::NonIdempotent,
+                false,
+            );
+            spec.timeout_ms = 120_000;
+            tools.push(Arc::new(GatedTool {
+                spec,
+                gate: parts.0,
+                ledger: parts.1,
+            }));
+        },
+    );
+    let g = gateway(&h, "gateway-a");
+    let arguments = json!({"path": "notes/a.txt", "text": "x"});
+    let ticket = g.live.submit(
+        1,
+        ClientCall {
+            tool: "test.gated_write".into(),
+            arguments: arguments.clone(),
+        },
+    );
+    gate.entered.notified().await;
+    let run = session_runs(&h, &g)[0].id;
+    // kill -9: every task of the gateway stops where it is; only committed state remains.
+    g.kill();
+    drop(ticket);
+    // Another process's worker: within one lease plus one sweep the run is terminal.
+    settle_for(4).await;
+    let sweeper = h.worker("plain-worker");
+    let report = sweeper.tick(&TokioSpawner, &h.control).await.expect("tick");
+    assert_eq!(report.closed, 1, "the dead gateway's connection is closed");
+    let ended = h.run(run);
+    assert_eq!(ended.status(), RunStatus::Failed, "{:?}", ended.state);
+    let rows = h.invocations(run);
+    assert_eq!(rows[0].status, InvocationStatus::Uncertain);
+    assert_eq!(
+        h.ledger.count("test.gated_write"),
+        1,
+        "sent once, never again"
+    );
+    // The agent restarts: a new connection repeats the call.
+    let g2 = gateway(&h, "gateway-b");
+    let retry = g2.live.submit(
+        1,
+        ClientCall {
+            tool: "test.gated_write".into(),
+            arguments,
+        },
+    );
+    match answer(&retry).await {
+        TicketEnd::Answered(CallAnswer::Denied { reason_code, .. }) => {
+            assert_eq!(reason_code, "policy.uncertain.repeat")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(h.ledger.count("test.gated_write"), 1);
+}
