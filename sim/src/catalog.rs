@@ -69,7 +69,7 @@ pub fn catalog(catalog: Catalog) -> Vec<(ToolSpec, Body)> {
                 .filter(|(spec, _)| !matches!(spec.name.as_str(), "sim.post" | "sim.email"))
                 .map(|(mut spec, body)| {
                     if spec.name == "sim.pay" {
-                        spec.input_schema = schema(Some(("currency", "EUR")));
+                        spec.input_schema = schema(Some(("currency", "EUR"))).into();
                     }
                     (spec, body)
                 })
@@ -93,7 +93,7 @@ pub fn catalog(catalog: Catalog) -> Vec<(ToolSpec, Body)> {
                 minor: 0,
                 patch: 0,
             };
-            email.input_schema = schema(Some(("priority", "normal")));
+            email.input_schema = schema(Some(("priority", "normal"))).into();
             all.push((email, body));
             all
         }

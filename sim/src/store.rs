@@ -11,9 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection, ConnectionStatus};
 use airlock_core::events::{Event, EventType, NewEvent, ProcessEvent};
-use airlock_core::ids::{ApprovalId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::mem_store::{MemSnapshot, MemStore, is_rule_breach};
 use airlock_core::run::checkpoint::{Admission, Checkpoint, ResultRef, StepRecord};
@@ -656,6 +658,29 @@ impl StoreTx for TxProbe<'_> {
     fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {
         self.inner.count_runs(status)
     }
+    fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError> {
+        self.inner.insert_connection(connection)
+    }
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError> {
+        self.inner.connection(id)
+    }
+    fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
+        self.inner.connection_by_session(session)
+    }
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &Connection,
+    ) -> Result<(), TxError> {
+        self.inner.update_connection(expected, next)
+    }
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError> {
+        self.inner.expired_connections(now, limit)
+    }
     fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
         self.inner.insert_checkpoint(checkpoint)
     }
@@ -787,5 +812,31 @@ impl StoreTx for TxProbe<'_> {
     }
     fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
         self.inner.policy_profiles()
+    }
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.inner.events_of_tenant(tenant, after_id, limit)
+    }
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        self.inner.last_event_id()
+    }
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        self.inner.insert_api_token(token)
+    }
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        self.inner.api_token(id)
+    }
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        self.inner.api_token_by_digest(digest)
+    }
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        self.inner.api_tokens(tenant)
+    }
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        self.inner.revoke_api_token(id, at)
     }
 }

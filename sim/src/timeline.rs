@@ -75,10 +75,11 @@ pub struct CancelCall {
 }
 
 /// A `resume_run` the client made, with how many transactions had committed when it read the
-/// run, and its answer (`Ok`, or the error code).
+/// run, the wall clock it compared a back-off against, and its answer (`Ok`, or the error code).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResumeCall {
     pub committed_before: usize,
+    pub at: Timestamp,
     pub run: RunId,
     pub answer: Result<(), String>,
 }

@@ -507,8 +507,9 @@ impl World {
         }
     }
 
-    /// `resume_run` (SPEC §10.4) on a random run now and then: a QUEUED run is handed to the
-    /// inline dispatcher, any other is refused with `Conflict`.
+    /// `resume_run` (SPEC §10.4) on a random run now and then: a QUEUED run that is due is
+    /// handed to the inline dispatcher, any other (one still in its §8.2 back-off too) is
+    /// refused with `Conflict`.
     async fn resumer(self: Arc<Self>, control: Arc<ControlService<SimStore>>) {
         let mean_ms = (1_000.0 / self.plan.resume_per_s) as u64;
         while self.chaos() {
@@ -523,11 +524,15 @@ impl World {
             }
             let run = self.draw(|r| *r.pick(&runs));
             let committed_before = self.store.committed();
+            // `resume_run` does not await, so no other task (nor a clock jump) runs between this
+            // reading and the service's own.
+            let at = self.clock.now();
             let answer = control
                 .resume_run(&alice(), run)
                 .map_err(|e| e.code().to_owned());
             self.observations().timeline.resumes.push(ResumeCall {
                 committed_before,
+                at,
                 run,
                 answer,
             });

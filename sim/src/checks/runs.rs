@@ -103,7 +103,9 @@ fn views_after(world: &World<'_>, n: usize) -> BTreeMap<RunId, RunView> {
 
 /// §15, §10.4: at most one active run per session after every commit; a submission into a
 /// session is refused `conflict` exactly while another run of it is active; `resume_run`
-/// answers `Ok` exactly for a QUEUED run, `conflict` otherwise.
+/// answers `Ok` exactly for a QUEUED run that is due (no `scheduled_for` later than the call:
+/// one waiting out its §8.2 back-off is refused, as `ControlService::resume_run` says),
+/// `conflict` otherwise.
 fn sessions_and_resumes(
     world: &World<'_>,
     asserted: &mut BTreeMap<String, u64>,
@@ -158,20 +160,27 @@ fn sessions_and_resumes(
     }
     for resume in &timeline.resumes {
         count(asserted, "resume_run_answer");
-        let status = views_after(world, resume.committed_before)
+        let view = views_after(world, resume.committed_before)
             .get(&resume.run)
-            .map(|v| v.status);
+            .cloned();
+        let status = view.as_ref().map(|v| v.status);
+        let due = view.as_ref().is_some_and(|v| {
+            v.status == RunStatus::Queued && v.scheduled_for.is_none_or(|due| due <= resume.at)
+        });
         let consistent = match (&resume.answer, status) {
-            (Ok(()), Some(RunStatus::Queued)) => true,
-            (Err(code), Some(s)) => code == "conflict" && s != RunStatus::Queued,
+            (Ok(()), Some(_)) => due,
+            (Err(code), Some(_)) => code == "conflict" && !due,
             _ => false,
         };
         if !consistent {
             failures.push((
                 "resume_run_answers",
                 format!(
-                    "resume_run({}) answered {:?} while the run was {status:?}",
-                    resume.run, resume.answer
+                    "resume_run({}) at {} answered {:?} while the run was {status:?}, {}due",
+                    resume.run,
+                    resume.at,
+                    resume.answer,
+                    if due { "" } else { "not " }
                 ),
             ));
         }
