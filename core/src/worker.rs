@@ -287,9 +287,17 @@ impl<S: Store + 'static> Worker<S> {
                     self.tokens
                         .cancel_epoch(lease.run_id, lease.lease_epoch, CancelReason::Fenced)
                 }
-                Ok(Some(observed)) if observed.cancel_requested_at.is_some() => self
-                    .tokens
-                    .cancel_epoch(lease.run_id, lease.lease_epoch, CancelReason::Requested),
+                Ok(Some(observed)) if observed.cancel_requested_at.is_some() => {
+                    #[cfg(feature = "mutants")]
+                    if crate::testing::mutants::ignore_heartbeat_cancel() {
+                        continue;
+                    }
+                    self.tokens.cancel_epoch(
+                        lease.run_id,
+                        lease.lease_epoch,
+                        CancelReason::Requested,
+                    )
+                }
                 // A transient storage error: the next beat tries again before the lease runs out.
                 Ok(Some(_)) | Err(_) => {}
             }

@@ -81,11 +81,50 @@ pub enum ApproverMove {
     RaceExpire,
 }
 
+/// How a planner turn goes wrong on purpose (SPEC §8.3: an error or an invalid turn ends the
+/// run FAILED `planner_error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlannerFaultKind {
+    /// The planner returns an error (a model provider's outage).
+    Error,
+    /// A turn with no calls.
+    NoCalls,
+    /// Two calls with one `call_id`.
+    DuplicateCallId,
+    /// A call that declares `platform` trust, which no planner may.
+    PlatformTrust,
+}
+
+/// The step at which a run's planner misbehaves, every time it is asked for that step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannerFault {
+    pub step: u32,
+    pub kind: PlannerFaultKind,
+}
+
 /// One run the submitter will submit, and when.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedRun {
     pub at_ms: u64,
     pub script: Value,
+    /// A control run (its script only makes calls every profile, catalog and trust state of
+    /// the world allows, with distinct arguments and room in its budgets): when no fault meets
+    /// it, it must end COMPLETED with its final message.
+    pub control: bool,
+    /// A later run in the session of an earlier planned run (SPEC §15 `session_id`), submitted
+    /// once that run has ended (a submission while it is active must be refused).
+    pub session_of: Option<usize>,
+    pub planner_fault: Option<PlannerFault>,
+}
+
+/// The world's base policy profile (the rollout profile is derived from it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The shipped `default` profile.
+    Shipped,
+    /// The shipped profile with `network_read` requiring approval, so parallel read-only
+    /// batches (SPEC §11) that contain a `sim.fetch` park.
+    Cautious,
 }
 
 /// Every setting of one world.
@@ -132,7 +171,22 @@ pub struct Plan {
     pub approver_period_ms: (u64, u64),
     pub approver_weights: [u32; 7],
     pub cancel_per_s: f64,
+    /// The share of cancels aimed at a RUNNING run (the others pick any run).
+    pub cancel_running_bias: f64,
     pub settle_per_s: f64,
+    /// `resume_run` calls on a random run, per simulated second (SPEC §10.4).
+    pub resume_per_s: f64,
+    pub profile: Profile,
+    /// Probability that a node incarnation registers the rollout tool catalog
+    /// (`catalog::Catalog::Rollout`: new versions, a removed tool, a spec changed in place).
+    pub catalog_rollout: f64,
+    /// Runs a store written by the previous build holds when the world starts (an AUTHORIZED
+    /// call of a tool this build no longer has; SPEC §17.1, §9.4).
+    pub legacy_runs: usize,
+    /// Probability that a planner turn thinks for seconds, as a language model does.
+    pub slow_planner: f64,
+    /// The control run submitted when the quiet phase begins: it meets no fault at all.
+    pub quiet_control: Value,
 }
 
 pub const APPROVER_MOVES: [ApproverMove; 7] = [
@@ -169,12 +223,45 @@ impl Plan {
             kill_at[index] = *rng.pick(&[0.1, 0.25, 0.5]);
         }
         let run_count = rng.range(2, 7);
-        let runs = (0..run_count)
-            .map(|i| PlannedRun {
-                at_ms: rng.below(chaos_ms * 7 / 10),
-                script: script(&mut rng, i),
-            })
-            .collect();
+        let mut runs: Vec<PlannedRun> = Vec::new();
+        for i in 0..run_count {
+            let at_ms = rng.below(chaos_ms * 7 / 10);
+            if rng.chance(0.3) {
+                runs.push(PlannedRun {
+                    at_ms,
+                    script: control_script(&mut rng, i),
+                    control: true,
+                    session_of: None,
+                    planner_fault: None,
+                });
+                continue;
+            }
+            let script = script(&mut rng, i);
+            let steps = script["steps"].as_array().map_or(0, Vec::len) as u64;
+            let planner_fault = rng.chance(0.15).then(|| PlannerFault {
+                step: rng.range(1, steps + 2) as u32,
+                kind: *rng.pick(&[
+                    PlannerFaultKind::Error,
+                    PlannerFaultKind::NoCalls,
+                    PlannerFaultKind::DuplicateCallId,
+                    PlannerFaultKind::PlatformTrust,
+                ]),
+            });
+            // A follow-up in an earlier run's session, submitted after it.
+            let session_of = (i > 0 && rng.chance(0.25)).then(|| rng.below(i) as usize);
+            let at_ms = match session_of {
+                Some(earlier) => runs[earlier].at_ms + rng.range(500, 8_000),
+                None => at_ms,
+            };
+            runs.push(PlannedRun {
+                at_ms,
+                script,
+                control: false,
+                session_of,
+                planner_fault,
+            });
+        }
+
         let mut approver_weights = [0u32; 7];
         for w in &mut approver_weights {
             *w = *rng.pick(&[0, 1, 2, 4]);
@@ -209,7 +296,30 @@ impl Plan {
             settle_per_s: *rng.pick(&[0.0, 0.1]),
             tool_panic_after_effect: *rng.pick(&[0.0, 0.0, 0.03]),
             tool_odd_answer: *rng.pick(&[0.0, 0.0, 0.05]),
+            cancel_running_bias: *rng.pick(&[0.0, 0.5, 0.8]),
+            resume_per_s: *rng.pick(&[0.0, 0.05, 0.2]),
+            profile: *rng.pick(&[Profile::Shipped, Profile::Cautious]),
+            catalog_rollout: *rng.pick(&[0.0, 0.3, 0.5]),
+            legacy_runs: *rng.pick(&[0, 0, 1, 2]),
+            slow_planner: *rng.pick(&[0.0, 0.05, 0.2]),
+            quiet_control: control_script(&mut rng, run_count),
         }
+    }
+
+    /// The index of the planned run whose script ends with `final_message` (the quiet control
+    /// run is `runs.len()`), so a planner can find its run's plan from the stored script.
+    pub fn run_index(&self, final_message: &str) -> Option<usize> {
+        let index: usize = final_message
+            .strip_prefix("run ")?
+            .strip_suffix(" done")?
+            .parse()
+            .ok()?;
+        (index <= self.runs.len()).then_some(index)
+    }
+
+    /// The planner fault of the run whose script ends with `final_message`.
+    pub fn planner_fault(&self, final_message: &str) -> Option<PlannerFault> {
+        self.runs.get(self.run_index(final_message)?)?.planner_fault
     }
 
     /// The plan as a few lines, printed before a single seed runs and with a failure.
@@ -223,7 +333,8 @@ impl Plan {
         format!(
             "seed={} workers={} lease_ms={} poll_ms={} reclaim_every_ms={} sweep_every_ms={} max_attempts={} concurrency={} chaos_ms={} runs={}\n\
              faults: kill_focus=[{}] kill_background={} random_kill/s={} pause/s={} clock_jump/s={} dispatch lost={} dup={} delayed={}\n\
-             tools: fail={} slow={} crash_after_effect={} panic_after_effect={} odd_answer={}; downtime_ms={:?} rollout={} approver_weights={:?} cancel/s={} settle/s={}",
+             tools: fail={} slow={} crash_after_effect={} panic_after_effect={} odd_answer={}; downtime_ms={:?} rollout={} approver_weights={:?} cancel/s={} settle/s={}\n\
+             world: profile={:?} catalog_rollout={} legacy_runs={} slow_planner={} cancel_running_bias={} resume/s={} control_runs={} follow_ups={} planner_faults={}",
             self.seed,
             self.workers,
             self.lease_ms,
@@ -252,6 +363,18 @@ impl Plan {
             self.approver_weights,
             self.cancel_per_s,
             self.settle_per_s,
+            self.profile,
+            self.catalog_rollout,
+            self.legacy_runs,
+            self.slow_planner,
+            self.cancel_running_bias,
+            self.resume_per_s,
+            self.runs.iter().filter(|r| r.control).count() + 1,
+            self.runs.iter().filter(|r| r.session_of.is_some()).count(),
+            self.runs
+                .iter()
+                .filter(|r| r.planner_fault.is_some())
+                .count(),
         )
     }
 }
@@ -261,7 +384,7 @@ impl Plan {
 fn call(rng: &mut SimRng, call_id: String) -> Value {
     let n = rng.below(4);
     let trust = json!({"path": "user", "text": "user", "to": "user", "amount": "user"});
-    let (tool, arguments) = match rng.weighted(&[6, 3, 3, 3, 5, 4, 4, 3, 3, 1, 1, 1, 1]) {
+    let (tool, arguments) = match rng.weighted(&[6, 3, 3, 3, 5, 4, 4, 3, 3, 1, 1, 1, 1, 2]) {
         0 => ("sim.lookup", json!({"text": format!("q{n}")})),
         1 => ("sim.search", json!({"text": format!("s{n}")})),
         2 => (
@@ -289,7 +412,8 @@ fn call(rng: &mut SimRng, call_id: String) -> Value {
         9 => ("sim.shell", json!({"text": "uptime"})),
         10 => ("sim.missing", json!({})),
         11 => ("sim.note", json!({"path": "/etc/hosts", "text": "x"})),
-        _ => ("sim.lookup", json!({"text": 7})),
+        12 => ("sim.lookup", json!({"text": 7})),
+        _ => ("sim.fetch", json!({"text": format!("page {n}")})),
     };
     json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
 }
@@ -304,7 +428,8 @@ fn script(rng: &mut SimRng, run: u64) -> Value {
                 // A read-only batch that §11 admits in parallel.
                 (0..rng.range(2, 4))
                     .map(|c| {
-                        let tool = *rng.pick(&["sim.lookup", "sim.search", "sim.ws_read"]);
+                        let tool =
+                            *rng.pick(&["sim.lookup", "sim.search", "sim.ws_read", "sim.fetch"]);
                         let arguments = if tool == "sim.ws_read" {
                             json!({"path": format!("notes/f{}.txt", c % 2)})
                         } else {
@@ -345,6 +470,63 @@ fn script(rng: &mut SimRng, run: u64) -> Value {
     })
 }
 
+/// A control run's script: 1–4 steps of calls that every policy profile, tool catalog and
+/// trust state of a world allows (reads of services that claim no lower trust, workspace
+/// writes inside the workspace, a parallel batch of lookups), each with arguments of its own
+/// so no repeat is ever refused, and budgets with room to spare. Nothing in it can park,
+/// taint the run, or fail it: only a fault can keep it from COMPLETED.
+fn control_script(rng: &mut SimRng, run: u64) -> Value {
+    let step_count = rng.range(1, 5);
+    let trust = json!({"path": "user", "text": "user"});
+    let steps: Vec<Value> = (0..step_count)
+        .map(|s| {
+            let calls: Vec<Value> = if rng.chance(0.3) {
+                (0..rng.range(2, 4))
+                    .map(|c| {
+                        json!({"call_id": format!("s{s}c{c}"), "tool": "sim.lookup",
+                               "arguments": {"text": format!("ctl{run}.{s}.{c}")},
+                               "argument_trust": trust})
+                    })
+                    .collect()
+            } else {
+                (0..rng.range(1, 4))
+                    .map(|c| {
+                        let here = format!("{run}.{s}.{c}");
+                        let (tool, arguments) = match rng.below(4) {
+                            0 => ("sim.lookup", json!({"text": format!("ctl{here}")})),
+                            1 => (
+                                "sim.ws_write",
+                                json!({"path": format!("ctl/w{here}.txt"), "text": "v"}),
+                            ),
+                            2 => (
+                                "sim.note",
+                                json!({"path": format!("ctl/n{here}.txt"), "text": "n"}),
+                            ),
+                            _ => (
+                                "sim.sync",
+                                json!({"path": format!("ctl/s{here}.txt"), "text": "s"}),
+                            ),
+                        };
+                        json!({"call_id": format!("s{s}c{c}"), "tool": tool,
+                               "arguments": arguments, "argument_trust": trust})
+                    })
+                    .collect()
+            };
+            json!({"calls": calls})
+        })
+        .collect();
+    json!({
+        "schema_version": 1,
+        "tenant_id": "acme",
+        "principal_id": "alice",
+        "principal_scopes": ["workspace.read", "workspace.write", "demo.write"],
+        "origin_trust": "user",
+        "limits": {"max_steps": step_count + 1, "max_tool_calls": 64},
+        "steps": steps,
+        "final_message": format!("run {run} done"),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,12 +543,46 @@ mod tests {
     #[test]
     fn scripts_parse_as_run_scripts() {
         for seed in 0..200 {
-            for run in Plan::new(seed).runs {
+            let plan = Plan::new(seed);
+            for (i, run) in plan.runs.iter().enumerate() {
                 let text = run.script.to_string();
                 airlock_core::planner::script::RunScript::parse(&text)
                     .unwrap_or_else(|e| panic!("seed {seed}: {e}: {text}"));
+                assert_eq!(
+                    plan.run_index(run.script["final_message"].as_str().unwrap_or_default()),
+                    Some(i)
+                );
+                if let Some(earlier) = run.session_of {
+                    assert!(earlier < i && plan.runs[earlier].at_ms < run.at_ms);
+                }
             }
+            let quiet = plan.quiet_control.to_string();
+            airlock_core::planner::script::RunScript::parse(&quiet)
+                .unwrap_or_else(|e| panic!("seed {seed}: {e}: {quiet}"));
         }
+    }
+
+    #[test]
+    fn a_sweep_plans_every_new_kind_of_run() {
+        let plans: Vec<Plan> = (0..100).map(Plan::new).collect();
+        let runs = || plans.iter().flat_map(|p| p.runs.iter());
+        assert!(runs().any(|r| r.control));
+        assert!(runs().any(|r| r.session_of.is_some()));
+        for kind in [
+            PlannerFaultKind::Error,
+            PlannerFaultKind::NoCalls,
+            PlannerFaultKind::DuplicateCallId,
+            PlannerFaultKind::PlatformTrust,
+        ] {
+            assert!(runs().any(|r| r.planner_fault.is_some_and(|f| f.kind == kind)));
+        }
+        assert!(plans.iter().any(|p| p.profile == Profile::Cautious));
+        assert!(
+            plans
+                .iter()
+                .any(|p| p.legacy_runs > 0 && p.catalog_rollout > 0.0)
+        );
+        assert!(plans.iter().any(|p| p.resume_per_s > 0.0));
     }
 
     #[test]

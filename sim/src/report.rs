@@ -161,6 +161,17 @@ pub fn outcomes(snapshot: &MemSnapshot) -> BTreeMap<String, u64> {
             add("call.parallel".to_owned());
         }
     }
+    for checkpoint in snapshot.checkpoints.values() {
+        if checkpoint.trigger == airlock_core::vocab::CheckpointTrigger::Suspended
+            && let Some(batch) = &checkpoint.state.pending
+            && matches!(
+                batch.admission,
+                airlock_core::run::checkpoint::Admission::Parallel { .. }
+            )
+        {
+            add("park.parallel".to_owned());
+        }
+    }
     for approval in snapshot.approvals.values() {
         add(format!("approval.{}", approval.status));
     }

@@ -31,12 +31,11 @@ const TIME_LIMIT: Duration = Duration::from_secs(6 * 3600);
 pub fn run_seed(seed: u64) -> SeedReport {
     let plan = Plan::new(seed);
     let described = plan.describe();
-    let max_attempts = plan.max_attempts;
     let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut runtime =
             madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
         runtime.set_time_limit(TIME_LIMIT);
-        runtime.block_on(world::simulate(plan))
+        runtime.block_on(world::simulate(plan.clone()))
     }));
     let outcome = match outcome {
         Ok(outcome) => outcome,
@@ -57,14 +56,16 @@ pub fn run_seed(seed: u64) -> SeedReport {
             };
         }
     };
-    let violations = check_world(
+    let (violations, asserted) = check_world(
+        &plan,
         &outcome.snapshot,
         &outcome.commits,
         &outcome.commit_violations,
         &outcome.observations,
         outcome.quiet,
-        max_attempts,
     );
+    let mut outcomes = outcomes(&outcome.snapshot);
+    outcomes.extend(asserted);
     let detail = violations
         .first()
         .map(|v| v.detail.clone())
@@ -76,7 +77,7 @@ pub fn run_seed(seed: u64) -> SeedReport {
         calls: outcome.snapshot.invocations.len(),
         effects: outcome.observations.effects.len(),
         faults: outcome.faults,
-        outcomes: outcomes(&outcome.snapshot),
+        outcomes,
         simulated: outcome.simulated,
         plan: described,
         last_events: if violations.is_empty() {

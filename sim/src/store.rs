@@ -1,25 +1,129 @@
 //! `SimStore`: the one durable store of a simulated world. It is core's `MemStore` (committed
 //! transactions survive a node kill; SPEC §14's crash model) plus an observer that the checkers
-//! need and the store itself cannot keep: whether a transaction is open right now (§16 #12), the
-//! events each commit appended (commit boundaries, for #20, #28, #32, #40) and every status an
-//! invocation row was seen in after a commit (#15).
+//! need and the store itself cannot keep: whether a transaction is open right now (§16 #12), a
+//! record of every commit — when it happened (simulated monotonic time and wall clock), the
+//! events it appended, the leases it guarded and the heartbeats it ran (a [`TxProbe`] sees them
+//! pass), and how each run row looked after it (#20, #28, #32, #33, #40) — and every status an
+//! invocation row was seen in after a commit (#15). A few rules about what one commit may hold
+//! are checked as the commit lands (see [`CommitLog`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use airlock_core::events::{Event, EventType};
-use airlock_core::ids::{InvocationId, RunId};
+use airlock_core::access::ApiToken;
+use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection, ConnectionStatus};
+use airlock_core::events::{Event, EventType, NewEvent, ProcessEvent};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::mem_store::{MemSnapshot, MemStore, is_rule_breach};
-use airlock_core::run::checkpoint::{ResultRef, StepRecord};
-use airlock_core::store::{Store, StoreTx, TxError};
+use airlock_core::run::checkpoint::{Admission, Checkpoint, ResultRef, StepRecord};
+use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
+use airlock_core::store::{ApprovalCursor, Store, StoreTx, TxError};
+use airlock_core::time::Timestamp;
+use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+
+/// When something happened in a world: simulated monotonic microseconds since the world began,
+/// and the wall clock (which jumps forward under faults) at that moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Moment {
+    pub mono: u64,
+    pub wall: Timestamp,
+}
+
+/// Where a `SimStore` reads the time; the world installs its simulated clock.
+pub type MomentSource = Arc<dyn Fn() -> Moment + Send + Sync>;
+
+/// One heartbeat (SPEC §8.2) a transaction ran: its lease and what it reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatNote {
+    pub lease: Lease,
+    /// Whether the lease held (the row was renewed).
+    pub renewed: bool,
+    /// Whether it read a set `cancel_requested_at`.
+    pub cancel_seen: bool,
+}
+
+/// A run row as the checkers follow it from commit to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunView {
+    pub id: RunId,
+    pub session_id: SessionId,
+    pub status: RunStatus,
+    pub lease_epoch: u64,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<Timestamp>,
+    pub scheduled_for: Option<Timestamp>,
+    pub cancel_requested_at: Option<Timestamp>,
+    pub attempts: u32,
+    /// The step its latest checkpoint has in hand (`CheckpointState::current_step`).
+    pub current_step: u32,
+}
+
+impl RunView {
+    fn of(run: &Run, current_step: u32) -> RunView {
+        let (lease_owner, lease_expires_at, scheduled_for) = match &run.state {
+            RunState::Running {
+                lease_owner,
+                lease_expires_at,
+            } => (Some(lease_owner.clone()), Some(*lease_expires_at), None),
+            RunState::Queued { scheduled_for } => (None, None, *scheduled_for),
+            _ => (None, None, None),
+        };
+        RunView {
+            id: run.id,
+            session_id: run.session_id,
+            status: run.status(),
+            lease_epoch: run.lease_epoch,
+            lease_owner,
+            lease_expires_at,
+            scheduled_for,
+            cancel_requested_at: run.cancel_requested_at,
+            attempts: run.attempts,
+            current_step,
+        }
+    }
+}
+
+/// One committed transaction that wrote something.
+#[derive(Debug, Clone)]
+pub struct CommitRecord {
+    /// The transaction's position among all commits of the world (from 0).
+    pub seq: usize,
+    pub at: Moment,
+    /// The events it appended, in order.
+    pub events: Vec<Event>,
+    /// The leases it guarded (`guard_lease`).
+    pub guards: Vec<Lease>,
+    pub heartbeats: Vec<HeartbeatNote>,
+    /// The runs whose row (or checkpoint position) it changed, as they were after it.
+    pub runs: Vec<RunView>,
+}
+
+/// What a [`TxProbe`] saw one transaction do.
+#[derive(Debug, Default)]
+struct TxNotes {
+    guards: Vec<Lease>,
+    heartbeats: Vec<HeartbeatNote>,
+}
 
 /// What the observer saw across all commits.
 #[derive(Debug, Default)]
 pub struct CommitLog {
-    /// The events of each commit that appended any, in commit order.
-    pub commits: Vec<Vec<Event>>,
+    /// Every commit that wrote something, in commit order.
+    pub commits: Vec<CommitRecord>,
+    /// How many transactions have committed (written or not).
+    committed: usize,
+    /// Every run as the latest commit left it.
+    runs: BTreeMap<RunId, RunView>,
+    /// §17.1 F1: a row or refusal of step k committed while step k's batch was not yet
+    /// recorded (the run's checkpoint had a lower current step after that commit).
+    pub unrecorded_step_rows: Vec<String>,
+    /// §11, §10.2: a PARK of a parallel batch committed while a call of the batch had no
+    /// result yet, or a PARK of a sequential batch with a call dispatched after the parked one.
+    pub early_parks: Vec<String>,
     /// The first version of every invocation row seen after a commit (its immutable fields).
     first: BTreeMap<InvocationId, Invocation>,
     /// The latest version seen.
@@ -67,6 +171,8 @@ impl CommitLog {
 
     /// The commit-level rules that need a commit's events and the rows as it left them.
     fn observe_commit(&mut self, events: &[Event], snapshot: &MemSnapshot) {
+        self.steps_recorded_first(events, snapshot);
+        self.parks_after_their_batch(events, snapshot);
         for event in events {
             let Some(run) = event.run_id else { continue };
             match event.event_type {
@@ -125,10 +231,165 @@ impl CommitLog {
     }
 }
 
+impl CommitLog {
+    /// §17.1 F1: "an invocation row of step k exists only once step k's batch is recorded": a
+    /// commit that creates a row (`tool.call.proposed`) or a refusal of step k leaves the run's
+    /// latest checkpoint at step k or later (the folded PENDING is in the same commit).
+    fn steps_recorded_first(&mut self, events: &[Event], snapshot: &MemSnapshot) {
+        for event in events {
+            let Some(run) = event.run_id else { continue };
+            let step = match event.event_type {
+                EventType::ToolCallProposed => event.payload["step_number"]
+                    .as_u64()
+                    .and_then(|s| u32::try_from(s).ok()),
+                _ => event
+                    .derivation_key
+                    .as_deref()
+                    .and_then(|key| key.strip_prefix("tool.call.refused:"))
+                    .and_then(|rest| rest.split(':').nth(1))
+                    .and_then(|s| s.parse().ok()),
+            };
+            let Some(step) = step else { continue };
+            let recorded = current_step(snapshot, run);
+            if recorded < step {
+                self.unrecorded_step_rows.push(format!(
+                    "run {run}: {} of step {step} ({}) committed while the run's checkpoint was at step {recorded}",
+                    event.event_type,
+                    event.payload["call_id"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+    }
+
+    /// §11 "all calls settle before the executor continues; any park parks the run
+    /// afterwards", and §9.2 "a require_approval in a sequential batch stops it": at the commit
+    /// that parks a run, every call of a parallel batch has its result or waits for approval,
+    /// and the calls of a sequential batch that have begun are a prefix of it in which only the
+    /// last may wait.
+    fn parks_after_their_batch(&mut self, events: &[Event], snapshot: &MemSnapshot) {
+        for event in events
+            .iter()
+            .filter(|e| e.event_type == EventType::RunWaitingForApproval)
+        {
+            let Some(run) = event.run_id else { continue };
+            let Some(batch) = snapshot
+                .checkpoints
+                .range((run, 0)..=(run, u32::MAX))
+                .next_back()
+                .and_then(|(_, c)| c.state.pending.clone())
+            else {
+                self.early_parks
+                    .push(format!("run {run} parked without a pending batch"));
+                continue;
+            };
+            let state_of = |call_id: &str| -> Option<InvocationStatus> {
+                let refused = airlock_core::events::keys::refused(run, batch.step, call_id);
+                if snapshot
+                    .events
+                    .iter()
+                    .rev()
+                    .any(|e| e.derivation_key.as_deref() == Some(refused.as_str()))
+                {
+                    return Some(InvocationStatus::Denied);
+                }
+                snapshot
+                    .invocations
+                    .values()
+                    .find(|i| {
+                        i.run_id == run && i.step_number == batch.step && i.call_id == call_id
+                    })
+                    .map(|i| i.status)
+            };
+            let states: Vec<Option<InvocationStatus>> = batch
+                .calls
+                .iter()
+                .map(|c| state_of(&c.call.call_id))
+                .collect();
+            let settled = |s: &Option<InvocationStatus>| {
+                s.is_some_and(|s| s.is_terminal() || s == InvocationStatus::WaitingForApproval)
+            };
+            let fine = match batch.admission {
+                Admission::Parallel { .. } => states.iter().all(settled),
+                Admission::Sequential => {
+                    let begun = states.iter().take_while(|s| s.is_some()).count();
+                    states[begun..].iter().all(Option::is_none)
+                        && begun > 0
+                        && states[..begun - 1]
+                            .iter()
+                            .all(|s| s.is_some_and(|s| s.is_terminal()))
+                        && states[begun - 1] == Some(InvocationStatus::WaitingForApproval)
+                }
+            };
+            if !fine {
+                self.early_parks.push(format!(
+                    "run {run} parked step {} ({:?}) with its calls at {states:?}",
+                    batch.step, batch.admission
+                ));
+            }
+        }
+    }
+
+    /// Records one successful transaction.
+    fn record(&mut self, at: Moment, notes: TxNotes, events: Vec<Event>, snapshot: &MemSnapshot) {
+        let seq = self.committed;
+        self.committed += 1;
+        let mut changed = Vec::new();
+        for run in snapshot.runs.values() {
+            let view = RunView::of(run, current_step(snapshot, run.id));
+            if self.runs.get(&run.id) != Some(&view) {
+                self.runs.insert(run.id, view.clone());
+                changed.push(view);
+            }
+        }
+        if events.is_empty()
+            && notes.guards.is_empty()
+            && notes.heartbeats.is_empty()
+            && changed.is_empty()
+        {
+            return;
+        }
+        if !events.is_empty() {
+            let rows: Vec<&Invocation> = events
+                .iter()
+                .filter_map(|e| e.payload["invocation_id"].as_str())
+                .filter_map(|id| id.parse().ok())
+                .filter_map(|id: uuid::Uuid| snapshot.invocations.get(&InvocationId(id)))
+                .collect();
+            for row in rows {
+                self.observe(row);
+            }
+            self.observe_commit(&events, snapshot);
+        }
+        self.commits.push(CommitRecord {
+            seq,
+            at,
+            events,
+            guards: notes.guards,
+            heartbeats: notes.heartbeats,
+            runs: changed,
+        });
+    }
+
+    /// How many transactions have committed so far.
+    pub fn committed(&self) -> usize {
+        self.committed
+    }
+}
+
+/// The step a run's latest checkpoint has in hand (0 without one).
+fn current_step(snapshot: &MemSnapshot, run: RunId) -> u32 {
+    snapshot
+        .checkpoints
+        .range((run, 0)..=(run, u32::MAX))
+        .next_back()
+        .map_or(0, |(_, c)| c.state.current_step())
+}
+
 pub struct SimStore {
     inner: MemStore,
     open: AtomicUsize,
     log: Mutex<CommitLog>,
+    clock: Mutex<Option<MomentSource>>,
 }
 
 impl Default for SimStore {
@@ -143,7 +404,26 @@ impl SimStore {
             inner: MemStore::new(),
             open: AtomicUsize::new(0),
             log: Mutex::new(CommitLog::default()),
+            clock: Mutex::new(None),
         }
+    }
+
+    /// Installs the clock commits are timed by (until then they are at [`Moment::default`]).
+    pub fn set_clock(&self, clock: MomentSource) {
+        *self.clock.lock().unwrap_or_else(|p| p.into_inner()) = Some(clock);
+    }
+
+    fn now(&self) -> Moment {
+        self.clock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map_or_else(Moment::default, |clock| clock())
+    }
+
+    /// How many transactions have committed so far (a position in the commit order).
+    pub fn committed(&self) -> usize {
+        self.log().committed()
     }
 
     pub fn shared() -> Arc<SimStore> {
@@ -278,8 +558,16 @@ impl Store for SimStore {
         f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
     ) -> Result<R, TxError> {
         let before = self.inner.inspect(|s| s.events.len());
+        let at = self.now();
         self.open.fetch_add(1, Ordering::SeqCst);
-        let result = self.inner.transact(f);
+        let mut notes = TxNotes::default();
+        let result = self.inner.transact(|tx| {
+            let mut probe = TxProbe {
+                inner: tx,
+                notes: &mut notes,
+            };
+            f(&mut probe)
+        });
         self.open.fetch_sub(1, Ordering::SeqCst);
         if let Err(error) = &result
             && is_rule_breach(error)
@@ -290,20 +578,7 @@ impl Store for SimStore {
             let mut log = self.log();
             self.inner.inspect(|s| {
                 let events: Vec<Event> = s.events[before..].to_vec();
-                if events.is_empty() {
-                    return;
-                }
-                let rows: Vec<&Invocation> = events
-                    .iter()
-                    .filter_map(|e| e.payload["invocation_id"].as_str())
-                    .filter_map(|id| id.parse().ok())
-                    .filter_map(|id: uuid::Uuid| s.invocations.get(&InvocationId(id)))
-                    .collect();
-                for row in rows {
-                    log.observe(row);
-                }
-                log.observe_commit(&events, s);
-                log.commits.push(events);
+                log.record(at, notes, events, s);
             });
         }
         result
@@ -319,5 +594,249 @@ impl Store for SimStore {
         let result = self.inner.read(f);
         self.open.fetch_sub(1, Ordering::SeqCst);
         result
+    }
+}
+
+/// A transaction as core sees it, with the observer looking on: it passes every call to the
+/// real transaction and notes the leases guarded and the heartbeats run, which leave no event
+/// (SPEC §8.2) but which #28 and #33 are about. Every method delegates, the defaulted ones
+/// too, so core meets exactly `MemStore`'s behaviour.
+struct TxProbe<'a> {
+    inner: &'a mut dyn StoreTx,
+    notes: &'a mut TxNotes,
+}
+
+impl StoreTx for TxProbe<'_> {
+    fn insert_session(&mut self, session: &Session) -> Result<(), TxError> {
+        self.inner.insert_session(session)
+    }
+    fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError> {
+        self.inner.session(id)
+    }
+    fn insert_run(&mut self, run: &Run) -> Result<(), TxError> {
+        self.inner.insert_run(run)
+    }
+    fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        self.inner.run(id)
+    }
+    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
+        self.inner.active_run_in_session(session)
+    }
+    fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
+        self.notes.guards.push(lease.clone());
+        self.inner.guard_lease(lease)
+    }
+    fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
+        self.inner.update_run(guard, next)
+    }
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        until: Timestamp,
+        now: Timestamp,
+    ) -> Result<Option<HeartbeatObs>, TxError> {
+        let observed = self.inner.heartbeat(lease, until, now)?;
+        self.notes.heartbeats.push(HeartbeatNote {
+            lease: lease.clone(),
+            renewed: observed.is_some(),
+            cancel_seen: observed
+                .as_ref()
+                .is_some_and(|o| o.cancel_requested_at.is_some()),
+        });
+        Ok(observed)
+    }
+    fn next_claimable_run(
+        &mut self,
+        now: Timestamp,
+        only: Option<RunId>,
+    ) -> Result<Option<Run>, TxError> {
+        self.inner.next_claimable_run(now, only)
+    }
+    fn expired_leases(&mut self, now: Timestamp, limit: usize) -> Result<Vec<Run>, TxError> {
+        self.inner.expired_leases(now, limit)
+    }
+    fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {
+        self.inner.count_runs(status)
+    }
+    fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError> {
+        self.inner.insert_connection(connection)
+    }
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError> {
+        self.inner.connection(id)
+    }
+    fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
+        self.inner.connection_by_session(session)
+    }
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &Connection,
+    ) -> Result<(), TxError> {
+        self.inner.update_connection(expected, next)
+    }
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError> {
+        self.inner.expired_connections(now, limit)
+    }
+    fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
+        self.inner.insert_checkpoint(checkpoint)
+    }
+    fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
+        self.inner.latest_checkpoint(run)
+    }
+    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+        self.inner.insert_step_record(record)
+    }
+    fn step_records(
+        &mut self,
+        run: RunId,
+        after_step: u32,
+        limit: usize,
+    ) -> Result<Vec<StepRecord>, TxError> {
+        self.inner.step_records(run, after_step, limit)
+    }
+    fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError> {
+        self.inner.insert_invocation(invocation)
+    }
+    fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
+        self.inner.invocation(id)
+    }
+    fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError> {
+        self.inner.invocation_by_key(idempotency_key)
+    }
+    fn invocation_by_call(
+        &mut self,
+        run: RunId,
+        step: u32,
+        call_id: &str,
+    ) -> Result<Option<Invocation>, TxError> {
+        self.inner.invocation_by_call(run, step, call_id)
+    }
+    fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError> {
+        self.inner.invocations_of_run(run)
+    }
+    fn invocations_of_run_in(
+        &mut self,
+        run: RunId,
+        status: InvocationStatus,
+    ) -> Result<Vec<Invocation>, TxError> {
+        self.inner.invocations_of_run_in(run, status)
+    }
+    fn update_invocation(
+        &mut self,
+        expected: InvocationStatus,
+        next: &Invocation,
+    ) -> Result<(), TxError> {
+        self.inner.update_invocation(expected, next)
+    }
+    fn uncertain_invocations(
+        &mut self,
+        tenant: &str,
+        include_settled: bool,
+    ) -> Result<Vec<Invocation>, TxError> {
+        self.inner.uncertain_invocations(tenant, include_settled)
+    }
+    fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError> {
+        self.inner.insert_approval(approval)
+    }
+    fn approval(&mut self, id: ApprovalId) -> Result<Option<Approval>, TxError> {
+        self.inner.approval(id)
+    }
+    fn approval_by_action(&mut self, action_id: InvocationId) -> Result<Option<Approval>, TxError> {
+        self.inner.approval_by_action(action_id)
+    }
+    fn approvals_of_run(&mut self, run: RunId) -> Result<Vec<Approval>, TxError> {
+        self.inner.approvals_of_run(run)
+    }
+    fn update_approval(
+        &mut self,
+        expected: ApprovalStatus,
+        next: &Approval,
+    ) -> Result<(), TxError> {
+        self.inner.update_approval(expected, next)
+    }
+    fn pending_approvals(
+        &mut self,
+        tenant: &str,
+        run: Option<RunId>,
+        after: Option<ApprovalCursor>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        self.inner.pending_approvals(tenant, run, after, limit)
+    }
+    fn due_approvals(
+        &mut self,
+        now: Timestamp,
+        tenant: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        self.inner.due_approvals(now, tenant, limit)
+    }
+    fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
+        self.inner.append_event(event)
+    }
+    fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {
+        self.inner.event_by_key(derivation_key)
+    }
+    fn events_of_run(
+        &mut self,
+        run: RunId,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.inner.events_of_run(run, after_id, limit)
+    }
+    fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
+        self.inner.append_process_event(event)
+    }
+    fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError> {
+        self.inner.process_events()
+    }
+    fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError> {
+        self.inner.insert_settlement(settlement)
+    }
+    fn settlement_by_invocation(
+        &mut self,
+        invocation: InvocationId,
+    ) -> Result<Option<Settlement>, TxError> {
+        self.inner.settlement_by_invocation(invocation)
+    }
+    fn insert_policy_profile(
+        &mut self,
+        record: &PolicyProfileRecord,
+    ) -> Result<PolicyProfileRecord, TxError> {
+        self.inner.insert_policy_profile(record)
+    }
+    fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
+        self.inner.policy_profiles()
+    }
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.inner.events_of_tenant(tenant, after_id, limit)
+    }
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        self.inner.last_event_id()
+    }
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        self.inner.insert_api_token(token)
+    }
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        self.inner.api_token(id)
+    }
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        self.inner.api_token_by_digest(digest)
+    }
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        self.inner.api_tokens(tenant)
+    }
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        self.inner.revoke_api_token(id, at)
     }
 }

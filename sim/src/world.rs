@@ -33,7 +33,8 @@ use airlock_core::testing::invariants::Effect;
 use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::vocab::{
-    ApprovalResolution, CrashPoint, IdempotencyClass, RunStatus, SettlementOutcome, ToolFailureKind,
+    ApprovalResolution, CrashPoint, IdempotencyClass, RunStatus, SettlementOutcome,
+    ToolFailureKind, TrustLevel,
 };
 use airlock_core::worker::{Worker, WorkerSettings};
 use madsim::runtime::Handle;
@@ -42,10 +43,14 @@ use madsim::time::{Instant, sleep};
 use madsim_tokio::sync::mpsc;
 use serde_json::{Value, json};
 
-use crate::catalog::{self, Body};
+use crate::catalog::{self, Body, Catalog};
 use crate::checks::{Observations, QuietEnd, ReadRecord, ResolveRecord, WriteRecord};
-use crate::plan::{APPROVER_MOVES, ApproverMove, Plan, SimRng, point_index};
-use crate::store::SimStore;
+use crate::plan::{APPROVER_MOVES, ApproverMove, Plan, PlannerFaultKind, SimRng, point_index};
+use crate::store::{CommitRecord, Moment, SimStore};
+use crate::timeline::{
+    CancelCall, ExecutionSpan, Incarnation, NodeChange, NodeEvent, ResumeCall, SessionSubmit,
+    WorkItem,
+};
 
 /// 2026-01-01T00:00:00Z: the wall clock of every world starts here.
 pub const EPOCH_MICROS: i64 = 1_767_225_600_000_000;
@@ -57,7 +62,7 @@ const TICK: Duration = Duration::from_millis(100);
 /// Everything a seed leaves for the checkers and the report.
 pub struct Outcome {
     pub snapshot: MemSnapshot,
-    pub commits: Vec<Vec<airlock_core::events::Event>>,
+    pub commits: Vec<CommitRecord>,
     pub commit_violations: Vec<String>,
     pub observations: Observations,
     pub quiet: QuietEnd,
@@ -99,6 +104,18 @@ struct SimClock {
 impl SimClock {
     fn elapsed(&self) -> Duration {
         Instant::now().saturating_duration_since(self.start)
+    }
+
+    /// Simulated monotonic microseconds since the world began.
+    fn mono(&self) -> u64 {
+        u64::try_from(self.elapsed().as_micros()).unwrap_or(u64::MAX / 2)
+    }
+
+    fn moment(&self) -> Moment {
+        Moment {
+            mono: self.mono(),
+            wall: self.now(),
+        }
     }
 }
 
@@ -215,15 +232,30 @@ impl World {
             slot.down_until = Some(now + Duration::from_millis(downtime));
             format!("{}.{}", slot.name, slot.incarnation)
         };
+        self.node_changed(index, &name, NodeChange::Killed);
         self.fault(kind, format!("{name} {detail}"));
+    }
+
+    fn node_changed(&self, node: usize, incarnation: &str, change: NodeChange) {
+        let at = self.clock.mono();
+        self.observations().timeline.nodes.push(NodeEvent {
+            at,
+            node,
+            incarnation: incarnation.to_owned(),
+            change,
+        });
     }
 
     /// A new incarnation of node `index`; returns its process name.
     fn begin_incarnation(&self, index: usize) -> String {
-        let mut nodes = lock(&self.nodes);
-        let slot = &mut nodes[index];
-        slot.incarnation += 1;
-        format!("{}.{}", slot.name, slot.incarnation)
+        let name = {
+            let mut nodes = lock(&self.nodes);
+            let slot = &mut nodes[index];
+            slot.incarnation += 1;
+            format!("{}.{}", slot.name, slot.incarnation)
+        };
+        self.node_changed(index, &name, NodeChange::Started);
+        name
     }
 
     fn env(
@@ -231,9 +263,10 @@ impl World {
         index: usize,
         incarnation: &str,
         ruleset: Arc<Ruleset>,
+        tools: Catalog,
     ) -> Env<SimStore> {
         let mut registry = ToolRegistry::new();
-        for (spec, body) in catalog::tools() {
+        for (spec, body) in catalog::catalog(tools) {
             registry
                 .register(Arc::new(SimTool {
                     spec,
@@ -256,6 +289,7 @@ impl World {
             })),
             planners: Arc::new(SimPlanners {
                 world: Arc::clone(self),
+                incarnation: incarnation.to_owned(),
             }),
             faults: Arc::new(SimFaults {
                 world: Arc::clone(self),
@@ -323,13 +357,32 @@ impl World {
     /// One incarnation of a worker process.
     async fn worker_main(self: Arc<Self>, index: usize) {
         let name = self.begin_incarnation(index);
-        let rollout = self.chaos() && self.draw(|r| r.chance(self.plan.rollout));
-        let ruleset = if rollout {
+        let (rollout, new_catalog) = self.draw(|r| {
+            (
+                r.chance(self.plan.rollout),
+                r.chance(self.plan.catalog_rollout),
+            )
+        });
+        let chaos = self.chaos();
+        let ruleset = if chaos && rollout {
             Arc::clone(&self.rollout)
         } else {
             Arc::clone(&self.shipped)
         };
-        let env = self.env(index, &name, ruleset);
+        let tools = if chaos && new_catalog {
+            Catalog::Rollout
+        } else {
+            Catalog::Base
+        };
+        self.observations().timeline.incarnations.insert(
+            name.clone(),
+            Incarnation {
+                node: Some(index),
+                catalog: tools,
+                policy_version: ruleset.version.as_str().to_owned(),
+            },
+        );
+        let env = self.env(index, &name, ruleset, tools);
         let settings = WorkerSettings {
             worker_id: name.clone(),
             lease_ms: self.plan.lease_ms,
@@ -350,16 +403,24 @@ impl World {
         let (sender, mut receiver) = mpsc::unbounded_channel();
         lock(&self.nodes)[index].inbox = Some(sender);
         let listener = Arc::clone(&worker);
+        let spawner = SimSpawner {
+            world: Arc::clone(&self),
+            incarnation: name.clone(),
+        };
+        let inline = SimSpawner {
+            world: Arc::clone(&self),
+            incarnation: name.clone(),
+        };
         madsim::task::spawn(async move {
             // The inline dispatcher (SPEC §10.5): CLAIM restricted to the hinted run.
             while let Some(run) = receiver.recv().await {
                 let worker = Arc::clone(&listener);
-                madsim::task::spawn(async move {
+                inline.spawn(Box::pin(async move {
                     let _ = worker.run_inline(run).await;
-                });
+                }));
             }
         });
-        if let Err(error) = worker.run(&SimSpawner, &control, &|| false).await {
+        if let Err(error) = worker.run(&spawner, &control, &|| false).await {
             self.observations()
                 .worker_errors
                 .push(format!("{name}: worker loop ended: {error:?}"));
@@ -369,9 +430,12 @@ impl World {
     /// One incarnation of the client process: submitter, approver, canceller, reviewer.
     async fn client_main(self: Arc<Self>, index: usize) {
         let name = self.begin_incarnation(index);
-        let env = self.env(index, &name, Arc::clone(&self.shipped));
+        let env = self.env(index, &name, Arc::clone(&self.shipped), Catalog::Base);
         let control = Arc::new(ControlService::new(env, self.dispatcher(), None));
         madsim::task::spawn(Arc::clone(&self).submitter(Arc::clone(&control)));
+        if self.plan.resume_per_s > 0.0 {
+            madsim::task::spawn(Arc::clone(&self).resumer(Arc::clone(&control)));
+        }
         madsim::task::spawn(Arc::clone(&self).approver(Arc::clone(&control)));
         if self.plan.cancel_per_s > 0.0 {
             madsim::task::spawn(Arc::clone(&self).canceller(Arc::clone(&control)));
@@ -396,11 +460,82 @@ impl World {
             if !self.chaos() {
                 return;
             }
-            // At most once: a crash after SUBMIT commits loses the answer, not the run.
-            self.next_submission.fetch_add(1, Ordering::SeqCst);
-            let _ = control
-                .submit_run(&alice(), &planned.script.to_string())
-                .await;
+            let Some(earlier) = planned.session_of else {
+                // At most once: a crash after SUBMIT commits loses the answer, not the run.
+                self.next_submission.fetch_add(1, Ordering::SeqCst);
+                let _ = control
+                    .submit_run(&alice(), &planned.script.to_string())
+                    .await;
+                continue;
+            };
+            // A follow-up in the session of an earlier planned run (SPEC §15): the session is
+            // read back from the store (the submitter may have lost SUBMIT's answer in a
+            // crash). While that run is active the submission must be refused; the submitter
+            // tries again until it is accepted or the chaos phase ends.
+            let marker = format!("\"final_message\":\"run {earlier} done\"");
+            let session = self.store.inspect(|s| {
+                s.runs
+                    .values()
+                    .find(|r| r.planner_input.contains(&marker))
+                    .map(|r| r.session_id)
+            });
+            let Some(session) = session else {
+                // The earlier run was never submitted: nothing to follow up.
+                self.next_submission.fetch_add(1, Ordering::SeqCst);
+                continue;
+            };
+            let mut script = planned.script.clone();
+            script["session_id"] = json!(session.to_string());
+            let answer = control.submit_run(&alice(), &script.to_string()).await;
+            let committed_after = self.store.committed();
+            let accepted = answer.is_ok();
+            self.observations()
+                .timeline
+                .session_submits
+                .push(SessionSubmit {
+                    planned: index,
+                    session,
+                    committed_after,
+                    answer: answer.map(|s| s.run_id).map_err(|e| e.code().to_owned()),
+                });
+            if accepted {
+                self.next_submission.fetch_add(1, Ordering::SeqCst);
+            } else {
+                let wait = self.draw(|r| r.range(500, 3_000));
+                sleep(Duration::from_millis(wait)).await;
+            }
+        }
+    }
+
+    /// `resume_run` (SPEC §10.4) on a random run now and then: a QUEUED run that is due is
+    /// handed to the inline dispatcher, any other (one still in its §8.2 back-off too) is
+    /// refused with `Conflict`.
+    async fn resumer(self: Arc<Self>, control: Arc<ControlService<SimStore>>) {
+        let mean_ms = (1_000.0 / self.plan.resume_per_s) as u64;
+        while self.chaos() {
+            let pause = self.draw(|r| r.range(1, 2 * mean_ms.max(2)));
+            sleep(Duration::from_millis(pause)).await;
+            if !self.chaos() {
+                return;
+            }
+            let runs: Vec<RunId> = self.store.inspect(|s| s.runs.keys().copied().collect());
+            if runs.is_empty() {
+                continue;
+            }
+            let run = self.draw(|r| *r.pick(&runs));
+            let committed_before = self.store.committed();
+            // `resume_run` does not await, so no other task (nor a clock jump) runs between this
+            // reading and the service's own.
+            let at = self.clock.now();
+            let answer = control
+                .resume_run(&alice(), run)
+                .map_err(|e| e.code().to_owned());
+            self.observations().timeline.resumes.push(ResumeCall {
+                committed_before,
+                at,
+                run,
+                answer,
+            });
         }
     }
 
@@ -513,11 +648,32 @@ impl World {
             if !self.chaos() {
                 return;
             }
-            let runs: Vec<RunId> = self.store.inspect(|s| s.runs.keys().copied().collect());
+            let (runs, running): (Vec<RunId>, Vec<RunId>) = self.store.inspect(|s| {
+                (
+                    s.runs.keys().copied().collect(),
+                    s.runs
+                        .values()
+                        .filter(|r| r.status() == RunStatus::Running)
+                        .map(|r| r.id)
+                        .collect(),
+                )
+            });
             if runs.is_empty() {
                 continue;
             }
-            let (run, twice) = self.draw(|r| (*r.pick(&runs), r.chance(0.2)));
+            let (run, twice) = self.draw(|r| {
+                let pool = if !running.is_empty() && r.chance(self.plan.cancel_running_bias) {
+                    &running
+                } else {
+                    &runs
+                };
+                (*r.pick(pool), r.chance(0.2))
+            });
+            let at = self.clock.mono();
+            self.observations()
+                .timeline
+                .cancels
+                .push(CancelCall { at, run });
             let _ = control.cancel_run(&alice(), run).await;
             if twice {
                 let _ = control.cancel_run(&alice(), run).await;
@@ -544,6 +700,71 @@ impl World {
                     .await;
             }
         }
+    }
+
+    /// A run as the previous build left it in the store this world starts from (SPEC §17.1:
+    /// that build committed PENDING and each PROPOSE separately and did not fold START, so a
+    /// crash could leave an allowed call AUTHORIZED): RUNNING under a lease whose holder is
+    /// gone, its first step recorded as a sequential batch whose first call is AUTHORIZED for
+    /// `sim.legacy_export`, a tool this build no longer registers. Reclaim re-queues it and
+    /// §9.4's unstartable RECOVER closes that call. Written with core's own earlier-build
+    /// helpers, under a process name of its own (`legacy.N`) that never runs again.
+    async fn seed_legacy_run(self: Arc<Self>, index: usize) {
+        use airlock_core::testing::earlier_build::{propose_first, record_pending};
+        let name = format!("legacy.{}", index + 1);
+        self.observations().timeline.incarnations.insert(
+            name.clone(),
+            Incarnation {
+                node: None,
+                catalog: Catalog::Legacy,
+                policy_version: self.shipped.version.as_str().to_owned(),
+            },
+        );
+        let mut env = self.env(0, &name, Arc::clone(&self.shipped), Catalog::Legacy);
+        env.faults = Arc::new(NoFaults);
+        let trust = json!({"path": "user", "text": "user"});
+        let first = vec![
+            json!({"call_id": "c1", "tool": "sim.legacy_export",
+                   "arguments": {"path": format!("legacy/{index}.txt"), "text": "old"},
+                   "argument_trust": trust}),
+            json!({"call_id": "c2", "tool": "sim.lookup",
+                   "arguments": {"text": format!("legacy {index}")}, "argument_trust": trust}),
+        ];
+        let script = json!({
+            "schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
+            "principal_scopes": ["workspace.read", "workspace.write", "demo.write"],
+            "origin_trust": "user",
+            "limits": {"max_steps": 4, "max_tool_calls": 16},
+            "steps": [
+                {"calls": first},
+                {"calls": [{"call_id": "c3", "tool": "sim.note",
+                            "arguments": {"path": format!("legacy/n{index}.txt"), "text": "new"},
+                            "argument_trust": trust}]},
+            ],
+            "final_message": format!("legacy {index} done"),
+        });
+        let control = ControlService::new(env.clone(), self.dispatcher(), None);
+        let Ok(submitted) = control.submit_run(&alice(), &script.to_string()).await else {
+            self.observations()
+                .worker_errors
+                .push(format!("{name}: the legacy run was not submitted"));
+            return;
+        };
+        let mut settings = WorkerSettings::new(name.clone());
+        settings.lease_ms = self.plan.lease_ms;
+        let worker = Worker::new(env.clone(), settings);
+        let Ok(Some((_, lease))) = worker.claim(Some(submitted.run_id)).await else {
+            self.observations()
+                .worker_errors
+                .push(format!("{name}: the legacy run was not claimed"));
+            return;
+        };
+        let calls: Vec<airlock_core::ports::ProposedCall> = first
+            .into_iter()
+            .filter_map(|call| serde_json::from_value(call).ok())
+            .collect();
+        let batch = record_pending(&env, &lease, calls);
+        propose_first(&env, &lease, &batch);
     }
 
     /// The supervisor: faults during the chaos phase, then a quiet phase until every run is
@@ -577,6 +798,7 @@ impl World {
                     slot.paused_until = Some(now + Duration::from_millis(length));
                     format!("{}.{}", slot.name, slot.incarnation)
                 };
+                self.node_changed(index, &name, NodeChange::Paused);
                 self.fault("pause_zombie", format!("{name} for {length} ms"));
             }
             if jump {
@@ -593,12 +815,26 @@ impl World {
                 self.clock
                     .jump_micros
                     .fetch_add(seconds * 1_000_000, Ordering::SeqCst);
+                let at = self.clock.mono();
+                self.observations()
+                    .timeline
+                    .jumps
+                    .push((at, seconds * 1_000_000));
                 self.fault("clock_jump", format!("+{seconds} s"));
             }
         }
         // Quiet phase: no new faults; every node up.
         self.phase.store(1, Ordering::SeqCst);
         self.wake_due_nodes(true);
+        // A control run that meets no fault at all: it must complete (checks::control_runs).
+        let control = ControlService::new(
+            self.env(0, "supervisor", Arc::clone(&self.shipped), Catalog::Base),
+            self.dispatcher(),
+            None,
+        );
+        let _ = control
+            .submit_run(&alice(), &self.plan.quiet_control.to_string())
+            .await;
         let quiet_until = self.clock.elapsed() + QUIET_BOUND;
         loop {
             sleep(Duration::from_millis(500)).await;
@@ -636,17 +872,24 @@ impl World {
     /// Restarts killed nodes and resumes paused ones whose time has come (all of them if `all`).
     fn wake_due_nodes(&self, all: bool) {
         let now = self.clock.elapsed();
-        let mut nodes = lock(&self.nodes);
-        for slot in nodes.iter_mut() {
-            let Some(id) = slot.id else { continue };
-            if slot.paused_until.is_some_and(|t| all || now >= t) {
-                slot.paused_until = None;
-                Handle::current().resume(id);
+        let mut resumed = Vec::new();
+        {
+            let mut nodes = lock(&self.nodes);
+            for (index, slot) in nodes.iter_mut().enumerate() {
+                let Some(id) = slot.id else { continue };
+                if slot.paused_until.is_some_and(|t| all || now >= t) {
+                    slot.paused_until = None;
+                    Handle::current().resume(id);
+                    resumed.push((index, format!("{}.{}", slot.name, slot.incarnation)));
+                }
+                if slot.down_until.is_some_and(|t| all || now >= t) {
+                    slot.down_until = None;
+                    Handle::current().restart(id);
+                }
             }
-            if slot.down_until.is_some_and(|t| all || now >= t) {
-                slot.down_until = None;
-                Handle::current().restart(id);
-            }
+        }
+        for (index, name) in resumed {
+            self.node_changed(index, &name, NodeChange::Resumed);
         }
     }
 }
@@ -672,10 +915,19 @@ pub async fn simulate(plan: Plan) -> Outcome {
         nodes: Mutex::new(Vec::new()),
         next_submission: AtomicUsize::new(0),
         faults: Mutex::new(FaultLog::default()),
-        shipped: Arc::new(catalog::ruleset_shipped()),
-        rollout: Arc::new(catalog::ruleset_rollout()),
+        shipped: Arc::new(catalog::ruleset_base(plan.profile)),
+        rollout: Arc::new(catalog::ruleset_rollout(plan.profile)),
         plan,
     });
+    {
+        let clock = world.clock.clone();
+        world.store.set_clock(Arc::new(move || clock.moment()));
+        world.observations().timeline.epoch_wall = EPOCH_MICROS;
+    }
+    // A store written by the previous build, when the plan says so (SPEC §17.1, §9.4).
+    for index in 0..world.plan.legacy_runs {
+        Arc::clone(&world).seed_legacy_run(index).await;
+    }
     {
         let mut nodes = lock(&world.nodes);
         for i in 0..world.plan.workers {
@@ -731,20 +983,30 @@ pub async fn simulate(plan: Plan) -> Outcome {
         }
     }
     let snapshot = world.store.snapshot();
-    let (commits, commit_violations, refused, started_after_cancel, early_step_records) = {
+    let end = world.clock.mono();
+    let (commits, commit_violations, log_findings) = {
         let mut log = world.store.log();
         (
             std::mem::take(&mut log.commits),
             std::mem::take(&mut log.violations),
-            std::mem::take(&mut log.refused),
-            std::mem::take(&mut log.started_after_cancel),
-            std::mem::take(&mut log.early_step_records),
+            (
+                std::mem::take(&mut log.refused),
+                std::mem::take(&mut log.started_after_cancel),
+                std::mem::take(&mut log.early_step_records),
+                std::mem::take(&mut log.unrecorded_step_rows),
+                std::mem::take(&mut log.early_parks),
+            ),
         )
     };
     let mut observations = std::mem::take(&mut *world.observations());
-    observations.refused_writes = refused;
-    observations.started_after_cancel = started_after_cancel;
-    observations.early_step_records = early_step_records;
+    (
+        observations.refused_writes,
+        observations.started_after_cancel,
+        observations.early_step_records,
+        observations.unrecorded_step_rows,
+        observations.early_parks,
+    ) = log_findings;
+    observations.timeline.end = end;
     let faults = std::mem::take(&mut *lock(&world.faults));
     Outcome {
         snapshot,
@@ -758,11 +1020,65 @@ pub async fn simulate(plan: Plan) -> Outcome {
     }
 }
 
-struct SimSpawner;
+/// Spawns a worker incarnation's executions, recording each as an [`ExecutionSpan`] (a slot of
+/// the worker's `concurrency`) from spawn until the task ends or dies with its node.
+struct SimSpawner {
+    world: Arc<World>,
+    incarnation: String,
+}
 
 impl Spawner for SimSpawner {
     fn spawn(&self, f: BoxFut<'static, ()>) {
-        madsim::task::spawn(f);
+        let world = Arc::clone(&self.world);
+        let start = world.clock.mono();
+        let index = {
+            let mut observations = world.observations();
+            observations.timeline.executions.push(ExecutionSpan {
+                incarnation: self.incarnation.clone(),
+                start,
+                end: None,
+            });
+            observations.timeline.executions.len() - 1
+        };
+        madsim::task::spawn(async move {
+            let _span = Ended {
+                world,
+                what: Span::Execution(index),
+            };
+            f.await;
+        });
+    }
+}
+
+/// Which record an [`Ended`] guard closes.
+enum Span {
+    Execution(usize),
+    Planner(usize),
+    Tool(usize),
+}
+
+/// Closes a record of the timeline when the work it follows ends in any way: it returns, times
+/// out (its future is dropped), panics, or dies with its node.
+struct Ended {
+    world: Arc<World>,
+    what: Span,
+}
+
+impl Drop for Ended {
+    fn drop(&mut self) {
+        let at = self.world.clock.mono();
+        let mut observations = self.world.observations();
+        let timeline = &mut observations.timeline;
+        let end = match self.what {
+            Span::Execution(i) => timeline.executions.get_mut(i).map(|e| &mut e.end),
+            Span::Planner(i) => timeline.planner_turns.get_mut(i).map(|e| &mut e.end),
+            Span::Tool(i) => timeline.tool_bodies.get_mut(i).map(|e| &mut e.end),
+        };
+        if let Some(end) = end
+            && end.is_none()
+        {
+            *end = Some(at);
+        }
     }
 }
 
@@ -806,23 +1122,43 @@ impl FaultHook for SimFaults {
     }
 }
 
+/// The fault hook of a process that is not simulated (the previous build's): it never stops.
+struct NoFaults;
+
+impl FaultHook for NoFaults {
+    fn reached(&self, _point: CrashPoint) -> BoxFut<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
 struct SimPlanners {
     world: Arc<World>,
+    incarnation: String,
 }
 
 impl PlannerFactory for SimPlanners {
     fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        let final_message = serde_json::from_str::<Value>(&run.planner_input)
+            .ok()
+            .and_then(|v| v["final_message"].as_str().map(str::to_owned))
+            .unwrap_or_default();
         Ok(Arc::new(SimPlanner {
             inner: ScriptedPlannerFactory.for_run(run)?,
             world: Arc::clone(&self.world),
+            incarnation: self.incarnation.clone(),
+            fault: self.world.plan.planner_fault(&final_message),
         }))
     }
 }
 
-/// Core's scripted planner behind a simulated thinking time.
+/// Core's scripted planner behind a simulated thinking time (now and then seconds long, as a
+/// language model's), failing on purpose at the step the plan gives it (SPEC §8.3
+/// `planner_error`).
 struct SimPlanner {
     inner: Arc<dyn Planner>,
     world: Arc<World>,
+    incarnation: String,
+    fault: Option<crate::plan::PlannerFault>,
 }
 
 impl Planner for SimPlanner {
@@ -851,10 +1187,62 @@ impl Planner for SimPlanner {
             if let Some(mismatch) = self.world.store.history_mismatch(&input) {
                 self.world.observations().history_mismatches.push(mismatch);
             }
-            let think_ms = self.world.draw(|r| r.range(1, 300));
+            let world = &self.world;
+            let think_ms = world.draw(|r| {
+                if r.chance(world.plan.slow_planner) {
+                    r.range(1_000, 5_000)
+                } else {
+                    r.range(1, 300)
+                }
+            });
+            let start = world.clock.mono();
+            let index = {
+                let mut observations = world.observations();
+                observations.timeline.planner_turns.push(WorkItem {
+                    run: input.run.id,
+                    epoch: Some(input.run.lease_epoch),
+                    incarnation: self.incarnation.clone(),
+                    key: None,
+                    start,
+                    end: None,
+                });
+                observations.timeline.planner_turns.len() - 1
+            };
+            let _turn = Ended {
+                world: Arc::clone(world),
+                what: Span::Planner(index),
+            };
             sleep(Duration::from_millis(think_ms)).await;
-            self.inner.next_turn(input).await
+            let step = input.step;
+            let turn = self.inner.next_turn(input).await;
+            match self.fault.filter(|f| f.step == step) {
+                None => turn,
+                Some(fault) => Ok(match fault.kind {
+                    PlannerFaultKind::Error => {
+                        return Err(PlannerError("simulated: the model provider failed".into()));
+                    }
+                    PlannerFaultKind::NoCalls => PlannerTurn::Calls(Vec::new()),
+                    PlannerFaultKind::DuplicateCallId => PlannerTurn::Calls(vec![
+                        faulty_call("dup", TrustLevel::User),
+                        faulty_call("dup", TrustLevel::User),
+                    ]),
+                    PlannerFaultKind::PlatformTrust => {
+                        PlannerTurn::Calls(vec![faulty_call("p1", TrustLevel::Platform)])
+                    }
+                }),
+            }
         })
+    }
+}
+
+/// A call of an invalid turn (SPEC §8.3): a lookup whose text is labelled `trust`.
+fn faulty_call(call_id: &str, trust: TrustLevel) -> airlock_core::ports::ProposedCall {
+    airlock_core::ports::ProposedCall {
+        call_id: call_id.to_owned(),
+        tool: "sim.lookup".to_owned(),
+        version: None,
+        arguments: json!({"text": "faulty"}),
+        argument_trust: [("text".to_owned(), trust)].into(),
     }
 }
 
@@ -988,11 +1376,28 @@ impl Tool for SimTool {
                 transaction_open: world.store.transaction_open(),
                 started: world.store.started(ctx.idempotency_key),
             };
-            world.observations().entries.push(crate::checks::Entry {
-                key: ctx.idempotency_key.to_owned(),
-                idempotency: self.spec.idempotency,
-                replay: ctx.replay,
-            });
+            let index = {
+                let mut observations = world.observations();
+                observations.entries.push(crate::checks::Entry {
+                    key: ctx.idempotency_key.to_owned(),
+                    idempotency: self.spec.idempotency,
+                    replay: ctx.replay,
+                });
+                let start = world.clock.mono();
+                observations.timeline.tool_bodies.push(WorkItem {
+                    run: ctx.run_id,
+                    epoch: None,
+                    incarnation: self.incarnation.clone(),
+                    key: Some(ctx.idempotency_key.to_owned()),
+                    start,
+                    end: None,
+                });
+                observations.timeline.tool_bodies.len() - 1
+            };
+            let _body = Ended {
+                world: Arc::clone(world),
+                what: Span::Tool(index),
+            };
             let chaos = world.chaos();
             let plan = &world.plan;
             let (request_ms, response_ms, fail, crash_after, panic_after, odd) = world.draw(|r| {

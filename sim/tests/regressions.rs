@@ -48,3 +48,41 @@ fn a_seed_replays_to_the_same_trace() {
     assert_eq!(first.trace_hash, second.trace_hash);
     assert!(first.runs > 0 && first.calls > 0, "the seed did some work");
 }
+
+/// The new kinds of world (control runs, rolling catalogs, the previous build's store, parked
+/// parallel batches, planner faults, session reuse, `resume_run`, cancels under a live or dead
+/// holder) come up in a short sweep, so their checks are asserted rather than vacuous.
+#[test]
+fn a_short_sweep_asserts_the_conditional_checks() {
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for seed in 1..=40 {
+        let report = run_seed(seed);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed}: {:#?}",
+            report.violations
+        );
+        for (key, n) in report.outcomes {
+            *counts.entry(key).or_default() += n;
+        }
+    }
+    for key in [
+        "check.control_run_completed",
+        "check.gone_tool_recovered_per_9_4",
+        "check.pin_refused_iff_unresolvable",
+        "check.revalidation_changed_iff_identity_changed",
+        "check.planner_fault_fails_the_run",
+        "check.session_submit_answer",
+        "check.resume_run_answer",
+        "check.inv33_nothing_new_once_known",
+        "check.inv33_live_bound",
+        "check.inv33_reclaim_bound",
+        "park.parallel",
+        "code.policy.revalidation.changed",
+    ] {
+        assert!(
+            counts.get(key).copied().unwrap_or(0) > 0,
+            "{key} never came up: {counts:#?}"
+        );
+    }
+}

@@ -724,9 +724,16 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         } = self.proposal(site, prepared, action, decision, now);
         let id = row.id;
         let actor = worker_actor(site);
+        #[cfg(feature = "mutants")]
+        let ledger = site.ledger.filter(|_| {
+            !(crate::testing::mutants::pending_after_first_call()
+                && row.status == InvocationStatus::Authorized)
+        });
+        #[cfg(not(feature = "mutants"))]
+        let ledger = site.ledger;
         self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
-            if let Some(ledger) = site.ledger {
+            if let Some(ledger) = ledger {
                 ledger.stage_opening(tx, now)?;
             }
             tx.insert_invocation(&row)?;
@@ -1215,7 +1222,12 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                                 return Ok(Proposed::Row(Box::new(next)));
                             }
                             let current = tx.run(site.run.id)?.ok_or(TxError::NotFound)?;
-                            self.start_or_halt(tx, site, &current, &next, &actor, now)
+                            let started = self.start_or_halt(tx, site, &current, &next, &actor, now)?;
+                            #[cfg(feature = "mutants")]
+                            if let Proposed::Row(_) = &started {
+                                crate::testing::mutants::uncount_revalidated_start(tx, site.run.id, now)?;
+                            }
+                            Ok(started)
                         }
                         Revalidation::Denied { reason_code } => {
                             tx.append_event(&NewEvent {

@@ -208,6 +208,15 @@ impl<'a> StepLedger<'a> {
     /// if the step has not written it yet. Idempotent within one transaction.
     pub fn stage_opening(&self, tx: &mut dyn StoreTx, now: Timestamp) -> Result<(), TxError> {
         let mut inner = self.lock();
+        self.stage_opening_locked(&mut inner, tx, now)
+    }
+
+    fn stage_opening_locked(
+        &self,
+        inner: &mut LedgerState,
+        tx: &mut dyn StoreTx,
+        now: Timestamp,
+    ) -> Result<(), TxError> {
         let Some(batch) = inner.unwritten_pending.clone() else {
             return Ok(());
         };
@@ -218,7 +227,7 @@ impl<'a> StepLedger<'a> {
         let mut next_run = current.clone();
         next_run.step_count = batch.step;
         update_fields(tx, &current, next_run, now)?;
-        let mut position = Self::current(&inner);
+        let mut position = Self::current(inner);
         position.state.pending = Some(batch);
         position.version = position.version.saturating_add(1);
         checkpoint(
@@ -282,6 +291,11 @@ impl<'a> StepLedger<'a> {
     ) -> Result<(), TxError> {
         if inner.staged.as_ref().is_some_and(|(_, f)| f.batch) {
             return Ok(());
+        }
+        // The mutant's deferred PENDING follows at the latest with the step's BATCH.
+        #[cfg(feature = "mutants")]
+        if crate::testing::mutants::pending_after_first_call() {
+            self.stage_opening_locked(inner, tx, now)?;
         }
         let mut position = Self::current(inner);
         let (state, record) = close_step(self.run, &position.state, batch, results, now);

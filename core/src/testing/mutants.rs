@@ -21,6 +21,9 @@
 //! | `replan_pending_step` | executor resume | §8.3: a resumed execution ignores its checkpointed batch and asks the planner for that step again |
 //! | `start_before_observation` | pipeline folded START | §17.1 F2, §8.5 point 3: the folded PROPOSE·START commits START without reading the observation point (a cancel committed earlier is ignored) |
 //! | `batch_before_last_finish` | pipeline folded START | §17.1 F4: the step's BATCH commits with the last call's START, ahead of its FINISH, recording a result the call does not have yet |
+//! | `pending_after_first_call` | pipeline folded PROPOSE·START, `StepLedger` BATCH | §17.1 F1: a step whose first call is an `allow` commits that call's PROPOSE·START without the step's PENDING, which the step's next transaction writes (a row of step k exists before step k is recorded) |
+//! | `revalidate_start_uncounted` | pipeline REVALIDATE | §17.1 F3, #17: the START folded into REVALIDATE leaves `tool_call_count` unchanged (an approved call escapes the tool-call budget) |
+//! | `ignore_heartbeat_cancel` | worker heartbeat | #33, §8.2: a heartbeat that reads `cancel_requested_at` does not cancel the token, so the run goes on until a row read (START, PARK) happens to see the request |
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,7 +40,7 @@ use crate::time::Timestamp;
 use crate::vocab::{ApprovalResolution, ApprovalStatus};
 
 /// Every planted bug, by name.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 14] = [
     "skip_watermark",
     "replay_uncertain",
     "second_resolution_wins",
@@ -49,6 +52,9 @@ pub const NAMES: [&str; 11] = [
     "replan_pending_step",
     "start_before_observation",
     "batch_before_last_finish",
+    "pending_after_first_call",
+    "revalidate_start_uncounted",
+    "ignore_heartbeat_cancel",
 ];
 
 /// 0: none; `i + 1`: `NAMES[i]`.
@@ -223,4 +229,33 @@ pub fn provisional_result(row: &Invocation) -> crate::invocation::pipeline::Call
         reason_code: outcome.reason_code.clone(),
         arguments_hash: row.effective_arguments_hash.clone(),
     }
+}
+
+/// `pending_after_first_call`: whether an allowed call's PROPOSE·START leaves the step's
+/// PENDING out (the step's next transaction writes it; BATCH at the latest). Calls that park,
+/// are denied or refused still carry it, so a parked step is always recorded.
+pub fn pending_after_first_call() -> bool {
+    active("pending_after_first_call")
+}
+
+/// `revalidate_start_uncounted`: gives back the `tool_call_count` increment of the START that
+/// REVALIDATE just folded in, inside the same transaction.
+pub fn uncount_revalidated_start(
+    tx: &mut dyn crate::store::StoreTx,
+    run: RunId,
+    now: Timestamp,
+) -> Result<(), crate::store::TxError> {
+    if !active("revalidate_start_uncounted") {
+        return Ok(());
+    }
+    let current = tx.run(run)?.ok_or(crate::store::TxError::NotFound)?;
+    let mut next = current.clone();
+    next.tool_call_count = next.tool_call_count.saturating_sub(1);
+    crate::run::state::update_fields(tx, &current, next, now)?;
+    Ok(())
+}
+
+/// `ignore_heartbeat_cancel`: whether a heartbeat's cancel report is dropped.
+pub fn ignore_heartbeat_cancel() -> bool {
+    active("ignore_heartbeat_cancel")
 }

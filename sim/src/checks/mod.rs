@@ -1,7 +1,14 @@
 //! The simulator's checkers (SPEC §16, rules marked S): core's snapshot checker
 //! (`testing::invariants::check`) plus the rules that need what only the simulator observed —
-//! commit boundaries, the approver's answers, the ground truth of effects and workspaces, and
-//! the state after the quiet phase. Each violation names its rule (`inv_28_…`).
+//! commit boundaries, the approver's answers, the ground truth of effects and workspaces, time
+//! (the cancel bound of #33), the processes' tool catalogs, and the state after the quiet
+//! phase. Each violation names its rule (`inv_28_…`).
+
+mod batches;
+mod catalog;
+mod latency;
+mod lease;
+mod runs;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,6 +22,10 @@ use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus, ResolveState,
     RunStatus, TrustLevel,
 };
+
+use crate::plan::Plan;
+use crate::store::CommitRecord;
+use crate::timeline::Timeline;
 
 /// One answer the approver got from `resolve`.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +90,12 @@ pub struct Observations {
     pub started_after_cancel: Vec<String>,
     /// Step records committed before a call they refer to had ended (see `CommitLog`).
     pub early_step_records: Vec<String>,
+    /// Rows or refusals of a step committed before the step's batch (see `CommitLog`).
+    pub unrecorded_step_rows: Vec<String>,
+    /// PARKs committed before their batch had settled (see `CommitLog`).
+    pub early_parks: Vec<String>,
+    /// What happened over time, beside the store.
+    pub timeline: Timeline,
 }
 
 /// What the world looked like when the quiet phase ended.
@@ -88,16 +105,32 @@ pub struct QuietEnd {
     pub settled: bool,
 }
 
-/// Every check, in rule order.
+/// Everything a world left for its checks.
+pub struct World<'a> {
+    pub plan: &'a Plan,
+    pub snapshot: &'a MemSnapshot,
+    pub commits: &'a [CommitRecord],
+    pub observations: &'a Observations,
+}
+
+/// Every check, in rule order, with how often the conditional ones found their premises and
+/// were asserted (`check.…` counts, reported beside a sweep's outcomes).
 pub fn check_world(
+    plan: &Plan,
     snapshot: &MemSnapshot,
-    commits: &[Vec<Event>],
+    commits: &[CommitRecord],
     commit_violations: &[String],
     observations: &Observations,
     quiet: QuietEnd,
-    max_attempts: u32,
-) -> Vec<Violation> {
-    let mut out = check(snapshot, &observations.effects, max_attempts);
+) -> (Vec<Violation>, BTreeMap<String, u64>) {
+    let world = World {
+        plan,
+        snapshot,
+        commits,
+        observations,
+    };
+    let mut asserted: BTreeMap<String, u64> = BTreeMap::new();
+    let mut out = check(snapshot, &observations.effects, plan.max_attempts);
     let mut fail = |invariant: &'static str, detail: String| {
         out.push(Violation { invariant, detail });
     };
@@ -119,7 +152,7 @@ pub fn check_world(
     for detail in approver_answers(snapshot, &observations.resolves) {
         fail("inv_22_one_resolution_per_approval", detail);
     }
-    for detail in fenced_workers_commit_nothing(commits) {
+    for detail in lease::fenced_workers_commit_nothing(commits) {
         fail("inv_28_fenced_worker_commits_nothing", detail);
     }
     for detail in cancel_closes_no_running_call(commits) {
@@ -155,10 +188,31 @@ pub fn check_world(
             detail.clone(),
         );
     }
+    for detail in &observations.unrecorded_step_rows {
+        fail("a_step_is_recorded_before_its_calls", detail.clone());
+    }
+    for detail in &observations.early_parks {
+        fail("inv_36_a_batch_parks_after_it_settles", detail.clone());
+    }
+    for detail in batches::sequential_batches_in_order(&world) {
+        fail("inv_36_sequential_calls_in_planner_order", detail);
+    }
+    for detail in batches::parallel_groups_kept(&world) {
+        fail("inv_36_a_resumed_batch_keeps_its_group", detail);
+    }
+    for (invariant, detail) in catalog::pins_and_gone_tools(&world, &mut asserted) {
+        fail(invariant, detail);
+    }
+    for detail in latency::cancel_latency(&world, &mut asserted) {
+        fail("inv_33_cancel_latency", detail);
+    }
+    for (invariant, detail) in runs::run_outcomes(&world, &mut asserted) {
+        fail(invariant, detail);
+    }
     for (invariant, detail) in liveness(snapshot, quiet) {
         fail(invariant, detail);
     }
-    out
+    (out, asserted)
 }
 
 /// #13 / G4 for `conditionally_idempotent` tools: every request after the first for one key is
@@ -193,14 +247,7 @@ fn replays_land_once(o: &Observations) -> Vec<String> {
     failures
 }
 
-/// The run whose lease an event of a worker is about (`run.*` events and everything else).
-fn worker_of(event: &Event) -> Option<&str> {
-    (event.actor.actor_type.as_str() == "worker")
-        .then_some(event.actor.actor_id.as_deref())
-        .flatten()
-}
-
-fn run_state_after(event: &Event) -> Option<RunStatus> {
+pub(crate) fn run_state_after(event: &Event) -> Option<RunStatus> {
     match event.event_type {
         EventType::RunQueued | EventType::RunRequeued => Some(RunStatus::Queued),
         EventType::RunStarted => Some(RunStatus::Running),
@@ -212,56 +259,12 @@ fn run_state_after(event: &Event) -> Option<RunStatus> {
     }
 }
 
-/// #28: every commit a worker makes about a run is made while that worker holds the run's
-/// lease (or is the CLAIM that takes it). Replays the lease owner from `run.*` events.
-fn fenced_workers_commit_nothing(commits: &[Vec<Event>]) -> Vec<String> {
-    let mut owner: BTreeMap<RunId, String> = BTreeMap::new();
-    let mut failures = Vec::new();
-    for (n, commit) in commits.iter().enumerate() {
-        let claims: BTreeSet<(RunId, &str)> = commit
-            .iter()
-            .filter(|e| e.event_type == EventType::RunStarted)
-            .filter_map(|e| Some((e.run_id?, e.payload["worker_id"].as_str()?)))
-            .collect();
-        let mut reported = BTreeSet::new();
-        for event in commit {
-            let (Some(run), Some(worker)) = (event.run_id, worker_of(event)) else {
-                continue;
-            };
-            let holds = owner.get(&run).map(String::as_str) == Some(worker)
-                || claims.contains(&(run, worker));
-            if !holds && reported.insert((run, worker)) {
-                failures.push(format!(
-                    "commit {n}: worker {worker} wrote {} for run {run} without holding its lease (holder {:?})",
-                    event.event_type,
-                    owner.get(&run)
-                ));
-            }
-        }
-        for event in commit {
-            let Some(run) = event.run_id else { continue };
-            match event.event_type {
-                EventType::RunStarted => {
-                    if let Some(worker) = event.payload["worker_id"].as_str() {
-                        owner.insert(run, worker.to_owned());
-                    }
-                }
-                _ if run_state_after(event).is_some() => {
-                    owner.remove(&run);
-                }
-                _ => {}
-            }
-        }
-    }
-    failures
-}
-
 /// #20, by commit: the commit that parks announces each of its approvals, unless an earlier
 /// commit already did.
-fn park_commits_announce(commits: &[Vec<Event>]) -> Vec<String> {
+fn park_commits_announce(commits: &[CommitRecord]) -> Vec<String> {
     let mut announced: BTreeSet<String> = BTreeSet::new();
     let mut failures = Vec::new();
-    for (n, commit) in commits.iter().enumerate() {
+    for (n, commit) in commits.iter().map(|c| &c.events).enumerate() {
         for event in commit
             .iter()
             .filter(|e| e.event_type == EventType::ApprovalRequested)
@@ -293,10 +296,10 @@ fn park_commits_announce(commits: &[Vec<Event>]) -> Vec<String> {
 }
 
 /// #21: a waiting run is never reclaimed (no `lease_expired` requeue leaves WAITING).
-fn waiting_runs_never_reclaimed(commits: &[Vec<Event>]) -> Vec<String> {
+fn waiting_runs_never_reclaimed(commits: &[CommitRecord]) -> Vec<String> {
     let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
     let mut failures = Vec::new();
-    for event in commits.iter().flatten() {
+    for event in commits.iter().flat_map(|c| &c.events) {
         let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) else {
             continue;
         };
@@ -366,9 +369,9 @@ fn approver_answers(snapshot: &MemSnapshot, resolves: &[ResolveRecord]) -> Vec<S
 /// terminal sweep closes only AUTHORIZED and WAITING rows (DENIED) when it cancels; a RUNNING
 /// row would end `tool.call.uncertain` or `tool.call.failed` (`tool.interrupted`), whether or
 /// not it had a watermark, and either would mean an effect abandoned by the cancel.
-fn cancel_closes_no_running_call(commits: &[Vec<Event>]) -> Vec<String> {
+fn cancel_closes_no_running_call(commits: &[CommitRecord]) -> Vec<String> {
     let mut failures = Vec::new();
-    for (n, commit) in commits.iter().enumerate() {
+    for (n, commit) in commits.iter().map(|c| &c.events).enumerate() {
         for cancelled in commit
             .iter()
             .filter(|e| e.event_type == EventType::RunCancelled)
@@ -392,11 +395,11 @@ fn cancel_closes_no_running_call(commits: &[Vec<Event>]) -> Vec<String> {
 
 /// #32: cancelling a parked run closes its pending approvals (`cancelled`) and their calls
 /// (`DENIED tool.run_cancelled`) in the commit that cancels the run.
-fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[Vec<Event>]) -> Vec<String> {
+fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[CommitRecord]) -> Vec<String> {
     let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
     let mut closed: BTreeSet<String> = BTreeSet::new();
     let mut failures = Vec::new();
-    for (n, commit) in commits.iter().enumerate() {
+    for (n, commit) in commits.iter().map(|c| &c.events).enumerate() {
         for event in commit {
             let Some(run) = event.run_id else { continue };
             if event.event_type == EventType::RunCancelled
@@ -492,8 +495,8 @@ fn provenance(snapshot: &MemSnapshot, o: &Observations) -> Vec<String> {
 
 /// #40: events are never updated or deleted — the final log is exactly what the commits
 /// appended, in commit order.
-fn events_append_only(snapshot: &MemSnapshot, commits: &[Vec<Event>]) -> Vec<String> {
-    let appended: Vec<&Event> = commits.iter().flatten().collect();
+fn events_append_only(snapshot: &MemSnapshot, commits: &[CommitRecord]) -> Vec<String> {
+    let appended: Vec<&Event> = commits.iter().flat_map(|c| &c.events).collect();
     if appended.len() != snapshot.events.len() {
         return vec![format!(
             "{} events were appended but {} are stored",
@@ -613,6 +616,17 @@ mod tests {
         RunId(uuid::Uuid::from_u128(7))
     }
 
+    fn commit(events: Vec<Event>) -> CommitRecord {
+        CommitRecord {
+            seq: 0,
+            at: crate::store::Moment::default(),
+            events,
+            guards: Vec::new(),
+            heartbeats: Vec::new(),
+            runs: Vec::new(),
+        }
+    }
+
     #[test]
     fn a_cancel_that_closes_a_running_call_is_caught() {
         let w1 = Actor::worker("w1.1");
@@ -624,7 +638,9 @@ mod tests {
             json!({"reason_code": "tool.run_cancelled"}),
         );
         let cancelled = event(2, run(), EventType::RunCancelled, w1.clone(), json!({}));
-        assert!(cancel_closes_no_running_call(&[vec![denied, cancelled.clone()]]).is_empty());
+        assert!(
+            cancel_closes_no_running_call(&[commit(vec![denied, cancelled.clone()])]).is_empty()
+        );
         let interrupted = event(
             3,
             run(),
@@ -633,39 +649,29 @@ mod tests {
             json!({"reason_code": "tool.interrupted"}),
         );
         assert_eq!(
-            cancel_closes_no_running_call(&[vec![interrupted, cancelled]]).len(),
+            cancel_closes_no_running_call(&[commit(vec![interrupted, cancelled])]).len(),
             1
         );
     }
 
     #[test]
-    fn a_commit_by_a_worker_without_the_lease_is_caught() {
+    fn a_waiting_run_that_is_reclaimed_is_caught() {
         let w1 = Actor::worker("w1.1");
-        let claim = vec![event(
+        let park = commit(vec![event(
             1,
             run(),
-            EventType::RunStarted,
-            w1.clone(),
-            json!({"worker_id": "w1.1", "lease_epoch": 1}),
-        )];
-        let reclaim = vec![event(
+            EventType::RunWaitingForApproval,
+            w1,
+            json!({"approval_ids": []}),
+        )]);
+        let reclaim = commit(vec![event(
             2,
             run(),
             EventType::RunRequeued,
             Actor::maintenance(),
             json!({"reason": "lease_expired"}),
-        )];
-        let zombie = vec![event(
-            3,
-            run(),
-            EventType::RunCheckpointed,
-            w1.clone(),
-            json!({}),
-        )];
-        assert!(fenced_workers_commit_nothing(&[claim.clone(), zombie.clone()]).is_empty());
-        let found = fenced_workers_commit_nothing(&[claim.clone(), reclaim.clone(), zombie]);
-        assert_eq!(found.len(), 1, "{found:?}");
-        assert!(waiting_runs_never_reclaimed(&[claim, reclaim]).is_empty());
+        )]);
+        assert_eq!(waiting_runs_never_reclaimed(&[park, reclaim]).len(), 1);
     }
 
     #[test]
@@ -685,9 +691,9 @@ mod tests {
             w,
             json!({"approval_id": "a1"}),
         );
-        assert!(park_commits_announce(&[vec![park.clone(), announce.clone()]]).is_empty());
+        assert!(park_commits_announce(&[commit(vec![park.clone(), announce.clone()])]).is_empty());
         assert_eq!(
-            park_commits_announce(&[vec![park], vec![announce]]).len(),
+            park_commits_announce(&[commit(vec![park]), commit(vec![announce])]).len(),
             1
         );
     }
