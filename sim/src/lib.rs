@@ -16,6 +16,8 @@ pub mod store;
 pub mod trace;
 
 #[cfg(madsim)]
+pub mod connections;
+#[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]
 pub mod world;
