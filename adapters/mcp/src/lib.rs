@@ -14,3 +14,4 @@ pub mod serve;
 pub mod server;
 pub mod tls;
 pub mod upstream;
+pub mod fuzzing;
