@@ -175,9 +175,24 @@ async fn maintain<S: Store + 'static>(worker: Arc<Worker<S>>, control: ControlSe
 /// Serves one client over stdio until it goes; see the module docs.
 pub async fn serve_stdio<S: Store + 'static>(
     config: GatewayConfig,
-    mut env: Env<S>,
+    env: Env<S>,
     settings: WorkerSettings,
 ) -> Result<(), ServeError> {
+    serve_on(config, env, settings, rmcp::transport::stdio()).await
+}
+
+/// [`serve_stdio`] over any byte transport (a benchmark's in-memory pipe, say).
+pub async fn serve_on<S, T, E, A>(
+    config: GatewayConfig,
+    mut env: Env<S>,
+    settings: WorkerSettings,
+    transport: T,
+) -> Result<(), ServeError>
+where
+    S: Store + 'static,
+    T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let gateway = start_gateway(config.clone(), &env, &settings.worker_id).await;
     let planners = LivePlanners::new(Arc::clone(&env.store));
     env.planners = Arc::clone(&planners) as Arc<dyn PlannerFactory>;
@@ -213,7 +228,7 @@ pub async fn serve_stdio<S: Store + 'static>(
         principal: elicitation_principal(&config),
     });
     let session = ClientSession::new(Arc::clone(&gateway), Arc::clone(&live), elicitation);
-    let served = session.serve(rmcp::transport::stdio()).await;
+    let served = session.serve(transport).await;
     let result = match served {
         Ok(service) => {
             // A 2025-11-25 client hears of list changes as plain notifications.
