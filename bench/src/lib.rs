@@ -41,10 +41,23 @@ pub struct Case {
     pub expected_reason: String,
 }
 
+/// `shared/conformance/policy-v2-cases.jsonl`: the hardline v2 payload sample (SPEC §21.5).
+pub fn v2_cases_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/conformance/policy-v2-cases.jsonl")
+}
+
+/// The hardline file as SPEC §7.3 lists it for v1, kept by core's tests.
+pub const HARDLINE_V1: &[u8] = include_bytes!("../../core/tests/data/hardline-v1.toml");
+
 /// Reads every case of the conformance file. Panics, naming the file, if it is missing or any
 /// line does not parse: the benchmark must never run on a silently shrunken mix.
 pub fn load_cases() -> Vec<Case> {
-    let path = cases_path();
+    load_cases_from(cases_path())
+}
+
+/// [`load_cases`] for any file of the same format.
+pub fn load_cases_from(path: PathBuf) -> Vec<Case> {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "cannot read the conformance mix {}: {e} (the bench needs shared/ beside the repository)",
@@ -85,7 +98,7 @@ fn parse_case(line: &str) -> Result<Case, String> {
     })
 }
 
-/// Results of the four content-inspecting hardline matchers for one action, ignoring
+/// Results of the eight content-inspecting hardline matchers for one action, ignoring
 /// `applies_to` (the Cedar policies check that). This is the work Cedar cannot be asked to do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ContentFlags {
@@ -93,6 +106,10 @@ pub struct ContentFlags {
     pub protected_host_path: bool,
     pub metadata_egress: bool,
     pub credential_to_egress: bool,
+    pub protected_host_path_exec_net: bool,
+    pub protected_url_path: bool,
+    pub metadata_egress_exec: bool,
+    pub credential_to_egress_more: bool,
 }
 
 /// The shipped content-inspecting hardline rules, widened to apply to every side effect so that
@@ -116,6 +133,10 @@ impl ContentMatchers {
                             | "protected_host_path"
                             | "metadata_egress"
                             | "credential_to_egress"
+                            | "protected_host_path_exec_net"
+                            | "protected_url_path"
+                            | "metadata_egress_exec"
+                            | "credential_to_egress_more"
                     ),
                     "hardline rule {} has no Cedar counterpart in cedar/airlock.cedar",
                     rule.id
@@ -136,7 +157,11 @@ impl ContentMatchers {
                 "destructive_root_delete" => flags.destructive_root_delete = hit,
                 "protected_host_path" => flags.protected_host_path = hit,
                 "metadata_egress" => flags.metadata_egress = hit,
-                _ => flags.credential_to_egress = hit,
+                "credential_to_egress" => flags.credential_to_egress = hit,
+                "protected_host_path_exec_net" => flags.protected_host_path_exec_net = hit,
+                "protected_url_path" => flags.protected_url_path = hit,
+                "metadata_egress_exec" => flags.metadata_egress_exec = hit,
+                _ => flags.credential_to_egress_more = hit,
             }
         }
         flags
@@ -313,6 +338,22 @@ impl CedarEngine {
                     (
                         "credential_to_egress".to_owned(),
                         RestrictedExpression::new_bool(content.credential_to_egress),
+                    ),
+                    (
+                        "protected_host_path_exec_net".to_owned(),
+                        RestrictedExpression::new_bool(content.protected_host_path_exec_net),
+                    ),
+                    (
+                        "protected_url_path".to_owned(),
+                        RestrictedExpression::new_bool(content.protected_url_path),
+                    ),
+                    (
+                        "metadata_egress_exec".to_owned(),
+                        RestrictedExpression::new_bool(content.metadata_egress_exec),
+                    ),
+                    (
+                        "credential_to_egress_more".to_owned(),
+                        RestrictedExpression::new_bool(content.credential_to_egress_more),
                     ),
                 ]),
             ),

@@ -46,6 +46,29 @@ pub fn policy_eval(data: &[u8]) {
     );
 }
 
+/// `hardline_readings`: arbitrary bytes (read as UTF-8, invalid sequences replaced) through the
+/// v2 readings of SPEC §21.2–§21.3. Nothing may panic, the readings are deterministic, and the
+/// URL reading's pre-filter skips only candidates that give nothing.
+pub fn hardline_readings(data: &[u8]) {
+    use crate::policy::hardline::{is_credential_shaped, shell, url};
+    let text = String::from_utf8_lossy(data);
+    let filtered = url::read_urls(&text, true);
+    assert_eq!(
+        filtered,
+        url::read_urls(&text, false),
+        "§21.1: the URL pre-filter skips only what cannot match"
+    );
+    let reading = shell::read_shell(&text);
+    assert_eq!(
+        reading,
+        shell::read_shell(&text),
+        "the shell reading is deterministic"
+    );
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let _ = shell::read_argv(&words);
+    let _ = is_credential_shaped(&text);
+}
+
 fn shipped_ruleset() -> Option<&'static Ruleset> {
     static SHIPPED: std::sync::OnceLock<Option<Ruleset>> = std::sync::OnceLock::new();
     SHIPPED.get_or_init(|| Ruleset::shipped().ok()).as_ref()

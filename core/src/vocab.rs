@@ -155,6 +155,7 @@ wire_enum! {
         SideEffect = "side_effect",
         CommandRegex = "command_regex",
         ProtectedPath = "protected_path",
+        ProtectedUrlPath = "protected_url_path",
         NetworkRange = "network_range",
         TrustFlow = "trust_flow",
     }

@@ -49,6 +49,14 @@ fn policy_eval_corpus_replays_clean() {
 }
 
 #[test]
+fn hardline_readings_corpus_replays_clean() {
+    replay(
+        "hardline_readings",
+        airlock_core::fuzzing::hardline_readings,
+    );
+}
+
+#[test]
 fn ws_path_corpus_replays_clean() {
     replay("ws_path", airlock_core::fuzzing::ws_path);
 }

@@ -556,7 +556,11 @@ fn side_effect_rules_deny_their_class_whatever_the_arguments() {
 #[test]
 fn no_shipped_rule_matches_its_own_near_miss() {
     let ruleset = shipped();
-    assert_eq!(ruleset.hardline.len(), 7, "the shipped file has 7 rules");
+    assert_eq!(
+        ruleset.hardline.len(),
+        11,
+        "the shipped file has 7 v1 rules and the 4 SPEC §21.4 appends"
+    );
     for rule in &ruleset.hardline {
         assert!(
             !rule.matches_own_near_miss(),
@@ -611,6 +615,13 @@ fn shipped_near_misses_are_the_documented_ones() {
             (
                 "credential_to_egress",
                 "send the name of a credential reference"
+            ),
+            ("protected_host_path_exec_net", "cat ./.env.example"),
+            ("protected_url_path", "file:///workspace/.env.example"),
+            ("metadata_egress_exec", "curl -s https://example.com/status"),
+            (
+                "credential_to_egress_more",
+                "https://example.com/search?q=password+reset+help"
             ),
         ]
     );

@@ -1,6 +1,6 @@
 //! Loader strictness (SPEC §7.4, §16 #6): each row of the table rejects a shipped file broken in
 //! exactly that way, with its `PolicyLoadError` variant and its message; the shipped files load as
-//! `default@9f2e26918d43+hce0d2844` with 22 rules, and any other profile bytes are another version.
+//! `default@9f2e26918d43+h3997d343` with 26 rules, and any other profile bytes are another version.
 
 use airlock_core::policy::shipped::{DEFAULT_PROFILE, HARDLINE, SHIPPED_VERSION};
 use airlock_core::policy::{PolicyFile, PolicyLoadError, Ruleset};
@@ -22,6 +22,43 @@ fn edit(text: &str, old: &str, new: &str) -> String {
         "the edit target {old:?} must occur exactly once"
     );
     text.replacen(old, new, 1)
+}
+
+/// Replaces the one occurrence of `old` inside the `[[rules]]` entry whose id is `rule_id` (the
+/// appended rules of SPEC §21.4 repeat the v1 rules' lists, so a bare edit would be ambiguous).
+fn edit_rule(text: &str, rule_id: &str, old: &str, new: &str) -> String {
+    let id_line = format!("id = \"{rule_id}\"\n");
+    let at = text.find(&id_line).expect("the rule exists");
+    let start = text[..at]
+        .rfind("[[rules]]")
+        .expect("the rule has a header");
+    let end = text[at..].find("[[rules]]").map_or(text.len(), |e| at + e);
+    format!(
+        "{}{}{}",
+        &text[..start],
+        edit(&text[start..end], old, new),
+        &text[end..]
+    )
+}
+
+/// An edit inside one hardline rule, loaded beside the shipped profile.
+fn hardline_rule_edit(rule_id: &str, old: &str, new: &str) -> PolicyLoadError {
+    let hardline = edit_rule(&shipped_hardline(), rule_id, old, new);
+    load_err(DEFAULT_PROFILE, hardline.as_bytes())
+}
+
+/// The whole `field = [ … ]` list of one rule, as written in the shipped file.
+fn shipped_list(rule_id: &str, field: &str) -> String {
+    let text = shipped_hardline();
+    let at = text
+        .find(&format!("id = \"{rule_id}\"\n"))
+        .expect("the rule exists");
+    let start = at
+        + text[at..]
+            .find(&format!("{field} = ["))
+            .expect("the rule has the list");
+    let end = start + text[start..].find(']').expect("the list closes") + 1;
+    text[start..end].to_owned()
 }
 
 /// A profile edit, loaded beside the shipped hardline file.
@@ -55,12 +92,12 @@ const FIRST_RULE_ID: &str = "id = \"destructive_root_delete\"\n";
 #[test]
 fn shipped_files_load_as_the_documented_version() {
     let ruleset = Ruleset::shipped().expect("the shipped policy loads");
-    assert_eq!(ruleset.version.as_str(), "default@9f2e26918d43+hce0d2844");
+    assert_eq!(ruleset.version.as_str(), "default@9f2e26918d43+h3997d343");
     assert_eq!(
         ruleset.version.to_string(),
-        "default@9f2e26918d43+hce0d2844"
+        "default@9f2e26918d43+h3997d343"
     );
-    assert_eq!(SHIPPED_VERSION, "default@9f2e26918d43+hce0d2844");
+    assert_eq!(SHIPPED_VERSION, "default@9f2e26918d43+h3997d343");
     assert_eq!(ruleset.version.profile_name, "default");
     assert_eq!(
         ruleset.version.profile_sha256,
@@ -68,9 +105,9 @@ fn shipped_files_load_as_the_documented_version() {
     );
     assert_eq!(
         ruleset.version.hardline_sha256,
-        "ce0d28444d318b8b3f535cb12f353590228b016e7f3b3fe4f1f22259ec514199"
+        "3997d3436412b762517f9f42b94d5ef55bf2545f7d385f578bf3eb55dc33b222"
     );
-    assert_eq!(ruleset.rule_count(), 22);
+    assert_eq!(ruleset.rule_count(), 26);
     let ids: Vec<&str> = ruleset.hardline.iter().map(|r| r.id.as_str()).collect();
     assert_eq!(
         ids,
@@ -82,6 +119,10 @@ fn shipped_files_load_as_the_documented_version() {
             "privileged_class",
             "metadata_egress",
             "credential_to_egress",
+            "protected_host_path_exec_net",
+            "protected_url_path",
+            "metadata_egress_exec",
+            "credential_to_egress_more",
         ],
         "hardline rules keep file order"
     );
@@ -94,6 +135,10 @@ fn shipped_files_load_as_the_documented_version() {
             HardlineRuleKind::SideEffect,
             HardlineRuleKind::SideEffect,
             HardlineRuleKind::SideEffect,
+            HardlineRuleKind::NetworkRange,
+            HardlineRuleKind::TrustFlow,
+            HardlineRuleKind::ProtectedPath,
+            HardlineRuleKind::ProtectedUrlPath,
             HardlineRuleKind::NetworkRange,
             HardlineRuleKind::TrustFlow,
         ]
@@ -123,7 +168,7 @@ fn a_different_profile_file_is_a_different_policy_version() {
         changed.version
     );
     assert!(
-        changed.version.as_str().ends_with("+hce0d2844"),
+        changed.version.as_str().ends_with("+h3997d343"),
         "{}",
         changed.version
     );
@@ -326,7 +371,11 @@ fn row_02_keys_inside_a_value_are_unknown_fields() {
     );
     let err = profile_edit("name = \"default\"", "name = {y = \"default\"}");
     assert_eq!(err.to_string(), "profile: unknown field 'name.y'");
-    let err = hardline_edit("paths = [\"/etc\"", "paths = [{z = 2}, \"/etc\"");
+    let err = hardline_rule_edit(
+        "protected_host_path",
+        "paths = [\n  \"/etc\"",
+        "paths = [{z = 2}, \"/etc\"",
+    );
     assert_eq!(
         err,
         PolicyLoadError::UnknownField {
@@ -352,7 +401,8 @@ fn row_02_hardline_unknown_fields() {
     assert_eq!(err.to_string(), "hardline: unknown field 'strict'");
 
     // Inside the sixth rule; rules are numbered from 1.
-    let err = hardline_edit(
+    let err = hardline_rule_edit(
+        "metadata_egress",
         "message_code = \"policy.hardline.metadata_egress\"\n",
         "message_code = \"policy.hardline.metadata_egress\"\nseverity = \"high\"\n",
     );
@@ -901,16 +951,18 @@ fn row_17_blank_near_miss() {
 
 #[test]
 fn row_18_kind_field_required() {
+    let paths = shipped_list("protected_host_path", "paths");
+    let cidrs = format!("{}\n", shipped_list("metadata_egress", "cidrs"));
     let cases = [
         (
-            "paths = [\"/etc\", \"/usr\", \"~/.ssh\", \".git/config\", \".env\"]",
+            paths.as_str(),
             "paths = []",
             "protected_host_path",
             "paths",
             HardlineRuleKind::ProtectedPath,
         ),
         (
-            "cidrs = [\"169.254.0.0/16\", \"fe80::/10\", \"fd00:ec2::254/128\", \"100.100.100.200/32\", \"168.63.129.16/32\"]\n",
+            cidrs.as_str(),
             "",
             "metadata_egress",
             "cidrs",
@@ -932,7 +984,12 @@ fn row_18_kind_field_required() {
         HardlineRuleKind::CommandRegex,
     )];
     for (old, new, id, field, kind) in cases {
-        files.push((edit(&shipped_hardline(), old, new), id, field, kind));
+        files.push((
+            edit_rule(&shipped_hardline(), id, old, new),
+            id,
+            field,
+            kind,
+        ));
     }
     for (hardline, id, field, kind) in files {
         let err = load_err(DEFAULT_PROFILE, hardline.as_bytes());
@@ -986,7 +1043,8 @@ fn row_18_kind_field_not_allowed() {
     );
 
     // Another kind's field beside a rule's own.
-    let err = hardline_edit(
+    let err = hardline_rule_edit(
+        "credential_to_egress",
         "source = \"credential_shaped\"\n",
         "source = \"credential_shaped\"\ncidrs = [\"10.0.0.0/8\"]\n",
     );
@@ -1074,7 +1132,8 @@ fn row_19_invalid_cidr() {
         "metadata.internal/32",
         "169.254.0.0",
     ] {
-        let err = hardline_edit(
+        let err = hardline_rule_edit(
+            "metadata_egress",
             "\"169.254.0.0/16\", \"fe80::/10\"",
             &format!("\"{bad}\", \"fe80::/10\""),
         );
@@ -1101,7 +1160,11 @@ fn row_19_invalid_cidr() {
 fn a_protected_path_that_names_nothing_is_refused() {
     let shipped = "\"/etc\", \"/usr\"";
     for bad in ["", ".", "..", "a/..", "./"] {
-        let err = hardline_edit(shipped, &format!("\"/etc\", \"{bad}\""));
+        let err = hardline_rule_edit(
+            "protected_host_path",
+            shipped,
+            &format!("\"/etc\", \"{bad}\""),
+        );
         assert_eq!(
             err,
             PolicyLoadError::InvalidPath {
@@ -1117,12 +1180,21 @@ fn a_protected_path_that_names_nothing_is_refused() {
     }
     for root in ["~/..", "~\\\\.."] {
         assert_eq!(
-            hardline_edit(shipped, &format!("\"/etc\", \"{root}\"")),
+            hardline_rule_edit(
+                "protected_host_path",
+                shipped,
+                &format!("\"/etc\", \"{root}\"")
+            ),
             PolicyLoadError::MatchesNearMiss("protected_host_path".to_owned()),
             "{root}"
         );
     }
-    let climbed = edit(&shipped_hardline(), shipped, "\"~/../etc\", \"/usr\"");
+    let climbed = edit_rule(
+        &shipped_hardline(),
+        "protected_host_path",
+        shipped,
+        "\"~/../etc\", \"/usr\"",
+    );
     assert!(Ruleset::load(DEFAULT_PROFILE, climbed.as_bytes()).is_ok());
 }
 

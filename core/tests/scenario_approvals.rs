@@ -27,8 +27,8 @@ use airlock_core::vocab::{
 use common::*;
 use serde_json::{Value, json};
 
-/// The shipped files' `policy_version` (SPEC §7.4).
-const SHIPPED_VERSION: &str = "default@9f2e26918d43+hce0d2844";
+/// The shipped files' `policy_version` (SPEC §7.4), as core derives it from the embedded files.
+use airlock_core::policy::shipped::SHIPPED_VERSION;
 
 /// The shipped profile's external_write row, which the revalidation scenarios edit.
 const EXTERNAL_WRITE_ROW: &str = "[rules.external_write]\ndecision = \"require_approval\"\n";

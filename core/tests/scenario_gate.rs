@@ -16,8 +16,8 @@ use airlock_core::vocab::{
 use common::*;
 use serde_json::{Value, json};
 
-/// The shipped files' `policy_version` (SPEC §7.4).
-const SHIPPED_VERSION: &str = "default@9f2e26918d43+hce0d2844";
+/// The shipped files' `policy_version` (SPEC §7.4), as core derives it from the embedded files.
+use airlock_core::policy::shipped::SHIPPED_VERSION;
 
 /// The events of a run that carry this type, in order.
 fn events_of_type(h: &Harness, run: RunId, event_type: &str) -> Vec<Event> {

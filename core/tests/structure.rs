@@ -55,7 +55,10 @@ fn core_depends_on_exactly_the_allowed_crates() {
     assert_eq!(
         deps,
         [
+            // Hardline v2 (SPEC §2.1, §21): the bash parser, snake_case names, WHATWG URLs.
+            "brush-parser",
             "futures-util",
+            "heck",
             "ipnet",
             "regex",
             "serde",
@@ -64,6 +67,7 @@ fn core_depends_on_exactly_the_allowed_crates() {
             "thiserror",
             "toml",
             "tracing",
+            "url",
             "uuid"
         ]
     );

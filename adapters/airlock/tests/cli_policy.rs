@@ -1,6 +1,7 @@
 //! `airlock policy …` and the CLI's shared error paths through the real binary: output, exit
 //! codes and error reporting (SPEC Appendix A, §7.4). Snapshots pin output a human reviewed.
 
+use airlock_core::policy::shipped::SHIPPED_VERSION;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -65,7 +66,7 @@ fn sample_action() -> String {
 fn version_prints_the_shipped_label() {
     let output = airlock(&["policy", "version"], b"");
     assert_eq!(output.status.code(), Some(0));
-    assert_eq!(stdout(&output), "default@9f2e26918d43+hce0d2844\n");
+    assert_eq!(stdout(&output), format!("{SHIPPED_VERSION}\n"));
 }
 
 #[test]
@@ -80,15 +81,12 @@ fn check_json_prints_only_the_object() {
     let output = airlock(&["policy", "check", "--json"], b"");
     assert_eq!(output.status.code(), Some(0));
     let value: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("one JSON object");
-    assert_eq!(value["policy_version"], "default@9f2e26918d43+hce0d2844");
-    assert_eq!(
-        value["profile_sha256"],
-        "9f2e26918d434563eca959a1c9c3fed33ec82649779762d03ec40daca91ce4c6"
-    );
-    assert_eq!(
-        value["hardline_sha256"],
-        "ce0d28444d318b8b3f535cb12f353590228b016e7f3b3fe4f1f22259ec514199"
-    );
+    // The hashes are core's over the embedded files (their values are pinned in core's
+    // loader_rows); the CLI must print exactly those.
+    let shipped = airlock_core::policy::Ruleset::shipped().expect("the shipped policy loads");
+    assert_eq!(value["policy_version"], SHIPPED_VERSION);
+    assert_eq!(value["profile_sha256"], shipped.version.profile_sha256);
+    assert_eq!(value["hardline_sha256"], shipped.version.hardline_sha256);
     assert_eq!(stdout(&output).lines().count(), 1);
 }
 
@@ -103,7 +101,7 @@ fn policy_dir_with_the_shipped_files_gives_the_shipped_version() {
         ],
         b"",
     );
-    assert_eq!(stdout(&output), "default@9f2e26918d43+hce0d2844\n");
+    assert_eq!(stdout(&output), format!("{SHIPPED_VERSION}\n"));
 }
 
 #[test]
@@ -344,7 +342,9 @@ fn eval_reads_one_action_from_stdin() {
     assert_eq!(output.status.code(), Some(0), "stderr: {}", stderr(&output));
     assert_eq!(
         stdout(&output),
-        "{\"decision\":\"allow\",\"reason_code\":\"policy.matrix.none\",\"explanation\":\"The default profile evaluated none.\",\"policy_version\":\"default@9f2e26918d43+hce0d2844\",\"modified_arguments\":null}\n"
+        format!(
+            "{{\"decision\":\"allow\",\"reason_code\":\"policy.matrix.none\",\"explanation\":\"The default profile evaluated none.\",\"policy_version\":\"{SHIPPED_VERSION}\",\"modified_arguments\":null}}\n"
+        )
     );
 }
 

@@ -50,7 +50,7 @@ async fn healthz_answers_without_a_token() {
     assert_eq!(reply.json["status"], "ok");
     assert_eq!(
         reply.json["policy_version"],
-        "default@9f2e26918d43+hce0d2844"
+        airlock_core::policy::shipped::SHIPPED_VERSION
     );
 }
 

@@ -167,7 +167,7 @@ async fn the_approval_queue_shows_what_a_reviewer_needs_and_escapes_arguments() 
         "risk-high",
         "4h 00m left",
         "policy.matrix.external_write",
-        "default@9f2e26918d43+hce0d2844",
+        airlock_core::policy::shipped::SHIPPED_VERSION,
         &format!("/approvals/{approval}/approve"),
         &format!("/approvals/{approval}/deny"),
         &format!("/runs/{run}"),

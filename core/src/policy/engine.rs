@@ -5,10 +5,23 @@ use crate::action::{PolicyDecision, ProposedAction};
 use crate::vocab::{ActionKind, PolicyDecisionType, TrustLevel};
 
 use super::Ruleset;
+use super::hardline::{Passes, Prefilter, first_match_with};
 use super::overlay::overlay_fires;
 
 /// Evaluates one action. Never panics.
 pub fn evaluate(action: &ProposedAction, ruleset: &Ruleset) -> PolicyDecision {
+    evaluate_with(action, ruleset, Passes::Both, Prefilter::On)
+}
+
+/// [`evaluate`] with the hardline passes and the pre-filter chosen: the property tests compare
+/// v2 with pass 1 alone (never more permissive, same codes) and the pre-filter on with it off
+/// (never a different decision), SPEC §21.1, §21.5.
+pub fn evaluate_with(
+    action: &ProposedAction,
+    ruleset: &Ruleset,
+    passes: Passes,
+    prefilter: Prefilter,
+) -> PolicyDecision {
     let decide = |decision, reason_code: String, explanation: String| PolicyDecision {
         decision,
         reason_code,
@@ -26,12 +39,14 @@ pub fn evaluate(action: &ProposedAction, ruleset: &Ruleset) -> PolicyDecision {
         );
     }
 
-    // Step 1: hardline rules in file order.
-    if let Some(rule) = ruleset
-        .hardline
-        .iter()
-        .find(|rule| rule.matches(action.side_effect, &action.arguments))
-    {
+    // Step 1: hardline rules in file order, in SPEC §21.1's two passes.
+    if let Some(rule) = first_match_with(
+        &ruleset.hardline,
+        action.side_effect,
+        &action.arguments,
+        passes,
+        prefilter,
+    ) {
         return decide(
             PolicyDecisionType::Deny,
             rule.message_code.clone(),

@@ -549,7 +549,7 @@ fn own_field(kind: HardlineRuleKind) -> Option<&'static str> {
     match kind {
         HardlineRuleKind::SideEffect => None,
         HardlineRuleKind::CommandRegex => Some("pattern"),
-        HardlineRuleKind::ProtectedPath => Some("paths"),
+        HardlineRuleKind::ProtectedPath | HardlineRuleKind::ProtectedUrlPath => Some("paths"),
         HardlineRuleKind::NetworkRange => Some("cidrs"),
         HardlineRuleKind::TrustFlow => Some("source"),
     }
@@ -597,7 +597,7 @@ fn kind_field<'a>(head: &RuleHead<'a>) -> Result<KindField<'a>, PolicyLoadError>
             .and_then(Value::as_str)
             .map(KindField::Pattern)
             .ok_or_else(|| required("pattern")),
-        HardlineRuleKind::ProtectedPath => string_list(value)
+        HardlineRuleKind::ProtectedPath | HardlineRuleKind::ProtectedUrlPath => string_list(value)
             .map(KindField::Paths)
             .ok_or_else(|| required("paths")),
         HardlineRuleKind::NetworkRange => string_list(value)
@@ -612,7 +612,11 @@ fn kind_field<'a>(head: &RuleHead<'a>) -> Result<KindField<'a>, PolicyLoadError>
 
 /// Row 19 for one rule: its field compiled. An entry of `paths` that names nothing is refused
 /// here too (`InvalidPath`), an addition to the table: it would silently protect nothing.
-fn compile(id: &str, field: KindField<'_>) -> Result<Matcher, PolicyLoadError> {
+fn compile(
+    id: &str,
+    kind: HardlineRuleKind,
+    field: KindField<'_>,
+) -> Result<Matcher, PolicyLoadError> {
     match field {
         KindField::None => Ok(Matcher::SideEffect),
         KindField::CredentialShaped => Ok(Matcher::TrustFlowCredentialShaped),
@@ -624,7 +628,10 @@ fn compile(id: &str, field: KindField<'_>) -> Result<Matcher, PolicyLoadError> {
         KindField::Paths(paths) => {
             let paths: Vec<String> = paths.into_iter().map(str::to_owned).collect();
             ProtectedPaths::new(&paths)
-                .map(Matcher::ProtectedPath)
+                .map(|paths| match kind {
+                    HardlineRuleKind::ProtectedUrlPath => Matcher::ProtectedUrlPath(paths),
+                    _ => Matcher::ProtectedPath(paths),
+                })
                 .map_err(|path| PolicyLoadError::InvalidPath {
                     id: id.to_owned(),
                     path,
@@ -720,7 +727,7 @@ pub fn load_hardline(bytes: &[u8]) -> Result<Vec<HardlineRule>, PolicyLoadError>
         .map(|(head, field)| {
             Ok(HardlineRule {
                 id: head.id.to_owned(),
-                matcher: compile(head.id, field)?,
+                matcher: compile(head.id, head.kind, field)?,
                 applies_to: head.applies_to,
                 message_code: head.message_code.to_owned(),
                 near_miss: head.near_miss.to_owned(),

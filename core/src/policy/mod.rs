@@ -11,7 +11,7 @@ pub mod profile;
 pub mod shipped;
 pub mod version;
 
-pub use engine::evaluate;
+pub use engine::{evaluate, evaluate_with};
 pub use loader::{PolicyFile, PolicyLoadError};
 pub use profile::Profile;
 pub use version::PolicyVersion;
@@ -47,7 +47,7 @@ impl Ruleset {
         Ruleset::load(shipped::DEFAULT_PROFILE, shipped::HARDLINE)
     }
 
-    /// Matrix rows plus hardline rules (22 for the shipped files), as `policy_profiles` records.
+    /// Matrix rows plus hardline rules (26 for the shipped files), as `policy_profiles` records.
     pub fn rule_count(&self) -> usize {
         MATRIX_RULE_COUNT + self.hardline.len()
     }

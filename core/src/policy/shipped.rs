@@ -5,4 +5,4 @@ pub const DEFAULT_PROFILE: &[u8] = include_bytes!("../../../policies/default.tom
 /// `policies/hardline.toml`.
 pub const HARDLINE: &[u8] = include_bytes!("../../../policies/hardline.toml");
 /// The version the shipped files must produce.
-pub const SHIPPED_VERSION: &str = "default@9f2e26918d43+hce0d2844";
+pub const SHIPPED_VERSION: &str = "default@9f2e26918d43+h3997d343";

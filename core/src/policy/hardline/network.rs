@@ -25,8 +25,40 @@ impl NetworkRanges {
         self.ranges.iter().any(|range| range.contains(&address))
     }
 
-    /// Whether `s` names, in any accepted spelling, an address inside a range.
+    /// Whether an address found by a v2 reading (SPEC §21.2) is in a range, directly or through
+    /// any IPv4 it embeds (the v1 embeddings and the two v2 adds).
+    pub fn matches_address(&self, address: IpAddr) -> bool {
+        if self.contains(address) {
+            return true;
+        }
+        match address {
+            IpAddr::V6(v6) => [embedded_ipv4(v6), embedded_ipv4_v2(v6)]
+                .into_iter()
+                .flatten()
+                .any(|v4| self.contains(IpAddr::V4(v4))),
+            IpAddr::V4(_) => false,
+        }
+    }
+
+    /// Whether `s` names, in any accepted spelling, an address inside a range (SPEC §6.3, the v1
+    /// reading).
     pub fn matches_string(&self, s: &str) -> bool {
+        self.matches_string_with(s, Embeddings::V1)
+    }
+
+    /// The v1 candidates of `s` read again with the IPv4-in-IPv6 embeddings SPEC §21.2 adds
+    /// (SIIT and local-use NAT64): a v2 reading, so pass 2 only. Only an IPv6 literal can embed,
+    /// so a string without `:` is skipped.
+    pub fn matches_string_v2(&self, s: &str) -> bool {
+        s.contains(':') && self.matches_string_with(s, Embeddings::V2)
+    }
+
+    /// [`NetworkRanges::matches_string_v2`] without its `:` pre-filter.
+    pub fn matches_string_v2_unfiltered(&self, s: &str) -> bool {
+        self.matches_string_with(s, Embeddings::V2)
+    }
+
+    fn matches_string_with(&self, s: &str, embeddings: Embeddings) -> bool {
         let cleaned: String = s
             .chars()
             .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
@@ -37,14 +69,14 @@ impl NetworkRanges {
         [trimmed, slashed.as_str()].into_iter().any(|text| {
             let mut found = false;
             for_each_candidate(text, &mut |candidate| {
-                found = found || self.candidate_matches(candidate);
+                found = found || self.candidate_matches(candidate, embeddings);
             });
             found
         })
     }
 
     /// A candidate as given, without one trailing `.`, without a `%zone`, and without both.
-    fn candidate_matches(&self, candidate: &str) -> bool {
+    fn candidate_matches(&self, candidate: &str, embeddings: Embeddings) -> bool {
         let without_dot = candidate.strip_suffix('.');
         let without_zone = candidate.find('%').map(|i| &candidate[..i]);
         let without_both = without_dot.and_then(|c| c.find('%').map(|i| &c[..i]));
@@ -52,7 +84,7 @@ impl NetworkRanges {
             .into_iter()
             .flatten()
             .any(|text| {
-                addresses(text)
+                addresses(text, embeddings)
                     .into_iter()
                     .any(|address| self.contains(address))
             })
@@ -102,13 +134,27 @@ fn authority_hosts<'a>(authority: &'a str, f: &mut impl FnMut(&'a str)) {
     f(authority);
 }
 
+/// Which IPv4-in-IPv6 embeddings a reading unwraps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Embeddings {
+    /// SPEC §6.3's four.
+    V1,
+    /// Those and SPEC §21.2's two.
+    V2,
+}
+
 /// Every address a candidate denotes: IPv6, strict dotted-decimal IPv4 (leading zeros decimal),
 /// `inet_aton` IPv4, and the IPv4 embedded in an IPv6 address.
-fn addresses(text: &str) -> Vec<IpAddr> {
+fn addresses(text: &str, embeddings: Embeddings) -> Vec<IpAddr> {
     let mut out = Vec::new();
     if let Ok(v6) = text.parse::<Ipv6Addr>() {
         out.push(IpAddr::V6(v6));
         if let Some(v4) = embedded_ipv4(v6) {
+            out.push(IpAddr::V4(v4));
+        }
+        if embeddings == Embeddings::V2
+            && let Some(v4) = embedded_ipv4_v2(v6)
+        {
             out.push(IpAddr::V4(v4));
         }
     }
@@ -135,6 +181,18 @@ fn embedded_ipv4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
     }
     if s[0] == 0x2002 {
         return Some(Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
+    None
+}
+
+/// SPEC §21.2's additions: SIIT (`::ffff:0:0:0/96`) and local-use NAT64 (`64:ff9b:1::/48`, the
+/// last 32 bits).
+fn embedded_ipv4_v2(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let o = v6.octets();
+    let low = Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    let s = v6.segments();
+    if s[..6] == [0, 0, 0, 0, 0xffff, 0] || s[..3] == [0x64, 0xff9b, 1] {
+        return Some(low);
     }
     None
 }

@@ -41,6 +41,39 @@ pub fn canonical_components(path: &str) -> Vec<&str> {
     out
 }
 
+/// [`canonical_components`] plus SPEC §21.3's `/proc` reading (a v2 reading): a leading
+/// `/proc/self/root`, `/proc/thread-self/root` or `/proc/{digits}/root` is removed, repeatedly,
+/// and `/proc/{digits}/` and `/proc/thread-self/` read as `/proc/self/`.
+pub fn canonical_components_v2(path: &str) -> Vec<&str> {
+    let mut components = canonical_components(path);
+    let is_process = |c: &str| c == "self" || c == "thread-self" || is_digits(c);
+    while components.len() >= 3
+        && components[0] == "proc"
+        && is_process(components[1])
+        && components[2] == "root"
+    {
+        components.drain(..3);
+    }
+    if components.len() >= 2
+        && components[0] == "proc"
+        && (components[1] == "thread-self" || is_digits(components[1]))
+    {
+        components[1] = "self";
+    }
+    components
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// How candidates are canonicalized: SPEC §6.3 (pass 1), or with §21.3's `/proc` reading too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Canon {
+    V1,
+    V2,
+}
+
 fn with_home(rest: &str) -> Vec<&str> {
     let mut out = vec!["home"];
     push_components(&mut out, rest);
@@ -131,7 +164,18 @@ impl ProtectedPaths {
 
     /// Whether any entry protects the canonical form of `path`.
     fn protects(&self, path: &str) -> bool {
-        let components = canonical_components(path);
+        self.protects_components(&canonical_components(path))
+    }
+
+    /// Whether any entry protects `path` canonicalized the given way.
+    pub fn protects_with(&self, path: &str, canon: Canon) -> bool {
+        match canon {
+            Canon::V1 => self.protects(path),
+            Canon::V2 => self.protects_components(&canonical_components_v2(path)),
+        }
+    }
+
+    fn protects_components(&self, components: &[&str]) -> bool {
         self.entries.iter().any(|entry| match entry {
             Entry::Absolute(prefix) => {
                 components.len() >= prefix.len()
@@ -152,41 +196,99 @@ impl ProtectedPaths {
     }
 
     /// Tests one collected string: itself, a `file:` URL's path, and — for code execution — each
-    /// shell token.
+    /// shell token (SPEC §6.3; the token reading is a v1 reading by §21.1).
     pub fn matches_string(&self, s: &str, code_execution: bool) -> bool {
-        if self.matches_candidate(s) {
+        self.matches_string_with_canon(s, code_execution, Canon::V1)
+    }
+
+    /// The same candidates canonicalized with the `/proc` reading: pass 2. A string without
+    /// `proc` canonicalizes the same both ways, so it is skipped.
+    pub fn matches_string_v2(&self, s: &str, code_execution: bool) -> bool {
+        s.contains("proc") && self.matches_string_with_canon(s, code_execution, Canon::V2)
+    }
+
+    /// [`ProtectedPaths::matches_string`] with the canonicalization chosen; pass 2 without the
+    /// `proc` pre-filter is this with [`Canon::V2`].
+    pub fn matches_string_with_canon(&self, s: &str, code_execution: bool, canon: Canon) -> bool {
+        if self.matches_candidate(s, canon) {
             return true;
         }
         if !code_execution {
             return false;
         }
         if !s.contains(SHELL_CHARACTERS) {
-            return self.matches_any_token(s);
+            return self.matches_any_token(s, canon);
         }
-        self.matches_any_token(&s.replace(SHELL_CHARACTERS, ""))
-            || self.matches_any_token(&s.replace(SHELL_CHARACTERS, " "))
+        self.matches_any_token(&s.replace(SHELL_CHARACTERS, ""), canon)
+            || self.matches_any_token(&s.replace(SHELL_CHARACTERS, " "), canon)
     }
 
     /// Whether any whitespace-separated token of `command` names a protected path.
-    fn matches_any_token(&self, command: &str) -> bool {
+    fn matches_any_token(&self, command: &str, canon: Canon) -> bool {
         command
             .split(is_ws)
             .filter(|t| !t.is_empty())
-            .any(|token| self.matches_candidate(token))
+            .any(|token| self.matches_candidate(token, canon))
     }
 
-    fn matches_candidate(&self, s: &str) -> bool {
-        if self.protects(s) {
+    fn matches_candidate(&self, s: &str, canon: Canon) -> bool {
+        if self.protects_with(s, canon) {
             return true;
         }
         match file_url_path(s) {
             Some(path) => {
                 // The path as given, and without a query or fragment.
                 let bare = path.split(['?', '#']).next().unwrap_or_default();
-                self.protects(&path) || self.protects(bare)
+                self.protects_with(&path, canon) || self.protects_with(bare, canon)
             }
             None => false,
         }
+    }
+
+    /// The v1 `file:` URL path reading alone: what `protected_url_path` tests in pass 1.
+    pub fn matches_file_url(&self, s: &str) -> bool {
+        file_url_path(s).is_some_and(|path| {
+            let bare = path.split(['?', '#']).next().unwrap_or_default();
+            self.protects(&path) || self.protects(bare)
+        })
+    }
+
+    /// Whether a glob word could name a protected entry (SPEC §21.3): component by component,
+    /// the pattern matches the entry's path or a path below it. An absolute (or `cd`-resolved)
+    /// pattern is matched against absolute entries, a relative one against relative entries,
+    /// anywhere in it and ASCII-case-insensitively.
+    pub fn protects_glob(&self, pattern: &str) -> bool {
+        use super::shell::glob;
+        let absolute = pattern.starts_with('/') || pattern.starts_with("~/") || pattern == "~";
+        let parts = glob::components(pattern);
+        self.entries.iter().any(|entry| match entry {
+            Entry::Absolute(prefix) if absolute => {
+                parts.len() >= prefix.len()
+                    && parts
+                        .iter()
+                        .zip(prefix)
+                        .all(|(p, e)| glob::matches(p, e, false))
+            }
+            Entry::Relative(needle) if !absolute => {
+                let consecutive = parts.len() >= needle.len()
+                    && parts.windows(needle.len()).any(|window| {
+                        window
+                            .iter()
+                            .zip(needle)
+                            .all(|(p, e)| glob::matches(p, e, true))
+                    });
+                consecutive
+                    || (needle.len() == 1
+                        && parts.iter().any(|p| {
+                            glob::matches_some_name_starting_with(
+                                p,
+                                &format!("{}.", needle[0]),
+                                true,
+                            )
+                        }))
+            }
+            Entry::Absolute(_) | Entry::Relative(_) => false,
+        })
     }
 }
 

@@ -1,0 +1,820 @@
+//! The shell reading and the argv readings (SPEC §21.3): every simple command of a command line
+//! becomes a static argv — the words a shell would pass, as far as they can be known without
+//! running anything — after wrappers, `cd`, `sh -c`/`eval`/`echo … | sh` recursion, `xargs` and
+//! `find` have been read the way the shell and those programs would.
+//!
+//! The parser lives behind [`parser::parse`]; words are expanded by [`word::expand`]; protected
+//! globs are matched by [`glob`]. Everything here is pure and bounded: at most
+//! [`MAX_DEPTH`] levels of recursion and [`MAX_ARGVS`] argvs per string.
+
+pub mod glob;
+pub mod parser;
+pub mod word;
+
+use parser::{RawCommand, Script};
+pub use word::{UNKNOWN, Word};
+use word::{Variables, expand};
+
+/// Deepest recursion into `sh -c`, `eval`, `echo … | sh` and command substitutions.
+pub const MAX_DEPTH: usize = 8;
+/// Most argvs one string yields; further commands are not read.
+pub const MAX_ARGVS: usize = 4096;
+
+/// One static argv with the redirection targets of its command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Argv {
+    pub words: Vec<Word>,
+    pub redirects: Vec<Word>,
+}
+
+/// Everything the shell reading found in one string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShellReading {
+    pub argvs: Vec<Argv>,
+    /// A `curl`/`wget` `-u`/`--user` word with a non-empty password (SPEC §21.4).
+    pub user_password: bool,
+}
+
+/// The directory later commands run in, as `cd` and `pushd` leave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cwd {
+    /// No `cd` yet: relative operands stay as written.
+    Initial,
+    Known(String),
+    /// A `cd` to something only a running shell knows: relative operands are unknown.
+    Unknown,
+}
+
+/// Characters after which a string is no longer just blank-separated plain words; a string
+/// without any is read without calling the parser (the pre-filter of SPEC §21.1).
+fn is_plain_char(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+        || matches!(
+            c,
+            ' ' | '\t' | '-' | '_' | '.' | '/' | ',' | ':' | '+' | '%' | '@' | '^' | '='
+        )
+}
+
+/// Words the grammar treats specially at the start of a command.
+const RESERVED: [&str; 22] = [
+    "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in", "then",
+    "until", "while", "[[", "]]", "function", "select", "coproc", "time",
+];
+
+/// Reads one collected string as a bash command line.
+pub fn read_shell(text: &str) -> ShellReading {
+    let mut reader = Reader::new();
+    reader.read_text(text, 0);
+    reader.finish()
+}
+
+/// Reads an argv given as a list (SPEC §21.3, argv readings): no quote removal, but wrappers,
+/// `sh -c`, `find` and `xargs` as for a shell command.
+pub fn read_argv<S: AsRef<str>>(words: &[S]) -> ShellReading {
+    let mut reader = Reader::new();
+    let argv: Vec<Word> = words.iter().map(|w| Word::literal(w.as_ref())).collect();
+    reader.analyze(argv, Vec::new(), &[], true, 0);
+    reader.finish()
+}
+
+/// The parse of `text`: the plain-word fast path when it applies, else the parser.
+fn script_of(text: &str) -> Option<Script> {
+    if text.chars().all(is_plain_char) {
+        let words: Vec<&str> = text.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
+        if words.iter().any(|w| RESERVED.contains(w)) {
+            return parser::parse(text);
+        }
+        let mut command = RawCommand::default();
+        let mut leading = true;
+        for word in words {
+            match assignment(word) {
+                Some((name, value)) if leading => command
+                    .assignments
+                    .push((name.to_owned(), value.to_owned())),
+                _ => {
+                    leading = false;
+                    command.words.push(word.to_owned());
+                }
+            }
+        }
+        return Some(Script {
+            pipelines: vec![vec![command]],
+        });
+    }
+    parser::parse(text)
+}
+
+/// `NAME=value` split at the first `=`, if `NAME` is a shell name.
+fn assignment(word: &str) -> Option<(&str, &str)> {
+    let (name, value) = word.split_once('=')?;
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    ((first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    .then_some((name, value))
+}
+
+/// The last path component of a program word (`/bin/rm` → `rm`).
+pub fn basename(text: &str) -> &str {
+    text.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or(text)
+}
+
+struct Reader {
+    variables: Variables,
+    cwd: Cwd,
+    out: ShellReading,
+}
+
+/// What an `echo`/`printf` earlier in the same pipeline wrote.
+type Piped = [Vec<Word>];
+
+impl Reader {
+    fn new() -> Reader {
+        Reader {
+            variables: Variables::new(),
+            cwd: Cwd::Initial,
+            out: ShellReading::default(),
+        }
+    }
+
+    fn finish(self) -> ShellReading {
+        self.out
+    }
+
+    fn full(&self) -> bool {
+        self.out.argvs.len() >= MAX_ARGVS
+    }
+
+    fn read_text(&mut self, text: &str, depth: usize) {
+        if depth > MAX_DEPTH || self.full() {
+            return;
+        }
+        let Some(script) = script_of(text) else {
+            return;
+        };
+        for pipeline in &script.pipelines {
+            self.read_pipeline(pipeline, depth);
+        }
+    }
+
+    fn read_pipeline(&mut self, pipeline: &[RawCommand], depth: usize) {
+        // Expand every command first: `echo … | xargs …` needs the earlier commands' words.
+        let mut expanded = Vec::with_capacity(pipeline.len());
+        for command in pipeline {
+            for (name, raw) in &command.assignments {
+                self.assign(name, raw);
+            }
+            let mut readings: Vec<Vec<Word>> = vec![Vec::new()];
+            let mut substitutions = Vec::new();
+            for raw in &command.words {
+                let expansion = expand(raw, &self.variables);
+                substitutions.extend(expansion.substitutions);
+                readings = cross(readings, expansion.readings);
+            }
+            let mut redirects = Vec::new();
+            for raw in &command.redirects {
+                let expansion = expand(raw, &self.variables);
+                substitutions.extend(expansion.substitutions);
+                redirects.extend(expansion.readings.into_iter().flatten());
+            }
+            for inner in substitutions {
+                self.read_text(&inner, depth + 1);
+            }
+            expanded.push((readings, redirects));
+        }
+        let last = expanded.len().saturating_sub(1);
+        for (index, (readings, redirects)) in expanded.iter().enumerate() {
+            let piped: Vec<Vec<Word>> = expanded[..index]
+                .iter()
+                .flat_map(|(r, _)| r.iter())
+                .filter(|argv| {
+                    argv.first()
+                        .and_then(Word::text)
+                        .is_some_and(|w| matches!(basename(w), "echo" | "printf"))
+                })
+                .cloned()
+                .collect();
+            for argv in readings {
+                self.analyze(
+                    argv.clone(),
+                    redirects.clone(),
+                    &piped,
+                    index == last,
+                    depth,
+                );
+            }
+        }
+    }
+
+    /// `NAME=raw`: a fully known single-word value is remembered; anything else forgets `NAME`.
+    fn assign(&mut self, name: &str, raw: &str) {
+        let expansion = expand(raw, &self.variables);
+        let value = match expansion.readings.first().map(Vec::as_slice) {
+            Some([Word::Known { text, .. }]) => Some(text.clone()),
+            Some([]) => Some(String::new()),
+            _ => None,
+        };
+        self.set(name, value);
+    }
+
+    fn set(&mut self, name: &str, value: Option<String>) {
+        match value {
+            Some(v) => {
+                self.variables.insert(name.to_owned(), v);
+            }
+            None => {
+                self.variables.remove(name);
+            }
+        }
+    }
+
+    /// Reads one expanded simple command: wrappers, the program's own rules, then the argv.
+    fn analyze(
+        &mut self,
+        argv: Vec<Word>,
+        redirects: Vec<Word>,
+        piped: &Piped,
+        last_in_pipeline: bool,
+        depth: usize,
+    ) {
+        if depth > MAX_DEPTH || self.full() {
+            return;
+        }
+        let mut words = self.strip_wrappers(argv);
+        let Some(program) = words
+            .first()
+            .and_then(Word::text)
+            .map(|t| basename(t).to_owned())
+        else {
+            if !redirects.is_empty() || !words.is_empty() {
+                self.emit(words, redirects);
+            }
+            return;
+        };
+        words[0] = Word::literal(&program);
+        let args: Vec<Word> = words[1..].to_vec();
+        match program.as_str() {
+            "cd" | "pushd" => self.change_directory(&args),
+            "export" | "declare" | "typeset" | "local" | "readonly" => {
+                for arg in args.iter().filter_map(Word::text) {
+                    if let Some((name, value)) = assignment(arg) {
+                        self.set(name, Some(value.to_owned()));
+                    }
+                }
+            }
+            "sh" | "bash" | "dash" | "zsh" | "ksh" => {
+                self.shell_program(&args, piped, last_in_pipeline, depth)
+            }
+            "eval" => {
+                let script: Vec<&str> = args.iter().map(Word::shown).collect();
+                self.read_text(&script.join(" "), depth + 1);
+            }
+            "xargs" => self.xargs(&args, piped, depth),
+            "find" => self.find(&args, depth),
+            "curl" | "wget" if user_password(&args) => self.out.user_password = true,
+            _ => {}
+        }
+        self.emit(words, redirects);
+    }
+
+    /// Drops leading assignments and the wrappers of SPEC §21.3 with their options.
+    fn strip_wrappers(&mut self, mut words: Vec<Word>) -> Vec<Word> {
+        loop {
+            let Some(first) = words.first().and_then(Word::text) else {
+                return words;
+            };
+            if let Some((name, value)) = assignment(first) {
+                let (name, value) = (name.to_owned(), value.to_owned());
+                self.set(&name, Some(value));
+                words.remove(0);
+                continue;
+            }
+            let skip = match basename(first) {
+                "sudo" => options_end(
+                    &words,
+                    &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-T", "-U"],
+                ),
+                "doas" => options_end(&words, &["-u", "-C"]),
+                "env" => self.env_end(&mut words),
+                "command" | "builtin" | "nohup" | "busybox" => options_end(&words, &[]),
+                "exec" => options_end(&words, &["-a"]),
+                "nice" => options_end(&words, &["-n"]),
+                "time" => options_end(&words, &["-f", "-o"]),
+                "stdbuf" => options_end(&words, &["-i", "-o", "-e"]),
+                "timeout" => {
+                    let end = options_end(&words, &["-s", "-k"]);
+                    (end + 1).min(words.len())
+                }
+                _ => return words,
+            };
+            words.drain(..skip.max(1).min(words.len()));
+        }
+    }
+
+    /// `env`: options, then `NAME=value` words (remembered); `-S STRING` is split into words.
+    fn env_end(&mut self, words: &mut Vec<Word>) -> usize {
+        let mut i = 1;
+        while i < words.len() {
+            let Some(text) = words[i].text() else { break };
+            if text == "--" {
+                return i + 1;
+            }
+            if let Some((name, value)) = assignment(text) {
+                let (name, value) = (name.to_owned(), value.to_owned());
+                self.set(&name, Some(value));
+                i += 1;
+                continue;
+            }
+            if matches!(text, "-S" | "--split-string") && i + 1 < words.len() {
+                let split: Vec<Word> = words[i + 1]
+                    .text()
+                    .map(|s| {
+                        s.split([' ', '\t'])
+                            .filter(|w| !w.is_empty())
+                            .map(Word::literal)
+                            .collect()
+                    })
+                    .unwrap_or_else(|| vec![Word::Unknown]);
+                words.splice(i..i + 2, split);
+                return i;
+            }
+            if !text.starts_with('-') || text == "-" {
+                break;
+            }
+            i += if matches!(text, "-u" | "-C" | "--unset" | "--chdir") {
+                2
+            } else {
+                1
+            };
+        }
+        i
+    }
+
+    fn change_directory(&mut self, args: &[Word]) {
+        let target = args
+            .iter()
+            .find(|w| w.text().is_none_or(|t| !t.starts_with('-') || t == "-"));
+        self.cwd = match target {
+            None => Cwd::Known("/home".to_owned()),
+            Some(Word::Unknown) => Cwd::Unknown,
+            Some(Word::Known { text, glob }) => {
+                if glob.is_some() || text == "-" {
+                    Cwd::Unknown
+                } else if text.starts_with('/') || text.starts_with('~') {
+                    Cwd::Known(absolute(text))
+                } else {
+                    match &self.cwd {
+                        Cwd::Known(dir) => Cwd::Known(absolute(&format!("{dir}/{text}"))),
+                        Cwd::Initial | Cwd::Unknown => Cwd::Unknown,
+                    }
+                }
+            }
+        };
+    }
+
+    /// `sh -c SCRIPT`, or a shell reading its script from a pipe (`echo 'rm -rf /' | sh`).
+    fn shell_program(&mut self, args: &[Word], piped: &Piped, last: bool, depth: usize) {
+        let mut i = 0;
+        let mut command_mode = false;
+        let mut stdin_mode = false;
+        while let Some(text) = args.get(i).and_then(Word::text) {
+            if text == "--" || text == "-" {
+                i += 1;
+                break;
+            }
+            let Some(cluster) = text.strip_prefix('-').or_else(|| text.strip_prefix('+')) else {
+                break;
+            };
+            if cluster.starts_with('-') {
+                i += 1;
+                continue;
+            }
+            command_mode |= cluster.contains('c');
+            stdin_mode |= cluster.contains('s');
+            i += if cluster.contains('o') || cluster.contains('O') {
+                2
+            } else {
+                1
+            };
+        }
+        if command_mode {
+            if let Some(script) = args.get(i) {
+                self.read_text(script.shown(), depth + 1);
+            }
+        } else if last && (stdin_mode || args.get(i).is_none()) {
+            for argv in piped {
+                let text: Vec<&str> = argv[1..]
+                    .iter()
+                    .filter(|w| !matches!(w.text(), Some("-n" | "-e" | "-E" | "-ne" | "-en")))
+                    .map(Word::shown)
+                    .collect();
+                self.read_text(&text.join(" "), depth + 1);
+            }
+        }
+    }
+
+    /// `xargs [options] CMD ARGS…` reads as `CMD ARGS… W` for each word W piped in by an
+    /// `echo`/`printf`, else `CMD ARGS… ⟨?⟩`.
+    fn xargs(&mut self, args: &[Word], piped: &Piped, depth: usize) {
+        let mut i = 0;
+        while let Some(text) = args.get(i).and_then(Word::text) {
+            if text == "--" {
+                i += 1;
+                break;
+            }
+            if !text.starts_with('-') || text == "-" {
+                break;
+            }
+            let takes_value = matches!(
+                text,
+                "-n" | "-L"
+                    | "-l"
+                    | "-s"
+                    | "-P"
+                    | "-I"
+                    | "-d"
+                    | "-E"
+                    | "-a"
+                    | "--max-args"
+                    | "--max-lines"
+                    | "--max-chars"
+                    | "--max-procs"
+                    | "--delimiter"
+                    | "--arg-file"
+                    | "--eof"
+                    | "--replace"
+            );
+            i += if takes_value { 2 } else { 1 };
+        }
+        let mut command: Vec<Word> = args[i.min(args.len())..].to_vec();
+        if command.is_empty() {
+            command.push(Word::literal("echo"));
+        }
+        let inputs: Vec<Word> = piped
+            .iter()
+            .flat_map(|argv| argv[1..].iter())
+            .filter(|w| !matches!(w.text(), Some(t) if t.starts_with('-') && t.len() > 1))
+            .flat_map(|w| match w {
+                Word::Known { text, .. } => text
+                    .split(|c: char| c.is_ascii_whitespace() || c == '\0')
+                    .filter(|s| !s.is_empty())
+                    .map(Word::literal)
+                    .collect::<Vec<_>>(),
+                Word::Unknown => vec![Word::Unknown],
+            })
+            .collect();
+        let inputs = if inputs.is_empty() {
+            vec![Word::Unknown]
+        } else {
+            inputs
+        };
+        for input in inputs {
+            let mut argv = command.clone();
+            argv.push(input);
+            self.analyze(argv, Vec::new(), &[], false, depth + 1);
+        }
+    }
+
+    /// `find PATH… -delete` and `find PATH… -exec rm …` read as `rm -r PATH`; an `-exec`'d
+    /// command is also read as a command of its own.
+    fn find(&mut self, args: &[Word], depth: usize) {
+        let mut i = 0;
+        while let Some(text) = args.get(i).and_then(Word::text) {
+            match text {
+                "-H" | "-L" | "-P" => i += 1,
+                "-D" => i += 2,
+                t if t.starts_with("-O") => i += 1,
+                _ => break,
+            }
+        }
+        let mut paths = Vec::new();
+        while let Some(word) = args.get(i) {
+            if word
+                .text()
+                .is_some_and(|t| t.starts_with('-') || t == "(" || t == "!" || t == ",")
+            {
+                break;
+            }
+            paths.push(word.clone());
+            i += 1;
+        }
+        if paths.is_empty() {
+            paths.push(Word::literal("."));
+        }
+        let mut deletes = false;
+        while i < args.len() {
+            match args[i].text() {
+                Some("-delete") => deletes = true,
+                Some("-exec" | "-execdir" | "-ok" | "-okdir") => {
+                    let end = args[i + 1..]
+                        .iter()
+                        .position(|w| matches!(w.text(), Some(";" | "+")))
+                        .map_or(args.len(), |p| i + 1 + p);
+                    let command = args[i + 1..end].to_vec();
+                    if command
+                        .first()
+                        .and_then(Word::text)
+                        .is_some_and(|t| basename(t) == "rm")
+                    {
+                        deletes = true;
+                    }
+                    if !command.is_empty() {
+                        self.analyze(command, Vec::new(), &[], false, depth + 1);
+                    }
+                    i = end;
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        if deletes {
+            for path in paths {
+                let argv = vec![Word::literal("rm"), Word::literal("-r"), path];
+                self.emit(argv, Vec::new());
+            }
+        }
+    }
+
+    /// Records an argv, and its `cd`-resolved reading when a `cd` came earlier.
+    fn emit(&mut self, words: Vec<Word>, redirects: Vec<Word>) {
+        if self.full() {
+            return;
+        }
+        if self.cwd != Cwd::Initial {
+            let resolve = |w: &Word, skip_options: bool| -> Word {
+                match (w, &self.cwd) {
+                    (Word::Known { text, .. }, _)
+                        if text.starts_with('/')
+                            || text.starts_with('~')
+                            || (skip_options && text.starts_with('-')) =>
+                    {
+                        w.clone()
+                    }
+                    (Word::Known { text, glob }, Cwd::Known(dir)) => Word::Known {
+                        text: format!("{}/{text}", dir.trim_end_matches('/')),
+                        glob: glob
+                            .as_ref()
+                            .map(|g| format!("{}/{g}", glob::escape(dir.trim_end_matches('/')))),
+                    },
+                    (Word::Known { .. }, _) => Word::Unknown,
+                    (Word::Unknown, _) => Word::Unknown,
+                }
+            };
+            let resolved = Argv {
+                words: words
+                    .iter()
+                    .enumerate()
+                    .map(|(i, w)| if i == 0 { w.clone() } else { resolve(w, true) })
+                    .collect(),
+                redirects: redirects.iter().map(|w| resolve(w, false)).collect(),
+            };
+            let original = Argv { words, redirects };
+            if resolved != original {
+                self.out.argvs.push(resolved);
+            }
+            self.out.argvs.push(original);
+            return;
+        }
+        self.out.argvs.push(Argv { words, redirects });
+    }
+}
+
+/// Where a wrapper's options end: the index of its first non-option word. `with_value` lists
+/// the options that take the next word as their value.
+fn options_end(words: &[Word], with_value: &[&str]) -> usize {
+    let mut i = 1;
+    while let Some(text) = words.get(i).and_then(Word::text) {
+        if text == "--" {
+            return i + 1;
+        }
+        if !text.starts_with('-') || text == "-" {
+            break;
+        }
+        i += if with_value.contains(&text) { 2 } else { 1 };
+    }
+    i
+}
+
+/// `curl -u user:pw`, `--user user:pw`, `--user=user:pw`, `-uuser:pw`: a password is present.
+fn user_password(args: &[Word]) -> bool {
+    let has_password = |value: &str| value.split_once(':').is_some_and(|(_, pw)| !pw.is_empty());
+    args.iter().enumerate().any(|(i, word)| {
+        let Some(text) = word.text() else {
+            return false;
+        };
+        if matches!(text, "-u" | "--user") {
+            return args
+                .get(i + 1)
+                .and_then(Word::text)
+                .is_some_and(has_password);
+        }
+        text.strip_prefix("--user=")
+            .or_else(|| {
+                text.strip_prefix("-u")
+                    .filter(|v| !v.is_empty() && !text.starts_with("--"))
+            })
+            .is_some_and(has_password)
+    })
+}
+
+/// An absolute directory, canonicalized (`~` read as `/home`).
+fn absolute(path: &str) -> String {
+    let components = super::path::canonical_components(path);
+    format!("/{}", components.join("/"))
+}
+
+/// Every reading of the command so far combined with every reading of the next word, at most
+/// two in all (two readings per quoted `$IFS` word could multiply; two hold both ways). The
+/// common case, one reading on each side, extends in place: building an argv stays linear.
+fn cross(mut left: Vec<Vec<Word>>, right: Vec<Vec<Word>>) -> Vec<Vec<Word>> {
+    if let [only] = right.as_slice() {
+        for argv in &mut left {
+            argv.extend(only.iter().cloned());
+        }
+        return left;
+    }
+    let mut out = Vec::with_capacity(2);
+    'outer: for l in &left {
+        for r in &right {
+            if out.len() == 2 {
+                break 'outer;
+            }
+            let mut argv = l.clone();
+            argv.extend(r.iter().cloned());
+            out.push(argv);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each argv of a reading, joined by spaces.
+    fn joined(text: &str) -> Vec<String> {
+        read_shell(text)
+            .argvs
+            .iter()
+            .map(|a| {
+                a.words
+                    .iter()
+                    .map(Word::shown)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn quote_removal_and_expansions_build_the_static_argv() {
+        assert_eq!(joined("r''m -rf /"), ["rm -rf /"]);
+        assert_eq!(joined("rm${IFS}-rf${IFS}/"), ["rm -rf /"]);
+        assert_eq!(joined("{rm,-rf,/}"), ["rm -rf /"]);
+        assert_eq!(joined("$'\\x72\\x6d' -rf /"), ["rm -rf /"]);
+        assert_eq!(joined("/\\b\\i\\n/////r\\m -rf /"), ["rm -rf /"]);
+        assert_eq!(joined("rm -rf \\\n/"), ["rm -rf /"]);
+        assert_eq!(joined("1;rm${IFS}-rf${IFS}/"), ["1", "rm -rf /"]);
+    }
+
+    #[test]
+    fn literal_parameters_are_substituted() {
+        assert_eq!(joined("a=r;b=m;$a$b -rf /"), ["rm -rf /"]);
+        assert_eq!(joined("R=/; rm -rf $R"), ["rm -rf /"]);
+        assert_eq!(
+            joined("LFILE=/etc/shadow; cat \"$LFILE\""),
+            ["cat /etc/shadow"]
+        );
+        assert_eq!(
+            joined("export X=/etc/shadow; cat $X"),
+            ["export X=/etc/shadow", "cat /etc/shadow"]
+        );
+        assert_eq!(joined("cat $UNSET"), [format!("cat {UNKNOWN}")]);
+    }
+
+    #[test]
+    fn wrappers_are_dropped_and_the_program_is_its_basename() {
+        assert_eq!(joined("sudo -u root /bin/rm -rf /"), ["rm -rf /"]);
+        assert_eq!(
+            joined("env -i X=1 nice -n 5 nohup timeout 60 rm -rf /"),
+            ["rm -rf /"]
+        );
+        assert_eq!(
+            joined("command exec stdbuf -o L busybox rm -rf /"),
+            ["rm -rf /"]
+        );
+        assert_eq!(joined("time rm -rf /"), ["rm -rf /"]);
+    }
+
+    #[test]
+    fn cd_sets_the_directory_of_later_relative_operands() {
+        assert_eq!(
+            joined("cd / && rm -rf *"),
+            ["cd /", "rm -rf /*", "rm -rf *"]
+        );
+        assert_eq!(
+            joined("cd $X; rm -rf build"),
+            [
+                format!("cd {UNKNOWN}"),
+                format!("rm -rf {UNKNOWN}"),
+                "rm -rf build".into()
+            ]
+        );
+        assert_eq!(joined("rm -rf build"), ["rm -rf build"]);
+    }
+
+    #[test]
+    fn shells_eval_and_pipes_are_read_recursively() {
+        assert!(joined("sh -c \"rm -rf /\"").contains(&"rm -rf /".to_owned()));
+        assert!(joined("bash -lc 'r\"\"m -rf /'").contains(&"rm -rf /".to_owned()));
+        assert!(joined("eval 'rm -rf /'").contains(&"rm -rf /".to_owned()));
+        assert!(joined("echo 'rm -rf /' | sh").contains(&"rm -rf /".to_owned()));
+        assert!(!joined("echo 'rm -rf /' > x.sh").contains(&"rm -rf /".to_owned()));
+        assert!(joined("echo \"$(rm -rf /)\"").contains(&"rm -rf /".to_owned()));
+    }
+
+    #[test]
+    fn recursion_stops_after_eight_levels() {
+        let mut script = "rm -rf /".to_owned();
+        for _ in 0..12 {
+            script = format!("eval {}", shell_quote(&script));
+        }
+        assert!(!joined(&script).contains(&"rm -rf /".to_owned()));
+        let mut script = "rm -rf /".to_owned();
+        for _ in 0..MAX_DEPTH {
+            script = format!("eval {}", shell_quote(&script));
+        }
+        assert!(joined(&script).contains(&"rm -rf /".to_owned()));
+    }
+
+    fn shell_quote(s: &str) -> String {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+
+    #[test]
+    fn xargs_and_find_read_as_the_commands_they_run() {
+        assert!(joined("echo / | xargs rm -rf").contains(&"rm -rf /".to_owned()));
+        assert!(joined("printf '/' | xargs -0 rm -rf").contains(&"rm -rf /".to_owned()));
+        assert!(joined("xargs rm -rf").contains(&format!("rm -rf {UNKNOWN}")));
+        assert!(joined("find / -delete").contains(&"rm -r /".to_owned()));
+        assert!(joined("find / -name x -exec rm -f {} +").contains(&"rm -r /".to_owned()));
+        assert!(
+            !joined("find / -name x -print")
+                .iter()
+                .any(|a| a.starts_with("rm"))
+        );
+    }
+
+    #[test]
+    fn argv_lists_are_read_without_quote_removal() {
+        let read = |words: &[&str]| {
+            read_argv(words)
+                .argvs
+                .iter()
+                .map(|a| {
+                    a.words
+                        .iter()
+                        .map(Word::shown)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(&["sudo", "rm", "-rf", "/"]), ["rm -rf /"]);
+        assert!(read(&["sh", "-c", "rm -rf /"]).contains(&"rm -rf /".to_owned()));
+        assert_eq!(read(&["r''m", "-rf", "/"]), ["r''m -rf /"]);
+    }
+
+    #[test]
+    fn curl_user_passwords_are_found() {
+        assert!(read_shell("curl -u admin:S3cret https://x").user_password);
+        assert!(read_shell("wget --user=admin:pw https://x").user_password);
+        assert!(read_shell("curl -uadmin:pw https://x").user_password);
+        assert!(!read_shell("curl -u admin: https://x").user_password);
+        assert!(!read_shell("curl -u admin https://x").user_password);
+    }
+
+    #[test]
+    fn redirection_targets_are_kept() {
+        let reading = read_shell("echo x > /etc/hosts");
+        assert_eq!(reading.argvs[0].redirects, [Word::literal("/etc/hosts")]);
+    }
+
+    #[test]
+    fn plain_strings_read_like_the_parser_reads_them() {
+        for text in [
+            "cat /etc/passwd",
+            "rm -rf /",
+            "X=1 cmd a=b",
+            "dd if=/etc/shadow of=/dev/null",
+            "a  b\tc",
+        ] {
+            let fast = script_of(text);
+            let parsed = parser::parse(text);
+            assert_eq!(fast, parsed, "{text}");
+        }
+    }
+}

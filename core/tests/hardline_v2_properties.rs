@@ -1,0 +1,277 @@
+//! The rule of hardline v2 (SPEC §21.1, §21.5), as properties over generated actions:
+//! - v2's decision is never more permissive than pass 1 alone (the v1 evaluation), and a pass-1
+//!   hardline deny keeps its reason code and rule;
+//! - the pre-filters that skip strings which cannot match never change a decision.
+//!
+//! Arguments are built from payload fragments (URL spellings, shell quoting and expansions,
+//! protected paths, secret formats) so that both passes and every reading are exercised; the
+//! seed is fixed so that CI runs the same cases every time. Each generated argument object is
+//! tried under all 15 side-effect classes.
+
+use std::sync::OnceLock;
+
+use airlock_core::action::{JsonMap, ProposedAction, Target};
+use airlock_core::canonical::arguments_hash;
+use airlock_core::policy::hardline::{Passes, Prefilter};
+use airlock_core::policy::{Ruleset, evaluate_with};
+use airlock_core::time::Timestamp;
+use airlock_core::vocab::{
+    ActionKind, IdempotencyClass, PolicyDecisionType, RiskLevel, SideEffectClass, TargetKind,
+    TrustLevel,
+};
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::test_runner::RngSeed;
+use serde_json::Value;
+use uuid::Uuid;
+
+fn ruleset() -> &'static Ruleset {
+    static RULESET: OnceLock<Ruleset> = OnceLock::new();
+    RULESET.get_or_init(|| Ruleset::shipped().expect("the shipped policy loads"))
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 1024,
+        rng_seed: RngSeed::Fixed(0x6861_7264_6c69_6e65),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// Pieces of payloads; strings are concatenations of a few of them.
+const FRAGMENTS: &[&str] = &[
+    "rm",
+    "r''m",
+    " ",
+    "-rf",
+    "/",
+    "/*",
+    "${IFS}",
+    "$IFS",
+    "{rm,-rf,/}",
+    "cd / && ",
+    "*",
+    "find / -delete",
+    "echo / | xargs rm -rf",
+    "sh -c '",
+    "'",
+    "\"",
+    "eval ",
+    "$(",
+    ")",
+    "`",
+    "|",
+    ";",
+    "\n",
+    "\\",
+    "sudo ",
+    "env X=1 ",
+    "X=/etc/shadow; cat \"$X\"",
+    "cat ",
+    "/etc/passwd",
+    "/e?c/passwd",
+    ".e*",
+    "/proc/self/root/etc/shadow",
+    "/proc/1/environ",
+    "dd if=",
+    "@",
+    "/root/.ssh/id_rsa",
+    ".env",
+    ".envrc",
+    ".git/hooks/pre-commit",
+    "notes.txt",
+    "~/",
+    "..",
+    "http://",
+    "https:",
+    "http:",
+    "169.254.169.254",
+    "169。254。169。254",
+    "%31%36%39",
+    ".254",
+    "[fd20:ce::254]",
+    "[64:ff9b:1::a9fe:a9fe]",
+    "[::ffff:0:a9fe:a9fe]",
+    "0xA9FEA9FE",
+    ":80",
+    "file:///",
+    "jar:file:///etc/passwd!/",
+    "php://filter/resource=/etc/passwd",
+    "netdoc:///",
+    "?token=",
+    "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    "xoxb-781236542736-2364535789652",
+    "AWS_SECRET_ACCESS_KEY=",
+    "wJalrXUtnFEMI",
+    "postgres://admin:S3cr3t@db/prod",
+    "Authorization: ",
+    "Cookie: a=b",
+    "curl -u admin:pw ",
+    "['rm','-rf','/']",
+    "example.com",
+    "①⓪⓪｡①⓪⓪｡①⓪⓪｡②⓪⓪",
+    "a",
+    "b",
+    "0",
+    "=",
+];
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        // Long concatenations reach the parser's odd corners.
+        2 => prop::collection::vec(select(FRAGMENTS), 0..8).prop_map(|parts| parts.concat()),
+        // Short ones keep a payload whole, so each pre-filter meets strings it must not skip.
+        2 => prop::collection::vec(select(FRAGMENTS), 1..3).prop_map(|parts| parts.concat()),
+        1 => (select(FRAGMENTS), select(FRAGMENTS)).prop_map(|(a, b)| format!("{a} {b}")),
+        3 => select(FRAGMENTS).prop_map(str::to_owned),
+    ]
+}
+
+/// Argument values: strings, string arrays, `{cmd, args}` objects and nested objects.
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        4 => text().prop_map(Value::String),
+        1 => prop::collection::vec(text(), 0..4)
+            .prop_map(|v| Value::Array(v.into_iter().map(Value::String).collect())),
+        1 => (text(), prop::collection::vec(text(), 0..3)).prop_map(|(cmd, args)| {
+            serde_json::json!({"cmd": cmd, "args": args})
+        }),
+        1 => Just(Value::from(7)),
+    ];
+    leaf.prop_recursive(2, 12, 3, |inner| {
+        prop::collection::btree_map(select(&["url", "command", "text", "x"][..]), inner, 1..3)
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+    })
+}
+
+fn arguments() -> impl Strategy<Value = JsonMap> {
+    let single = (select(&["command", "url", "path", "content"][..]), text()).prop_map(|(k, v)| {
+        let mut map = JsonMap::new();
+        map.insert(k.to_owned(), Value::String(v));
+        map
+    });
+    let several = prop::collection::btree_map(
+        select(
+            &[
+                "command", "url", "path", "content", "text", "argv", "headers",
+            ][..],
+        ),
+        value(),
+        1..4,
+    )
+    .prop_map(|m| m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect());
+    prop_oneof![single, several]
+}
+
+/// Arguments and a target; each property tries them under every side-effect class.
+fn case() -> impl Strategy<Value = (TargetKind, JsonMap)> {
+    (
+        select(
+            &[
+                TargetKind::Sandbox,
+                TargetKind::InProcess,
+                TargetKind::WebProvider,
+                TargetKind::McpServer,
+            ][..],
+        ),
+        arguments(),
+    )
+}
+
+fn action(side_effect: SideEffectClass, target: TargetKind, arguments: JsonMap) -> ProposedAction {
+    ProposedAction {
+        kind: ActionKind::ToolCall,
+        action_id: Uuid::from_u128(1),
+        tenant_id: "tenant-v2".to_owned(),
+        session_id: Uuid::from_u128(2),
+        run_id: Uuid::from_u128(3),
+        step_number: 1,
+        name: "web.fetch".to_owned(),
+        version: Some("1.0.0".to_owned()),
+        summary: "Run web.fetch with validated arguments.".to_owned(),
+        side_effect,
+        risk: RiskLevel::Medium,
+        idempotency: IdempotencyClass::ReadOnly,
+        required_scopes: Vec::new(),
+        normalized_arguments_hash: arguments_hash(&Value::Object(arguments.clone())),
+        arguments,
+        argument_trust: Default::default(),
+        origin_trust: TrustLevel::User,
+        target: Target::for_kind(target),
+        evaluated_at: Timestamp::from_micros(1_768_478_408_000_000),
+    }
+}
+
+/// Strictness order: a deny is stricter than an approval, which is stricter than an allow.
+fn rank(decision: PolicyDecisionType) -> u8 {
+    match decision {
+        PolicyDecisionType::Allow | PolicyDecisionType::AllowWithModifications => 0,
+        PolicyDecisionType::RequireApproval => 1,
+        PolicyDecisionType::Deny => 2,
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// SPEC §21.1: v2 is never more permissive than pass 1 alone; a pass-1 hardline deny is the
+    /// same deny (code and rule), and anything pass 1 left to the matrix is either the same
+    /// decision or a hardline deny.
+    #[test]
+    fn v2_is_never_weaker_than_pass_1_and_keeps_its_codes((target, arguments) in case()) {
+        let rules = ruleset();
+        for side_effect in SideEffectClass::ALL.iter().copied() {
+            let action = action(side_effect, target.clone(), arguments.clone());
+            let v1 = evaluate_with(&action, rules, Passes::V1Only, Prefilter::On);
+            let v2 = evaluate_with(&action, rules, Passes::Both, Prefilter::On);
+            prop_assert!(rank(v2.decision) >= rank(v1.decision), "v1 {v1:?}\nv2 {v2:?}");
+            if v1.reason_code.starts_with("policy.hardline.") {
+                prop_assert_eq!(&v2, &v1);
+            } else if v2 != v1 {
+                prop_assert_eq!(v2.decision, PolicyDecisionType::Deny);
+                prop_assert!(v2.reason_code.starts_with("policy.hardline."), "{v2:?}");
+            }
+        }
+    }
+
+    /// SPEC §21.1: a pre-filter that skips strings which cannot match never changes a decision.
+    #[test]
+    fn prefilters_never_change_a_decision((target, arguments) in case()) {
+        let rules = ruleset();
+        for side_effect in SideEffectClass::ALL.iter().copied() {
+            let action = action(side_effect, target.clone(), arguments.clone());
+            prop_assert_eq!(
+                evaluate_with(&action, rules, Passes::Both, Prefilter::On),
+                evaluate_with(&action, rules, Passes::Both, Prefilter::Off),
+                "{}", side_effect
+            );
+        }
+    }
+}
+
+/// The generator reaches pass 2: some generated actions are denied only by the v2 readings, so
+/// the properties above are not vacuous.
+#[test]
+fn generated_actions_reach_the_v2_readings() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::TestRunner;
+    let mut runner = TestRunner::new(config());
+    let strategy = case();
+    let mut v2_only = 0;
+    for _ in 0..1024 {
+        let (target, arguments) = strategy.new_tree(&mut runner).expect("a value").current();
+        for side_effect in SideEffectClass::ALL.iter().copied() {
+            let action = action(side_effect, target.clone(), arguments.clone());
+            let v1 = evaluate_with(&action, ruleset(), Passes::V1Only, Prefilter::On);
+            let v2 = evaluate_with(&action, ruleset(), Passes::Both, Prefilter::On);
+            if v1 != v2 {
+                v2_only += 1;
+            }
+        }
+    }
+    assert!(
+        v2_only >= 100,
+        "only {v2_only} generated actions reach pass 2's denies"
+    );
+}
