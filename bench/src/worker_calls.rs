@@ -155,7 +155,7 @@ async fn measure_async(
     data_dir: &Path,
     load: WorkerLoad,
 ) -> Result<WorkerReport, WorkerBenchError> {
-    let app = App::open(data_dir, None)
+    let app = App::open(data_dir, None, None)
         .await
         .map_err(|e| WorkerBenchError::Open(e.to_string()))?;
     let principal = bench_principal();
@@ -175,7 +175,12 @@ async fn measure_async(
     settings.poll_ms = POLL_MS;
     let worker = app.worker(settings);
     let control = app.control(Some(worker.tokens().clone()));
-    let store = &app.env.store.0;
+    let store = app
+        .env
+        .store
+        .0
+        .sqlite()
+        .ok_or_else(|| WorkerBenchError::Open("not an SQLite store".to_owned()))?;
     let stats_before = store.group_stats();
     let cpu_before = process_cpu();
     let start = Instant::now();

@@ -1,5 +1,8 @@
 //! airlock-e2e: end-to-end tests that drive the real `airlock` binary in separate processes over
-//! real SQLite files. This library holds only the helpers the tests in `tests/` share.
+//! real SQLite files, or a real PostgreSQL database (`pg`). This library holds only the helpers
+//! the tests in `tests/` share.
+
+pub mod pg;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,15 +30,45 @@ pub fn airlock_bin() -> PathBuf {
     bin
 }
 
-/// A fresh data directory, removed when dropped.
+/// A fresh data directory, removed when dropped; its store is the SQLite file inside, or a
+/// PostgreSQL schema of its own ([`DataDir::on_postgres`]).
 pub struct DataDir {
     pub dir: tempfile::TempDir,
+    /// The PostgreSQL store every command gets through `AIRLOCK_STORE`; `None`: SQLite.
+    pub postgres: Option<pg::Scratch>,
 }
 
 impl DataDir {
     pub fn new() -> DataDir {
         DataDir {
             dir: tempfile::tempdir().expect("temp dir"),
+            postgres: None,
+        }
+    }
+
+    /// A data dir for workspaces and the outbox whose store is a fresh schema on `server`.
+    pub fn on_postgres(server: &str) -> DataDir {
+        DataDir {
+            dir: tempfile::tempdir().expect("temp dir"),
+            postgres: Some(pg::Scratch::new(server)),
+        }
+    }
+
+    /// The `--store` value of this data dir's store, if it is not the default file.
+    pub fn store_url(&self) -> Option<&str> {
+        self.postgres.as_ref().map(|p| p.url.as_str())
+    }
+
+    /// `SELECT COUNT(*) …` (or any one-integer query) on the store, SQLite or PostgreSQL.
+    pub fn count(&self, sql: &str) -> i64 {
+        match &self.postgres {
+            Some(pg) => pg.rows(sql)[0][0]
+                .as_deref()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{sql}: not a count")),
+            None => db(self)
+                .query_row(sql, [], |r| r.get(0))
+                .unwrap_or_else(|e| panic!("{sql}: {e}")),
         }
     }
 
@@ -52,6 +85,10 @@ impl DataDir {
             .args(["--tenant", "acme", "--principal", principal])
             .args(args);
         command.env_remove("AIRLOCK_CRASH_AT").stdin(Stdio::null());
+        match self.store_url() {
+            Some(url) => command.env("AIRLOCK_STORE", url),
+            None => command.env_remove("AIRLOCK_STORE"),
+        };
         command
     }
 
@@ -138,8 +175,22 @@ impl DataDir {
             .to_owned()
     }
 
-    /// The run's status and attempts, read from the store file directly.
+    /// The run's status and attempts, read from the store directly.
     pub fn status_and_attempts(&self, run: &str) -> (String, i64) {
+        if let Some(pg) = &self.postgres {
+            let rows = pg.rows(&format!(
+                "SELECT status, attempts FROM runs WHERE id = '{}'",
+                run.replace('\'', "")
+            ));
+            let row = rows.first().expect("the run");
+            return (
+                row[0].clone().expect("status"),
+                row[1]
+                    .as_deref()
+                    .and_then(|a| a.parse().ok())
+                    .expect("attempts"),
+            );
+        }
         db(self)
             .query_row(
                 "SELECT status, attempts FROM runs WHERE id = ?1",
@@ -245,6 +296,22 @@ pub fn db(data: &DataDir) -> rusqlite::Connection {
 
 /// `(status, tool_name, idempotency_key, effect_sent_at)` of every invocation.
 pub fn invocations(data: &DataDir) -> Vec<(String, String, String, Option<i64>)> {
+    let sql = "SELECT status, tool_name, idempotency_key, effect_sent_at FROM tool_invocations \
+               ORDER BY created_at, id";
+    if let Some(pg) = &data.postgres {
+        return pg
+            .rows(sql)
+            .into_iter()
+            .map(|row| {
+                (
+                    row[0].clone().expect("status"),
+                    row[1].clone().expect("tool"),
+                    row[2].clone().expect("key"),
+                    row[3].as_deref().and_then(|t| t.parse().ok()),
+                )
+            })
+            .collect();
+    }
     let conn = db(data);
     let mut stmt = conn.prepare("SELECT status, tool_name, idempotency_key, effect_sent_at FROM tool_invocations ORDER BY created_at, id").expect("query");
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
@@ -288,22 +355,11 @@ pub fn assert_no_duplicate_effects(data: &DataDir) {
             "an outbox line has no invocation"
         );
     }
-    let conn = db(data);
-    let open: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM runs WHERE status IN ('QUEUED','RUNNING')",
-            [],
-            |r| r.get(0),
-        )
-        .expect("count");
+    let open = data.count("SELECT COUNT(*) FROM runs WHERE status IN ('QUEUED','RUNNING')");
     assert_eq!(open, 0, "every run is terminal or parked");
-    let dangling: i64 = conn
-        .query_row(
-            "SELECT COUNT(*) FROM tool_invocations i JOIN runs r ON r.id = i.run_id WHERE r.status IN ('COMPLETED','FAILED','CANCELLED') AND i.status NOT IN ('SUCCEEDED','FAILED','DENIED','UNCERTAIN')",
-            [],
-            |r| r.get(0),
-        )
-        .expect("count");
+    let dangling = data.count(
+        "SELECT COUNT(*) FROM tool_invocations i JOIN runs r ON r.id = i.run_id WHERE r.status IN ('COMPLETED','FAILED','CANCELLED') AND i.status NOT IN ('SUCCEEDED','FAILED','DENIED','UNCERTAIN')",
+    );
     assert_eq!(dangling, 0, "a terminal run has an open invocation");
 }
 

@@ -48,7 +48,13 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open_existing(
+        &globals.data_dir(),
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };

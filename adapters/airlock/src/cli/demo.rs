@@ -3,6 +3,11 @@
 //! approved `demo.external_write` is interrupted by a real process abort at `after_invoke` in a
 //! child worker, a restarted worker marks the call UNCERTAIN, and the review queue and the
 //! outbox show exactly one effect. Everything is decided by core; this file only narrates.
+//!
+//! With `--store postgres://…` the store is that database and the data dir (a new temporary one
+//! unless given) holds only workspaces and the outbox; the child workers get the same store
+//! through `AIRLOCK_STORE` (never on their command line, where the password would show). A
+//! database that still has open runs is refused, as a used data dir is.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -18,8 +23,9 @@ use serde_json::Value;
 
 use super::Globals;
 use super::output::{app_error, invalid_argument, line};
-use crate::app::{App, STORE_FILE};
+use crate::app::App;
 use crate::exit::Exit;
+use crate::store::StoreUrl;
 use airlock_host::tools::outbox_path;
 
 #[derive(Debug, clap::Args)]
@@ -81,7 +87,10 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
     });
     // The demo's workers claim any queued run and one of them aborts on purpose, so on a store
     // that already holds runs it would interrupt someone's work: it refuses before opening it.
-    if data_dir.join(STORE_FILE).exists() {
+    let location = StoreUrl::parse(globals.store.as_deref(), &data_dir);
+    if let Ok(StoreUrl::Sqlite(path)) = &location
+        && path.exists()
+    {
         return invalid_argument(&format!(
             "the demo needs a fresh data dir, and '{}' already holds a store; pass a new \
              --data-dir or none (a new temporary one)",
@@ -92,10 +101,41 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
         // stdout carries only events; the directory still has to be findable.
         eprintln!("airlock demo: data dir {}", data_dir.display());
     }
-    let app = match App::open(&data_dir, globals.policy_dir.as_deref()).await {
+    let app = match App::open(
+        &data_dir,
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
+    // A shared database is checked once open: it must hold no run that is not finished.
+    if let Ok(StoreUrl::Postgres(_)) = &location {
+        let open = app.env.read(|tx| {
+            let mut open = 0;
+            for status in [
+                RunStatus::Queued,
+                RunStatus::Running,
+                RunStatus::WaitingForApproval,
+            ] {
+                open += tx.count_runs(status)?;
+            }
+            Ok(open)
+        });
+        match open {
+            Ok(0) => {}
+            Ok(n) => {
+                return invalid_argument(&format!(
+                    "the demo needs a database without open runs, and {} holds {n}; use a \
+                     fresh database",
+                    app.store_description
+                ));
+            }
+            Err(e) => return super::output::service_error(&e.into()),
+        }
+    }
     let started = app.env.clock.now();
     let demo = Demo {
         app,
@@ -107,6 +147,12 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
     if !demo.json {
         line("airlock demo");
         line(format_args!("  data dir:       {}", data_dir.display()));
+        if let Ok(StoreUrl::Postgres(_)) = &location {
+            line(format_args!(
+                "  store:          {}",
+                demo.app.store_description
+            ));
+        }
         line(format_args!(
             "  policy version: {}",
             demo.app.env.ruleset.version
@@ -236,7 +282,12 @@ impl Demo {
             )));
         }
         self.say(&format!("  outbox.jsonl holds exactly {lines} line with that idempotency_key: the effect happened once"));
-        self.say(&format!("  settle it with: airlock --data-dir {} --tenant acme invocations settle {} --outcome succeeded --note 'checked billing'", shell_word(&self.app.data_dir.display().to_string()), call.id));
+        let store = if self.app.store_description.starts_with("sqlite:") {
+            String::new()
+        } else {
+            format!("--store {} ", shell_word(&self.app.store_description))
+        };
+        self.say(&format!("  settle it with: airlock {store}--data-dir {} --tenant acme invocations settle {} --outcome succeeded --note 'checked billing'", shell_word(&self.app.data_dir.display().to_string()), call.id));
         self.say(&format!(
             "  run {} is {}",
             second.run_id,
@@ -323,6 +374,11 @@ impl Demo {
             .map_err(|e| step(format!("cannot find the airlock binary: {e}")))?;
         let mut command = tokio::process::Command::new(exe);
         command.arg("--data-dir").arg(&self.app.data_dir);
+        // The same store, through the environment: a URL may carry a password.
+        match &globals.store {
+            Some(store) => command.env("AIRLOCK_STORE", store),
+            None => command.env_remove("AIRLOCK_STORE"),
+        };
         if let Some(dir) = &globals.policy_dir {
             command.arg("--policy-dir").arg(dir);
         }

@@ -92,7 +92,13 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
         Ok(config) => config,
         Err(exit) => return exit,
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open(
+        &globals.data_dir(),
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };

@@ -29,6 +29,10 @@ pub struct Globals {
     /// demo: a new temporary directory].
     #[arg(long = "data-dir", global = true)]
     pub data_dir_arg: Option<PathBuf>,
+    /// The store: sqlite:PATH, or a postgres:// (postgresql://) URL [default: sqlite in the data
+    /// dir]. On PostgreSQL the data dir still holds workspaces/ and outbox.jsonl.
+    #[arg(long, global = true, env = "AIRLOCK_STORE", hide_env_values = true)]
+    pub store: Option<String>,
     /// Directory holding default.toml and hardline.toml (default: the embedded shipped files).
     #[arg(long, global = true)]
     pub policy_dir: Option<PathBuf>,

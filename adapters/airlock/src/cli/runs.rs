@@ -95,7 +95,13 @@ pub async fn submit(
         },
         Err(exit) => return exit,
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open(
+        &globals.data_dir(),
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
@@ -132,7 +138,13 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open_existing(
+        &globals.data_dir(),
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };

@@ -61,7 +61,13 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         },
         None => None,
     };
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open(
+        &globals.data_dir(),
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
@@ -70,6 +76,8 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         settings.concurrency = args.concurrency;
         app.worker(settings)
     });
+    // PostgreSQL: any process's queued run wakes this server's worker at once (SPEC §18).
+    let _listening = worker.as_ref().and_then(|_| app.wake_on_queued_runs());
     let control = Arc::new(app.control(worker.as_ref().map(|w| w.tokens().clone())));
     let state = AppState::new(
         control.clone(),
@@ -119,7 +127,10 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
             return Ok(());
         };
         let stop = || stopping.load(Ordering::SeqCst);
-        let result = worker.run(&TokioSpawner, &control, &stop).await;
+        // Polls, and wakes early on a hint: a run queued through this server's API or, on
+        // PostgreSQL, by any process's commit.
+        let result =
+            airlock_host::run_worker(worker, &TokioSpawner, &control, &stop, &app.dispatcher).await;
         if result.is_err() {
             // Fail-stop like `airlock worker`: the server goes down with it.
             stopping.store(true, Ordering::SeqCst);

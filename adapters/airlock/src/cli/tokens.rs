@@ -81,7 +81,13 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
                 Ok(seconds) => seconds,
                 Err(message) => return invalid_argument(&message),
             };
-            let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+            let app = match App::open(
+                &globals.data_dir(),
+                globals.store.as_deref(),
+                globals.policy_dir.as_deref(),
+            )
+            .await
+            {
                 Ok(app) => app,
                 Err(e) => return app_error(&e),
             };
@@ -108,8 +114,12 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
             }
         }
         TokensCommand::List => {
-            let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref())
-                .await
+            let app = match App::open_existing(
+                &globals.data_dir(),
+                globals.store.as_deref(),
+                globals.policy_dir.as_deref(),
+            )
+            .await
             {
                 Ok(app) => app,
                 Err(e) => return app_error(&e),
@@ -122,8 +132,12 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
             }
         }
         TokensCommand::Revoke { id } => {
-            let app = match App::open_existing(&globals.data_dir(), globals.policy_dir.as_deref())
-                .await
+            let app = match App::open_existing(
+                &globals.data_dir(),
+                globals.store.as_deref(),
+                globals.policy_dir.as_deref(),
+            )
+            .await
             {
                 Ok(app) => app,
                 Err(e) => return app_error(&e),

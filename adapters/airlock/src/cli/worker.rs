@@ -46,7 +46,13 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     {
         return invalid_argument(&format!("--worker-id {e}"));
     }
-    let app = match App::open(&globals.data_dir(), globals.policy_dir.as_deref()).await {
+    let app = match App::open(
+        &globals.data_dir(),
+        globals.store.as_deref(),
+        globals.policy_dir.as_deref(),
+    )
+    .await
+    {
         Ok(app) => app,
         Err(e) => return app_error(&e),
     };
@@ -57,6 +63,8 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     settings.concurrency = args.concurrency;
     settings.lease_ms = args.lease_ms;
     let worker = app.worker(settings);
+    // PostgreSQL: any process's queued run wakes this worker at once (SPEC §18).
+    let _listening = app.wake_on_queued_runs();
     let control = app.control(Some(worker.tokens().clone()));
     let stopping = Arc::new(AtomicBool::new(false));
     spawn_signal_listener(Arc::clone(&stopping));
@@ -68,7 +76,7 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     };
     // Fail-stop: a storage error in the loop (a claim, reclaim or sweep) stops claiming, lets the
     // runs in flight finish, and then ends the process with exit 4 rather than retrying blind.
-    match worker.run(&TokioSpawner, &control, &stop).await {
+    match airlock_host::run_worker(&worker, &TokioSpawner, &control, &stop, &app.dispatcher).await {
         Ok(()) => Exit::Ok,
         Err(e) => service_error(&e.into()),
     }

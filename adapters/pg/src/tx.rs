@@ -1,0 +1,1692 @@
+//! `PgTx`: core's [`StoreTx`] as SQL on one PostgreSQL transaction (SPEC §2.2, §8.1, §8.2,
+//! §9.1, §10.1, §13, §14, §18), with `MemStore`'s semantics, orderings and error kinds — the
+//! SQLite store's `SqliteTx`, method for method, in PostgreSQL's dialect.
+//!
+//! **Concurrency (SPEC §18).** Write transactions run at READ COMMITTED. Where SQLite serializes
+//! every writer with `BEGIN IMMEDIATE`, PostgreSQL lets transactions on different runs proceed
+//! side by side, so the run row is the unit of mutual exclusion: a write transaction's reads of
+//! a run (`run`, `guard_lease`, and the current row that `update_run` compares against) take
+//! `FOR NO KEY UPDATE`, which every other transaction changing that run also takes. Core reads
+//! a run, builds the next row from it and writes it back; with the lock, no other transaction
+//! can change a column in between (a cancel request set by `runs cancel` would otherwise be
+//! overwritten by a worker's stale copy). `NO KEY` because inserting a checkpoint, event or
+//! invocation of that run takes the foreign key's `KEY SHARE` lock on it, which `FOR UPDATE`
+//! would block. CLAIM's `next_claimable_run` takes `FOR UPDATE SKIP LOCKED`, so workers never
+//! queue behind one another's claims. Every guarded write is still the statement of SPEC §8.1,
+//! `UPDATE … WHERE id = $1 AND status = $2 [AND lease_owner = $3 AND lease_epoch = $4]`, whose
+//! zero-row answer is `Fenced` or `Conflict`; no statement needs SERIALIZABLE (the multi-row
+//! rules — one active run per session, unique keys, contiguous versions — are unique indexes and
+//! primary keys, which PostgreSQL enforces across concurrent transactions).
+//!
+//! **Event sequences** come from `sessions.next_event_sequence`, advanced by the same statement
+//! that inserts the event (a data-modifying CTE), never from a SEQUENCE: a refused or rolled
+//! back append leaves no gap behind it. The session row's lock also orders a session's event ids
+//! by commit.
+//!
+//! **Event ids** (SPEC §20's tenant tail, `StoreTx::events_of_tenant`). An event's `id` comes
+//! from the identity sequence when its row is inserted, and transactions on different sessions
+//! commit in any order, so ids alone do not follow commit order: a tail could see id 11 while
+//! id 10 is still uncommitted, move its cursor past it, and never see 10. Writers are not
+//! serialized to prevent that (it would queue every event-writing transaction of every worker
+//! from its first append to its COMMIT); readers hold back instead. A write transaction
+//! registers before it takes its first event id (an exclusive advisory transaction lock keyed
+//! by this schema and its backend pid, sent with the first append: no extra round trip, and no
+//! writer ever waits for another). A tail first computes the event horizon: the sequence's
+//! last value L, then the registered transactions, each waited for until it ends; every id at
+//! or below L was taken by one of them or by a transaction already over, so after the waits
+//! every such id is committed or never will be. The tail's snapshot is taken after that, and it
+//! returns ids up to L only. The functions are in migration V2, with the argument in full; the
+//! test `pg_event_order.rs` holds an earlier id's transaction open while a later one commits.
+//!
+//! Constraint violations map to `Conflict` (UNIQUE, PRIMARY KEY, CHECK, trigger) or `NotFound`
+//! (a missing parent row); see `engine::tx_error`. The `MemStore`-only rules are repeated where
+//! they are cheap because the current row is read anyway, with the SQLite store's messages.
+
+use tokio_postgres::types::ToSql;
+
+use airlock_core::access::ApiToken;
+use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection as ClientConnection, ConnectionStatus};
+use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use airlock_core::invocation::Invocation;
+use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
+use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
+use airlock_core::store::{ApprovalCursor, StoreTx, TxError};
+use airlock_core::time::Timestamp;
+use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+
+use crate::engine::{Access, Session as Wire};
+use crate::rows::{self, int, json, opt_json, opt_ts, ts};
+
+/// One SQL parameter.
+type Param<'a> = &'a (dyn ToSql + Sync);
+
+fn conflict(message: impl Into<String>) -> TxError {
+    TxError::Conflict(message.into())
+}
+
+/// A `LIMIT` value; `usize` beyond `i64::MAX` means "no limit" in practice.
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Whether `lease` is the run's current lease: RUNNING under exactly this owner and epoch.
+fn holds(run: &Run, lease: &Lease) -> bool {
+    run.id == lease.run_id
+        && run.lease_epoch == lease.lease_epoch
+        && matches!(&run.state, RunState::Running { lease_owner, .. } if *lease_owner == lease.worker_id)
+}
+
+/// The run edges of SPEC §8.1; a same-status update is no transition.
+fn run_edge_allowed(from: RunStatus, to: RunStatus) -> bool {
+    use RunStatus::*;
+    from == to
+        || matches!(
+            (from, to),
+            (Queued, Running | Cancelled)
+                | (
+                    Running,
+                    Queued | WaitingForApproval | Completed | Failed | Cancelled
+                )
+                | (WaitingForApproval, Queued | Cancelled)
+        )
+}
+
+/// `MemStore`'s defence-in-depth rules on a run update: §8.1 edges, the epoch advancing by one
+/// exactly at CLAIM, the lease owner changing only through CLAIM, and `attempts` growing by one
+/// only when RECLAIM takes a run out of RUNNING.
+fn check_run_change(current: &Run, next: &Run) -> Result<(), TxError> {
+    let (from, to) = (current.status(), next.status());
+    if !run_edge_allowed(from, to) {
+        return Err(conflict(format!("invalid run transition {from}->{to}")));
+    }
+    let claiming = to == RunStatus::Running && from != RunStatus::Running;
+    if claiming && Some(next.lease_epoch) != current.lease_epoch.checked_add(1) {
+        return Err(conflict("lease_epoch advances by exactly one at CLAIM"));
+    }
+    if !claiming && next.lease_epoch != current.lease_epoch {
+        return Err(conflict("lease_epoch changes only at CLAIM"));
+    }
+    if from == RunStatus::Running && to == RunStatus::Running && current.lease() != next.lease() {
+        return Err(conflict(
+            "a running run's lease owner changes only through CLAIM",
+        ));
+    }
+    let leaving_running = from == RunStatus::Running && to != RunStatus::Running;
+    let attempts_ok = next.attempts == current.attempts
+        || (leaving_running && Some(next.attempts) == current.attempts.checked_add(1));
+    if !attempts_ok {
+        return Err(conflict(
+            "attempts grows by one only when RECLAIM takes a run out of RUNNING",
+        ));
+    }
+    Ok(())
+}
+
+/// Outcome/status agreement of a terminal invocation; the CHECKs of SPEC §14 themselves are in
+/// the schema.
+fn check_outcome_agrees(invocation: &Invocation) -> Result<(), TxError> {
+    if let Some(outcome) = &invocation.outcome
+        && invocation.status.is_terminal()
+        && (outcome.invocation_status() != invocation.status
+            || invocation.outcome_status != Some(outcome.status))
+    {
+        return Err(conflict(format!(
+            "tool_invocations: outcome {} does not match status {}",
+            outcome.status, invocation.status
+        )));
+    }
+    Ok(())
+}
+
+/// A column value of a run row that an update may change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Column {
+    Text(Option<String>),
+    Int(Option<i64>),
+}
+
+impl Column {
+    fn param(&self) -> Param<'_> {
+        match self {
+            Column::Text(value) => value,
+            Column::Int(value) => value,
+        }
+    }
+}
+
+/// The columns of a run row that an update may change, in SET order. Comparing two runs' lists
+/// finds the columns an update has to name.
+fn mutable_columns(run: &Run) -> Result<[(&'static str, Column); 12], TxError> {
+    let state = rows::state_columns(&run.state)?;
+    Ok([
+        ("status", Column::Text(Some(state.status.to_owned()))),
+        ("step_count", Column::Int(Some(i64::from(run.step_count)))),
+        (
+            "tool_call_count",
+            Column::Int(Some(i64::from(run.tool_call_count))),
+        ),
+        ("lease_owner", Column::Text(state.lease_owner)),
+        (
+            "lease_epoch",
+            Column::Int(Some(int(run.lease_epoch, "runs.lease_epoch")?)),
+        ),
+        ("lease_expires_at", Column::Int(state.lease_expires_at)),
+        ("attempts", Column::Int(Some(i64::from(run.attempts)))),
+        ("scheduled_for", Column::Int(state.scheduled_for)),
+        (
+            "cancel_requested_at",
+            Column::Int(opt_ts(run.cancel_requested_at)),
+        ),
+        ("failure", Column::Text(state.failure)),
+        ("final_message", Column::Text(state.final_message)),
+        ("updated_at", Column::Int(Some(ts(run.updated_at)))),
+    ])
+}
+
+/// Registers the transaction as one that takes event ids (see "Event ids"); sent in the same
+/// exchange as the first append, inside its savepoint.
+const REGISTER_EVENT_WRITER: &str = "SELECT airlock_event_register()";
+
+/// The highest event id a tail may return now (see "Event ids"); waits for in-flight writers.
+const EVENT_HORIZON: &str = "SELECT airlock_event_horizon()";
+
+/// One transaction's `StoreTx`.
+pub(crate) struct PgTx<'e> {
+    wire: Wire<'e>,
+    /// Runs whose row this transaction has locked (write transactions only).
+    locked_runs: Vec<RunId>,
+    /// Whether this transaction holds its event-writer registration (see "Event ids").
+    registered_event_writer: bool,
+}
+
+impl<'e> PgTx<'e> {
+    pub(crate) fn new(wire: Wire<'e>) -> PgTx<'e> {
+        PgTx {
+            wire,
+            locked_runs: Vec::new(),
+            registered_event_writer: false,
+        }
+    }
+
+    /// The event horizon: every event id at or below it is committed or will never be, so a
+    /// tail may return up to it and no further. It must be computed before the snapshot the
+    /// tail is read from: before `BEGIN` when the transaction has not begun (a read's snapshot
+    /// is then taken by the tail's own query), or as a statement of its own inside a write
+    /// transaction (READ COMMITTED: the next statement takes a new snapshot). A read whose
+    /// snapshot is already taken cannot be made gap-free, so it is refused.
+    fn event_horizon(&mut self) -> Result<i64, TxError> {
+        let row = if !self.wire.begun() {
+            self.wire.row_before_begin(EVENT_HORIZON, &[])?
+        } else if self.wire.access == Access::Write {
+            self.wire.row(EVENT_HORIZON, &[])?
+        } else {
+            return Err(TxError::Backend(
+                "the event tail must be the first read of a PostgreSQL read transaction (its \
+                 snapshot would otherwise predate the wait for in-flight event writers)"
+                    .to_owned(),
+            ));
+        };
+        let row = row.ok_or_else(|| TxError::Backend("the event horizon is missing".into()))?;
+        row.try_get(0)
+            .map_err(|e| TxError::Backend(format!("the event horizon: {e}")))
+    }
+
+    fn note_locked(&mut self, run: RunId) {
+        if self.wire.access == Access::Write && !self.locked_runs.contains(&run) {
+            self.locked_runs.push(run);
+        }
+    }
+
+    /// Locks the run's row before a row of that run's invocations or approvals, unless this
+    /// transaction already holds it: every writer then takes a run's locks in one order — the
+    /// run, then its rows, then its session's event counter — so an approval expiry racing a
+    /// cancel of the same run waits instead of deadlocking (a deadlock would reach the caller
+    /// as a storage error and stop a worker's sweep).
+    fn lock_run_first(&mut self, run: RunId) -> Result<(), TxError> {
+        if self.wire.access != Access::Write || self.locked_runs.contains(&run) {
+            return Ok(());
+        }
+        self.wire.row(
+            "SELECT 1 FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+            &[&run.to_string()],
+        )?;
+        self.locked_runs.push(run);
+        Ok(())
+    }
+
+    pub(crate) fn into_wire(self) -> Wire<'e> {
+        self.wire
+    }
+
+    /// ` FOR NO KEY UPDATE` in a write transaction (see "Concurrency"); nothing in a read.
+    fn lock(&self) -> &'static str {
+        match self.wire.access {
+            Access::Write => " FOR NO KEY UPDATE",
+            Access::Read => "",
+        }
+    }
+
+    fn one<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        decode: impl FnOnce(&tokio_postgres::Row) -> Result<T, TxError>,
+    ) -> Result<Option<T>, TxError> {
+        self.wire.row(sql, params)?.as_ref().map(decode).transpose()
+    }
+
+    fn all<T>(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+        decode: impl Fn(&tokio_postgres::Row) -> Result<T, TxError>,
+    ) -> Result<Vec<T>, TxError> {
+        self.wire.rows(sql, params)?.iter().map(decode).collect()
+    }
+
+    /// Why `append_event`'s INSERT wrote nothing, checked in `MemStore`'s order: the
+    /// idempotent repeat of a derivation key first (it returns the stored event), then the
+    /// payload, the session and the run.
+    fn refused_event(
+        &mut self,
+        event: &NewEvent,
+        insert_error: Option<TxError>,
+    ) -> Result<Event, TxError> {
+        if let Some(key) = &event.derivation_key
+            && let Some(stored) = self.event_by_key(key)?
+        {
+            return event.repeat_of(stored);
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK events: payload is a JSON object"));
+        }
+        if self.session(event.session_id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        if let Some(run_id) = event.run_id {
+            let run_session = self.run_session(run_id)?.ok_or(TxError::NotFound)?;
+            if run_session != event.session_id.to_string() {
+                return Err(conflict(format!(
+                    "events: run {run_id} is not in session {}",
+                    event.session_id
+                )));
+            }
+        }
+        Err(insert_error.unwrap_or_else(|| {
+            TxError::Backend("events: the INSERT wrote no row for no known reason".to_owned())
+        }))
+    }
+
+    /// The session a run belongs to, if the run exists.
+    fn run_session(&mut self, id: RunId) -> Result<Option<String>, TxError> {
+        self.one(
+            "SELECT session_id FROM runs WHERE id = $1",
+            &[&id.to_string()],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )
+    }
+
+    /// The current row of a run, locked in a write transaction.
+    fn run_row(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        let sql = format!(
+            "SELECT {} FROM runs WHERE id = $1{}",
+            rows::RUN_COLUMNS,
+            self.lock()
+        );
+        let run = self.one(&sql, &[&id.to_string()], rows::run)?;
+        if run.is_some() {
+            self.note_locked(id);
+        }
+        Ok(run)
+    }
+
+    fn invocation_row(
+        &mut self,
+        id: InvocationId,
+        lock: bool,
+    ) -> Result<Option<Invocation>, TxError> {
+        let sql = format!(
+            "SELECT {} FROM tool_invocations WHERE id = $1{}",
+            rows::INVOCATION_COLUMNS,
+            if lock { self.lock() } else { "" }
+        );
+        self.one(&sql, &[&id.to_string()], rows::invocation)
+    }
+
+    fn approval_row(&mut self, id: ApprovalId, lock: bool) -> Result<Option<Approval>, TxError> {
+        let sql = format!(
+            "SELECT {} FROM approvals WHERE id = $1{}",
+            rows::APPROVAL_COLUMNS,
+            if lock { self.lock() } else { "" }
+        );
+        self.one(&sql, &[&id.to_string()], rows::approval)
+    }
+
+    fn max_of(&mut self, sql: &str, run: RunId) -> Result<i64, TxError> {
+        let latest: Option<Option<i64>> = self.one(sql, &[&run.to_string()], |row| {
+            row.try_get(0).map_err(|e| TxError::Backend(e.to_string()))
+        })?;
+        Ok(latest.flatten().unwrap_or(0))
+    }
+
+    /// Notes a run this transaction makes QUEUED, for the NOTIFY at COMMIT.
+    fn queues(&mut self, run: RunId) {
+        self.wire.queued.push(run);
+    }
+}
+
+impl StoreTx for PgTx<'_> {
+    fn insert_session(&mut self, session: &Session) -> Result<(), TxError> {
+        self.wire
+            .write(
+                "INSERT INTO sessions (id, tenant_id, principal_id, next_event_sequence, \
+                 created_at) VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &session.id.to_string(),
+                    &session.tenant_id,
+                    &session.principal_id,
+                    &int(session.next_event_sequence, "sessions.next_event_sequence")?,
+                    &ts(session.created_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM sessions WHERE id = $1",
+                rows::SESSION_COLUMNS
+            ),
+            &[&id.to_string()],
+            rows::session,
+        )
+    }
+
+    fn insert_run(&mut self, run: &Run) -> Result<(), TxError> {
+        let state = rows::state_columns(&run.state)?;
+        self.wire.write(
+            &format!(
+                "INSERT INTO runs ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
+                 $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
+                rows::RUN_COLUMNS
+            ),
+            &[
+                &run.id.to_string(),
+                &run.session_id.to_string(),
+                &run.tenant_id,
+                &run.principal_id,
+                &json(&run.principal_scopes, "runs.principal_scopes")?,
+                &run.origin_trust.as_str(),
+                &run.planner_kind,
+                &run.planner_input,
+                &state.status,
+                &i64::from(run.step_count),
+                &i64::from(run.tool_call_count),
+                &json(&run.limits, "runs.limits")?,
+                &opt_ts(run.deadline_at),
+                &state.lease_owner,
+                &int(run.lease_epoch, "runs.lease_epoch")?,
+                &state.lease_expires_at,
+                &i64::from(run.attempts),
+                &state.scheduled_for,
+                &opt_ts(run.cancel_requested_at),
+                &state.failure,
+                &state.final_message,
+                &ts(run.created_at),
+                &ts(run.updated_at),
+            ],
+        )?;
+        self.note_locked(run.id);
+        if run.status() == RunStatus::Queued {
+            self.queues(run.id);
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        self.run_row(id)
+    }
+
+    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
+        let id: Option<String> = self.one(
+            "SELECT id FROM runs WHERE session_id = $1 \
+             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+            &[&session.to_string()],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )?;
+        id.map(|id| {
+            id.parse()
+                .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+        })
+        .transpose()
+    }
+
+    fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
+        let sql = format!(
+            "SELECT 1 FROM runs WHERE id = $1 AND status = 'RUNNING' AND lease_owner = $2 \
+             AND lease_epoch = $3{}",
+            self.lock()
+        );
+        let held = self.wire.row(
+            &sql,
+            &[
+                &lease.run_id.to_string(),
+                &lease.worker_id,
+                &int(lease.lease_epoch, "lease_epoch")?,
+            ],
+        )?;
+        match held {
+            Some(_) => {
+                self.note_locked(lease.run_id);
+                Ok(())
+            }
+            None => Err(TxError::Fenced),
+        }
+    }
+
+    fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
+        // Runs are never deleted, so a missing row is a caller bug, except that a lease on it
+        // cannot hold either.
+        let missing = if guard.lease.is_some() {
+            TxError::Fenced
+        } else {
+            TxError::NotFound
+        };
+        let current = self.run_row(guard.run_id)?.ok_or(missing)?;
+        // A lease guard that no longer holds is fencing whatever else changed; without one, the
+        // status guard is an ordinary race lost to another transaction.
+        if let Some(lease) = &guard.lease {
+            if lease.run_id != guard.run_id
+                || current.status() != guard.status
+                || !holds(&current, lease)
+            {
+                return Err(TxError::Fenced);
+            }
+        } else if current.status() != guard.status {
+            return Err(conflict(format!(
+                "run {} is {}, not the expected {}",
+                guard.run_id,
+                current.status(),
+                guard.status
+            )));
+        }
+        if next.id != guard.run_id || !current.same_identity(next) {
+            return Err(conflict(format!(
+                "runs: an immutable field of run {} changed",
+                guard.run_id
+            )));
+        }
+        check_run_change(&current, next)?;
+
+        // Only the columns that change are written (the current row is locked, so nothing
+        // else changes them meanwhile); with nothing to change, the checks above are the
+        // answer.
+        let before = mutable_columns(&current)?;
+        let after = mutable_columns(next)?;
+        let changed: Vec<&(&str, Column)> = before
+            .iter()
+            .zip(&after)
+            .filter(|(old, new)| old.1 != new.1)
+            .map(|(_, new)| new)
+            .collect();
+        if changed.is_empty() {
+            return Ok(next.clone());
+        }
+        let mut values: Vec<Param<'_>> = changed.iter().map(|(_, value)| value.param()).collect();
+        let set_list: Vec<String> = changed
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| format!("{name} = ${}", i + 1))
+            .collect();
+        let id = guard.run_id.to_string();
+        let status = guard.status.as_str();
+        let mut sql = format!(
+            "UPDATE runs SET {} WHERE id = ${} AND status = ${}",
+            set_list.join(", "),
+            values.len() + 1,
+            values.len() + 2
+        );
+        values.push(&id);
+        values.push(&status);
+        let lease_guard = match &guard.lease {
+            Some(lease) => Some((&lease.worker_id, int(lease.lease_epoch, "lease_epoch")?)),
+            None => None,
+        };
+        if let Some((owner, epoch)) = &lease_guard {
+            sql.push_str(&format!(
+                " AND lease_owner = ${} AND lease_epoch = ${}",
+                values.len() + 1,
+                values.len() + 2
+            ));
+            values.push(owner);
+            values.push(epoch);
+        }
+        if self.wire.write(&sql, &values)? == 0 {
+            return Err(match guard.lease {
+                Some(_) => TxError::Fenced,
+                None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
+            });
+        }
+        if next.status() == RunStatus::Queued && current.status() != RunStatus::Queued {
+            self.queues(next.id);
+        }
+        Ok(next.clone())
+    }
+
+    /// Exactly the one statement of SPEC §8.2: it renews any lease that still holds, even one
+    /// past its expiry that no RECLAIM has taken yet, and touches nothing else.
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        until: Timestamp,
+        _now: Timestamp,
+    ) -> Result<Option<HeartbeatObs>, TxError> {
+        let renewed = self.wire.write_rows(
+            "UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND status = 'RUNNING' \
+             AND lease_owner = $3 AND lease_epoch = $4 RETURNING cancel_requested_at",
+            &[
+                &ts(until),
+                &lease.run_id.to_string(),
+                &lease.worker_id,
+                &int(lease.lease_epoch, "lease_epoch")?,
+            ],
+        )?;
+        renewed
+            .first()
+            .map(|row| {
+                let cancel: Option<i64> = row
+                    .try_get(0)
+                    .map_err(|e| TxError::Backend(e.to_string()))?;
+                Ok(HeartbeatObs {
+                    cancel_requested_at: cancel.map(Timestamp::from_micros),
+                })
+            })
+            .transpose()
+    }
+
+    /// In a write transaction the row comes locked `FOR UPDATE SKIP LOCKED` (SPEC §18): a run
+    /// another worker is claiming right now is skipped, not waited for.
+    fn next_claimable_run(
+        &mut self,
+        now: Timestamp,
+        only: Option<RunId>,
+    ) -> Result<Option<Run>, TxError> {
+        let lock = match self.wire.access {
+            Access::Write => " FOR UPDATE SKIP LOCKED",
+            Access::Read => "",
+        };
+        let claimable = match only {
+            Some(id) => self.one(
+                &format!(
+                    "SELECT {} FROM runs WHERE status = 'QUEUED' AND id = $2 \
+                     AND (scheduled_for IS NULL OR scheduled_for <= $1){lock}",
+                    rows::RUN_COLUMNS
+                ),
+                &[&ts(now), &id.to_string()],
+                rows::run,
+            )?,
+            // A run of a session whose connection is open belongs to that connection's
+            // gateway, which claims it by id (§19.4).
+            None => self.one(
+                &format!(
+                    "SELECT {} FROM runs WHERE status = 'QUEUED' \
+                     AND (scheduled_for IS NULL OR scheduled_for <= $1) \
+                     AND NOT EXISTS (SELECT 1 FROM connections AS c \
+                         WHERE c.session_id = runs.session_id AND c.status = 'open') \
+                     ORDER BY created_at, id LIMIT 1{lock}",
+                    rows::RUN_COLUMNS
+                ),
+                &[&ts(now)],
+                rows::run,
+            )?,
+        };
+        if let Some(run) = &claimable {
+            self.note_locked(run.id);
+        }
+        Ok(claimable)
+    }
+
+    fn expired_leases(&mut self, now: Timestamp, limit_rows: usize) -> Result<Vec<Run>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM runs WHERE status = 'RUNNING' AND lease_expires_at <= $1 \
+                 ORDER BY lease_expires_at, id LIMIT $2",
+                rows::RUN_COLUMNS
+            ),
+            &[&ts(now), &limit(limit_rows)],
+            rows::run,
+        )
+    }
+
+    /// Duplicate id or session: the primary key or `uq_connections_session` (`Conflict`); a
+    /// missing session: the foreign key (`NotFound`).
+    fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
+        let (alive_until, closed_at, reason) = rows::connection_state_columns(&connection.state);
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO connections ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+                     $10)",
+                    rows::CONNECTION_COLUMNS
+                ),
+                &[
+                    &connection.id.to_string(),
+                    &connection.tenant_id,
+                    &connection.principal_id,
+                    &connection.session_id.to_string(),
+                    &connection.gateway_id,
+                    &connection.status().as_str(),
+                    &alive_until,
+                    &closed_at,
+                    &reason,
+                    &ts(connection.opened_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn connection(&mut self, id: ConnectionId) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE id = $1",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&id.to_string()],
+            rows::connection,
+        )
+    }
+
+    fn connection_by_session(
+        &mut self,
+        session: SessionId,
+    ) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE session_id = $1",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&session.to_string()],
+            rows::connection,
+        )
+    }
+
+    /// The current row is read locked (in a write transaction), so the checks and the guarded
+    /// UPDATE see the same row; the trigger `connections_guarded` repeats the immutability
+    /// rules for any other writer. A connection row is only ever locked by a change of its
+    /// own, before its run's row (closing requests the run's cancellation afterwards), and a
+    /// claim reads it unlocked, so the run-first lock order of claims cannot meet it.
+    fn update_connection(
+        &mut self,
+        expected: ConnectionStatus,
+        next: &ClientConnection,
+    ) -> Result<(), TxError> {
+        let sql = format!(
+            "SELECT {} FROM connections WHERE id = $1{}",
+            rows::CONNECTION_COLUMNS,
+            self.lock()
+        );
+        let current = self
+            .one(&sql, &[&next.id.to_string()], rows::connection)?
+            .ok_or(TxError::NotFound)?;
+        if current.status() != expected {
+            return Err(conflict(format!(
+                "connections: connection {} is {}, not {expected}",
+                next.id,
+                current.status()
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "connections: an immutable field of connection {} changed",
+                next.id
+            )));
+        }
+        if !current.is_open() {
+            return Err(conflict(format!(
+                "connections: closed connection {} never changes",
+                next.id
+            )));
+        }
+        let (alive_until, closed_at, reason) = rows::connection_state_columns(&next.state);
+        let changed = self.wire.write(
+            "UPDATE connections SET status = $1, alive_until = $2, closed_at = $3, \
+             close_reason = $4 WHERE id = $5 AND status = $6",
+            &[
+                &next.status().as_str(),
+                &alive_until,
+                &closed_at,
+                &reason,
+                &next.id.to_string(),
+                &expected.as_str(),
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!(
+                "connections: connection {} is not {expected}",
+                next.id
+            )));
+        }
+        Ok(())
+    }
+
+    fn expired_connections(
+        &mut self,
+        now: Timestamp,
+        limit_rows: usize,
+    ) -> Result<Vec<ClientConnection>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM connections WHERE status = 'open' AND alive_until <= $1 \
+                 ORDER BY alive_until, id LIMIT $2",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&ts(now), &limit(limit_rows)],
+            rows::connection,
+        )
+    }
+
+    fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {
+        let count: Option<i64> = self.one(
+            "SELECT COUNT(*) FROM runs WHERE status = $1",
+            &[&status.as_str()],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )?;
+        u64::try_from(count.unwrap_or(0)).map_err(|e| TxError::Backend(e.to_string()))
+    }
+
+    fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
+        if self.run_session(checkpoint.run_id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        let latest = self.max_of(
+            "SELECT MAX(version) FROM checkpoints WHERE run_id = $1",
+            checkpoint.run_id,
+        )?;
+        let expected = latest.checked_add(1);
+        if expected != Some(i64::from(checkpoint.version)) {
+            return Err(conflict(format!(
+                "checkpoints: version {} of run {} is not contiguous (expected {})",
+                checkpoint.version,
+                checkpoint.run_id,
+                expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
+            )));
+        }
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO checkpoints ({}) VALUES ($1, $2, $3, $4, $5)",
+                    rows::CHECKPOINT_COLUMNS
+                ),
+                &[
+                    &checkpoint.run_id.to_string(),
+                    &i64::from(checkpoint.version),
+                    &checkpoint.trigger.as_str(),
+                    &json(&checkpoint.state, "checkpoints.state")?,
+                    &ts(checkpoint.created_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM checkpoints WHERE run_id = $1 ORDER BY version DESC LIMIT 1",
+                rows::CHECKPOINT_COLUMNS
+            ),
+            &[&run.to_string()],
+            rows::checkpoint,
+        )
+    }
+
+    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+        if self.run_session(record.run_id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        let latest = self.max_of(
+            "SELECT MAX(step) FROM step_records WHERE run_id = $1",
+            record.run_id,
+        )?;
+        if latest.checked_add(1) != Some(i64::from(record.step)) {
+            return Err(conflict(format!(
+                "step_records: step {} of run {} is not contiguous (latest is {latest})",
+                record.step, record.run_id
+            )));
+        }
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO step_records ({}) VALUES ($1, $2, $3, $4, $5)",
+                    rows::STEP_RECORD_COLUMNS
+                ),
+                &[
+                    &record.run_id.to_string(),
+                    &i64::from(record.step),
+                    &json(&record.calls, "step_records.calls")?,
+                    &json(&record.results, "step_records.results")?,
+                    &ts(record.created_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn step_records(
+        &mut self,
+        run: RunId,
+        after_step: u32,
+        limit_rows: usize,
+    ) -> Result<Vec<StepRecord>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM step_records WHERE run_id = $1 AND step > $2 \
+                 ORDER BY step LIMIT $3",
+                rows::STEP_RECORD_COLUMNS
+            ),
+            &[&run.to_string(), &i64::from(after_step), &limit(limit_rows)],
+            rows::step_record,
+        )
+    }
+
+    fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError> {
+        let run_session = self
+            .run_session(invocation.run_id)?
+            .ok_or(TxError::NotFound)?;
+        if run_session != invocation.session_id.to_string() {
+            return Err(conflict(
+                "tool_invocations: session_id differs from the run's",
+            ));
+        }
+        check_outcome_agrees(invocation)?;
+        let output_bytes = invocation
+            .output_bytes
+            .map(|b| int(b, "tool_invocations.output_bytes"))
+            .transpose()?;
+        let values: [Param<'_>; 33] = [
+            &invocation.id.to_string(),
+            &invocation.run_id.to_string(),
+            &invocation.session_id.to_string(),
+            &invocation.tenant_id,
+            &i64::from(invocation.step_number),
+            &invocation.call_id,
+            &invocation.tool_name,
+            &invocation.tool_version,
+            &invocation.side_effect.as_str(),
+            &invocation.risk.as_str(),
+            &invocation.idempotency_class.as_str(),
+            &json(
+                &invocation.required_scopes,
+                "tool_invocations.required_scopes",
+            )?,
+            &json(&invocation.raw_arguments, "tool_invocations.raw_arguments")?,
+            &invocation.arguments,
+            &invocation.normalized_arguments_hash,
+            &invocation.effective_arguments_hash,
+            &invocation.idempotency_key,
+            &json(
+                &invocation.argument_trust,
+                "tool_invocations.argument_trust",
+            )?,
+            &invocation.origin_trust.as_str(),
+            &invocation.parallel_group.map(|g| g.to_string()),
+            &ts(invocation.created_at),
+            &invocation.status.as_str(),
+            &opt_json(
+                invocation.policy_decision.as_ref(),
+                "tool_invocations.policy_decision",
+            )?,
+            &opt_ts(invocation.effect_sent_at),
+            &invocation
+                .suspended_approval
+                .map(|_| rows::SUSPENDED_KIND_APPROVAL),
+            &invocation.suspended_approval.map(|a| a.to_string()),
+            &opt_json(
+                invocation.structured_result.as_ref(),
+                "tool_invocations.structured_result",
+            )?,
+            &output_bytes,
+            &opt_json(invocation.outcome.as_ref(), "tool_invocations.outcome")?,
+            &invocation.result_item,
+            &invocation.outcome_status.map(|s| s.as_str()),
+            &invocation.reason_code,
+            &ts(invocation.updated_at),
+        ];
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO tool_invocations ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+                     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, \
+                     $24, $25, $26, $27, $28, $29, $30, $31, $32, $33)",
+                    rows::INVOCATION_COLUMNS
+                ),
+                &values,
+            )
+            .map(drop)
+    }
+
+    fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
+        self.invocation_row(id, false)
+    }
+
+    fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE idempotency_key = $1",
+                rows::INVOCATION_COLUMNS
+            ),
+            &[&idempotency_key],
+            rows::invocation,
+        )
+    }
+
+    fn invocation_by_call(
+        &mut self,
+        run: RunId,
+        step: u32,
+        call_id: &str,
+    ) -> Result<Option<Invocation>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM tool_invocations \
+                 WHERE run_id = $1 AND step_number = $2 AND call_id = $3",
+                rows::INVOCATION_COLUMNS
+            ),
+            &[&run.to_string(), &i64::from(step), &call_id],
+            rows::invocation,
+        )
+    }
+
+    fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE run_id = $1 \
+                 ORDER BY step_number, created_at, id",
+                rows::INVOCATION_COLUMNS
+            ),
+            &[&run.to_string()],
+            rows::invocation,
+        )
+    }
+
+    fn invocations_of_run_in(
+        &mut self,
+        run: RunId,
+        status: InvocationStatus,
+    ) -> Result<Vec<Invocation>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE run_id = $1 AND status = $2 \
+                 ORDER BY step_number, created_at, id",
+                rows::INVOCATION_COLUMNS
+            ),
+            &[&run.to_string(), &status.as_str()],
+            rows::invocation,
+        )
+    }
+
+    fn update_invocation(
+        &mut self,
+        expected: InvocationStatus,
+        next: &Invocation,
+    ) -> Result<(), TxError> {
+        self.lock_run_first(next.run_id)?;
+        let current = self
+            .invocation_row(next.id, true)?
+            .ok_or(TxError::NotFound)?;
+        if current.status != expected {
+            return Err(conflict(format!(
+                "invocation {} is {}, not the expected {expected}",
+                next.id, current.status
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "tool_invocations: an immutable field of invocation {} changed",
+                next.id
+            )));
+        }
+        if current.status.is_terminal() && current != *next {
+            return Err(conflict(format!(
+                "tool_invocations: terminal invocation {} never changes",
+                next.id
+            )));
+        }
+        if current.status != next.status && !current.status.may_become(next.status) {
+            return Err(conflict(format!(
+                "invalid invocation transition {}->{}",
+                current.status, next.status
+            )));
+        }
+        // The watermark is written once, by START (AUTHORIZED -> RUNNING), and never changes.
+        match (current.effect_sent_at, next.effect_sent_at) {
+            (Some(sent), next_sent) if next_sent != Some(sent) => {
+                return Err(conflict(
+                    "tool_invocations: effect_sent_at never changes once set",
+                ));
+            }
+            (None, Some(_))
+                if !(current.status == InvocationStatus::Authorized
+                    && next.status == InvocationStatus::Running) =>
+            {
+                return Err(conflict(
+                    "tool_invocations: effect_sent_at is set only by START",
+                ));
+            }
+            _ => {}
+        }
+        check_outcome_agrees(next)?;
+        let output_bytes = next
+            .output_bytes
+            .map(|b| int(b, "tool_invocations.output_bytes"))
+            .transpose()?;
+        let changed = self.wire.write(
+            "UPDATE tool_invocations SET status = $3, policy_decision = $4, effect_sent_at = $5, \
+             suspended_kind = $6, suspended_ref = $7, structured_result = $8, output_bytes = $9, \
+             outcome = $10, result_item = $11, outcome_status = $12, reason_code = $13, \
+             updated_at = $14 WHERE id = $1 AND status = $2",
+            &[
+                &next.id.to_string(),
+                &expected.as_str(),
+                &next.status.as_str(),
+                &opt_json(
+                    next.policy_decision.as_ref(),
+                    "tool_invocations.policy_decision",
+                )?,
+                &opt_ts(next.effect_sent_at),
+                &next
+                    .suspended_approval
+                    .map(|_| rows::SUSPENDED_KIND_APPROVAL),
+                &next.suspended_approval.map(|a| a.to_string()),
+                &opt_json(
+                    next.structured_result.as_ref(),
+                    "tool_invocations.structured_result",
+                )?,
+                &output_bytes,
+                &opt_json(next.outcome.as_ref(), "tool_invocations.outcome")?,
+                &next.result_item,
+                &next.outcome_status.map(|s| s.as_str()),
+                &next.reason_code,
+                &ts(next.updated_at),
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!(
+                "invocation {} is not {expected}",
+                next.id
+            )));
+        }
+        Ok(())
+    }
+
+    fn uncertain_invocations(
+        &mut self,
+        tenant: &str,
+        include_settled: bool,
+    ) -> Result<Vec<Invocation>, TxError> {
+        let unsettled = if include_settled {
+            ""
+        } else {
+            " AND NOT EXISTS (SELECT 1 FROM uncertain_settlements s \
+               WHERE s.invocation_id = tool_invocations.id)"
+        };
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE tenant_id = $1 \
+                 AND status = 'UNCERTAIN'{unsettled} ORDER BY updated_at DESC, id DESC",
+                rows::INVOCATION_COLUMNS
+            ),
+            &[&tenant],
+            rows::invocation,
+        )
+    }
+
+    fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError> {
+        let values: [Param<'_>; 28] = [
+            &approval.id.to_string(),
+            &approval.tenant_id,
+            &approval.principal_id,
+            &approval.session_id.to_string(),
+            &approval.run_id.to_string(),
+            &approval.action_kind.as_str(),
+            &approval.action_id.to_string(),
+            &approval.tool_invocation_id.to_string(),
+            &approval.tool_name,
+            &approval.tool_version,
+            &approval.action_summary,
+            &json(&approval.arguments, "approvals.arguments")?,
+            &approval.normalized_arguments_hash,
+            &approval.effective_arguments_hash,
+            &json(&approval.required_scopes, "approvals.required_scopes")?,
+            &approval.risk.as_str(),
+            &approval.policy_reason,
+            &approval.policy_decision.as_str(),
+            &approval.policy_version,
+            &approval.revalidated_policy_version,
+            &approval.status.as_str(),
+            &approval.resolution.map(|r| r.as_str()),
+            &approval.resolution_reason,
+            &ts(approval.expires_at),
+            &ts(approval.created_at),
+            &opt_ts(approval.requested_at),
+            &opt_ts(approval.resolved_at),
+            &approval.resolved_by,
+        ];
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO approvals ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+                     $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, \
+                     $25, $26, $27, $28)",
+                    rows::APPROVAL_COLUMNS
+                ),
+                &values,
+            )
+            .map(drop)
+    }
+
+    fn approval(&mut self, id: ApprovalId) -> Result<Option<Approval>, TxError> {
+        self.approval_row(id, false)
+    }
+
+    fn approval_by_action(&mut self, action_id: InvocationId) -> Result<Option<Approval>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM approvals WHERE action_id = $1",
+                rows::APPROVAL_COLUMNS
+            ),
+            &[&action_id.to_string()],
+            rows::approval,
+        )
+    }
+
+    /// By `(created_at, id)`: the order the approvals were proposed in.
+    fn approvals_of_run(&mut self, run: RunId) -> Result<Vec<Approval>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE run_id = $1 ORDER BY created_at, id",
+                rows::APPROVAL_COLUMNS
+            ),
+            &[&run.to_string()],
+            rows::approval,
+        )
+    }
+
+    fn update_approval(
+        &mut self,
+        expected: ApprovalStatus,
+        next: &Approval,
+    ) -> Result<(), TxError> {
+        self.lock_run_first(next.run_id)?;
+        let current = self.approval_row(next.id, true)?.ok_or(TxError::NotFound)?;
+        if current.status != expected {
+            return Err(conflict(format!(
+                "approval {} is {}, not the expected {expected}",
+                next.id, current.status
+            )));
+        }
+        if !current.same_identity(next) {
+            return Err(conflict(format!(
+                "approvals: an immutable field of approval {} changed",
+                next.id
+            )));
+        }
+        if current.status != ApprovalStatus::Pending {
+            // SPEC §10.1: a terminal row changes only by the single write of
+            // `revalidated_policy_version`, from null to a value.
+            let mut unchanged = next.clone();
+            unchanged
+                .revalidated_policy_version
+                .clone_from(&current.revalidated_policy_version);
+            let single_write = current.revalidated_policy_version.is_none()
+                || current.revalidated_policy_version == next.revalidated_policy_version;
+            if unchanged != current || !single_write {
+                return Err(conflict(format!(
+                    "approvals: terminal approval {} changes only by the single write of revalidated_policy_version",
+                    next.id
+                )));
+            }
+        }
+        let changed = self.wire.write(
+            "UPDATE approvals SET action_kind = $3, action_summary = $4, arguments = $5, \
+             policy_reason = $6, policy_decision = $7, revalidated_policy_version = $8, \
+             status = $9, resolution = $10, resolution_reason = $11, requested_at = $12, \
+             resolved_at = $13, resolved_by = $14 WHERE id = $1 AND status = $2",
+            &[
+                &next.id.to_string(),
+                &expected.as_str(),
+                &next.action_kind.as_str(),
+                &next.action_summary,
+                &json(&next.arguments, "approvals.arguments")?,
+                &next.policy_reason,
+                &next.policy_decision.as_str(),
+                &next.revalidated_policy_version,
+                &next.status.as_str(),
+                &next.resolution.map(|r| r.as_str()),
+                &next.resolution_reason,
+                &opt_ts(next.requested_at),
+                &opt_ts(next.resolved_at),
+                &next.resolved_by,
+            ],
+        )?;
+        if changed == 0 {
+            return Err(conflict(format!("approval {} is not {expected}", next.id)));
+        }
+        Ok(())
+    }
+
+    fn pending_approvals(
+        &mut self,
+        tenant: &str,
+        run: Option<RunId>,
+        after: Option<ApprovalCursor>,
+        limit_rows: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        // Optional filters are written as `$n IS NULL OR …`, so one prepared statement serves
+        // every combination.
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE tenant_id = $1 AND status = 'pending' \
+                 AND requested_at IS NOT NULL AND ($2::text IS NULL OR run_id = $2::text) \
+                 AND ($3::bigint IS NULL OR created_at < $3::bigint \
+                      OR (created_at = $3::bigint AND id < $4::text)) \
+                 ORDER BY created_at DESC, id DESC LIMIT $5",
+                rows::APPROVAL_COLUMNS
+            ),
+            &[
+                &tenant,
+                &run.map(|r| r.to_string()),
+                &after.map(|c| ts(c.created_at)),
+                &after.map(|c| c.id.to_string()),
+                &limit(limit_rows),
+            ],
+            rows::approval,
+        )
+    }
+
+    fn due_approvals(
+        &mut self,
+        now: Timestamp,
+        tenant: Option<&str>,
+        limit_rows: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE status = 'pending' AND requested_at IS NOT NULL \
+                 AND expires_at <= $1 AND ($2::text IS NULL OR tenant_id = $2::text) \
+                 ORDER BY expires_at, id LIMIT $3",
+                rows::APPROVAL_COLUMNS
+            ),
+            &[&ts(now), &tenant, &limit(limit_rows)],
+            rows::approval,
+        )
+    }
+
+    /// One statement on the common path: a data-modifying CTE advances the session's counter
+    /// (checking the run's session) and the INSERT takes the sequence it returns, so the event
+    /// and the advance are atomic. Whatever stops it — a repeated derivation key, a missing
+    /// session or run, a run of another session — rolls back to the write's savepoint and is
+    /// sorted out by [`PgTx::refused_event`], in `MemStore`'s order: a refused append consumes
+    /// no sequence.
+    fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
+        if !event.payload.is_object() {
+            return self.refused_event(event, None);
+        }
+        let session_id = event.session_id.to_string();
+        let run_id = event.run_id.map(|r| r.to_string());
+        let payload = json(&event.payload, "events.payload")?;
+        let register = (self.wire.access == Access::Write && !self.registered_event_writer)
+            .then_some(REGISTER_EVENT_WRITER);
+        let inserted = self.wire.write_rows_after(
+            register,
+            "WITH taken AS ( \
+                 UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
+                 WHERE id = $1 AND ($2::text IS NULL OR EXISTS \
+                     (SELECT 1 FROM runs WHERE runs.id = $2::text AND runs.session_id = $1)) \
+                 RETURNING id, next_event_sequence - 1 AS sequence) \
+             INSERT INTO events (session_id, run_id, sequence, event_type, \
+                 payload_schema_version, actor_type, actor_id, payload, derivation_key, \
+                 created_at) \
+             SELECT taken.id, $2::text, taken.sequence, $3, $4, $5, $6, $7, $8, $9 FROM taken \
+             RETURNING id, sequence",
+            &[
+                &session_id,
+                &run_id,
+                &event.event_type.as_str(),
+                &i64::from(PAYLOAD_SCHEMA_VERSION),
+                &event.actor.actor_type.as_str(),
+                &event.actor.actor_id,
+                &payload,
+                &event.derivation_key,
+                &ts(event.created_at),
+            ],
+        );
+        let row = match inserted {
+            Ok(rows) => match rows.into_iter().next() {
+                Some(row) => {
+                    self.registered_event_writer |= register.is_some();
+                    row
+                }
+                None => return self.refused_event(event, None),
+            },
+            Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
+            Err(error) => return Err(error),
+        };
+        let id: i64 = row
+            .try_get(0)
+            .map_err(|e| TxError::Backend(e.to_string()))?;
+        let sequence: u64 = rows::unsigned(&row, 1)?;
+        Ok(event.stored_as(id, sequence))
+    }
+
+    fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM events WHERE derivation_key = $1",
+                rows::EVENT_COLUMNS
+            ),
+            &[&derivation_key],
+            rows::event,
+        )
+    }
+
+    fn events_of_run(
+        &mut self,
+        run: RunId,
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM events WHERE run_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+                rows::EVENT_COLUMNS
+            ),
+            &[
+                &run.to_string(),
+                &after_id.unwrap_or(i64::MIN),
+                &limit(limit_rows),
+            ],
+            rows::event,
+        )
+    }
+
+    /// Up to the event horizon (see "Event ids"): an id above it may still be preceded by one
+    /// that commits later, so it waits for the next read. Walks `events` by id from the cursor
+    /// and keeps the tenant's through the session, as the SQLite store does.
+    fn events_of_tenant(
+        &mut self,
+        tenant: &str,
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        let horizon = self.event_horizon()?;
+        self.all(
+            &format!(
+                "SELECT {} FROM events WHERE id > $2 AND id <= $3 AND EXISTS \
+                 (SELECT 1 FROM sessions WHERE sessions.id = events.session_id \
+                  AND sessions.tenant_id = $1) ORDER BY id LIMIT $4",
+                rows::EVENT_COLUMNS
+            ),
+            &[
+                &tenant,
+                &after_id.unwrap_or(i64::MIN),
+                &horizon,
+                &limit(limit_rows),
+            ],
+            rows::event,
+        )
+    }
+
+    /// The highest id at or below the event horizon, so a tail started from it misses nothing
+    /// that commits later.
+    fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
+        let horizon = self.event_horizon()?;
+        let last: Option<Option<i64>> = self.one(
+            "SELECT MAX(id) FROM events WHERE id <= $1",
+            &[&horizon],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )?;
+        Ok(last.flatten())
+    }
+
+    fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {
+        let stored = self.one(
+            &format!(
+                "SELECT {} FROM process_events WHERE derivation_key = $1",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            &[&event.derivation_key],
+            rows::process_event,
+        )?;
+        if let Some(stored) = stored {
+            return event.repeat_of(stored);
+        }
+        if !event.payload.is_object() {
+            return Err(conflict("CHECK process_events: payload is a JSON object"));
+        }
+        self.wire.write(
+            &format!(
+                "INSERT INTO process_events ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            &[
+                &event.id.hyphenated().to_string(),
+                &event.event_type.as_str(),
+                &i64::from(event.payload_schema_version),
+                &event.actor.actor_type.as_str(),
+                &event.actor.actor_id,
+                &json(&event.payload, "process_events.payload")?,
+                &event.derivation_key,
+                &ts(event.created_at),
+            ],
+        )?;
+        Ok(event.clone())
+    }
+
+    /// In insertion order (`position`, an identity column; rows are never deleted).
+    fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM process_events ORDER BY position",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            &[],
+            rows::process_event,
+        )
+    }
+
+    fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError> {
+        let status: String = self
+            .one(
+                "SELECT status FROM tool_invocations WHERE id = $1",
+                &[&settlement.invocation_id.to_string()],
+                |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+            )?
+            .ok_or(TxError::NotFound)?;
+        if status != InvocationStatus::Uncertain.as_str() {
+            return Err(conflict(format!(
+                "uncertain_settlements: invocation {} is {status}, not UNCERTAIN",
+                settlement.invocation_id
+            )));
+        }
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO uncertain_settlements ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, \
+                     $8)",
+                    rows::SETTLEMENT_COLUMNS
+                ),
+                &[
+                    &settlement.id.to_string(),
+                    &settlement.invocation_id.to_string(),
+                    &settlement.run_id.to_string(),
+                    &settlement.tenant_id,
+                    &settlement.outcome.as_str(),
+                    &settlement.note,
+                    &settlement.settled_by,
+                    &ts(settlement.settled_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn settlement_by_invocation(
+        &mut self,
+        invocation: InvocationId,
+    ) -> Result<Option<Settlement>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM uncertain_settlements WHERE invocation_id = $1",
+                rows::SETTLEMENT_COLUMNS
+            ),
+            &[&invocation.to_string()],
+            rows::settlement,
+        )
+    }
+
+    fn insert_policy_profile(
+        &mut self,
+        record: &PolicyProfileRecord,
+    ) -> Result<PolicyProfileRecord, TxError> {
+        let stored = self.one(
+            &format!(
+                "SELECT {} FROM policy_profiles WHERE policy_version = $1",
+                rows::PROFILE_COLUMNS
+            ),
+            &[&record.policy_version],
+            rows::profile,
+        )?;
+        match stored {
+            Some(stored) if stored.same_content(record) => Ok(stored),
+            Some(_) => Err(conflict("policy version identifies different rules")),
+            None => {
+                // Two processes starting with the same policy at once may both find nothing:
+                // the loser's INSERT meets the primary key, and the winner's row is the answer.
+                let inserted = self.wire.write(
+                    &format!(
+                        "INSERT INTO policy_profiles ({}) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                        rows::PROFILE_COLUMNS
+                    ),
+                    &[
+                        &record.policy_version,
+                        &record.profile_name,
+                        &record.profile_sha256,
+                        &record.hardline_sha256,
+                        &i64::from(record.rule_count),
+                        &ts(record.loaded_at),
+                        &record.loaded_by,
+                    ],
+                );
+                match inserted {
+                    Ok(_) => Ok(record.clone()),
+                    Err(TxError::Conflict(message)) => {
+                        let winner = self.one(
+                            &format!(
+                                "SELECT {} FROM policy_profiles WHERE policy_version = $1",
+                                rows::PROFILE_COLUMNS
+                            ),
+                            &[&record.policy_version],
+                            rows::profile,
+                        )?;
+                        match winner {
+                            Some(stored) if stored.same_content(record) => Ok(stored),
+                            _ => Err(TxError::Conflict(message)),
+                        }
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+        }
+    }
+
+    /// By `policy_version`.
+    fn policy_profiles(&mut self) -> Result<Vec<PolicyProfileRecord>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM policy_profiles ORDER BY policy_version",
+                rows::PROFILE_COLUMNS
+            ),
+            &[],
+            rows::profile,
+        )
+    }
+
+    /// Duplicate id or digest: the primary key or `uq_api_tokens_token_sha256` (`Conflict`).
+    fn insert_api_token(&mut self, token: &ApiToken) -> Result<(), TxError> {
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO api_tokens ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    rows::API_TOKEN_COLUMNS
+                ),
+                &[
+                    &token.id.to_string(),
+                    &token.tenant_id,
+                    &token.principal_id,
+                    &json(&token.scopes, "api_tokens.scopes")?,
+                    &token.token_sha256,
+                    &token.label,
+                    &ts(token.created_at),
+                    &opt_ts(token.expires_at),
+                    &opt_ts(token.revoked_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn api_token(&mut self, id: ApiTokenId) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE id = $1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&id.to_string()],
+            rows::api_token,
+        )
+    }
+
+    fn api_token_by_digest(&mut self, digest: &str) -> Result<Option<ApiToken>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE token_sha256 = $1",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&digest],
+            rows::api_token,
+        )
+    }
+
+    fn api_tokens(&mut self, tenant: &str) -> Result<Vec<ApiToken>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM api_tokens WHERE tenant_id = $1 ORDER BY created_at, id",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&tenant],
+            rows::api_token,
+        )
+    }
+
+    /// One guarded statement: `revoked_at IS NULL` in the WHERE makes a second revocation
+    /// change nothing (two racing revocations: one wins, the other is a `Conflict`), and the
+    /// trigger `api_tokens_only_revocation` refuses it from any other writer too.
+    fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
+        let revoked = self.wire.write_rows(
+            &format!(
+                "UPDATE api_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL \
+                 RETURNING {}",
+                rows::API_TOKEN_COLUMNS
+            ),
+            &[&id.to_string(), &ts(at)],
+        )?;
+        match revoked.first() {
+            Some(row) => rows::api_token(row),
+            None if self.api_token(id)?.is_some() => Err(conflict(format!(
+                "api_tokens: revoked_at of token {id} is set once"
+            ))),
+            None => Err(TxError::NotFound),
+        }
+    }
+}

@@ -1,0 +1,586 @@
+//! What the PostgreSQL store does beyond the Store contract (SPEC §18): schema refusal and
+//! migration races, PostgreSQL itself enforcing the append-only rules, NOTIFY only after a
+//! commit that queued a run, the lost-COMMIT rule, SKIP LOCKED claims and the round trips a
+//! transaction costs. Each test works in schemas of its own on `AIRLOCK_TEST_PG_URL`.
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use airlock_core::store::{Store, TxError};
+use airlock_core::testing::fixtures::*;
+use airlock_core::vocab::RunStatus;
+use airlock_pg::{PgError, PgSettings, PgStore, SchemaAction};
+use serde_json::json;
+
+fn open(url: &str, schema: &str, action: SchemaAction) -> Result<PgStore, PgError> {
+    PgStore::open_with(
+        url,
+        action,
+        &PgSettings {
+            schema: Some(schema.to_owned()),
+            ..PgSettings::default()
+        },
+    )
+}
+
+#[test]
+fn open_refuses_a_database_without_the_schema_and_creates_nothing() {
+    let Some(url) = common::server("open_refuses_a_database_without_the_schema") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("empty");
+    cleanup.add(&schema);
+    common::execute(&url, "public", &format!("CREATE SCHEMA {schema}")).expect("schema");
+    let refused = open(&url, &schema, SchemaAction::RequireCurrent).expect_err("no schema");
+    assert!(
+        matches!(refused, PgError::SchemaMissing { .. }),
+        "{refused:?}"
+    );
+    let tables = common::query_texts(
+        &url,
+        &schema,
+        &format!("SELECT COUNT(*) FROM pg_tables WHERE schemaname = '{schema}'"),
+    );
+    assert_eq!(tables, ["0"], "a refused open creates nothing");
+    // The commands that start work migrate; afterwards the others open it.
+    open(&url, &schema, SchemaAction::Migrate).expect("migrate");
+    open(&url, &schema, SchemaAction::RequireCurrent).expect("now it is there");
+}
+
+#[test]
+fn open_refuses_a_schema_it_does_not_know() {
+    let Some(url) = common::server("open_refuses_a_schema_it_does_not_know") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+
+    // An append-only trigger dropped by hand.
+    let edited = common::fresh_schema("edited");
+    cleanup.add(&edited);
+    drop(common::store_in(&url, &edited));
+    common::execute(&url, &edited, "DROP TRIGGER events_append_only ON events").expect("drop");
+    for action in [SchemaAction::RequireCurrent, SchemaAction::Migrate] {
+        let refused = open(&url, &edited, action).expect_err("a trigger is missing");
+        let message = refused.to_string();
+        assert!(
+            matches!(refused, PgError::SchemaUnknown { .. }),
+            "{refused:?}"
+        );
+        assert!(message.contains("events_append_only"), "{message}");
+    }
+
+    // A newer build's migration in the history.
+    let newer = common::fresh_schema("newer");
+    cleanup.add(&newer);
+    drop(common::store_in(&url, &newer));
+    common::execute(
+        &url,
+        &newer,
+        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) \
+         VALUES (3, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+    )
+    .expect("history row");
+    for action in [SchemaAction::RequireCurrent, SchemaAction::Migrate] {
+        let refused = open(&url, &newer, action).expect_err("a newer schema");
+        assert!(
+            refused.to_string().contains("newer than this build"),
+            "{refused}"
+        );
+    }
+
+    // A migration recorded with another checksum (its file was edited after it ran).
+    let changed = common::fresh_schema("changed");
+    cleanup.add(&changed);
+    drop(common::store_in(&url, &changed));
+    common::execute(
+        &url,
+        &changed,
+        "UPDATE refinery_schema_history SET checksum = '42' WHERE version = 1",
+    )
+    .expect("edit history");
+    let refused = open(&url, &changed, SchemaAction::RequireCurrent).expect_err("checksum");
+    assert!(refused.to_string().contains("checksum"), "{refused}");
+}
+
+#[test]
+fn concurrent_first_opens_migrate_once() {
+    let Some(url) = common::server("concurrent_first_opens_migrate_once") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("race");
+    cleanup.add(&schema);
+    let opened: Vec<Result<PgStore, PgError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| scope.spawn(|| open(&url, &schema, SchemaAction::Migrate)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect()
+    });
+    for result in &opened {
+        assert!(result.is_ok(), "{:?}", result.as_ref().err());
+    }
+    let history = common::query_texts(
+        &url,
+        &schema,
+        "SELECT COUNT(*) FROM refinery_schema_history",
+    );
+    assert_eq!(
+        history,
+        [airlock_pg::SCHEMA_VERSION.to_string()],
+        "each migration recorded once"
+    );
+}
+
+#[test]
+fn postgres_itself_rejects_changes_to_audit_rows() {
+    let Some(url) = common::server("postgres_itself_rejects_changes_to_audit_rows") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("audit");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Running);
+    commit(&store, "audit rows", |tx| {
+        tx.append_event(&sample_event(
+            &run,
+            airlock_core::events::EventType::RunStarted,
+            json!({}),
+            Some("k1"),
+        ))?;
+        tx.insert_step_record(&sample_step_record(run.id, 1))?;
+        tx.insert_policy_profile(&sample_policy_profile("v1"))
+            .map(drop)
+    });
+    for sql in [
+        "UPDATE events SET payload = '{}'",
+        "DELETE FROM events",
+        "TRUNCATE events CASCADE",
+        "UPDATE step_records SET calls = '[]'",
+        "DELETE FROM policy_profiles",
+    ] {
+        let refused = common::execute(&url, &schema, sql).expect_err(sql);
+        assert!(refused.contains("append-only"), "{sql}: {refused}");
+    }
+    // A duplicate session sequence, written around the store, meets the unique constraint.
+    let duplicate = common::execute(
+        &url,
+        &schema,
+        "INSERT INTO events (session_id, run_id, sequence, event_type, payload_schema_version, \
+         actor_type, payload, created_at) SELECT session_id, run_id, sequence, event_type, \
+         payload_schema_version, actor_type, payload, created_at FROM events",
+    )
+    .expect_err("a repeated sequence");
+    assert!(
+        duplicate.contains("uq_events_session_sequence"),
+        "{duplicate}"
+    );
+}
+
+/// The rules of migration V2 hold for any writer, not only through the store: a token changes
+/// only by its one revocation and is never deleted; a connection keeps its identity, a closed
+/// one never changes, and its columns agree with its status.
+#[test]
+fn postgres_itself_guards_tokens_and_connections() {
+    let Some(url) = common::server("postgres_itself_guards_tokens_and_connections") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("guards");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Queued);
+    let session = run.session_id;
+    let digest = "a".repeat(64);
+    common::execute(
+        &url,
+        &schema,
+        &format!(
+            "INSERT INTO api_tokens (id, tenant_id, principal_id, scopes, token_sha256, \
+             created_at) VALUES ('t1', 'acme', 'alice', '[]', '{digest}', 1); \
+             INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+             status, alive_until, opened_at) VALUES ('c1', 'acme', 'alice', '{session}', 'g', \
+             'open', 10, 1)"
+        ),
+    )
+    .expect("rows written around the store");
+    for (sql, refusal) in [
+        (
+            "UPDATE api_tokens SET label = 'x'",
+            "only revoked_at changes",
+        ),
+        ("DELETE FROM api_tokens", "revoke a token instead"),
+        ("TRUNCATE api_tokens", "append-only"),
+        (
+            "UPDATE api_tokens SET revoked_at = 5, label = 'x'",
+            "only revoked_at changes",
+        ),
+        (
+            "INSERT INTO api_tokens (id, tenant_id, principal_id, scopes, token_sha256, \
+             created_at) VALUES ('t2', 'acme', 'alice', '[]', 'short', 1)",
+            "ck_api_tokens_token_sha256",
+        ),
+        (
+            "UPDATE connections SET gateway_id = 'other'",
+            "immutable field",
+        ),
+        ("DELETE FROM connections", "close a connection instead"),
+        (
+            "UPDATE connections SET status = 'closed'",
+            "ck_connections_alive_iff_open",
+        ),
+        (
+            "INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+             status, alive_until, opened_at) SELECT 'c2', tenant_id, principal_id, session_id, \
+             gateway_id, status, alive_until, opened_at FROM connections",
+            "uq_connections_session",
+        ),
+    ] {
+        let refused = common::execute(&url, &schema, sql).expect_err(sql);
+        assert!(refused.contains(refusal), "{sql}: {refused}");
+    }
+    common::execute(&url, &schema, "UPDATE api_tokens SET revoked_at = 5")
+        .expect("the one revocation");
+    let again = common::execute(&url, &schema, "UPDATE api_tokens SET revoked_at = 6")
+        .expect_err("a second revocation");
+    assert!(again.contains("only once"), "{again}");
+    common::execute(
+        &url,
+        &schema,
+        "UPDATE connections SET status = 'closed', alive_until = NULL, closed_at = 20, \
+         close_reason = 'expired'",
+    )
+    .expect("closing");
+    let reopened = common::execute(
+        &url,
+        &schema,
+        "UPDATE connections SET status = 'open', alive_until = 30, closed_at = NULL, \
+         close_reason = NULL",
+    )
+    .expect_err("a closed connection never changes");
+    assert!(reopened.contains("never changes"), "{reopened}");
+}
+
+#[test]
+fn a_commit_that_queues_a_run_notifies_and_a_rollback_does_not() {
+    let Some(url) = common::server("a_commit_that_queues_a_run_notifies") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("notify");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let (sender, received) = mpsc::channel();
+    let sender = std::sync::Mutex::new(sender);
+    let _listener = store.listen(move |run| {
+        let _ = sender.lock().map(|s| s.send(run));
+    });
+    // The listener connects in the background: queue runs until one is heard.
+    let mut heard = None;
+    for n in 1..=50 {
+        let run = seed_run(&store, n, RunStatus::Queued);
+        if let Ok(id) = received.recv_timeout(Duration::from_millis(200)) {
+            assert_eq!(id, run.id, "the notification names the queued run");
+            heard = Some(n);
+            break;
+        }
+    }
+    let heard = heard.expect("a queued run was notified within 10 s");
+    // Not queued: no notification. Queued but rolled back: none either.
+    seed_run(&store, 100, RunStatus::Running);
+    let rolled_back: Result<(), TxError> = store.transact(|tx| {
+        let session = sample_session(101);
+        tx.insert_session(&session)?;
+        tx.insert_run(&sample_run(101, session.id, RunStatus::Queued))?;
+        Err(TxError::Conflict("changed my mind".to_owned()))
+    });
+    assert!(rolled_back.is_err());
+    let committed = seed_run(&store, heard + 200, RunStatus::Queued);
+    let next = received
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the next commit is heard");
+    assert_eq!(
+        next, committed.id,
+        "neither the RUNNING run nor the rolled-back QUEUED one was notified"
+    );
+}
+
+#[test]
+fn a_lost_commit_answer_is_a_backend_error_never_retried() {
+    let Some(base) = common::server("a_lost_commit_answer_is_a_backend_error") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&base);
+    let schema = common::fresh_schema("lost");
+    cleanup.add(&schema);
+    drop(common::store_in(&base, &schema));
+    let app = format!("airlock_{schema}");
+    let separator = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{separator}application_name={app}");
+    let store = open(&url, &schema, SchemaAction::RequireCurrent).expect("open");
+    let session = sample_session(1);
+    let result = store.transact(|tx| {
+        tx.insert_session(&session)?;
+        // The server goes away between the last statement and the COMMIT.
+        common::execute(
+            &base,
+            "public",
+            &format!(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE application_name = '{app}' AND state = 'idle in transaction'"
+            ),
+        )
+        .map_err(TxError::Backend)?;
+        Ok(())
+    });
+    match &result {
+        Err(TxError::Backend(message)) => {
+            assert!(message.contains("COMMIT's outcome is unknown"), "{message}")
+        }
+        other => panic!("a lost COMMIT answer must be Backend, got {other:?}"),
+    }
+    // Nothing was retried behind the caller's back, and the store goes on with a new connection.
+    assert_eq!(store.read(|tx| tx.session(session.id)).expect("read"), None);
+    commit(&store, "after the lost connection", |tx| {
+        tx.insert_session(&session)
+    });
+}
+
+#[test]
+fn claims_skip_a_run_another_worker_is_claiming() {
+    let Some(url) = common::server("claims_skip_a_run_another_worker_is_claiming") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("claims");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let first = seed_run(&store, 1, RunStatus::Queued);
+    let second = seed_run(&store, 2, RunStatus::Queued);
+    let (holding, held) = mpsc::channel();
+    let (release, released) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let store = &store;
+        let claimer = scope.spawn(move || {
+            store.transact(|tx| {
+                let run = tx.next_claimable_run(at(100), None)?;
+                let _ = holding.send(run.map(|r| r.id));
+                let _ = released.recv_timeout(Duration::from_secs(10));
+                Ok(())
+            })
+        });
+        let first_claim = held
+            .recv_timeout(Duration::from_secs(10))
+            .expect("claiming");
+        assert_eq!(first_claim, Some(first.id), "the oldest due run");
+        let started = std::time::Instant::now();
+        let other = store
+            .transact(|tx| tx.next_claimable_run(at(100), None))
+            .expect("a second claim");
+        assert_eq!(
+            other.map(|r| r.id),
+            Some(second.id),
+            "a run locked by another claim is skipped"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the second claim did not wait for the first"
+        );
+        release.send(()).expect("release");
+        claimer
+            .join()
+            .expect("thread")
+            .expect("first claim commits");
+    });
+}
+
+#[test]
+fn a_transaction_costs_its_statements_plus_one_round_trip() {
+    let Some(url) = common::server("a_transaction_costs_its_statements_plus_one") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("trips");
+    cleanup.add(&schema);
+    let settings = PgSettings {
+        schema: Some(schema.clone()),
+        pool_size: 1,
+    };
+    let store = PgStore::open_with(&url, SchemaAction::RequireCurrent, &settings)
+        .or_else(|_| PgStore::open_with(&url, SchemaAction::Migrate, &settings))
+        .expect("open");
+    let run = seed_run(&store, 1, RunStatus::Queued);
+    let cost = |f: &dyn Fn()| {
+        f(); // prepares the statements on the pool's one connection
+        let before = store.round_trips();
+        f();
+        store.round_trips().round_trips - before.round_trips
+    };
+    // BEGIN travels with the first statement; COMMIT is the last exchange.
+    assert_eq!(
+        cost(&|| {
+            store.read(|tx| tx.run(run.id)).expect("read");
+        }),
+        2
+    );
+    assert_eq!(
+        cost(&|| {
+            store
+                .transact(|tx| {
+                    tx.run(run.id)?;
+                    tx.count_runs(RunStatus::Queued)
+                })
+                .expect("two reads");
+        }),
+        3
+    );
+    // A write and its savepoint are one exchange.
+    let mut n = 10;
+    let mut write_cost = || {
+        n += 1;
+        let session = sample_session(n);
+        let before = store.round_trips();
+        commit(&store, "a session", |tx| tx.insert_session(&session));
+        store.round_trips().round_trips - before.round_trips
+    };
+    write_cost();
+    assert_eq!(write_cost(), 2);
+    // A transaction that sends nothing costs nothing.
+    assert_eq!(
+        cost(&|| {
+            store.transact(|_| Ok(())).expect("empty");
+        }),
+        0
+    );
+}
+
+#[test]
+fn an_expiry_racing_a_cancel_of_the_same_run_waits_instead_of_deadlocking() {
+    let Some(url) = common::server("an_expiry_racing_a_cancel") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("order");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::WaitingForApproval);
+    let invocation = seed_invocation(
+        &store,
+        sample_invocation(
+            1,
+            &run,
+            1,
+            "c1",
+            airlock_core::vocab::InvocationStatus::WaitingForApproval,
+        ),
+    );
+    let approval = sample_approval(1, &invocation, airlock_core::vocab::ApprovalStatus::Pending);
+    commit(&store, "approval", |tx| tx.insert_approval(&approval));
+    let closed = |status| {
+        let mut next = approval.clone();
+        next.status = status;
+        next.resolved_at = Some(at(50));
+        next
+    };
+    let (locked, run_is_locked) = mpsc::channel();
+    let (cancel, expire) = std::thread::scope(|scope| {
+        let store = &store;
+        // A cancel: the run first, then (a moment later) its approval.
+        let cancel = scope.spawn(move || {
+            store.transact(|tx| {
+                tx.run(run.id)?;
+                let _ = locked.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                tx.update_approval(
+                    airlock_core::vocab::ApprovalStatus::Pending,
+                    &closed(airlock_core::vocab::ApprovalStatus::Cancelled),
+                )
+            })
+        });
+        run_is_locked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the cancel holds the run");
+        // An expiry: the approval first, then the run (as core's EXPIRE writes them).
+        let expire = store.transact(|tx| {
+            tx.update_approval(
+                airlock_core::vocab::ApprovalStatus::Pending,
+                &closed(airlock_core::vocab::ApprovalStatus::Expired),
+            )?;
+            tx.run(run.id)
+        });
+        (cancel.join().expect("thread"), expire)
+    });
+    assert_eq!(cancel, Ok(()), "the first writer commits");
+    assert!(
+        matches!(&expire, Err(TxError::Conflict(message)) if message.contains("not the expected pending")),
+        "the second waits, then finds the approval closed (no deadlock): {expire:?}"
+    );
+}
+
+#[test]
+fn a_cancel_request_is_not_overwritten_by_a_workers_stale_copy_of_the_run() {
+    let Some(url) = common::server("a_cancel_request_is_not_overwritten") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("stale");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let lease = run.lease().expect("a running sample holds its lease");
+    let (read, has_read) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let store = &store;
+        // A worker's transaction: it reads the run, decides, and writes its copy back.
+        let worker = scope.spawn(move || {
+            store.transact(|tx| {
+                tx.guard_lease(&lease)?;
+                let current = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+                let _ = read.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                let mut next = current.clone();
+                next.tool_call_count += 1;
+                let guard = airlock_core::run::RunGuard {
+                    run_id: run.id,
+                    status: RunStatus::Running,
+                    lease: Some(lease.clone()),
+                };
+                tx.update_run(&guard, &next).map(drop)
+            })
+        });
+        has_read
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the worker read the run");
+        // `runs cancel` meanwhile: sets the request on the RUNNING run.
+        store
+            .transact(|tx| {
+                let current = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+                let mut next = current.clone();
+                next.cancel_requested_at = Some(at(60));
+                let guard = airlock_core::run::RunGuard {
+                    run_id: run.id,
+                    status: RunStatus::Running,
+                    lease: None,
+                };
+                tx.update_run(&guard, &next).map(drop)
+            })
+            .expect("the cancel request commits");
+        worker.join().expect("thread").expect("the worker commits");
+    });
+    let stored = store
+        .read(|tx| tx.run(run.id))
+        .expect("read")
+        .expect("the run");
+    assert_eq!(stored.tool_call_count, 1, "the worker's write landed");
+    assert_eq!(
+        stored.cancel_requested_at,
+        Some(at(60)),
+        "the cancel request survived the worker's write"
+    );
+}
