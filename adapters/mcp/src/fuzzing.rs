@@ -34,7 +34,13 @@ pub fn gateway_config(data: &[u8]) {
             }
             let definition = json!({"name": name, "inputSchema": {"type": "object"}});
             if let Some(internal) = internal_name(id, name) {
-                let spec = spec_of(server, name, &internal, &definition, ToolVersion::new(1, 0, 0));
+                let spec = spec_of(
+                    server,
+                    name,
+                    &internal,
+                    &definition,
+                    ToolVersion::new(1, 0, 0),
+                );
                 assert!(spec.validate().is_ok(), "{internal}: {:?}", spec.validate());
             }
         }

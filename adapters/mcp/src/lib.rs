@@ -8,10 +8,10 @@
 pub mod body;
 pub mod catalog;
 pub mod config;
+pub mod fuzzing;
 pub mod gateway;
 pub mod render;
 pub mod serve;
 pub mod server;
 pub mod tls;
 pub mod upstream;
-pub mod fuzzing;
