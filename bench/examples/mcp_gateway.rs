@@ -161,7 +161,7 @@ fn main() {
 
         // Through the gateway.
         let data = tempfile::tempdir().expect("temp dir");
-        let app = App::open(data.path(), None).await.expect("data dir");
+        let app = App::open(data.path(), None, None).await.expect("data dir");
         let exe = std::env::current_exe().expect("own path");
         let config = GatewayConfig::parse(&format!(
             "schema_version = 1\ntenant_id = \"bench\"\nprincipal_id = \"agent\"\n\
@@ -183,10 +183,10 @@ fn main() {
         let client = ().serve(client_io).await.expect("gateway handshake");
         let mut at_start = None;
         let through = measure(&client, "up__echo", warmup, calls, || {
-            at_start = Some(store.0.group_stats());
+            at_start = store.0.sqlite().map(|sqlite| sqlite.group_stats());
         })
         .await;
-        let at_end = store.0.group_stats();
+        let at_end = store.0.sqlite().map(|sqlite| sqlite.group_stats());
         let _ = client.cancel().await;
         let _ = gateway.await;
 
@@ -200,7 +200,7 @@ fn main() {
             micros(g99, d99),
             micros(gmean, dmean)
         );
-        if let Some(start) = at_start {
+        if let (Some(start), Some(at_end)) = (at_start, at_end) {
             let transactions = at_end.transactions - start.transactions;
             let groups = at_end.groups - start.groups;
             println!(
