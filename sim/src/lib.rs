@@ -19,6 +19,8 @@ pub mod timeline;
 pub mod trace;
 
 #[cfg(madsim)]
+pub mod connections;
+#[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]
 pub mod world;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use airlock_core::canonical::arguments_hash;
 use airlock_core::scope::{Scope, ScopeSet};
 use airlock_core::tool::spec::{ArgumentSchema, MAX_TOOL_NAME_BYTES, ToolSpec, ToolVersion};
-use airlock_core::vocab::TargetKind;
+use airlock_core::vocab::{SideEffectClass, TargetKind, TrustLevel};
 
 use crate::config::{ServerConfig, ToolClass};
 
@@ -75,11 +75,171 @@ pub fn class_of(server: &ServerConfig, upstream: &str, annotations: Option<&Valu
 /// Why a discovered tool is not listed (`mcp tools`' `why_not`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Unlisted {
+    /// The exposed or internal name does not fit its grammar.
     NameDoesNotFit,
+    /// Another tool of the same server maps to the same internal name.
     Collides(String),
+    /// The definition hash differs from the file's `pin`.
     PinMismatch { pin: String },
+    /// The principal does not hold the tool's scope.
     ScopeNotHeld(String),
+    /// The matrix row of its side-effect class is an unconditional `deny`.
     DeniedByPolicy,
+}
+
+impl Unlisted {
+    /// Whether calls of the tool can be registered with core at all: a tool that is only
+    /// filtered from the listing (scope, policy) stays callable, and core refuses or denies
+    /// it with the usual reason; the others resolve nothing (`policy.matrix.unknown_tool`).
+    pub fn registrable(&self) -> bool {
+        matches!(self, Unlisted::ScopeNotHeld(_) | Unlisted::DeniedByPolicy)
+    }
+
+    /// The `why_not` text of `mcp tools`.
+    pub fn describe(&self) -> String {
+        match self {
+            Unlisted::NameDoesNotFit => {
+                "name does not fit ^[A-Za-z0-9_-]{1,64}$ or the internal tool name grammar".into()
+            }
+            Unlisted::Collides(other) => {
+                format!("internal name collides with upstream tool '{other}'")
+            }
+            Unlisted::PinMismatch { pin } => format!("definition hash differs from pin {pin}"),
+            Unlisted::ScopeNotHeld(scope) => format!("principal does not hold scope {scope}"),
+            Unlisted::DeniedByPolicy => {
+                "the policy matrix denies its side-effect class unconditionally".into()
+            }
+        }
+    }
+}
+
+/// One discovered upstream tool, as the gateway treats it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entry {
+    pub server: String,
+    pub upstream: String,
+    /// `None` when the name does not fit.
+    pub exposed: Option<String>,
+    pub internal: Option<String>,
+    pub definition_sha256: String,
+    pub class: ToolClass,
+    pub scope: String,
+    pub output_trust: TrustLevel,
+    /// `None`: listed to the client.
+    pub unlisted: Option<Unlisted>,
+    /// The upstream's definition as it listed it.
+    pub definition: Value,
+}
+
+impl Entry {
+    pub fn listed(&self) -> bool {
+        self.unlisted.is_none()
+    }
+
+    /// Whether core knows the tool (see [`Unlisted::registrable`]).
+    pub fn registrable(&self) -> bool {
+        self.internal.is_some() && self.unlisted.as_ref().is_none_or(Unlisted::registrable)
+    }
+
+    /// The row of `airlock mcp tools` (SPEC §19.1).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "server": self.server,
+            "upstream_name": self.upstream,
+            "exposed_name": self.exposed,
+            "internal_name": self.internal,
+            "definition_sha256": self.definition_sha256,
+            "class": {
+                "side_effect": self.class.side_effect.as_str(),
+                "idempotency": self.class.idempotency.as_str(),
+                "risk": self.class.risk.as_str(),
+                "scope": self.scope,
+                "output_trust": self.output_trust.as_str(),
+            },
+            "listed": self.listed(),
+            "why_not": self.unlisted.as_ref().map(Unlisted::describe),
+        })
+    }
+}
+
+/// The scope a tool of `server` requires: its table's, else `mcp.{server_id}.call`.
+pub fn scope_of(server: &ServerConfig, upstream: &str) -> String {
+    server
+        .tools
+        .get(upstream)
+        .and_then(|t| t.scope.as_ref())
+        .map_or_else(
+            || format!("mcp.{}.call", server.id),
+            |s| s.as_str().to_owned(),
+        )
+}
+
+/// Builds the entries of every tool `server` listed, in the server's order. `denied` says
+/// whether the policy matrix denies a side-effect class unconditionally; `scopes` are the
+/// principal's.
+pub fn entries(
+    server: &ServerConfig,
+    tools: &[Value],
+    scopes: &ScopeSet,
+    denied: &dyn Fn(SideEffectClass) -> bool,
+) -> Vec<Entry> {
+    let mut entries: Vec<Entry> = tools
+        .iter()
+        .map(|tool| {
+            let upstream = tool
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let exposed = exposed_name(&server.id, &upstream);
+            let internal = internal_name(&server.id, &upstream);
+            let hash = definition_hash(tool);
+            let class = class_of(server, &upstream, tool.get("annotations"));
+            let scope = scope_of(server, &upstream);
+            let pin = server.tools.get(&upstream).and_then(|t| t.pin.clone());
+            let unlisted = if exposed.is_none() || internal.is_none() {
+                Some(Unlisted::NameDoesNotFit)
+            } else if let Some(pin) = pin.filter(|pin| *pin != hash) {
+                Some(Unlisted::PinMismatch { pin })
+            } else if !Scope::parse(&scope).is_ok_and(|s| scopes.contains(&s)) {
+                Some(Unlisted::ScopeNotHeld(scope.clone()))
+            } else if denied(class.side_effect) {
+                Some(Unlisted::DeniedByPolicy)
+            } else {
+                None
+            };
+            Entry {
+                server: server.id.clone(),
+                upstream,
+                exposed,
+                internal,
+                definition_sha256: hash,
+                class,
+                scope,
+                output_trust: server.output_trust,
+                unlisted,
+                definition: tool.clone(),
+            }
+        })
+        .collect();
+    // Collisions after mapping: every tool sharing an internal name is refused, since a call
+    // could not say which one it meant.
+    for i in 0..entries.len() {
+        let Some(name) = entries[i].internal.clone() else {
+            continue;
+        };
+        let other = entries
+            .iter()
+            .enumerate()
+            .find(|(j, e)| *j != i && e.internal.as_deref() == Some(name.as_str()))
+            .map(|(_, e)| e.upstream.clone());
+        if let Some(other) = other
+            && !matches!(entries[i].unlisted, Some(Unlisted::NameDoesNotFit))
+        {
+            entries[i].unlisted = Some(Unlisted::Collides(other));
+        }
+    }
+    entries
 }
 
 /// The core spec of an upstream tool at `version`.
@@ -130,7 +290,7 @@ pub fn spec_of(
 mod tests {
     use super::*;
     use crate::config::GatewayConfig;
-    use airlock_core::vocab::{IdempotencyClass, SideEffectClass, TrustLevel};
+    use airlock_core::vocab::IdempotencyClass;
 
     fn server(trust_annotations: bool) -> ServerConfig {
         let text = format!(

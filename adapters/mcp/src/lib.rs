@@ -5,5 +5,13 @@
 //! (`airlock_core::connection`): a live client is the planner of its session's runs, and the
 //! gateway only carries requests in and answers out. It depends on core alone.
 
+pub mod body;
 pub mod catalog;
 pub mod config;
+pub mod fuzzing;
+pub mod gateway;
+pub mod render;
+pub mod serve;
+pub mod server;
+pub mod tls;
+pub mod upstream;

@@ -188,6 +188,10 @@ pub fn close_in_tx(
     reason: CloseReason,
     now: Timestamp,
 ) -> Result<Option<RunId>, TxError> {
+    #[cfg(feature = "mutants")]
+    if crate::testing::mutants::disconnect_not_recorded(reason) {
+        return Ok(None);
+    }
     let Some(current) = tx.connection(id)? else {
         return Err(TxError::NotFound);
     };

@@ -57,7 +57,15 @@ pub const NAMES: [&str; 14] = [
     "ignore_heartbeat_cancel",
 ];
 
-/// 0: none; `i + 1`: `NAMES[i]`.
+/// Planted bugs of live connections (SPEC §19.4), caught by the simulator's connection world
+/// (`airlock-sim-mcp mutants`) rather than the run world, whose runs have no connection.
+///
+/// | mutant | hook | rule it breaks |
+/// |---|---|---|
+/// | `disconnect_not_recorded` | `connection::close_in_tx` | §19.4: a client's DISCONNECT commits nothing (the gateway only stops reading it), so its connection stays open and an approved call of the gone client is claimed, revalidated and sent |
+pub const CONNECTION_NAMES: [&str; 1] = ["disconnect_not_recorded"];
+
+/// 0: none; `i + 1`: `NAMES[i]`; `NAMES.len() + j + 1`: `CONNECTION_NAMES[j]`.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Selects the mutant called `name`, or none. An unknown name is an error and changes nothing.
@@ -67,6 +75,7 @@ pub fn activate(name: Option<&str>) -> Result<(), String> {
         Some(name) => {
             NAMES
                 .iter()
+                .chain(CONNECTION_NAMES.iter())
                 .position(|n| *n == name)
                 .ok_or_else(|| format!("unknown mutant '{name}'"))?
                 + 1
@@ -80,8 +89,17 @@ pub fn activate(name: Option<&str>) -> Result<(), String> {
 pub fn current() -> Option<&'static str> {
     match ACTIVE.load(Ordering::Relaxed) {
         0 => None,
-        i => NAMES.get(i - 1).copied(),
+        i => NAMES
+            .iter()
+            .chain(CONNECTION_NAMES.iter())
+            .nth(i - 1)
+            .copied(),
     }
+}
+
+/// `disconnect_not_recorded`: whether a close for `reason` commits nothing.
+pub fn disconnect_not_recorded(reason: crate::connection::CloseReason) -> bool {
+    active("disconnect_not_recorded") && reason == crate::connection::CloseReason::Disconnected
 }
 
 /// Whether the mutant called `name` is active.

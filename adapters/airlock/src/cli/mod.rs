@@ -5,6 +5,7 @@ mod approvals;
 mod demo;
 mod invocations;
 mod json;
+mod mcp;
 mod output;
 mod policy;
 mod runs;
@@ -123,6 +124,9 @@ pub enum Command {
     /// API tokens for the HTTP API and the console.
     #[command(subcommand)]
     Tokens(tokens::TokensCommand),
+    /// The MCP gateway: serve a client in front of MCP servers, or list their tools.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
 }
 
 /// `RUST_LOG` selects what goes to stderr (default `warn`). Core's spans — `run`, `step` and
@@ -209,6 +213,7 @@ pub fn run() -> ExitCode {
             Command::Invocations(command) => invocations::run(&globals, command).await,
             Command::Serve(args) => serve::run(&globals, args).await,
             Command::Tokens(command) => tokens::run(&globals, command).await,
+            Command::Mcp(command) => mcp::run(&globals, command).await,
         }
     });
     shut_down(runtime);

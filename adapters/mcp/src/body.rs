@@ -1,0 +1,142 @@
+//! The body of an upstream tool (SPEC §19.2, §9.3): core's pipeline calls it only after START
+//! committed (with the watermark when the tool has a side effect); it forwards the call to its
+//! server and returns the upstream's result as the structured result, unchanged.
+//!
+//! **Failures** (the unknown-outcome rule of §9.3 is core's; this body only says what it knows):
+//! nothing sent → `tool.upstream_unavailable`; the upstream answered a JSON-RPC error (it ran
+//! nothing) → `tool.upstream_error`, or `tool.arguments_invalid` for −32602; sent and no answer
+//! (the connection broke, a reply that is not a tool result) → `outcome_unknown` for a tool with a
+//! side effect, `tool.upstream_error` for one without; no answer in time → `timeout`, which
+//! core turns UNCERTAIN for a watermarked non-idempotent call. An oversized result is refused
+//! by core's step 11 (`tool.output_invalid`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_core::action::JsonMap;
+use airlock_core::ports::{BoxFut, Tool, ToolContext, ToolFailure, ToolSuccess};
+use airlock_core::tool::spec::ToolSpec;
+use airlock_core::vocab::{SideEffectClass, ToolFailureKind};
+
+use crate::upstream::{CallError, Upstream};
+
+/// JSON-RPC's "invalid params".
+const INVALID_PARAMS: i32 = -32602;
+
+/// One upstream tool at one registered version.
+pub struct UpstreamTool {
+    spec: ToolSpec,
+    upstream_name: String,
+    upstream: Arc<Upstream>,
+}
+
+impl UpstreamTool {
+    pub fn new(spec: ToolSpec, upstream_name: String, upstream: Arc<Upstream>) -> UpstreamTool {
+        UpstreamTool {
+            spec,
+            upstream_name,
+            upstream,
+        }
+    }
+}
+
+/// What a forwarded call's error means for the row.
+pub fn failure_of(error: &CallError, side_effect: SideEffectClass) -> ToolFailure {
+    match error {
+        CallError::NotSent(detail) => ToolFailure::new(
+            ToolFailureKind::UpstreamError,
+            "tool.upstream_unavailable",
+            detail.clone(),
+        ),
+        CallError::Rejected { code, message } if *code == INVALID_PARAMS => ToolFailure::new(
+            ToolFailureKind::InvalidArguments,
+            "tool.arguments_invalid",
+            message.clone(),
+        ),
+        CallError::Rejected { code, message } => ToolFailure::new(
+            ToolFailureKind::UpstreamError,
+            "tool.upstream_error",
+            format!("{code}: {message}"),
+        ),
+        CallError::Lost(detail) if side_effect != SideEffectClass::None => ToolFailure::new(
+            ToolFailureKind::OutcomeUnknown,
+            "tool.outcome_unknown",
+            detail.clone(),
+        ),
+        CallError::Lost(detail) => ToolFailure::new(
+            ToolFailureKind::UpstreamError,
+            "tool.upstream_error",
+            detail.clone(),
+        ),
+        CallError::TimedOut(after) => ToolFailure::new(
+            ToolFailureKind::Timeout,
+            "tool.timeout",
+            format!("no answer within {after:?}"),
+        ),
+    }
+}
+
+impl Tool for UpstreamTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        _ctx: &'a ToolContext<'a>,
+        args: &'a JsonMap,
+    ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
+        Box::pin(async move {
+            let arguments = args.clone().into_iter().collect();
+            let timeout = Duration::from_millis(self.spec.timeout_ms);
+            match self
+                .upstream
+                .call(&self.upstream_name, arguments, timeout)
+                .await
+            {
+                Ok(structured) => Ok(ToolSuccess {
+                    structured,
+                    trust: None,
+                }),
+                Err(error) => Err(failure_of(&error, self.spec.side_effect)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_what_the_gateway_knows_of_the_effect() {
+        let lost = CallError::Lost("closed".into());
+        assert_eq!(
+            failure_of(&lost, SideEffectClass::ExternalWrite).kind,
+            ToolFailureKind::OutcomeUnknown,
+            "a sent write without an answer may have happened"
+        );
+        assert_eq!(
+            failure_of(&lost, SideEffectClass::None).kind,
+            ToolFailureKind::UpstreamError
+        );
+        let invalid = CallError::Rejected {
+            code: INVALID_PARAMS,
+            message: "bad".into(),
+        };
+        assert_eq!(
+            failure_of(&invalid, SideEffectClass::ExternalWrite).reason_code,
+            "tool.arguments_invalid"
+        );
+        let timed_out = CallError::TimedOut(Duration::from_secs(1));
+        assert_eq!(
+            failure_of(&timed_out, SideEffectClass::ExternalWrite).kind,
+            ToolFailureKind::Timeout
+        );
+        let not_sent = CallError::NotSent("gone".into());
+        assert_eq!(
+            failure_of(&not_sent, SideEffectClass::ExternalWrite).reason_code,
+            "tool.upstream_unavailable"
+        );
+    }
+}

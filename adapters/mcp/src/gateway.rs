@@ -1,0 +1,398 @@
+//! The gateway's live tool table (SPEC §19.2): its upstream connections, what each listed, the
+//! entries derived from the file, and the core registrations they map to.
+//!
+//! **Versions.** A tool is registered with core as `mcp.{server}.{t}` at version 1.0.0 when it is
+//! first seen. When its definition hash changes (after `notifications/tools/list_changed` or a
+//! re-list), the new definition is registered as the next patch version and the old version is
+//! retired, so a call pinned to it at PENDING is denied `policy.revalidation.changed` when it is
+//! revalidated after its approval (§10.3); clients are told with
+//! `notifications/tools/list_changed`. Versions are this process's: a gateway that restarts
+//! starts again at 1.0.0 (its connections' runs ended with it).
+//!
+//! **Pins.** A tool whose hash differs from its pin is never registered (and its earlier
+//! version is retired), so its calls resolve nothing and are denied
+//! `policy.matrix.unknown_tool`; the mismatch is recorded once per observed hash as the process
+//! event `mcp.tool.pin_mismatch`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use airlock_core::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
+use airlock_core::policy::Ruleset;
+use airlock_core::policy::matrix::MatrixRule;
+use airlock_core::time::Timestamp;
+use airlock_core::tool::registry::ToolRegistry;
+use airlock_core::tool::spec::ToolVersion;
+use airlock_core::vocab::{PolicyDecisionType, SideEffectClass};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::body::UpstreamTool;
+use crate::catalog::{Entry, Unlisted, entries, spec_of};
+use crate::config::GatewayConfig;
+use crate::upstream::{Upstream, UpstreamError};
+
+/// Where the gateway records its process events (the store, in a transaction of its own).
+pub type EventSink = Arc<dyn Fn(ProcessEvent) + Send + Sync>;
+
+/// The process's clock, for event times.
+pub type Now = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// One upstream server's state.
+enum ServerState {
+    Connected(Arc<Upstream>),
+    Failed(String),
+}
+
+#[derive(Default)]
+struct Table {
+    /// Per server, its entries in the server's order.
+    entries: BTreeMap<String, Vec<Entry>>,
+    /// Per internal name, the registered version and its definition hash.
+    registered: BTreeMap<String, (ToolVersion, String)>,
+}
+
+/// The gateway's upstreams and tools; shared by every client connection of the process.
+pub struct Gateway {
+    config: GatewayConfig,
+    gateway_id: String,
+    registry: Arc<ToolRegistry>,
+    ruleset: Arc<Ruleset>,
+    servers: Mutex<BTreeMap<String, ServerState>>,
+    table: Mutex<Table>,
+    list_changed: broadcast::Sender<()>,
+    events: EventSink,
+    now: Now,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether the profile's matrix denies `class` whatever the action says.
+pub fn denied_unconditionally(ruleset: &Ruleset, class: SideEffectClass) -> bool {
+    ruleset.profile.matrix.row(class) == MatrixRule::Unconditional(PolicyDecisionType::Deny)
+}
+
+fn process_event(
+    key: String,
+    event_type: EventType,
+    payload: Value,
+    now: Timestamp,
+) -> ProcessEvent {
+    ProcessEvent {
+        id: uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes()),
+        event_type,
+        payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+        actor: Actor::process(),
+        payload,
+        derivation_key: key,
+        created_at: now,
+    }
+}
+
+impl Gateway {
+    /// Connects to every upstream of `config` (concurrently), lists their tools and registers
+    /// them. An upstream that fails to start is reported ([`Gateway::server_report`]) and its
+    /// tools are not listed; the others serve. Returns the gateway and the receiver of
+    /// upstream list changes, which [`Gateway::watch`] consumes.
+    pub async fn start(
+        config: GatewayConfig,
+        gateway_id: String,
+        registry: Arc<ToolRegistry>,
+        ruleset: Arc<Ruleset>,
+        events: EventSink,
+        now: Now,
+    ) -> (Arc<Gateway>, mpsc::UnboundedReceiver<String>) {
+        let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+        let mut connecting = Vec::new();
+        for server in config.servers.values() {
+            let server = server.clone();
+            let changed = changed_tx.clone();
+            connecting.push(tokio::spawn(async move {
+                let id = server.id.clone();
+                (id, Upstream::connect(&server, changed).await)
+            }));
+        }
+        let mut servers = BTreeMap::new();
+        for task in connecting {
+            match task.await {
+                Ok((id, Ok(upstream))) => {
+                    servers.insert(id, ServerState::Connected(upstream));
+                }
+                Ok((id, Err(UpstreamError { message, .. }))) => {
+                    tracing::warn!(server = %id, error = %message, "upstream failed to start; its tools are not listed");
+                    servers.insert(id, ServerState::Failed(message));
+                }
+                Err(join) => tracing::error!(error = %join, "an upstream connect task failed"),
+            }
+        }
+        let (list_changed, _) = broadcast::channel(16);
+        let gateway = Arc::new(Gateway {
+            config,
+            gateway_id,
+            registry,
+            ruleset,
+            servers: Mutex::new(servers),
+            table: Mutex::new(Table::default()),
+            list_changed,
+            events,
+            now,
+        });
+        gateway.refresh_all().await;
+        (gateway, changed_rx)
+    }
+
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    /// Re-lists every connected upstream.
+    pub async fn refresh_all(&self) {
+        let ids: Vec<String> = self.config.servers.keys().cloned().collect();
+        for id in ids {
+            self.refresh(&id).await;
+        }
+    }
+
+    fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
+        match lock(&self.servers).get(server) {
+            Some(ServerState::Connected(upstream)) => Some(Arc::clone(upstream)),
+            _ => None,
+        }
+    }
+
+    /// Re-lists `server`, registers changed definitions, retires what is gone or no longer
+    /// matches its pin, and tells clients when their listing changed.
+    pub async fn refresh(&self, server_id: &str) {
+        let Some(server) = self.config.servers.get(server_id) else {
+            return;
+        };
+        let Some(upstream) = self.upstream(server_id) else {
+            return;
+        };
+        let tools = match upstream.list_tools().await {
+            Ok(tools) => tools,
+            Err(error) => {
+                tracing::warn!(server = %server_id, error = %error.message, "re-listing an upstream failed; its last listing stays");
+                return;
+            }
+        };
+        let ruleset = Arc::clone(&self.ruleset);
+        let denied = move |class| denied_unconditionally(&ruleset, class);
+        let fresh = entries(server, &tools, &self.config.scopes, &denied);
+        let now = (self.now)();
+        let mut events = Vec::new();
+        let changed = {
+            let mut table = lock(&self.table);
+            let before: Vec<(Option<String>, String, bool)> = table
+                .entries
+                .get(server_id)
+                .map(|old| {
+                    old.iter()
+                        .map(|e| (e.exposed.clone(), e.definition_sha256.clone(), e.listed()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            // Retire what is gone, no longer registrable, or changed.
+            let keep: BTreeMap<String, String> = fresh
+                .iter()
+                .filter(|e| e.registrable())
+                .filter_map(|e| Some((e.internal.clone()?, e.definition_sha256.clone())))
+                .collect();
+            let prefix = format!("mcp.{server_id}.");
+            let stale: Vec<(String, ToolVersion)> = table
+                .registered
+                .iter()
+                .filter(|(name, (_, hash))| {
+                    name.starts_with(&prefix) && keep.get(*name) != Some(hash)
+                })
+                .map(|(name, (version, _))| (name.clone(), *version))
+                .collect();
+            let mut next_version: BTreeMap<String, ToolVersion> = BTreeMap::new();
+            for (name, version) in stale {
+                self.registry.retire(&name, version);
+                table.registered.remove(&name);
+                next_version.insert(
+                    name,
+                    ToolVersion::new(
+                        version.major,
+                        version.minor,
+                        version.patch.saturating_add(1),
+                    ),
+                );
+            }
+            for entry in &fresh {
+                if let Some(Unlisted::PinMismatch { pin }) = &entry.unlisted {
+                    events.push(process_event(
+                        format!(
+                            "mcp.tool.pin_mismatch:{}:{}",
+                            entry.internal.as_deref().unwrap_or(&entry.upstream),
+                            entry.definition_sha256
+                        ),
+                        EventType::McpToolPinMismatch,
+                        json!({
+                            "server": entry.server,
+                            "upstream_name": entry.upstream,
+                            "exposed_name": entry.exposed,
+                            "internal_name": entry.internal,
+                            "pin": pin,
+                            "definition_sha256": entry.definition_sha256,
+                        }),
+                        now,
+                    ));
+                }
+                let Some(internal) = entry.internal.clone() else {
+                    continue;
+                };
+                if !entry.registrable() || table.registered.contains_key(&internal) {
+                    continue;
+                }
+                let version = next_version
+                    .get(&internal)
+                    .copied()
+                    .unwrap_or(ToolVersion::new(1, 0, 0));
+                let spec = spec_of(
+                    server,
+                    &entry.upstream,
+                    &internal,
+                    &entry.definition,
+                    version,
+                );
+                let tool = UpstreamTool::new(spec, entry.upstream.clone(), Arc::clone(&upstream));
+                match self.registry.add(Arc::new(tool)) {
+                    Ok(()) => {
+                        table
+                            .registered
+                            .insert(internal.clone(), (version, entry.definition_sha256.clone()));
+                        events.push(process_event(
+                            format!(
+                                "mcp.tool.registered:{}:{internal}@{version}",
+                                self.gateway_id
+                            ),
+                            EventType::McpToolRegistered,
+                            json!({
+                                "gateway_id": self.gateway_id,
+                                "server": entry.server,
+                                "upstream_name": entry.upstream,
+                                "internal_name": internal,
+                                "version": version.to_string(),
+                                "definition_sha256": entry.definition_sha256,
+                            }),
+                            now,
+                        ));
+                    }
+                    Err(error) => {
+                        tracing::error!(tool = %internal, error = %error, "an upstream tool could not be registered");
+                    }
+                }
+            }
+            let after: Vec<(Option<String>, String, bool)> = fresh
+                .iter()
+                .map(|e| (e.exposed.clone(), e.definition_sha256.clone(), e.listed()))
+                .collect();
+            table.entries.insert(server_id.to_owned(), fresh);
+            // The first listing is not a change: no client has seen anything yet.
+            !before.is_empty() && before != after
+        };
+        for event in events {
+            (self.events)(event);
+        }
+        if changed {
+            tracing::info!(server = %server_id, "upstream tools changed; telling clients");
+            let _ = self.list_changed.send(());
+        }
+    }
+
+    /// Re-lists a server each time it reports a list change, until the senders are gone.
+    pub async fn watch(self: Arc<Self>, mut changed: mpsc::UnboundedReceiver<String>) {
+        while let Some(server) = changed.recv().await {
+            self.refresh(&server).await;
+        }
+    }
+
+    /// Fires each time the listing a client sees changed.
+    pub fn subscribe_list_changed(&self) -> broadcast::Receiver<()> {
+        self.list_changed.subscribe()
+    }
+
+    /// The listed tools, as the client sees them (`name` is the exposed name).
+    pub fn listed(&self) -> Vec<Value> {
+        let table = lock(&self.table);
+        table
+            .entries
+            .values()
+            .flatten()
+            .filter(|e| e.listed())
+            .filter_map(|e| {
+                let mut tool = e.definition.clone();
+                tool.as_object_mut()?
+                    .insert("name".into(), Value::String(e.exposed.clone()?));
+                Some(tool)
+            })
+            .collect()
+    }
+
+    /// The internal name a call of `exposed` is proposed under; `None` for a name the gateway
+    /// does not know (the client is answered −32602).
+    pub fn internal_of(&self, exposed: &str) -> Option<String> {
+        let table = lock(&self.table);
+        table
+            .entries
+            .values()
+            .flatten()
+            .find(|e| e.exposed.as_deref() == Some(exposed))
+            .and_then(|e| e.internal.clone())
+    }
+
+    /// `airlock mcp tools`: every server's state and every discovered tool's row.
+    pub fn report(&self) -> Value {
+        let servers: Vec<Value> = {
+            let servers = lock(&self.servers);
+            self.config
+                .servers
+                .keys()
+                .map(|id| match servers.get(id) {
+                    Some(ServerState::Connected(upstream)) => json!({
+                        "id": id,
+                        "status": "connected",
+                        "protocol_version": upstream.protocol_version(),
+                        "error": null,
+                    }),
+                    Some(ServerState::Failed(message)) => json!({
+                        "id": id,
+                        "status": "failed",
+                        "protocol_version": null,
+                        "error": message,
+                    }),
+                    None => json!({"id": id, "status": "failed", "protocol_version": null, "error": "not started"}),
+                })
+                .collect()
+        };
+        let table = lock(&self.table);
+        let tools: Vec<Value> = table
+            .entries
+            .values()
+            .flatten()
+            .map(Entry::to_json)
+            .collect();
+        json!({"servers": servers, "tools": tools})
+    }
+
+    /// Closes every upstream session (stdio children end with it).
+    pub async fn shutdown(&self) {
+        let upstreams: Vec<Arc<Upstream>> = {
+            let mut servers = lock(&self.servers);
+            std::mem::take(&mut *servers)
+                .into_values()
+                .filter_map(|s| match s {
+                    ServerState::Connected(u) => Some(u),
+                    ServerState::Failed(_) => None,
+                })
+                .collect()
+        };
+        for upstream in upstreams {
+            upstream.close();
+        }
+    }
+}

@@ -1,0 +1,723 @@
+//! The connection world (SPEC §19.5): runs whose planner is a simulated MCP client that may
+//! disconnect, or whose gateway may die, at any point. Only under `--cfg madsim`.
+//!
+//! Each gateway node runs core's unchanged `ConnectionDriver` (its renewal, its runs claimed for
+//! its connection only, the connection sweep and RECLAIM) with core's `LivePlanner` fed by a
+//! simulated client: calls of the catalog's services at drawn times (reads that run at once and
+//! writes that park for approval), an occasional client cancel of a parked call, and then a
+//! fate: a DISCONNECT at a drawn time, or a crash (the node is killed, never restarted; its
+//! connection expires and any other node's sweep closes it). A worker node runs `Worker::run`
+//! (the sweep, RECLAIM and the orphan claims of §19.4); an approver node resolves pending
+//! approvals after a drawn delay, often after the client left. A fault hook waits a drawn time
+//! after each CLAIM, so a disconnect can land between a resumed run's claim and its REVALIDATE.
+//!
+//! After the seed: every S invariant (`testing::invariants::check`), every connection closed,
+//! every run terminal (liveness), and the rule this world exists for, checked at each commit:
+//! **no call of a disconnected client is sent after the disconnect committed**, that is, no
+//! `tool.call.started` of a session commits after the commit that closed its connection, and no
+//! service sees a request of a session whose connection had closed before the call STARTed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use airlock_core::action::JsonMap;
+use airlock_core::connection::live::{
+    ClientCall, ConnectionDriver, LiveConnection, LivePlanner, MCP_PLANNER_KIND, RunTemplate,
+};
+use airlock_core::control::ControlService;
+use airlock_core::env::Env;
+use airlock_core::events::EventType;
+use airlock_core::ids::{RunId, SessionId};
+use airlock_core::mem_store::MemSnapshot;
+use airlock_core::ports::{
+    BoxFut, Clock, Dispatcher, FaultHook, IdSource, Planner, PlannerError, PlannerFactory, Tool,
+    ToolContext, ToolFailure, ToolSpec, ToolSuccess,
+};
+use airlock_core::principal::Principal;
+use airlock_core::run::{Limits, Run};
+use airlock_core::scope::{ScopeSet, platform_scopes};
+use airlock_core::store::{Store, StoreTx, TxError};
+use airlock_core::testing::invariants::{Effect, Violation, check};
+use airlock_core::time::Timestamp;
+use airlock_core::tool::registry::ToolRegistry;
+use airlock_core::vocab::{ApprovalResolution, CrashPoint, TrustLevel};
+use airlock_core::worker::{Worker, WorkerSettings};
+use madsim::runtime::Handle;
+use madsim::time::{Instant, sleep};
+use serde_json::{Value, json};
+
+use crate::catalog;
+use crate::plan::SimRng;
+use crate::store::SimStore;
+
+/// 2026-01-01T00:00:00Z.
+const EPOCH_MICROS: i64 = 1_767_225_600_000_000;
+const LEASE_MS: u64 = 3_000;
+/// Simulated time for the workload; then a quiet phase until every run is terminal.
+const WORKLOAD: Duration = Duration::from_secs(40);
+const QUIET_BOUND: Duration = Duration::from_secs(600);
+/// The services a client calls: a read that runs at once and writes that wait for approval.
+const TOOLS: [&str; 3] = ["sim.lookup", "sim.post", "sim.email"];
+/// The actions of one simulated client, by weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Disconnect,
+    Crash,
+}
+
+/// One client's plan.
+#[derive(Debug, Clone)]
+struct ClientPlan {
+    /// `(at, tool index)` in submission order.
+    calls: Vec<(Duration, usize)>,
+    /// Cancels the call with this index once it is parked, if any.
+    cancel: Option<usize>,
+    fate: Fate,
+    fate_at: Duration,
+}
+
+/// The seed's plan, drawn before the world starts.
+#[derive(Debug, Clone)]
+pub struct ConnectionPlan {
+    seed: u64,
+    clients: Vec<ClientPlan>,
+    /// The approver's delay range, milliseconds.
+    approve_after_ms: (u64, u64),
+    deny_rate: f64,
+    /// The longest wait after a CLAIM.
+    claim_pause_ms: u64,
+}
+
+impl ConnectionPlan {
+    pub fn new(seed: u64) -> ConnectionPlan {
+        let mut rng = SimRng::new(seed, 19);
+        let clients = (0..rng.range(1, 4))
+            .map(|_| {
+                let mut at = Duration::ZERO;
+                let calls: Vec<(Duration, usize)> = (0..rng.range(1, 7))
+                    .map(|_| {
+                        at += Duration::from_millis(rng.range(0, 3_000));
+                        (at, rng.below(TOOLS.len() as u64) as usize)
+                    })
+                    .collect();
+                let cancel = rng
+                    .chance(0.2)
+                    .then(|| rng.below(calls.len() as u64) as usize);
+                ClientPlan {
+                    cancel,
+                    fate: if rng.chance(0.3) {
+                        Fate::Crash
+                    } else {
+                        Fate::Disconnect
+                    },
+                    fate_at: Duration::from_millis(rng.range(200, 25_000)),
+                    calls,
+                }
+            })
+            .collect();
+        let low = rng.range(50, 2_000);
+        ConnectionPlan {
+            seed,
+            clients,
+            approve_after_ms: (low, low + rng.range(1, 6_000)),
+            deny_rate: rng.unit() * 0.3,
+            claim_pause_ms: rng.range(0, 1_500),
+        }
+    }
+
+    pub fn describe(&self) -> Value {
+        json!({
+            "seed": self.seed,
+            "clients": self.clients.iter().map(|c| json!({
+                "calls": c.calls.iter().map(|(at, tool)| json!([at.as_millis() as u64, TOOLS[*tool]])).collect::<Vec<_>>(),
+                "cancel": c.cancel,
+                "fate": format!("{:?}", c.fate),
+                "fate_at_ms": c.fate_at.as_millis() as u64,
+            })).collect::<Vec<_>>(),
+            "approve_after_ms": [self.approve_after_ms.0, self.approve_after_ms.1],
+            "deny_rate": self.deny_rate,
+            "claim_pause_ms": self.claim_pause_ms,
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The simulator's `SimStore` plus the one rule of this world, checked at every commit.
+pub struct ConnectionStore {
+    inner: SimStore,
+    commits: AtomicU64,
+    /// Per session, the commit that closed its connection.
+    closed_at: Mutex<BTreeMap<SessionId, u64>>,
+    violations: Mutex<Vec<String>>,
+}
+
+impl ConnectionStore {
+    fn new() -> ConnectionStore {
+        ConnectionStore {
+            inner: SimStore::new(),
+            commits: AtomicU64::new(0),
+            closed_at: Mutex::new(BTreeMap::new()),
+            violations: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn closed(&self, session: SessionId) -> bool {
+        lock(&self.closed_at).contains_key(&session)
+    }
+
+    /// The client's side of a disconnect: `ConnectionDriver::disconnect` returned, so by §19.4
+    /// its close has committed (or the run was idle and ends without another call).
+    fn client_left(&self, session: SessionId) {
+        let commit = self.commits.load(Ordering::SeqCst);
+        lock(&self.closed_at).entry(session).or_insert(commit);
+    }
+}
+
+impl Store for ConnectionStore {
+    fn transact<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let before = self.inner.inspect(|s| s.events.len());
+        let result = self.inner.transact(f);
+        if result.is_ok() {
+            let commit = self.commits.fetch_add(1, Ordering::SeqCst) + 1;
+            let mut closed_at = lock(&self.closed_at);
+            self.inner.inspect(|s| {
+                for event in &s.events[before..] {
+                    if event.event_type != EventType::ToolCallStarted {
+                        continue;
+                    }
+                    if let Some(closed) = closed_at.get(&event.session_id) {
+                        lock(&self.violations).push(format!(
+                            "§19.4: call {} of session {} STARTed in commit {commit}, after its client left (commit {closed})",
+                            event.payload["invocation_id"], event.session_id
+                        ));
+                    }
+                }
+                for connection in s.connections.values() {
+                    if !connection.is_open() {
+                        closed_at.entry(connection.session_id).or_insert(commit);
+                    }
+                }
+            });
+        }
+        result
+    }
+
+    fn read<R>(
+        &self,
+        f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        self.inner.read(f)
+    }
+}
+
+#[derive(Clone)]
+struct SimClock {
+    start: Instant,
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = Instant::now()
+            .saturating_duration_since(self.start)
+            .as_micros();
+        Timestamp::from_micros(EPOCH_MICROS + i64::try_from(elapsed).unwrap_or(i64::MAX / 2))
+    }
+
+    fn sleep_until(&self, t: Timestamp) -> BoxFut<'static, ()> {
+        let micros = (t.as_micros() - self.now().as_micros()).max(0);
+        Box::pin(sleep(Duration::from_micros(micros as u64)))
+    }
+}
+
+/// Seeded sequential ids, one salt per node.
+struct SeqIds {
+    salt: u64,
+    next: AtomicU64,
+}
+
+impl IdSource for SeqIds {
+    fn new_uuid(&self) -> uuid::Uuid {
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        uuid::Builder::from_u128((u128::from(self.salt) << 64) | u128::from(n))
+            .with_version(uuid::Version::Random)
+            .with_variant(uuid::Variant::RFC4122)
+            .into_uuid()
+    }
+}
+
+/// Waits a drawn time after each CLAIM (a slow process), and nowhere else.
+struct ClaimPause {
+    rng: Mutex<SimRng>,
+    max_ms: u64,
+}
+
+impl FaultHook for ClaimPause {
+    fn reached(&self, point: CrashPoint) -> BoxFut<'static, ()> {
+        if point != CrashPoint::AfterClaim || self.max_ms == 0 {
+            return Box::pin(std::future::ready(()));
+        }
+        let ms = lock(&self.rng).below(self.max_ms);
+        Box::pin(sleep(Duration::from_millis(ms)))
+    }
+}
+
+/// The world shared by every node.
+struct ConnectionWorld {
+    plan: ConnectionPlan,
+    store: Arc<ConnectionStore>,
+    clock: SimClock,
+    effects: Mutex<Vec<Effect>>,
+    rng: Mutex<SimRng>,
+}
+
+/// A simulated service: records the request (the effect happens), waits, answers.
+struct Service {
+    spec: ToolSpec,
+    world: Arc<ConnectionWorld>,
+}
+
+impl Tool for Service {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn invoke<'a>(
+        &'a self,
+        ctx: &'a ToolContext<'a>,
+        _args: &'a JsonMap,
+    ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
+        Box::pin(async move {
+            let store = &self.world.store.inner;
+            let key = ctx.idempotency_key.to_owned();
+            let session_closed = self.world.store.closed(ctx.session_id);
+            let started = store.started(&key);
+            if session_closed && !started {
+                lock(&self.world.store.violations).push(format!(
+                    "§19.4: service {} got call {} of session {} after its connection closed, without a START",
+                    self.spec.name, ctx.call_id, ctx.session_id
+                ));
+            }
+            lock(&self.world.effects).push(Effect {
+                tool_name: self.spec.name.clone(),
+                idempotency_key: key.clone(),
+                idempotency: self.spec.idempotency,
+                replay: ctx.replay,
+                watermarked_at_entry: store.watermarked(&key),
+                transaction_open_at_entry: store.transaction_open(),
+                started_at_entry: started,
+            });
+            let ms = lock(&self.world.rng).range(10, 1_500);
+            sleep(Duration::from_millis(ms)).await;
+            Ok(ToolSuccess {
+                structured: json!({"ok": true}),
+                trust: None,
+            })
+        })
+    }
+}
+
+/// Plans only the one live connection of a gateway node.
+struct OneConnection {
+    session: SessionId,
+    live: Arc<LiveConnection>,
+    store: Arc<ConnectionStore>,
+}
+
+impl PlannerFactory for OneConnection {
+    fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        if run.planner_kind != MCP_PLANNER_KIND || run.session_id != self.session {
+            return Err(PlannerError("not this gateway's connection".into()));
+        }
+        Ok(Arc::new(LivePlanner::new(
+            Arc::clone(&self.live),
+            Arc::clone(&self.store),
+        )))
+    }
+}
+
+/// Plans nothing: the worker node only ends orphaned runs.
+struct NoPlanner;
+
+impl PlannerFactory for NoPlanner {
+    fn for_run(&self, _run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+        Err(PlannerError("no planner on this node".into()))
+    }
+}
+
+struct NoDispatch;
+
+impl Dispatcher for NoDispatch {
+    fn dispatch(&self, _run: RunId) {}
+    fn resume(&self, _run: RunId) {}
+}
+
+struct SimSpawner;
+
+impl airlock_core::ports::Spawner for SimSpawner {
+    fn spawn(&self, f: BoxFut<'static, ()>) {
+        madsim::task::spawn(f);
+    }
+}
+
+fn settings(id: &str) -> WorkerSettings {
+    let mut settings = WorkerSettings::new(id);
+    settings.lease_ms = LEASE_MS;
+    settings.poll_ms = 100;
+    settings.reclaim_every_ms = 1_000;
+    settings.approval_sweep_every_ms = 5_000;
+    settings
+}
+
+impl ConnectionWorld {
+    fn env(self: &Arc<Self>, salt: u64, planners: Arc<dyn PlannerFactory>) -> Env<ConnectionStore> {
+        let mut tools = ToolRegistry::new();
+        for (spec, _) in catalog::tools() {
+            if TOOLS.contains(&spec.name.as_str()) {
+                let service = Service {
+                    spec,
+                    world: Arc::clone(self),
+                };
+                if let Err(error) = tools.register(Arc::new(service)) {
+                    panic!("the catalog's services register: {error}");
+                }
+            }
+        }
+        Env {
+            store: Arc::clone(&self.store),
+            clock: Arc::new(self.clock.clone()),
+            ids: Arc::new(SeqIds {
+                salt,
+                next: AtomicU64::new(1),
+            }),
+            ruleset: Arc::new(catalog::ruleset_shipped()),
+            tools: Arc::new(tools),
+            workspaces: None,
+            planners,
+            faults: Arc::new(ClaimPause {
+                rng: Mutex::new(SimRng::new(self.plan.seed, 100 + salt)),
+                max_ms: self.plan.claim_pause_ms,
+            }),
+        }
+    }
+
+    /// A gateway process with one client.
+    async fn gateway_main(self: Arc<Self>, index: usize) {
+        let plan = self.plan.clients[index].clone();
+        let live = LiveConnection::new(
+            airlock_core::ids::ConnectionId(
+                SeqIds {
+                    salt: 1_000 + index as u64,
+                    next: AtomicU64::new(0),
+                }
+                .new_uuid(),
+            ),
+            true,
+        );
+        // The session is known once the driver opened it; the factory needs it first.
+        let placeholder = Arc::new(Mutex::new(None::<Arc<OneConnection>>));
+        struct Late(Arc<Mutex<Option<Arc<OneConnection>>>>);
+        impl PlannerFactory for Late {
+            fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
+                match lock(&self.0).as_ref() {
+                    Some(factory) => factory.for_run(run),
+                    None => Err(PlannerError("not open yet".into())),
+                }
+            }
+        }
+        let env = self.env(10 + index as u64, Arc::new(Late(Arc::clone(&placeholder))));
+        let worker = Worker::new(env, settings(&format!("gw{index}")));
+        let scopes: ScopeSet = platform_scopes();
+        let template = RunTemplate {
+            principal_scopes: scopes,
+            origin_trust: TrustLevel::User,
+            limits: Limits {
+                max_steps: 1000,
+                max_tool_calls: 1000,
+                deadline_seconds: None,
+            },
+        };
+        let driver = match ConnectionDriver::open(
+            Arc::clone(&worker),
+            Arc::clone(&live),
+            "acme",
+            "alice",
+            template,
+        ) {
+            Ok(driver) => Arc::new(driver),
+            Err(error) => panic!("OPEN of a simulated connection failed: {error}"),
+        };
+        let session = driver.connection().session_id;
+        *lock(&placeholder) = Some(Arc::new(OneConnection {
+            session,
+            live: Arc::clone(&live),
+            store: Arc::clone(&self.store),
+        }));
+        let running = Arc::clone(&driver);
+        madsim::task::spawn(async move {
+            let _ = running.run().await;
+        });
+        let renewing = Arc::clone(&driver);
+        madsim::task::spawn(async move { renewing.keep_alive().await });
+        let sweeping = Arc::clone(&worker);
+        madsim::task::spawn(async move {
+            loop {
+                sleep(Duration::from_millis(1_000)).await;
+                let _ = sweeping.sweep_connections().await;
+                let _ = sweeping.reclaim().await;
+            }
+        });
+        // The client.
+        let started = Instant::now();
+        let mut tickets = Vec::new();
+        for (n, (at, tool)) in plan.calls.iter().enumerate() {
+            if started.elapsed() >= plan.fate_at {
+                break;
+            }
+            let wait = at.saturating_sub(started.elapsed());
+            let until_fate = plan.fate_at.saturating_sub(started.elapsed());
+            sleep(wait.min(until_fate)).await;
+            if started.elapsed() >= plan.fate_at {
+                break;
+            }
+            let ticket = live.submit(
+                n as u64,
+                ClientCall {
+                    tool: TOOLS[*tool].to_owned(),
+                    arguments: json!({"text": format!("c{index}-{n}")}),
+                },
+            );
+            if plan.cancel == Some(n) {
+                let cancelling = Arc::clone(&live);
+                let watched = ticket.clone();
+                madsim::task::spawn(async move {
+                    for _ in 0..200 {
+                        if matches!(
+                            watched.status(),
+                            airlock_core::connection::live::TicketStatus::Parked { .. }
+                        ) {
+                            cancelling.cancel(n as u64);
+                            return;
+                        }
+                        sleep(Duration::from_millis(50)).await;
+                    }
+                });
+            }
+            tickets.push(ticket);
+        }
+        sleep(plan.fate_at.saturating_sub(started.elapsed())).await;
+        match plan.fate {
+            // A crash is the supervisor's: it kills this node at `fate_at`.
+            Fate::Crash => std::future::pending::<()>().await,
+            Fate::Disconnect => {
+                let _ = driver.disconnect();
+                self.store.client_left(session);
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Resolves pending approvals after a drawn delay, whether or not the client is still there.
+    async fn approver_main(self: Arc<Self>) {
+        let env = self.env(3, Arc::new(NoPlanner));
+        let control = ControlService::new(env, Arc::new(NoDispatch), None);
+        let bob = Principal {
+            tenant_id: "acme".into(),
+            principal_id: "bob".into(),
+            scopes: platform_scopes(),
+        };
+        let mut scheduled: BTreeMap<airlock_core::ids::ApprovalId, Duration> = BTreeMap::new();
+        let started = Instant::now();
+        loop {
+            sleep(Duration::from_millis(100)).await;
+            let Ok(page) = control.list_pending(&bob, None, Some(100), None) else {
+                continue;
+            };
+            for approval in page.items {
+                let due = *scheduled.entry(approval.id).or_insert_with(|| {
+                    let (lo, hi) = self.plan.approve_after_ms;
+                    started.elapsed() + Duration::from_millis(lock(&self.rng).range(lo, hi))
+                });
+                if started.elapsed() < due {
+                    continue;
+                }
+                let deny = lock(&self.rng).chance(self.plan.deny_rate);
+                let resolution = if deny {
+                    ApprovalResolution::Deny
+                } else {
+                    ApprovalResolution::ApproveOnce
+                };
+                let _ = control
+                    .resolve(&bob, approval.id, resolution, Some("simulated"))
+                    .await;
+            }
+        }
+    }
+
+    /// An `airlock worker` process: sweeps, RECLAIM, approval expiry, orphan claims.
+    async fn worker_main(self: Arc<Self>) {
+        let env = self.env(2, Arc::new(NoPlanner));
+        let worker = Worker::new(env.clone(), settings("w"));
+        let control = ControlService::new(env, Arc::new(NoDispatch), None);
+        let never = || false;
+        let _ = worker.run(&SimSpawner, &control, &never).await;
+    }
+}
+
+/// What one seed found.
+pub struct ConnectionReport {
+    pub seed: u64,
+    pub violations: Vec<Violation>,
+    pub runs: usize,
+    pub calls: usize,
+    pub effects: usize,
+    pub connections: usize,
+    pub plan: Value,
+}
+
+fn liveness(snapshot: &MemSnapshot) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for connection in snapshot.connections.values() {
+        if connection.is_open() {
+            found.push(Violation {
+                invariant: "§19.4 connection closed",
+                detail: format!(
+                    "connection {} still open after the quiet phase",
+                    connection.id
+                ),
+            });
+        }
+    }
+    for run in snapshot.runs.values() {
+        if !run.status().is_terminal() {
+            found.push(Violation {
+                invariant: "§19.4 liveness",
+                detail: format!(
+                    "run {} of a gone client is {} after the quiet phase",
+                    run.id,
+                    run.status().as_str()
+                ),
+            });
+        }
+    }
+    found
+}
+
+/// Runs one seed of the connection world.
+pub fn run_seed(seed: u64) -> ConnectionReport {
+    let plan = ConnectionPlan::new(seed);
+    let described = plan.describe();
+    let mut runtime =
+        madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
+    runtime.set_time_limit(WORKLOAD + QUIET_BOUND + Duration::from_secs(60));
+    let (snapshot, effects, mut violations) = runtime.block_on(simulate(plan));
+    violations.extend(check(&snapshot, &effects, 3));
+    violations.extend(liveness(&snapshot));
+    ConnectionReport {
+        seed,
+        runs: snapshot.runs.len(),
+        calls: snapshot.invocations.len(),
+        effects: effects.len(),
+        connections: snapshot.connections.len(),
+        violations,
+        plan: described,
+    }
+}
+
+async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violation>) {
+    let seed = plan.seed;
+    let world = Arc::new(ConnectionWorld {
+        store: Arc::new(ConnectionStore::new()),
+        clock: SimClock {
+            start: Instant::now(),
+        },
+        effects: Mutex::new(Vec::new()),
+        rng: Mutex::new(SimRng::new(seed, 20)),
+        plan,
+    });
+    let handle = Handle::current();
+    let mut gateways = Vec::new();
+    for index in 0..world.plan.clients.len() {
+        let w = Arc::clone(&world);
+        let node = handle
+            .create_node()
+            .name(format!("gw{index}"))
+            .init(move || Arc::clone(&w).gateway_main(index))
+            .build();
+        gateways.push(node.id());
+    }
+    let w = Arc::clone(&world);
+    let worker = handle
+        .create_node()
+        .name("worker")
+        .init(move || Arc::clone(&w).worker_main())
+        .build();
+    let w = Arc::clone(&world);
+    let approver = handle
+        .create_node()
+        .name("approver")
+        .init(move || Arc::clone(&w).approver_main())
+        .build();
+    // Crashes at their drawn times.
+    let started = Instant::now();
+    let mut crashes: Vec<(Duration, usize)> = world
+        .plan
+        .clients
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.fate == Fate::Crash)
+        .map(|(i, c)| (c.fate_at, i))
+        .collect();
+    crashes.sort();
+    for (at, index) in crashes {
+        sleep(at.saturating_sub(started.elapsed())).await;
+        handle.kill(gateways[index]);
+    }
+    sleep(WORKLOAD.saturating_sub(started.elapsed())).await;
+    // Quiet: no new calls (every client has met its fate); wait until every run is terminal
+    // and every connection closed.
+    let quiet_start = Instant::now();
+    while quiet_start.elapsed() < QUIET_BOUND {
+        let settled = world.store.inner.inspect(|s| {
+            s.runs.values().all(|r| r.status().is_terminal())
+                && s.connections.values().all(|c| !c.is_open())
+        });
+        if settled {
+            break;
+        }
+        sleep(Duration::from_millis(500)).await;
+    }
+    for id in gateways.into_iter().chain([worker.id(), approver.id()]) {
+        handle.kill(id);
+    }
+    let snapshot = world.store.inner.snapshot();
+    let effects = std::mem::take(&mut *lock(&world.effects));
+    let mut violations: Vec<Violation> = lock(&world.store.violations)
+        .drain(..)
+        .map(|detail| Violation {
+            invariant: "§19.4 no call of a disconnected client is sent after the disconnect committed",
+            detail,
+        })
+        .collect();
+    let log = world.store.inner.log();
+    for detail in log.violations.iter().chain(log.refused.iter()) {
+        violations.push(Violation {
+            invariant: "§16 #15 rows",
+            detail: detail.clone(),
+        });
+    }
+    for detail in &log.started_after_cancel {
+        violations.push(Violation {
+            invariant: "§8.5 START after cancel",
+            detail: detail.clone(),
+        });
+    }
+    (snapshot, effects, violations)
+}

@@ -1,0 +1,261 @@
+"""The MCP client of airlock's gateway tests (SPEC §19.5): the Python `mcp` SDK, driving
+`airlock mcp serve` over stdio. Each scenario prints one JSON object of what it observed on
+stdout; tests/tests/mcp_gateway.rs asserts on it. Nothing here decides pass or fail.
+
+usage: client.py SCENARIO --airlock BIN --data DIR --config FILE [--policy-dir DIR]
+                 [--mode legacy|modern] [--ledger FILE] [--pidfile FILE] [--arg VALUE]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+import anyio
+import mcp_types as types
+from mcp.client._probe import negotiate_auto
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+APPROVAL = re.compile(r"approval ([0-9a-f-]{36})")
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario")
+    p.add_argument("--airlock", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--config", required=True)
+    p.add_argument("--policy-dir")
+    p.add_argument("--mode", default="legacy", choices=["legacy", "modern"])
+    p.add_argument("--ledger")
+    p.add_argument("--pidfile")
+    p.add_argument("--arg", default="")
+    p.add_argument("--lease-ms", default="30000")
+    return p.parse_args()
+
+
+class Gateway:
+    """One `airlock mcp serve` child and a client session on it."""
+
+    def __init__(self, args, elicitation=None):
+        self.args = args
+        self.elicitation = elicitation
+        self.notifications = []
+
+    def params(self):
+        argv = [self.args.airlock, "--data-dir", self.args.data]
+        if self.args.policy_dir:
+            argv += ["--policy-dir", self.args.policy_dir]
+        argv += ["mcp", "serve", "--config", self.args.config, "--lease-ms", self.args.lease_ms]
+        if self.args.pidfile:
+            # exec keeps the pid, so the test can kill the gateway itself.
+            script = 'echo $$ > "$0"; exec "$@"'
+            return StdioServerParameters(command="/bin/sh", args=["-c", script, self.args.pidfile] + argv)
+        return StdioServerParameters(command=argv[0], args=argv[1:])
+
+    async def on_message(self, message):
+        method = getattr(message, "method", None)
+        if method is not None:
+            self.notifications.append(method)
+
+
+def airlock(args, *command):
+    argv = [args.airlock, "--data-dir", args.data, "--tenant", "acme"]
+    if args.policy_dir:
+        argv += ["--policy-dir", args.policy_dir]
+    out = subprocess.run(argv + list(command), capture_output=True, text=True, check=False)
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return {"stdout": out.stdout, "stderr": out.stderr, "code": out.returncode}
+
+
+def result_json(result):
+    if isinstance(result, types.CallToolResult):
+        return {
+            "is_error": bool(result.is_error),
+            "text": "".join(c.text for c in result.content if isinstance(c, types.TextContent)),
+            "structured": result.structured_content,
+        }
+    return {"other": repr(result)}
+
+
+def ledger_lines(args):
+    if not args.ledger or not os.path.exists(args.ledger):
+        return []
+    with open(args.ledger, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+async def connect(session, args):
+    if args.mode == "modern":
+        await negotiate_auto(session)
+    else:
+        await session.initialize()
+    return session.protocol_version
+
+
+async def call(session, name, arguments, on_progress=None):
+    try:
+        return result_json(await session.call_tool(name, arguments, progress_callback=on_progress))
+    except MCPError as e:
+        return {"error_code": e.error.code, "error_message": e.error.message}
+
+
+async def parked_call(session, args, name, arguments, resolve):
+    """Calls `name`; when a progress notification names the approval, runs `resolve(id)`."""
+    progress = []
+    resolved = []
+
+    async def on_progress(value, total, message):
+        progress.append(message)
+        match = APPROVAL.search(message or "")
+        if match and not resolved:
+            resolved.append(match.group(1))
+            await anyio.to_thread.run_sync(resolve, match.group(1))
+
+    result = await call(session, name, arguments, on_progress)
+    return {"result": result, "progress": progress, "approval": resolved[0] if resolved else None}
+
+
+async def scenario(args):
+    observed = {}
+    elicitation = None
+    if args.scenario in ("elicit_accept", "elicit_decline"):
+        answer = args.scenario
+
+        async def elicitation(context, params):
+            observed["elicitation_message"] = params.message
+            if answer == "elicit_accept":
+                return types.ElicitResult(action="accept", content={"approve": True})
+            return types.ElicitResult(action="decline")
+
+    gateway = Gateway(args, elicitation)
+    async with stdio_client(gateway.params()) as (read, write):
+        kwargs = {"message_handler": gateway.on_message}
+        if elicitation is not None:
+            kwargs["elicitation_callback"] = elicitation
+        async with ClientSession(read, write, **kwargs) as session:
+            observed["protocol_version"] = await connect(session, args)
+            listed = await session.list_tools()
+            observed["tools"] = sorted(t.name for t in listed.tools)
+            s = args.scenario
+            if s == "basic":
+                observed["read"] = await call(session, "files__read_text_file", {"path": args.arg})
+                observed["unknown"] = await call(session, "files__no_such_tool", {})
+                observed["matrix_denied"] = await call(
+                    session, "files__move_file", {"source": args.arg, "destination": args.arg + ".moved"}
+                )
+                observed["hardline_denied"] = await call(
+                    session, "files__write_file", {"path": "/etc/airlock-test", "content": "x"}
+                )
+            elif s in ("approve", "reviewer_deny"):
+                verb = "approve" if s == "approve" else "deny"
+
+                def resolve(approval):
+                    observed["resolve"] = airlock(args, "approvals", verb, approval, "--reason", "checked by ci")
+
+                observed.update(await parked_call(session, args, "test__append", {"text": args.arg}, resolve))
+            elif s == "taint":
+                observed["before"] = await call(session, "test__append", {"text": "before"})
+                observed["read"] = await call(session, "test__note", {})
+
+                def resolve(approval):
+                    observed["resolve"] = airlock(args, "approvals", "approve", approval, "--reason", "ok")
+
+                observed["after"] = await parked_call(session, args, "test__append", {"text": "after"}, resolve)
+            elif s in ("elicit_accept", "elicit_decline"):
+                observed.update(await parked_call(session, args, "test__append", {"text": args.arg}, lambda _: None))
+            elif s == "cancel":
+                approvals = []
+
+                async def on_progress(value, total, message):
+                    match = APPROVAL.search(message or "")
+                    if match and not approvals:
+                        approvals.append(match.group(1))
+
+                with anyio.move_on_after(60) as scope:
+                    async with anyio.create_task_group() as tg:
+
+                        async def parked():
+                            observed["answer"] = await call(session, "test__append", {"text": args.arg}, on_progress)
+
+                        tg.start_soon(parked)
+                        while not approvals:
+                            await anyio.sleep(0.1)
+                        # Cancelling the request sends notifications/cancelled.
+                        tg.cancel_scope.cancel()
+                observed["timed_out"] = scope.cancelled_caught
+                observed["approval"] = approvals[0] if approvals else None
+                # The gateway commits the cancel; look at the approval from another process.
+                for _ in range(100):
+                    got = airlock(args, "approvals", "get", observed["approval"])
+                    if got.get("status") != "pending":
+                        break
+                    await anyio.sleep(0.1)
+                observed["approval_after"] = got
+                observed["next"] = await call(session, "test__slow", {"seconds": 0})
+            elif s == "kill":
+                # The effect happens, then the answer waits; the test kills the gateway.
+                observed["answer"] = await call(session, "test__append", {"text": args.arg, "delay_seconds": 60})
+            elif s == "repeat":
+                observed["answer"] = await call(session, "test__append", {"text": args.arg, "delay_seconds": 60})
+            elif s == "pin":
+                observed["before"] = await call(session, "test__mutable", {})
+                observed["set"] = await call(session, "test__set_description", {"text": "now with a new purpose"})
+                for _ in range(100):
+                    if "notifications/tools/list_changed" in gateway.notifications:
+                        break
+                    await anyio.sleep(0.1)
+                listed = await session.list_tools()
+                observed["tools_after"] = sorted(t.name for t in listed.tools)
+                observed["after"] = await call(session, "test__mutable", {})
+            elif s == "changed":
+                # A parked call of `web__mutable`; the definition changes on the HTTP upstream
+                # meanwhile (the test does that), then the approval comes.
+                def resolve(approval):
+                    observed["approval_seen"] = approval
+                    subprocess.run([sys.executable, __file__, "set_http_description", "--airlock", "-", "--data", "-", "--config", "-", "--arg", args.arg], check=False)
+                    for _ in range(100):
+                        if "notifications/tools/list_changed" in gateway.notifications:
+                            break
+                        import time
+
+                        time.sleep(0.1)
+                    observed["resolve"] = airlock(args, "approvals", "approve", approval, "--reason", "ok")
+
+                observed.update(await parked_call(session, args, "web__mutable", {}, resolve))
+                observed["notifications"] = sorted(set(gateway.notifications))
+            else:
+                raise SystemExit(f"unknown scenario {s}")
+            observed["notifications"] = sorted(set(gateway.notifications))
+    observed["ledger"] = ledger_lines(args)
+    return observed
+
+
+async def set_http_description(url):
+    """Changes `mutable` on the Streamable HTTP test server at `url` (another client)."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with streamable_http_client(url) as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            await session.call_tool("set_description", {"text": "changed over http"})
+
+
+def main():
+    args = parse_args()
+    if args.scenario == "set_http_description":
+        anyio.run(set_http_description, args.arg)
+        return
+    observed = anyio.run(scenario, args)
+    print(json.dumps(observed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,775 @@
+//! `airlock mcp serve` with real peers (SPEC §19.5): the Python `mcp` SDK as the client
+//! (`tests/mcp/client.py`), `@modelcontextprotocol/server-filesystem` and
+//! `@modelcontextprotocol/server-everything` (npm) and the project's own test server
+//! (`tests/mcp/airlock_test_server.py`) as upstreams, over stdio and Streamable HTTP.
+//!
+//! The peers are installed by `.ci/mcp.sh` into `.ci/.mcp/` (a virtual environment and a local
+//! npm prefix). Without them every scenario here is skipped with a line on stderr saying so;
+//! under `CI=true` a missing peer fails the test instead.
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_e2e::*;
+use serde_json::Value;
+
+/// Where `.ci/mcp.sh` installs the peers.
+fn peers_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/.mcp")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+struct Peers {
+    python: PathBuf,
+    filesystem: PathBuf,
+    everything: PathBuf,
+    test_server: PathBuf,
+    client: PathBuf,
+}
+
+/// The installed peers, or `None` (with a note on stderr) when they are missing; a panic under
+/// `CI=true`, where `.ci/mcp.sh` must have installed them.
+fn peers(test: &str) -> Option<Peers> {
+    let root = peers_root();
+    let modules = root.join("npm/node_modules/@modelcontextprotocol");
+    let peers = Peers {
+        python: root.join("venv/bin/python"),
+        filesystem: modules.join("server-filesystem/dist/index.js"),
+        everything: modules.join("server-everything/dist/index.js"),
+        test_server: repo().join("tests/mcp/airlock_test_server.py"),
+        client: repo().join("tests/mcp/client.py"),
+    };
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mcp = peers.python.exists()
+        && Command::new(&peers.python)
+            .args(["-c", "import mcp"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    let missing: Vec<&str> = [
+        ("node", node),
+        ("the Python mcp SDK in .ci/.mcp/venv", mcp),
+        (
+            "server-filesystem in .ci/.mcp/npm",
+            peers.filesystem.exists(),
+        ),
+        (
+            "server-everything in .ci/.mcp/npm",
+            peers.everything.exists(),
+        ),
+    ]
+    .iter()
+    .filter(|(_, present)| !present)
+    .map(|(what, _)| *what)
+    .collect();
+    if missing.is_empty() {
+        return Some(peers);
+    }
+    let message = format!(
+        "mcp_gateway::{test} skipped: missing {} (run `bash .ci/mcp.sh` to install the pinned peers)",
+        missing.join(", ")
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{message}; under CI=true the MCP peers are required"
+    );
+    // Past the test harness's capture, so a plain `cargo test` shows what it skipped.
+    let _ = writeln!(std::io::stderr(), "{message}");
+    None
+}
+
+/// One scenario's files: a data dir, a sandbox for the filesystem server, a ledger.
+struct Scene {
+    data: DataDir,
+    sandbox: PathBuf,
+    ledger: PathBuf,
+    config: PathBuf,
+    policy_dir: Option<String>,
+}
+
+/// The gateway file of the scenarios; `extra` is appended (more tables).
+fn scene_with(peers: &Peers, extra: &str) -> Scene {
+    let data = DataDir::new();
+    let sandbox = data.path().join("sandbox");
+    std::fs::create_dir_all(&sandbox).unwrap();
+    std::fs::write(sandbox.join("a.txt"), "hello\n").unwrap();
+    let ledger = data.path().join("ledger.txt");
+    let config = data.path().join("gateway.toml");
+    let text = format!(
+        r#"schema_version = 1
+tenant_id = "acme"
+principal_id = "alice"
+scopes = ["mcp.test.call", "mcp.files.read", "mcp.files.write", "mcp.everything.call", "mcp.web.call"]
+origin_trust = "user"
+{extra_top}
+[servers.test]
+command = "{python}"
+args = ["{test_server}"]
+env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
+default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
+
+[servers.test.tools.append]
+side_effect = "external_write"
+idempotency = "non_idempotent"
+risk = "medium"
+
+[servers.files]
+command = "node"
+args = ["{filesystem}", "{sandbox}"]
+
+[servers.files.tools.read_text_file]
+side_effect = "none"
+idempotency = "read_only"
+risk = "low"
+scope = "mcp.files.read"
+
+# Writes are workspace writes, which the hardline rules check for protected host paths.
+[servers.files.tools.write_file]
+side_effect = "workspace_write"
+idempotency = "idempotent"
+risk = "medium"
+scope = "mcp.files.write"
+
+# A class the default profile denies unconditionally: not listed, and denied when called.
+[servers.files.tools.move_file]
+side_effect = "package_install"
+idempotency = "non_idempotent"
+risk = "high"
+scope = "mcp.files.write"
+
+[servers.everything]
+command = "node"
+args = ["{everything}"]
+
+[servers.everything.tools.echo]
+side_effect = "none"
+idempotency = "read_only"
+risk = "low"
+{extra}
+"#,
+        extra_top = if extra.contains("approve_via_elicitation") {
+            "approve_via_elicitation = true"
+        } else {
+            ""
+        },
+        extra = extra.replace("approve_via_elicitation = true", ""),
+        python = peers.python.display(),
+        test_server = peers.test_server.display(),
+        ledger = ledger.display(),
+        filesystem = peers.filesystem.display(),
+        sandbox = sandbox.display(),
+        everything = peers.everything.display(),
+    );
+    std::fs::write(&config, text).unwrap();
+    Scene {
+        data,
+        sandbox,
+        ledger,
+        config,
+        policy_dir: None,
+    }
+}
+
+impl Scene {
+    /// Runs `client.py SCENARIO` to its end; its JSON observations.
+    fn client(&self, peers: &Peers, scenario: &str, mode: &str, arg: &str) -> Value {
+        let child = self.spawn_client(peers, scenario, mode, arg, None);
+        let output = wait_within_output(child, Duration::from_secs(180), scenario);
+        parse_observations(&output, scenario)
+    }
+
+    fn spawn_client(
+        &self,
+        peers: &Peers,
+        scenario: &str,
+        mode: &str,
+        arg: &str,
+        pidfile: Option<&Path>,
+    ) -> Child {
+        let mut command = Command::new(&peers.python);
+        command
+            .arg(&peers.client)
+            .arg(scenario)
+            .arg("--airlock")
+            .arg(airlock_bin())
+            .arg("--data")
+            .arg(self.data.path())
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--mode", mode, "--arg", arg])
+            .arg("--ledger")
+            .arg(&self.ledger)
+            .args(["--lease-ms", "2000"])
+            .env_remove("AIRLOCK_CRASH_AT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(dir) = &self.policy_dir {
+            command.args(["--policy-dir", dir]);
+        }
+        if let Some(pidfile) = pidfile {
+            command.arg("--pidfile").arg(pidfile);
+        }
+        command.spawn().expect("start the python client")
+    }
+
+    fn ledger(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.ledger)
+            .map(|t| t.lines().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
+    /// `airlock … ARGS` as a reviewer of tenant acme.
+    fn airlock(&self, args: &[&str]) -> Value {
+        self.data.json("operator", args)
+    }
+}
+
+fn wait_within_output(mut child: Child, limit: Duration, what: &str) -> std::process::Output {
+    let started = Instant::now();
+    loop {
+        if child.try_wait().expect("poll the client").is_some() {
+            return child.wait_with_output().expect("client output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("client output");
+            panic!(
+                "{what}: the client did not finish within {limit:?}\nstderr:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn parse_observations(output: &std::process::Output, scenario: &str) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|_| {
+        panic!(
+            "{scenario}: no observations (exit {:?})\nstdout:\n{stdout}\nstderr:\n{}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+fn text(v: &Value) -> &str {
+    v["text"].as_str().unwrap_or_default()
+}
+
+#[test]
+fn pass_through_reads_listing_filter_denials_and_unknown_names() {
+    let Some(peers) = peers("pass_through_reads_listing_filter_denials_and_unknown_names") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let a = scene.sandbox.join("a.txt");
+    let seen = scene.client(&peers, "basic", "legacy", a.to_str().unwrap());
+    assert_eq!(seen["protocol_version"], "2025-11-25");
+    let tools: Vec<&str> = seen["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    // Listed: held scopes and a matrix row that is not an unconditional deny.
+    for listed in [
+        "files__read_text_file",
+        "files__write_file",
+        "test__append",
+        "everything__echo",
+    ] {
+        assert!(tools.contains(&listed), "{listed} listed: {tools:?}");
+    }
+    // Not listed: files' unconfigured tools need mcp.files.call (not held); move_file's
+    // class is denied by the matrix.
+    for unlisted in ["files__list_directory", "files__move_file"] {
+        assert!(!tools.contains(&unlisted), "{unlisted} not listed");
+    }
+    assert_eq!(seen["read"]["is_error"], false);
+    assert_eq!(
+        text(&seen["read"]),
+        "hello\n",
+        "the upstream result unchanged"
+    );
+    assert_eq!(seen["unknown"]["error_code"], -32602);
+    assert_eq!(
+        text(&seen["matrix_denied"]),
+        "airlock denied this call (policy.matrix.package_install): Not performed. Policy does not permit this action."
+    );
+    assert_eq!(seen["matrix_denied"]["is_error"], true);
+    assert_eq!(
+        text(&seen["hardline_denied"]),
+        "airlock denied this call (policy.hardline.host_path): Not performed. Policy does not permit this action."
+    );
+    assert!(
+        !Path::new("/etc/airlock-test").exists(),
+        "nothing was written"
+    );
+    assert!(
+        scene.sandbox.join("a.txt").exists() && !scene.sandbox.join("a.txt.moved").exists(),
+        "the denied move did not happen"
+    );
+}
+
+#[test]
+fn a_parked_write_is_answered_after_another_process_approves_it_on_both_protocols() {
+    let Some(peers) = peers("a_parked_write_is_answered_after_another_process_approves_it") else {
+        return;
+    };
+    for (mode, version) in [("legacy", "2025-11-25"), ("modern", "2026-07-28")] {
+        let scene = scene_with(&peers, "");
+        let seen = scene.client(&peers, "approve", mode, &format!("line-{mode}"));
+        assert_eq!(seen["protocol_version"], version);
+        let approval = seen["approval"]
+            .as_str()
+            .expect("a progress notification named the approval");
+        let progress = seen["progress"][0].as_str().unwrap();
+        assert!(
+            progress.starts_with(&format!("waiting for approval {approval} (expires ")),
+            "{progress}"
+        );
+        assert_eq!(seen["resolve"]["state"], "applied");
+        assert_eq!(seen["result"]["is_error"], false);
+        assert_eq!(text(&seen["result"]), "appended");
+        assert_eq!(scene.ledger(), [format!("line-{mode}")]);
+    }
+}
+
+#[test]
+fn a_reviewer_denial_is_answered_as_an_error_with_its_reason() {
+    let Some(peers) = peers("a_reviewer_denial_is_answered_as_an_error_with_its_reason") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let seen = scene.client(&peers, "reviewer_deny", "legacy", "never");
+    assert_eq!(seen["resolve"]["state"], "applied");
+    assert_eq!(seen["result"]["is_error"], true);
+    assert_eq!(
+        text(&seen["result"]),
+        "airlock denied this call: denied by a reviewer (checked by ci)"
+    );
+    assert!(scene.ledger().is_empty());
+}
+
+#[test]
+fn an_untrusted_result_makes_the_next_write_wait_for_approval() {
+    let Some(peers) = peers("an_untrusted_result_makes_the_next_write_wait_for_approval") else {
+        return;
+    };
+    let mut scene = scene_with(&peers, "");
+    // A profile that allows external writes, so only the taint makes one wait.
+    let policies = scene.data.path().join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    let shipped = repo().join("policies");
+    let profile = std::fs::read_to_string(shipped.join("default.toml"))
+        .unwrap()
+        .replace(
+            "[rules.external_write]\ndecision = \"require_approval\"",
+            "[rules.external_write]\ndecision = \"allow\"",
+        );
+    assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
+    std::fs::write(policies.join("default.toml"), profile).unwrap();
+    std::fs::copy(
+        shipped.join("hardline.toml"),
+        policies.join("hardline.toml"),
+    )
+    .unwrap();
+    scene.policy_dir = Some(policies.to_str().unwrap().to_owned());
+    let seen = scene.client(&peers, "taint", "legacy", "");
+    assert_eq!(
+        seen["before"]["is_error"], false,
+        "a user's write runs without approval"
+    );
+    assert_eq!(seen["read"]["is_error"], false);
+    let after = &seen["after"];
+    assert!(
+        after["approval"].is_string(),
+        "after an untrusted result the write waits: {after}"
+    );
+    assert_eq!(after["result"]["is_error"], false);
+    assert_eq!(scene.ledger(), ["before", "after"]);
+}
+
+#[test]
+fn elicitation_yes_approves_and_decline_denies() {
+    let Some(peers) = peers("elicitation_yes_approves_and_decline_denies") else {
+        return;
+    };
+    let scene = scene_with(&peers, "approve_via_elicitation = true");
+    let seen = scene.client(&peers, "elicit_accept", "legacy", "elicited");
+    let message = seen["elicitation_message"]
+        .as_str()
+        .expect("the client was asked");
+    assert!(message.contains("tool: mcp.test.append"), "{message}");
+    assert!(message.contains("risk: medium"), "{message}");
+    assert_eq!(seen["result"]["is_error"], false, "{seen}");
+    assert_eq!(scene.ledger(), ["elicited"]);
+
+    let declining = scene_with(&peers, "approve_via_elicitation = true");
+    let seen = declining.client(&peers, "elicit_decline", "legacy", "declined");
+    assert_eq!(seen["result"]["is_error"], true);
+    assert_eq!(
+        text(&seen["result"]),
+        "airlock denied this call: denied by a reviewer (declined by the client (elicitation))"
+    );
+    assert!(declining.ledger().is_empty());
+}
+
+#[test]
+fn a_client_cancel_of_a_parked_call_cancels_its_run_and_the_connection_goes_on() {
+    let Some(peers) = peers("a_client_cancel_of_a_parked_call_cancels_its_run") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let seen = scene.client(&peers, "cancel", "legacy", "cancelled");
+    assert_eq!(seen["timed_out"], false);
+    assert!(
+        seen.get("answer").is_none(),
+        "no answer to a cancelled call"
+    );
+    assert_eq!(seen["approval_after"]["status"], "cancelled");
+    let run = seen["approval_after"]["run_id"].as_str().unwrap();
+    assert_eq!(scene.airlock(&["runs", "show", run])["status"], "CANCELLED");
+    assert_eq!(
+        seen["next"]["is_error"], false,
+        "a later call runs in a new run"
+    );
+    assert!(scene.ledger().is_empty());
+}
+
+#[test]
+fn kill_9_during_append_leaves_it_uncertain_and_a_retry_is_refused() {
+    let Some(peers) = peers("kill_9_during_append_leaves_it_uncertain_and_a_retry_is_refused")
+    else {
+        return;
+    };
+    let mut scene = scene_with(&peers, "");
+    // Appends run without approval here, so the call is in flight at once.
+    let policies = scene.data.path().join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    let shipped = repo().join("policies");
+    let profile = std::fs::read_to_string(shipped.join("default.toml"))
+        .unwrap()
+        .replace(
+            "[rules.external_write]\ndecision = \"require_approval\"",
+            "[rules.external_write]\ndecision = \"allow\"",
+        );
+    std::fs::write(policies.join("default.toml"), profile).unwrap();
+    std::fs::copy(
+        shipped.join("hardline.toml"),
+        policies.join("hardline.toml"),
+    )
+    .unwrap();
+    scene.policy_dir = Some(policies.to_str().unwrap().to_owned());
+    let pidfile = scene.data.path().join("gateway.pid");
+    let client = scene.spawn_client(&peers, "kill", "legacy", "once", Some(&pidfile));
+    // The effect is in the ledger; the answer is 60 s away.
+    let started = Instant::now();
+    while scene.ledger().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "append never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: kill(2) on the gateway's pid, which this test's client started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let output = wait_within_output(client, Duration::from_secs(60), "kill");
+    drop(output);
+    // Any airlock process on the store ends the dead gateway's run within a lease plus a sweep.
+    let worker = scene.data.worker_until_idle(2_000);
+    assert_eq!(worker.status.code(), Some(0));
+    let uncertain = scene.airlock(&["invocations", "uncertain"]);
+    let items = uncertain["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{uncertain}");
+    assert_eq!(items[0]["tool_name"], "mcp.test.append");
+    assert_eq!(items[0]["status"], "UNCERTAIN");
+    assert_eq!(scene.ledger(), ["once"], "at most one effect");
+    // The agent restarts and retries: refused across runs.
+    let seen = scene.client(&peers, "repeat", "legacy", "once");
+    assert_eq!(
+        text(&seen["answer"]),
+        "airlock denied this call (policy.uncertain.repeat): Not performed. An identical earlier call has an unknown outcome."
+    );
+    assert_eq!(scene.ledger(), ["once"]);
+}
+
+/// The definition hash `mcp tools` reports for `exposed`.
+fn hash_of(scene: &Scene, exposed: &str) -> String {
+    let output = scene
+        .data
+        .command("operator", &["mcp", "tools", "--config"])
+        .arg(&scene.config)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let table: Value = serde_json::from_slice(&output.stdout).unwrap();
+    table["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["exposed_name"] == exposed)
+        .and_then(|t| t["definition_sha256"].as_str())
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_definition_that_stops_matching_its_pin_is_unlisted_and_denied_unknown_tool() {
+    let Some(peers) = peers("a_definition_that_stops_matching_its_pin_is_unlisted") else {
+        return;
+    };
+    let unpinned = scene_with(&peers, "");
+    let hash = hash_of(&unpinned, "test__mutable");
+    let scene = scene_with(
+        &peers,
+        &format!(
+            "\n[servers.test.tools.mutable]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\npin = \"{hash}\"\n"
+        ),
+    );
+    let seen = scene.client(&peers, "pin", "legacy", "");
+    assert!(
+        seen["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "test__mutable"),
+        "listed while it matches its pin"
+    );
+    assert_eq!(seen["before"]["is_error"], false);
+    assert!(
+        seen["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "notifications/tools/list_changed"),
+        "the client was told: {seen}"
+    );
+    assert!(
+        !seen["tools_after"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "test__mutable"),
+        "unlisted after the change"
+    );
+    assert_eq!(
+        text(&seen["after"]),
+        "airlock denied this call (policy.matrix.unknown_tool): Not performed. The requested capability is unknown."
+    );
+    let db = db(&scene.data);
+    let mismatches: i64 = db
+        .query_row(
+            "SELECT count(*) FROM process_events WHERE event_type = 'mcp.tool.pin_mismatch'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(mismatches, 1);
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child that is killed when dropped.
+struct Background(Child);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_port(port: u16) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn streamable_http_upstreams_pass_through_and_a_changed_definition_denies_the_pinned_call() {
+    let Some(peers) = peers("streamable_http_upstreams") else {
+        return;
+    };
+    let (web_port, everything_port) = (free_port(), free_port());
+    let data_ledger = tempfile::tempdir().unwrap();
+    let _web = Background(
+        Command::new(&peers.python)
+            .arg(&peers.test_server)
+            .args(["--http", &web_port.to_string()])
+            .env("AIRLOCK_TEST_LEDGER", data_ledger.path().join("web-ledger"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let _everything = Background(
+        Command::new("node")
+            .arg(&peers.everything)
+            .arg("streamableHttp")
+            .env("PORT", everything_port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(web_port);
+    wait_for_port(everything_port);
+    let scene = scene_with(
+        &peers,
+        &format!(
+            r#"
+[servers.web]
+url = "http://127.0.0.1:{web_port}/mcp"
+
+[servers.web.tools.mutable]
+side_effect = "external_write"
+idempotency = "idempotent"
+risk = "medium"
+
+[servers.everyhttp]
+url = "http://127.0.0.1:{everything_port}/mcp"
+
+[servers.everyhttp.tools.echo]
+side_effect = "none"
+idempotency = "read_only"
+risk = "low"
+scope = "mcp.everyhttp.call"
+"#
+        ),
+    );
+    let text_config = std::fs::read_to_string(&scene.config).unwrap().replace(
+        "\"mcp.web.call\"]",
+        "\"mcp.web.call\", \"mcp.everyhttp.call\"]",
+    );
+    std::fs::write(&scene.config, text_config).unwrap();
+    let seen = scene.client(
+        &peers,
+        "changed",
+        "legacy",
+        &format!("http://127.0.0.1:{web_port}/mcp"),
+    );
+    assert!(
+        seen["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "everyhttp__echo"),
+        "server-everything over Streamable HTTP is listed: {seen}"
+    );
+    assert_eq!(seen["resolve"]["state"], "applied", "{seen}");
+    assert_eq!(
+        text(&seen["result"]),
+        "airlock denied this call (policy.revalidation.changed): Not performed. The approved action changed.",
+        "{seen}"
+    );
+    assert!(
+        seen["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "notifications/tools/list_changed"),
+        "{seen}"
+    );
+}
+
+#[test]
+fn mcp_tools_prints_the_table_and_a_bad_file_exits_4_naming_the_key() {
+    let Some(peers) = peers("mcp_tools_prints_the_table") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let output = scene
+        .data
+        .command("operator", &["mcp", "tools", "--config"])
+        .arg(&scene.config)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let table: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let append = table["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["exposed_name"] == "test__append")
+        .expect("append is in the table");
+    assert_eq!(append["internal_name"], "mcp.test.append");
+    assert_eq!(append["server"], "test");
+    assert_eq!(append["upstream_name"], "append");
+    assert_eq!(append["class"]["idempotency"], "non_idempotent");
+    assert_eq!(append["class"]["output_trust"], "external_untrusted");
+    assert_eq!(append["listed"], true);
+    assert!(
+        append["definition_sha256"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    let list_directory = table["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["exposed_name"] == "files__list_directory")
+        .unwrap();
+    assert_eq!(list_directory["listed"], false);
+    assert_eq!(
+        list_directory["why_not"],
+        "principal does not hold scope mcp.files.call"
+    );
+    for server in table["servers"].as_array().unwrap() {
+        assert_eq!(server["status"], "connected", "{server}");
+    }
+
+    // A bad value: exit 4 and the key's path.
+    let broken = scene.data.path().join("broken.toml");
+    let text = std::fs::read_to_string(&scene.config)
+        .unwrap()
+        .replace("risk = \"medium\"", "risk = \"enormous\"");
+    std::fs::write(&broken, text).unwrap();
+    for command in ["tools", "serve"] {
+        let output = scene
+            .data
+            .command("operator", &["mcp", command, "--config"])
+            .arg(&broken)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(4), "mcp {command}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("servers.files.tools.write_file.risk: invalid value 'enormous'"),
+            "{stderr}"
+        );
+    }
+}
