@@ -397,7 +397,7 @@ impl ConnectionWorld {
                 salt,
                 next: AtomicU64::new(1),
             }),
-            ruleset: Arc::new(catalog::ruleset_shipped()),
+            ruleset: Arc::new(catalog::ruleset_base(crate::plan::Profile::Shipped)),
             tools: Arc::new(tools),
             workspaces: None,
             planners,
