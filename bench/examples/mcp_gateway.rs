@@ -27,7 +27,7 @@ use airlock::app::App;
 use airlock_core::worker::WorkerSettings;
 use airlock_mcp::config::GatewayConfig;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, Content, ListToolsResult,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
@@ -67,7 +67,7 @@ impl ServerHandler for Echo {
             .and_then(|t| t.as_str())
             .unwrap_or_default()
             .to_owned();
-        Ok(CallToolResponse::from(CallToolResult::success(vec![Content::text(text)])))
+        Ok(CallToolResponse::from(CallToolResult::success(vec![ContentBlock::text(text)])))
     }
 }
 
