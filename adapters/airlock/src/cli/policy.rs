@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use airlock_core::action::ProposedAction;
 use airlock_core::policy::{Ruleset, evaluate};
@@ -122,7 +122,7 @@ fn open_input(file: &PathBuf) -> Result<Box<dyn BufRead>, String> {
     }
 }
 
-fn read_error(file: &PathBuf, error: &std::io::Error) -> String {
+fn read_error(file: &Path, error: &std::io::Error) -> String {
     if file.as_os_str() == "-" {
         format!("cannot read stdin: {error}")
     } else {
