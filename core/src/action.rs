@@ -144,6 +144,24 @@ pub fn value_depth(value: &Value) -> usize {
 impl ProposedAction {
     /// Parses and validates one action document.
     pub fn from_json(text: &str) -> Result<ProposedAction, ActionError> {
+        // Fast path: serde_json's own recursion limit (128 levels) keeps the stack safe without
+        // the byte scan below. A document it accepts nests at most 127 deep, within the limit,
+        // and has nothing outside the action but whitespace, so the scan could only have passed
+        // it: the result is the one the checked path gives. Anything it refuses (a syntax error,
+        // or a document 128 or 129 deep that the limit cuts short) takes the checked path, so
+        // every error, and which error wins, stays as it was.
+        let mut deserializer = serde_json::Deserializer::from_str(text);
+        if let Ok(action) = ProposedAction::deserialize(&mut deserializer)
+            && deserializer.end().is_ok()
+        {
+            action.validate()?;
+            return Ok(action);
+        }
+        Self::from_json_checked(text)
+    }
+
+    /// The checked path: depth on the raw bytes first, then a parse without serde's limit.
+    fn from_json_checked(text: &str) -> Result<ProposedAction, ActionError> {
         // The action object is one level above `arguments`.
         if max_nesting(text.as_bytes(), MAX_ARGUMENT_DEPTH + 1) > MAX_ARGUMENT_DEPTH + 1 {
             return Err(ActionError::TooDeep);
@@ -286,6 +304,61 @@ mod tests {
             ProposedAction::from_json(&hostile),
             Err(ActionError::TooDeep)
         );
+    }
+
+    /// The fast path of `from_json` (serde's own depth limit, no byte scan) must give exactly
+    /// what the checked path gives: the same action, or the same error, with the same winner
+    /// when a document has two faults.
+    #[test]
+    fn fast_and_checked_paths_agree_on_every_answer() {
+        let nested = |depth: usize| format!("{}1{}", "[".repeat(depth - 1), "]".repeat(depth - 1));
+        let with = |field: &str, value: &str| {
+            let mut v: Value = serde_json::from_str(SAMPLE).unwrap();
+            v[field] = serde_json::from_str(value).unwrap();
+            v.to_string()
+        };
+        let mut documents = vec![
+            SAMPLE.to_owned(),
+            format!("{SAMPLE} "),
+            format!("{SAMPLE} x"),
+            format!("{SAMPLE} {}", "[".repeat(300)),
+            SAMPLE[..SAMPLE.len() / 2].to_owned(),
+            String::new(),
+            "null".to_owned(),
+            with("tenant_id", r#""""#),
+            with("normalized_arguments_hash", r#""ABC""#),
+            with("action_id", "5"),
+            with("action_id", r#""E53089B4-4D78-4691-8CB8-11B066B2F2FD""#),
+            with("session_id", r#""not-a-uuid""#),
+            with("evaluated_at", r#""yesterday""#),
+        ];
+        for depth in MAX_ARGUMENT_DEPTH - 3..=MAX_ARGUMENT_DEPTH + 3 {
+            let arguments = format!(r#"{{"a":{}}}"#, nested(depth));
+            documents.push(SAMPLE.replace(r#"{"text":"hello"}"#, &arguments));
+            // Two faults: too deep and an empty tenant; the depth is reported.
+            let bad_tenant = with("tenant_id", r#""""#);
+            let mut v: Value = serde_json::from_str(&bad_tenant).unwrap();
+            v["arguments"] = serde_json::json!({"a": "@"});
+            documents.push(v.to_string().replace(r#""@""#, &nested(depth)));
+            // A deep value that a later duplicate key replaces.
+            let mut v: Value = serde_json::from_str(SAMPLE).unwrap();
+            v["arguments"] = serde_json::json!({"a": "@", "b": 1});
+            let text = v.to_string().replace(r#""@""#, &nested(depth));
+            documents.push(text.replace(r#""b":1"#, r#""a":1"#));
+        }
+        for document in &documents {
+            assert_eq!(
+                ProposedAction::from_json(document),
+                ProposedAction::from_json_checked(document),
+                "{}",
+                &document[..document.len().min(200)]
+            );
+        }
+        let too_deep = documents
+            .iter()
+            .filter(|d| ProposedAction::from_json(d) == Err(ActionError::TooDeep))
+            .count();
+        assert!(too_deep >= 6, "the depth cases reach the limit: {too_deep}");
     }
 
     #[test]

@@ -28,8 +28,19 @@ pub fn parse_canonical_uuid(text: &str) -> Result<Uuid, IdSyntaxError> {
 pub fn deserialize_canonical_uuid<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<Uuid, D::Error> {
-    let text = String::deserialize(d)?;
-    parse_canonical_uuid(&text).map_err(serde::de::Error::custom)
+    // A visitor that reads the text in place (no `String` per id); it expects "a string" as
+    // `String`'s own visitor does, so a wrong type is reported with the same words.
+    struct CanonicalUuid;
+    impl serde::de::Visitor<'_> for CanonicalUuid {
+        type Value = Uuid;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Uuid, E> {
+            parse_canonical_uuid(text).map_err(E::custom)
+        }
+    }
+    d.deserialize_str(CanonicalUuid)
 }
 
 macro_rules! uuid_id {

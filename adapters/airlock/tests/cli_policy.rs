@@ -399,6 +399,42 @@ fn eval_jsonl_counts_lines_the_same_way_at_every_length() {
 }
 
 #[test]
+fn eval_jsonl_streams_a_file_larger_than_its_buffers_and_keeps_answers_aligned() {
+    // About 140 KB, so lines cross the 64 KiB read buffer's edges; CRLF endings and bad lines
+    // at the first, a middle and the last position.
+    let action = sample_action();
+    let bad = [1usize, 97, 200];
+    let mut input = String::new();
+    for n in 1..=200 {
+        input.push_str(if bad.contains(&n) {
+            "{\"kind\":"
+        } else {
+            &action
+        });
+        input.push_str(if n % 2 == 0 { "\r\n" } else { "\n" });
+    }
+    assert!(input.len() > 2 * 65_536, "{}", input.len());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("actions.jsonl");
+    std::fs::write(&path, &input).expect("write input");
+    let path = path.to_str().expect("UTF-8 path");
+    let output = airlock(&["policy", "eval", "--jsonl", path], b"");
+    assert_eq!(output.status.code(), Some(2));
+    let text = stdout(&output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 200);
+    for (index, line) in lines.iter().enumerate() {
+        let n = index + 1;
+        if bad.contains(&n) {
+            assert!(line.contains(&format!("\"line {n}: ")), "{n}: {line}");
+        } else {
+            assert!(line.starts_with("{\"decision\":\"allow\""), "{n}: {line}");
+        }
+    }
+    assert_eq!(stderr(&output), "error: 3 line(s) were not valid actions\n");
+}
+
+#[test]
 fn eval_of_a_missing_file_is_invalid_input() {
     let output = airlock(&["policy", "eval", "/nonexistent/airlock-action.json"], b"");
     assert_eq!(output.status.code(), Some(2));

@@ -1,7 +1,8 @@
 //! `airlock policy version | check | eval` (SPEC Appendix A).
 
-use std::io::{BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 
 use airlock_core::action::ProposedAction;
 use airlock_core::policy::{Ruleset, evaluate};
@@ -48,7 +49,7 @@ pub fn run(globals: &Globals, command: PolicyCommand) -> Exit {
         Err(error) => return policy_error(&error),
     };
     let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    let mut out = BufWriter::with_capacity(OUTPUT_BUFFER, stdout.lock());
     let exit = match command {
         PolicyCommand::Version => writeln!(out, "{}", ruleset.version).map(|_| Exit::Ok),
         PolicyCommand::Check { json } => check(&mut out, &ruleset, json),
@@ -104,26 +105,53 @@ fn check(out: &mut impl Write, ruleset: &Ruleset, json_only: bool) -> std::io::R
 
 /// Reads the whole input: a file, or stdin for `-`.
 fn read_input(file: &PathBuf) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    open_input(file)?
+        .read_to_end(&mut bytes)
+        .map_err(|e| read_error(file, &e))?;
+    Ok(bytes)
+}
+
+/// The input as a buffered reader: a file, or stdin for `-` (locked once).
+fn open_input(file: &PathBuf) -> Result<Box<dyn BufRead>, String> {
     if file.as_os_str() == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .lock()
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("cannot read stdin: {e}"))?;
-        Ok(bytes)
+        Ok(Box::new(std::io::stdin().lock()))
     } else {
-        std::fs::read(file).map_err(|e| format!("cannot read '{}': {e}", file.display()))
+        let opened = File::open(file).map_err(|e| read_error(file, &e))?;
+        Ok(Box::new(BufReader::with_capacity(INPUT_BUFFER, opened)))
     }
 }
 
-/// One action's decision JSON, or the message of why it is not an action.
-fn decide(ruleset: &Ruleset, bytes: &[u8]) -> Result<String, String> {
+fn read_error(file: &Path, error: &std::io::Error) -> String {
+    if file.as_os_str() == "-" {
+        format!("cannot read stdin: {error}")
+    } else {
+        format!("cannot read '{}': {error}", file.display())
+    }
+}
+
+/// Read and write buffers of the `--jsonl` stream: a few hundred actions per system call.
+const INPUT_BUFFER: usize = 1 << 16;
+const OUTPUT_BUFFER: usize = 1 << 16;
+
+/// One action, or the message of why it is not an action.
+fn parse_action(bytes: &[u8]) -> Result<ProposedAction, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
     if text.trim().is_empty() {
         return Err("empty input: expected one action object".to_owned());
     }
-    let action = ProposedAction::from_json(text).map_err(|e| e.to_string())?;
-    Ok(evaluate(&action, ruleset).to_json())
+    ProposedAction::from_json(text).map_err(|e| e.to_string())
+}
+
+/// Writes one decision line: the bytes of `PolicyDecision::to_json` and a newline, serialized
+/// straight into the output buffer.
+fn write_decision(
+    out: &mut impl Write,
+    ruleset: &Ruleset,
+    action: &ProposedAction,
+) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, &evaluate(action, ruleset)).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")
 }
 
 fn eval(
@@ -132,6 +160,9 @@ fn eval(
     file: &PathBuf,
     jsonl: bool,
 ) -> std::io::Result<Exit> {
+    if jsonl {
+        return eval_jsonl(out, ruleset, file);
+    }
     let input = match read_input(file) {
         Ok(input) => input,
         Err(message) => {
@@ -139,36 +170,57 @@ fn eval(
             return Ok(Exit::InvalidInput);
         }
     };
-    if !jsonl {
-        return Ok(match decide(ruleset, &input) {
-            Ok(decision) => {
-                writeln!(out, "{decision}")?;
-                Exit::Ok
-            }
-            Err(message) => {
-                writeln!(out, "{}", error_json("invalid_action", &message))?;
-                Exit::InvalidInput
-            }
-        });
-    }
-    // Every input line gets exactly one output line, so answers stay aligned with questions; a
-    // blank line is an invalid action like any other. A newline ends a line, so empty input has
-    // no lines and "\n" has one (blank) line.
+    Ok(match parse_action(&input) {
+        Ok(action) => {
+            write_decision(out, ruleset, &action)?;
+            Exit::Ok
+        }
+        Err(message) => {
+            writeln!(out, "{}", error_json("invalid_action", &message))?;
+            Exit::InvalidInput
+        }
+    })
+}
+
+/// `--jsonl`: streamed line by line through one reused buffer, so a corpus of any size is
+/// decided in constant memory. Every input line gets exactly one output line, so answers stay
+/// aligned with questions; a blank line is an invalid action like any other. A newline ends a
+/// line, so empty input has no lines and "\n" has one (blank) line. A read error (at open, or
+/// part-way through) prints the `invalid_argument` object after the answers already given and
+/// exits 2, as an unreadable file always did.
+fn eval_jsonl(out: &mut impl Write, ruleset: &Ruleset, file: &PathBuf) -> std::io::Result<Exit> {
+    let mut input = match open_input(file) {
+        Ok(input) => input,
+        Err(message) => {
+            writeln!(out, "{}", error_json("invalid_argument", &message))?;
+            return Ok(Exit::InvalidInput);
+        }
+    };
     let mut failed = 0usize;
-    if input.is_empty() {
-        return Ok(Exit::Ok);
-    }
-    let body = input.strip_suffix(b"\n").unwrap_or(&input);
-    for (index, line) in body.split(|b| *b == b'\n').enumerate() {
+    let mut buffer = Vec::new();
+    let mut index = 0usize;
+    loop {
+        buffer.clear();
+        match input.read_until(b'\n', &mut buffer) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(error) => {
+                let message = read_error(file, &error);
+                writeln!(out, "{}", error_json("invalid_argument", &message))?;
+                return Ok(Exit::InvalidInput);
+            }
+        }
+        index += 1;
+        let line = buffer.strip_suffix(b"\n").unwrap_or(&buffer);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        match decide(ruleset, line) {
-            Ok(decision) => writeln!(out, "{decision}")?,
+        match parse_action(line) {
+            Ok(action) => write_decision(out, ruleset, &action)?,
             Err(message) => {
                 failed += 1;
                 writeln!(
                     out,
                     "{}",
-                    error_json("invalid_action", &format!("line {}: {message}", index + 1))
+                    error_json("invalid_action", &format!("line {index}: {message}"))
                 )?;
             }
         }

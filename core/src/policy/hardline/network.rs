@@ -5,6 +5,7 @@
 // Address *values* only: `core::net` holds the IP types and their parsers, and no socket or
 // resolver API, so matching stays pure and deterministic (no port is needed for it).
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::borrow::Cow;
 
 use ipnet::IpNet;
 
@@ -59,20 +60,38 @@ impl NetworkRanges {
     }
 
     fn matches_string_with(&self, s: &str, embeddings: Embeddings) -> bool {
-        let cleaned: String = s
-            .chars()
-            .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
-            .collect();
+        // Every spelling `addresses` accepts holds an ASCII digit or a `:` (IPv6 needs a `:`,
+        // every dotted-decimal and `inet_aton` part a digit, `0x`/`0` prefixes included), and a
+        // candidate is a piece of `s` with tabs and line breaks removed and `\` turned into `/`,
+        // which adds neither. So a string with neither can name no address: most strings.
+        if !s.bytes().any(|b| b.is_ascii_digit() || b == b':') {
+            return false;
+        }
+        let cleaned: Cow<'_, str> = if s.contains(['\t', '\n', '\r']) {
+            Cow::Owned(
+                s.chars()
+                    .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+                    .collect(),
+            )
+        } else {
+            Cow::Borrowed(s)
+        };
         let trimmed =
             cleaned.trim_matches(|c: char| is_ws(c) || c.is_control() && (c as u32) < 0x20);
-        let slashed = trimmed.replace('\\', "/");
-        [trimmed, slashed.as_str()].into_iter().any(|text| {
-            let mut found = false;
-            for_each_candidate(text, &mut |candidate| {
-                found = found || self.candidate_matches(candidate, embeddings);
-            });
-            found
-        })
+        if self.any_candidate_matches(trimmed, embeddings) {
+            return true;
+        }
+        // The slashed spelling differs from the trimmed one only when it has a `\`.
+        trimmed.contains('\\')
+            && self.any_candidate_matches(&trimmed.replace('\\', "/"), embeddings)
+    }
+
+    fn any_candidate_matches(&self, text: &str, embeddings: Embeddings) -> bool {
+        let mut found = false;
+        for_each_candidate(text, &mut |candidate| {
+            found = found || self.candidate_matches(candidate, embeddings);
+        });
+        found
     }
 
     /// A candidate as given, without one trailing `.`, without a `%zone`, and without both.
@@ -83,11 +102,7 @@ impl NetworkRanges {
         [Some(candidate), without_dot, without_zone, without_both]
             .into_iter()
             .flatten()
-            .any(|text| {
-                addresses(text, embeddings)
-                    .into_iter()
-                    .any(|address| self.contains(address))
-            })
+            .any(|text| any_address(text, embeddings, &mut |address| self.contains(address)))
     }
 }
 
@@ -100,15 +115,21 @@ fn for_each_candidate<'a>(text: &'a str, f: &mut impl FnMut(&'a str)) {
     for i in 0..bytes.len().saturating_sub(1) {
         if bytes[i] == b'/' && bytes[i + 1] == b'/' {
             let after = &text[i + 2..];
-            let end = after.find(['/', '?', '#']).unwrap_or(after.len());
+            let end = ascii_delimiter(after).unwrap_or(after.len());
             authority_hosts(strip_userinfo(&after[..end]), f);
         }
     }
     // (c) the text before the first `/`, `?` or `#`, read as an authority (scheme-less URLs).
-    let end = text.find(['/', '?', '#']).unwrap_or(text.len());
+    let end = ascii_delimiter(text).unwrap_or(text.len());
     let head = &text[..end];
     authority_hosts(head, f);
     authority_hosts(strip_userinfo(head), f);
+}
+
+/// The first `/`, `?` or `#`, as `str::find` with those three would give it, by bytes: they
+/// are ASCII, so a match is always a character boundary.
+fn ascii_delimiter(text: &str) -> Option<usize> {
+    text.bytes().position(|b| matches!(b, b'/' | b'?' | b'#'))
 }
 
 fn strip_userinfo(authority: &str) -> &str {
@@ -143,27 +164,46 @@ enum Embeddings {
     V2,
 }
 
-/// Every address a candidate denotes: IPv6, strict dotted-decimal IPv4 (leading zeros decimal),
-/// `inet_aton` IPv4, and the IPv4 embedded in an IPv6 address.
-fn addresses(text: &str, embeddings: Embeddings) -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    if let Ok(v6) = text.parse::<Ipv6Addr>() {
-        out.push(IpAddr::V6(v6));
-        if let Some(v4) = embedded_ipv4(v6) {
-            out.push(IpAddr::V4(v4));
+/// Whether `test` holds for any address a candidate denotes: IPv6, strict dotted-decimal IPv4
+/// (leading zeros decimal), `inet_aton` IPv4, and the IPv4 embedded in an IPv6 address. Built
+/// without allocating: it runs on every collected string of every action.
+fn any_address(text: &str, embeddings: Embeddings, test: &mut impl FnMut(IpAddr) -> bool) -> bool {
+    // Every spelling below is made of hex digits, `x`, `.` and `:` only, so a candidate with any
+    // other byte (most of them: whole sentences, paths, commands) is refused before parsing.
+    if !text
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'x' | b'X'))
+    {
+        return false;
+    }
+    // An IPv6 literal always has a `:`; skipping the parse without one changes no answer.
+    if text.contains(':')
+        && let Ok(v6) = text.parse::<Ipv6Addr>()
+    {
+        if test(IpAddr::V6(v6)) {
+            return true;
+        }
+        if embedded_ipv4(v6).is_some_and(|v4| test(IpAddr::V4(v4))) {
+            return true;
         }
         if embeddings == Embeddings::V2
-            && let Some(v4) = embedded_ipv4_v2(v6)
+            && embedded_ipv4_v2(v6).is_some_and(|v4| test(IpAddr::V4(v4)))
         {
-            out.push(IpAddr::V4(v4));
+            return true;
         }
     }
-    if let Some(v4) = strict_dotted_decimal(text) {
-        out.push(IpAddr::V4(v4));
-    }
-    if let Some(v4) = inet_aton(text) {
-        out.push(IpAddr::V4(v4));
-    }
+    strict_dotted_decimal(text).is_some_and(|v4| test(IpAddr::V4(v4)))
+        || inet_aton(text).is_some_and(|v4| test(IpAddr::V4(v4)))
+}
+
+/// Every address a candidate denotes, in [`any_address`]'s order (for tests).
+#[cfg(test)]
+fn addresses(text: &str, embeddings: Embeddings) -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    any_address(text, embeddings, &mut |address| {
+        out.push(address);
+        false
+    });
     out
 }
 
@@ -232,12 +272,15 @@ fn aton_part(part: &str) -> Option<u64> {
 
 /// The classic resolver reading: 1–4 parts; the last part fills the remaining bytes.
 fn inet_aton(text: &str) -> Option<Ipv4Addr> {
-    let parts: Vec<&str> = text.split('.').collect();
-    if parts.is_empty() || parts.len() > 4 {
-        return None;
+    let mut values = [0u64; 4];
+    let mut count = 0;
+    for part in text.split('.') {
+        // A fifth part refuses the text, whatever the parts before it were.
+        let slot = values.get_mut(count)?;
+        *slot = aton_part(part)?;
+        count += 1;
     }
-    let values: Vec<u64> = parts.iter().map(|p| aton_part(p)).collect::<Option<_>>()?;
-    let (last, leading) = values.split_last()?;
+    let (last, leading) = values[..count].split_last()?;
     let mut address: u64 = 0;
     for (i, value) in leading.iter().enumerate() {
         if *value > 255 {
@@ -357,6 +400,32 @@ mod tests {
         for text in ["https://example.com/", "http://169.254.169.254.nip.io/"] {
             assert!(!r.matches_string(text), "{text} should not match");
         }
+    }
+
+    /// The pre-filters skip a string with no ASCII digit and no `:`, and a candidate with a
+    /// byte outside hex digits, `x`, `.` and `:`; addresses spelled at those edges still match.
+    #[test]
+    fn prefilters_keep_spellings_at_their_edges() {
+        let r = metadata();
+        for text in [
+            // No decimal digit at all: the `:` keeps it.
+            "febf::",
+            "http://[febf::]/",
+            "\tfebf::%eth0\n",
+            "http:\\\\[febf::]\\x",
+            // Hex and `x` only in the address part.
+            "0xA9FEA9FE",
+            "http://0XA9FEA9FE./x",
+            "user@0xa9.0xfe.0xa9.0xfe:80",
+        ] {
+            assert!(r.matches_string(text), "{text:?} should match");
+        }
+        for text in ["febf", "fe80-1", "febf:", "no address here", ""] {
+            assert!(!r.matches_string(text), "{text:?} should not match");
+        }
+        assert_eq!(addresses("0xA9FEA9FE", Embeddings::V1).len(), 1);
+        assert_eq!(addresses("febf::", Embeddings::V1).len(), 1);
+        assert!(addresses("febg::", Embeddings::V1).is_empty());
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! CPU per decision of `airlock policy eval --jsonl` end to end (SPEC §21.5: ≤ 3 µs over a
+//! large corpus): reading, parsing, deciding and writing, in the real release binary.
+//!
+//! `cd bench && cargo run --release --example eval_jsonl -- [lines] [runs] [airlock binary]`
+//! (defaults: 200000 lines, 3 runs, `../target/release/airlock`, which
+//! `cargo build --release -p airlock` at the repository root makes).
+//!
+//! The corpus is every action of both conformance files (`policy-cases.jsonl` and
+//! `policy-v2-cases.jsonl`, 1,952 actions, two thirds of them payloads), written compactly and
+//! repeated in whole copies to at least `lines` lines. Each run's CPU is the child's user plus
+//! system time (`getrusage(RUSAGE_CHILDREN)` around its wait); the process start (the same binary
+//! on a one-line file, fastest of 5) is subtracted before dividing by the lines. The fastest run
+//! is reported, because on a shared machine only load adds time. The output of every run must
+//! be one decision line per input line, exit 0.
+//!
+//! Afterwards, the same 1,952 actions in this process, split into the steps of one line (fastest
+//! of 5 rounds each): `ProposedAction::from_json`, `evaluate`, and the decision's JSON.
+
+use std::hint::black_box;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use airlock_bench::{cases_path, v2_cases_path};
+use airlock_core::action::ProposedAction;
+use airlock_core::policy::{Ruleset, evaluate};
+
+fn arg(n: usize) -> Option<String> {
+    std::env::args().nth(n)
+}
+
+/// User plus system CPU time of every waited-for child so far.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given, which lives on this stack frame
+    // and starts zeroed (a valid `rusage`).
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) != 0 {
+            return Duration::ZERO;
+        }
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// The compact action JSON of every line of a conformance file.
+fn actions_of(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e} (the bench needs shared/ beside the repository)",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let case: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+            case["action"].to_string()
+        })
+        .collect()
+}
+
+/// One run: (CPU, wall time) of the child; panics unless it answered every line and exited 0.
+fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
+    let before = children_cpu();
+    let started = Instant::now();
+    let mut child = Command::new(binary)
+        .args(["policy", "eval", "--jsonl"])
+        .arg(input)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut reader = BufReader::with_capacity(1 << 16, stdout);
+    let (mut answers, mut decisions) = (0usize, 0usize);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line).expect("read the answers") > 0 {
+        answers += 1;
+        decisions += usize::from(line.starts_with(b"{\"decision\":"));
+        line.clear();
+    }
+    let status = child.wait().expect("wait for airlock");
+    let wall = started.elapsed();
+    let cpu = children_cpu().saturating_sub(before);
+    assert!(status.success(), "airlock exited with {status}");
+    assert_eq!((answers, decisions), (lines, lines), "one decision per line");
+    (cpu, wall)
+}
+
+fn fastest(rounds: usize, mut f: impl FnMut()) -> Duration {
+    (0..rounds)
+        .map(|_| {
+            let started = Instant::now();
+            f();
+            started.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+fn main() {
+    let wanted: usize = arg(1).and_then(|a| a.parse().ok()).unwrap_or(200_000);
+    let runs: usize = arg(2).and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
+    let binary = arg(3).map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/airlock"),
+        PathBuf::from,
+    );
+    if !binary.is_file() {
+        eprintln!(
+            "error: no airlock binary at {} (run `cargo build --release -p airlock` at the \
+             repository root, or pass its path as the third argument)",
+            binary.display()
+        );
+        std::process::exit(2);
+    }
+    let mut actions = actions_of(&cases_path());
+    actions.extend(actions_of(&v2_cases_path()));
+    let copies = wanted.div_ceil(actions.len()).max(1);
+    let lines = copies * actions.len();
+
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/tmp");
+    std::fs::create_dir_all(&dir).expect("create target/tmp");
+    let corpus = dir.join("eval_jsonl_corpus.jsonl");
+    let one = dir.join("eval_jsonl_one.jsonl");
+    let mut out = BufWriter::new(std::fs::File::create(&corpus).expect("create the corpus"));
+    for _ in 0..copies {
+        for action in &actions {
+            out.write_all(action.as_bytes()).expect("write the corpus");
+            out.write_all(b"\n").expect("write the corpus");
+        }
+    }
+    out.flush().expect("write the corpus");
+    drop(out);
+    std::fs::write(&one, format!("{}\n", actions[0])).expect("write the one-line file");
+    let bytes = std::fs::metadata(&corpus).map(|m| m.len()).unwrap_or(0);
+
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("binary: {}", binary.display());
+    println!(
+        "corpus: {} distinct actions x {copies} = {lines} lines, {bytes} bytes",
+        actions.len()
+    );
+    println!("load average before: {}", load().trim());
+    let start = (0..5).map(|_| run(&binary, &one, 1).0).min().unwrap_or_default();
+    println!("process start (1 line, fastest of 5): {:.1} ms CPU", ms(start));
+    let mut best = Duration::MAX;
+    for i in 0..runs {
+        let (cpu, wall) = run(&binary, &corpus, lines);
+        let per = per_line(cpu.saturating_sub(start), lines - 1);
+        println!(
+            "run {}: {:.3} s CPU, {:.3} s wall, {per:.2} us CPU per decision",
+            i + 1,
+            cpu.as_secs_f64(),
+            wall.as_secs_f64()
+        );
+        best = best.min(cpu);
+    }
+    println!(
+        "end to end, fastest run: {:.2} us CPU per decision (start subtracted)",
+        per_line(best.saturating_sub(start), lines - 1)
+    );
+    println!("load average after: {}", load().trim());
+
+    // The same line's steps in this process.
+    let ruleset = Ruleset::shipped().expect("the shipped policy loads");
+    let parsed: Vec<ProposedAction> = actions
+        .iter()
+        .map(|a| ProposedAction::from_json(a).expect("a conformance action parses"))
+        .collect();
+    let decisions: Vec<_> = parsed.iter().map(|a| evaluate(a, &ruleset)).collect();
+    let n = actions.len();
+    let parse = fastest(5, || {
+        for a in &actions {
+            black_box(ProposedAction::from_json(black_box(a)).ok());
+        }
+    });
+    let decide = fastest(5, || {
+        for a in &parsed {
+            black_box(evaluate(black_box(a), &ruleset));
+        }
+    });
+    let write = fastest(5, || {
+        for d in &decisions {
+            black_box(d.to_json());
+        }
+    });
+    println!(
+        "in process, mean per action over the {n}: from_json {:.2} us, evaluate {:.2} us, \
+         decision JSON {:.2} us",
+        per_line(parse, n),
+        per_line(decide, n),
+        per_line(write, n)
+    );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn per_line(d: Duration, lines: usize) -> f64 {
+    d.as_secs_f64() * 1e6 / lines.max(1) as f64
+}
