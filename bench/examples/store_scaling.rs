@@ -160,7 +160,7 @@ fn round_trips(base: &str) {
         let start = Instant::now();
         let idle = Arc::clone(&worker);
         let stop = move || idle.is_idle().unwrap_or(false);
-        airlock_host::run_worker(&worker, &TokioSpawner, &control, &stop, &app.dispatcher)
+        worker.run_with_hints(&TokioSpawner, &control, &stop, &*app.dispatcher)
             .await
             .expect("worker");
         let elapsed = start.elapsed();

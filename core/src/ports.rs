@@ -182,6 +182,24 @@ impl FaultHook for NoFaults {
     }
 }
 
+/// Early wake-ups of a worker's poll wait: the dispatch and resume hints of SPEC §10.5 (on
+/// PostgreSQL also any process's NOTIFY, §18). `armed` is called before each tick and resolves
+/// at the first hint after that call, so a hint that arrives during the tick is not lost. A hint
+/// is only a hint: without one the next poll finds the run.
+pub trait WakeHints: Send + Sync {
+    fn armed(&self) -> BoxFut<'static, ()>;
+}
+
+/// No hints: the worker wakes once per poll interval.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHints;
+
+impl WakeHints for NoHints {
+    fn armed(&self) -> BoxFut<'static, ()> {
+        Box::pin(std::future::pending())
+    }
+}
+
 /// Spawns a task: tokio in the host, madsim in the simulator.
 pub trait Spawner: Send + Sync {
     fn spawn(&self, f: BoxFut<'static, ()>);

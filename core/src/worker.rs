@@ -12,7 +12,7 @@ use crate::control::ControlService;
 use crate::env::Env;
 use crate::events::Actor;
 use crate::ids::{ConnectionId, RunId};
-use crate::ports::{BoxFut, Spawner};
+use crate::ports::{BoxFut, NoHints, Spawner, WakeHints};
 use crate::run::abandon::{self, Watched};
 use crate::run::cancel::{CancelToken, TokenRegistry};
 use crate::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
@@ -497,13 +497,28 @@ impl<S: Store + 'static> Worker<S> {
         control: &ControlService<S>,
         stop: &dyn Fn() -> bool,
     ) -> Result<(), TxError> {
+        self.run_with_hints(spawner, control, stop, &NoHints).await
+    }
+
+    /// [`Worker::run`] whose wait between ticks also ends at a hint (a run queued by this
+    /// process, or on PostgreSQL by any process's commit), so such a run is claimed at once
+    /// instead of at the next poll. The hint is armed before each tick.
+    pub async fn run_with_hints(
+        self: &Arc<Self>,
+        spawner: &dyn Spawner,
+        control: &ControlService<S>,
+        stop: &dyn Fn() -> bool,
+        hints: &dyn WakeHints,
+    ) -> Result<(), TxError> {
         let mut failed = None;
         while !stop() {
+            let hinted = hints.armed();
             if let Err(error) = self.tick(spawner, control).await {
                 failed = Some(error);
                 break;
             }
-            self.sleep_one_poll().await;
+            let poll = std::pin::pin!(self.sleep_one_poll());
+            let _ = select(poll, hinted).await;
         }
         while self.in_flight() > 0 {
             self.sleep_one_poll().await;

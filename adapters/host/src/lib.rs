@@ -13,14 +13,13 @@ pub mod tools;
 pub mod workspace;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use airlock_core::control::ControlService;
 use airlock_core::ids::RunId;
-use airlock_core::ports::{BoxFut, Clock, Dispatcher, IdSource, Spawner};
+use airlock_core::ports::{BoxFut, Clock, Dispatcher, IdSource, Spawner, WakeHints};
 use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::time::Timestamp;
-use airlock_core::worker::Worker;
 
 /// Wall-clock time; the only place the production host reads the system clock.
 #[derive(Debug, Default, Clone, Copy)]
@@ -67,55 +66,38 @@ impl Spawner for TokioSpawner {
 #[derive(Debug, Default, Clone)]
 pub struct DurableDispatcher {
     wake: Arc<tokio::sync::Notify>,
+    /// Counts hints, so one sent between arming and the first poll of the wait is seen.
+    hints: Arc<AtomicU64>,
 }
 
 impl DurableDispatcher {
-    /// Resolves at the next dispatch or resume hint.
-    pub async fn woken(&self) {
-        self.wake.notified().await;
+    fn hint(&self) {
+        self.hints.fetch_add(1, Ordering::SeqCst);
+        self.wake.notify_waiters();
     }
 }
 
-/// Core's worker loop ([`Worker::run`]: tick, then wait one poll interval, until `stop` says
-/// so; stop claiming after a failed tick and return once the runs in flight ended) with one
-/// difference: a dispatch or resume hint ends the wait early, so a run queued by another
-/// process (PostgreSQL's NOTIFY, SPEC §18) or this one is claimed at once instead of at the next
-/// poll. The hint is armed before each tick, so one that arrives during the tick is not lost;
-/// a lost hint only costs the poll interval.
-pub async fn run_worker<S: Store + 'static>(
-    worker: &Arc<Worker<S>>,
-    spawner: &dyn Spawner,
-    control: &ControlService<S>,
-    stop: &dyn Fn() -> bool,
-    hints: &DurableDispatcher,
-) -> Result<(), TxError> {
-    let poll = std::time::Duration::from_millis(worker.settings().poll_ms);
-    let mut failed = None;
-    while !stop() {
-        let hinted = hints.wake.notified();
-        let mut hinted = std::pin::pin!(hinted);
-        hinted.as_mut().enable();
-        if let Err(error) = worker.tick(spawner, control).await {
-            failed = Some(error);
-            break;
-        }
-        tokio::select! {
-            () = tokio::time::sleep(poll) => {}
-            () = hinted => {}
-        }
+impl WakeHints for DurableDispatcher {
+    fn armed(&self) -> BoxFut<'static, ()> {
+        let seen = self.hints.load(Ordering::SeqCst);
+        let (wake, hints) = (Arc::clone(&self.wake), Arc::clone(&self.hints));
+        Box::pin(async move {
+            let notified = wake.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if hints.load(Ordering::SeqCst) == seen {
+                notified.await;
+            }
+        })
     }
-    while worker.in_flight() > 0 {
-        tokio::time::sleep(poll).await;
-    }
-    failed.map_or(Ok(()), Err)
 }
 
 impl Dispatcher for DurableDispatcher {
     fn dispatch(&self, _run: RunId) {
-        self.wake.notify_waiters();
+        self.hint();
     }
     fn resume(&self, _run: RunId) {
-        self.wake.notify_waiters();
+        self.hint();
     }
 }
 

@@ -129,8 +129,9 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         let stop = || stopping.load(Ordering::SeqCst);
         // Polls, and wakes early on a hint: a run queued through this server's API or, on
         // PostgreSQL, by any process's commit.
-        let result =
-            airlock_host::run_worker(worker, &TokioSpawner, &control, &stop, &app.dispatcher).await;
+        let result = worker
+            .run_with_hints(&TokioSpawner, &control, &stop, &*app.dispatcher)
+            .await;
         if result.is_err() {
             // Fail-stop like `airlock worker`: the server goes down with it.
             stopping.store(true, Ordering::SeqCst);

@@ -76,7 +76,10 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     };
     // Fail-stop: a storage error in the loop (a claim, reclaim or sweep) stops claiming, lets the
     // runs in flight finish, and then ends the process with exit 4 rather than retrying blind.
-    match airlock_host::run_worker(&worker, &TokioSpawner, &control, &stop, &app.dispatcher).await {
+    match worker
+        .run_with_hints(&TokioSpawner, &control, &stop, &*app.dispatcher)
+        .await
+    {
         Ok(()) => Exit::Ok,
         Err(e) => service_error(&e.into()),
     }
