@@ -19,11 +19,11 @@
 //! (by construction of [`RunState`]) and the uniqueness of `derivation_key`, `(session_id,
 //! sequence)`, `idempotency_key`, `(run_id, step_number, call_id)`, `approvals.action_id` and
 //! one non-terminal run per session — and, because they are cheap here, the other CHECKs and
-//! append-only rules of §14 plus a few defence-in-depth rules that the SQLite store need not
-//! repeat (they are marked "MemStore only" below): the run edges of §8.1, `lease_epoch`
-//! advancing only at CLAIM, `attempts` growing only when a run leaves RUNNING, the watermark
-//! being written only by START, outcome/status agreement, object payloads, foreign keys
-//! (`NotFound`) and settlements only of UNCERTAIN invocations. Every violation is `Conflict`
+//! append-only rules of §14 plus a few defence-in-depth rules beyond the schema: the run edges
+//! of §8.1, `lease_epoch` advancing only at CLAIM, `attempts` growing only when a run leaves
+//! RUNNING, the watermark being written only by START, outcome/status agreement (these update
+//! rules are [`crate::store::guards`], which the SQL stores call too), object payloads, foreign
+//! keys (`NotFound`) and settlements only of UNCERTAIN invocations. Every violation is `Conflict`
 //! with a message naming the rule. Nested `transact` calls on the same store from inside `f`
 //! deadlock, as they would block on SQLite's write lock.
 
@@ -43,7 +43,7 @@ use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
-use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
+use crate::store::{ApprovalCursor, Store, StoreTx, TxError, guards};
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -173,7 +173,7 @@ fn conflict(message: impl Into<String>) -> TxError {
 /// rather than a race the spec expects (a guarded status that changed, a duplicate key at
 /// PROPOSE, one active run per session, a second settlement). The simulator reports the former
 /// as violations: core then abandons and recovers, which would otherwise hide the bug. The
-/// fragments are those of the messages in this file; keep them in step.
+/// fragments are those of the messages in this file and in `store::guards`; keep them in step.
 pub fn is_rule_breach(error: &TxError) -> bool {
     const RULES: [&str; 17] = [
         "invalid run transition",
@@ -197,60 +197,6 @@ pub fn is_rule_breach(error: &TxError) -> bool {
     matches!(error, TxError::Conflict(message) if RULES.iter().any(|rule| message.contains(rule)))
 }
 
-/// Whether `lease` is the run's current lease: RUNNING under exactly this owner and epoch.
-fn holds(run: &Run, lease: &Lease) -> bool {
-    run.id == lease.run_id
-        && run.lease_epoch == lease.lease_epoch
-        && matches!(&run.state, RunState::Running { lease_owner, .. } if *lease_owner == lease.worker_id)
-}
-
-/// The run edges of SPEC §8.1 (MemStore only; `run_state::transition` checks them first). A
-/// same-status update is no transition and is always allowed.
-fn run_edge_allowed(from: RunStatus, to: RunStatus) -> bool {
-    use RunStatus::*;
-    from == to
-        || matches!(
-            (from, to),
-            (Queued, Running | Cancelled)
-                | (
-                    Running,
-                    Queued | WaitingForApproval | Completed | Failed | Cancelled
-                )
-                | (WaitingForApproval, Queued | Cancelled)
-        )
-}
-
-/// The MemStore-only rules on a run update: §8.1 edges, the epoch advancing by one exactly at
-/// CLAIM and never otherwise (so a guarded update cannot move a lease), and `attempts` growing by
-/// at most one and only when the run leaves RUNNING (RECLAIM, SPEC §16 #29).
-fn check_run_change(current: &Run, next: &Run) -> Result<(), TxError> {
-    let (from, to) = (current.status(), next.status());
-    if !run_edge_allowed(from, to) {
-        return Err(conflict(format!("invalid run transition {from}->{to}")));
-    }
-    let claiming = to == RunStatus::Running && from != RunStatus::Running;
-    if claiming && Some(next.lease_epoch) != current.lease_epoch.checked_add(1) {
-        return Err(conflict("lease_epoch advances by exactly one at CLAIM"));
-    }
-    if !claiming && next.lease_epoch != current.lease_epoch {
-        return Err(conflict("lease_epoch changes only at CLAIM"));
-    }
-    if from == RunStatus::Running && to == RunStatus::Running && current.lease() != next.lease() {
-        return Err(conflict(
-            "a running run's lease owner changes only through CLAIM",
-        ));
-    }
-    let leaving_running = from == RunStatus::Running && to != RunStatus::Running;
-    let attempts_ok = next.attempts == current.attempts
-        || (leaving_running && Some(next.attempts) == current.attempts.checked_add(1));
-    if !attempts_ok {
-        return Err(conflict(
-            "attempts grows by one only when RECLAIM takes a run out of RUNNING",
-        ));
-    }
-    Ok(())
-}
-
 /// The row CHECKs of `tool_invocations` (SPEC §14), plus outcome/status agreement (MemStore
 /// only: `Invocation::close` derives the status from the outcome).
 fn check_invocation_row(invocation: &Invocation) -> Result<(), TxError> {
@@ -264,26 +210,18 @@ fn check_invocation_row(invocation: &Invocation) -> Result<(), TxError> {
         )));
     }
     if status.is_terminal() {
-        let Some(outcome) = &invocation.outcome else {
+        if invocation.outcome.is_none() {
             return Err(conflict(format!(
                 "CHECK tool_invocations: terminal row {status} has no outcome"
             )));
-        };
+        }
         if invocation.result_item.is_none() {
             return Err(conflict(format!(
                 "CHECK tool_invocations: terminal row {status} has no result_item"
             )));
         }
-        if outcome.invocation_status() != status
-            || invocation.outcome_status != Some(outcome.status)
-        {
-            return Err(conflict(format!(
-                "tool_invocations: outcome {} does not match status {status}",
-                outcome.status
-            )));
-        }
     }
-    Ok(())
+    guards::check_outcome_agrees(invocation)
 }
 
 /// The row CHECKs of `approvals` (SPEC §14).
@@ -380,44 +318,13 @@ impl StoreTx for MemTx<'_> {
             return Ok(());
         }
         match self.tables.rows.runs.get(&lease.run_id) {
-            Some(run) if holds(run, lease) => Ok(()),
+            Some(run) if guards::holds(run, lease) => Ok(()),
             _ => Err(TxError::Fenced),
         }
     }
 
     fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
-        // Runs are never deleted, so a missing row is a caller bug, except that a lease on it
-        // cannot hold either.
-        let missing = if guard.lease.is_some() {
-            TxError::Fenced
-        } else {
-            TxError::NotFound
-        };
-        let current = self.tables.rows.runs.get(&guard.run_id).ok_or(missing)?;
-        // A lease guard that no longer holds is fencing whatever else changed; without one, the
-        // status guard is an ordinary race lost to another transaction.
-        if let Some(lease) = &guard.lease {
-            if lease.run_id != guard.run_id
-                || current.status() != guard.status
-                || !holds(current, lease)
-            {
-                return Err(TxError::Fenced);
-            }
-        } else if current.status() != guard.status {
-            return Err(conflict(format!(
-                "run {} is {}, not the expected {}",
-                guard.run_id,
-                current.status(),
-                guard.status
-            )));
-        }
-        if next.id != guard.run_id || !current.same_identity(next) {
-            return Err(conflict(format!(
-                "runs: an immutable field of run {} changed",
-                guard.run_id
-            )));
-        }
-        check_run_change(current, next)?;
+        guards::check_run_update(guard, self.tables.rows.runs.get(&guard.run_id), next)?;
         self.tables.rows.runs.insert(next.id, next.clone());
         Ok(next.clone())
     }
@@ -433,7 +340,7 @@ impl StoreTx for MemTx<'_> {
         let Some(run) = self.tables.rows.runs.get_mut(&lease.run_id) else {
             return Ok(None);
         };
-        if !holds(run, lease) {
+        if !guards::holds(run, lease) {
             return Ok(None);
         }
         if let RunState::Running {
@@ -551,25 +458,7 @@ impl StoreTx for MemTx<'_> {
         let Some(current) = self.tables.rows.connections.get(&next.id) else {
             return Err(TxError::NotFound);
         };
-        if current.status() != expected {
-            return Err(conflict(format!(
-                "connections: connection {} is {}, not {expected}",
-                next.id,
-                current.status()
-            )));
-        }
-        if !current.same_identity(next) {
-            return Err(conflict(format!(
-                "connections: an immutable field of connection {} changed",
-                next.id
-            )));
-        }
-        if !current.is_open() {
-            return Err(conflict(format!(
-                "connections: closed connection {} never changes",
-                next.id
-            )));
-        }
+        guards::check_connection_update(expected, current, next)?;
         self.tables.rows.connections.insert(next.id, next.clone());
         Ok(())
     }
@@ -786,47 +675,7 @@ impl StoreTx for MemTx<'_> {
             .invocations
             .get(&next.id)
             .ok_or(TxError::NotFound)?;
-        if current.status != expected {
-            return Err(conflict(format!(
-                "invocation {} is {}, not the expected {expected}",
-                next.id, current.status
-            )));
-        }
-        if !current.same_identity(next) {
-            return Err(conflict(format!(
-                "tool_invocations: an immutable field of invocation {} changed",
-                next.id
-            )));
-        }
-        if current.status.is_terminal() && current != next {
-            return Err(conflict(format!(
-                "tool_invocations: terminal invocation {} never changes",
-                next.id
-            )));
-        }
-        if current.status != next.status && !current.status.may_become(next.status) {
-            return Err(conflict(format!(
-                "invalid invocation transition {}->{}",
-                current.status, next.status
-            )));
-        }
-        // MemStore only: the watermark is written once, by START (AUTHORIZED -> RUNNING).
-        match (current.effect_sent_at, next.effect_sent_at) {
-            (Some(sent), next_sent) if next_sent != Some(sent) => {
-                return Err(conflict(
-                    "tool_invocations: effect_sent_at never changes once set",
-                ));
-            }
-            (None, Some(_))
-                if !(current.status == InvocationStatus::Authorized
-                    && next.status == InvocationStatus::Running) =>
-            {
-                return Err(conflict(
-                    "tool_invocations: effect_sent_at is set only by START",
-                ));
-            }
-            _ => {}
-        }
+        guards::check_invocation_update(expected, current, next)?;
         check_invocation_row(next)?;
         self.tables.rows.invocations.insert(next.id, next.clone());
         Ok(())
@@ -909,34 +758,7 @@ impl StoreTx for MemTx<'_> {
             .approvals
             .get(&next.id)
             .ok_or(TxError::NotFound)?;
-        if current.status != expected {
-            return Err(conflict(format!(
-                "approval {} is {}, not the expected {expected}",
-                next.id, current.status
-            )));
-        }
-        if !current.same_identity(next) {
-            return Err(conflict(format!(
-                "approvals: an immutable field of approval {} changed",
-                next.id
-            )));
-        }
-        if current.status != ApprovalStatus::Pending {
-            // SPEC §10.1: a terminal row changes only by the single write of
-            // `revalidated_policy_version`, from null to a value.
-            let mut unchanged = next.clone();
-            unchanged
-                .revalidated_policy_version
-                .clone_from(&current.revalidated_policy_version);
-            let single_write = current.revalidated_policy_version.is_none()
-                || current.revalidated_policy_version == next.revalidated_policy_version;
-            if unchanged != *current || !single_write {
-                return Err(conflict(format!(
-                    "approvals: terminal approval {} changes only by the single write of revalidated_policy_version",
-                    next.id
-                )));
-            }
-        }
+        guards::check_approval_update(expected, current, next)?;
         check_approval_row(next)?;
         self.tables.rows.approvals.insert(next.id, next.clone());
         Ok(())

@@ -2,6 +2,8 @@
 //! updates, uniqueness and append-only audit tables. Core builds every change; a store only
 //! persists it.
 
+pub mod guards;
+
 use crate::access::ApiToken;
 use crate::approval::Approval;
 use crate::connection::{Connection, ConnectionStatus};

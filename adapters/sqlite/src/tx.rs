@@ -19,7 +19,8 @@
 //! The `MemStore`-only rules are repeated where they are cheap because the current row is read
 //! anyway: run edges, `lease_epoch` and `attempts` discipline, the watermark written only by
 //! START, outcome/status agreement, object payloads, the run's session, and settlements only of
-//! UNCERTAIN invocations.
+//! UNCERTAIN invocations. The update rules among them are core's `store::guards`, which
+//! `MemStore` and the PostgreSQL store call too.
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
@@ -31,9 +32,9 @@ use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
-use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
-use airlock_core::store::{ApprovalCursor, StoreTx, TxError};
+use airlock_core::store::{ApprovalCursor, StoreTx, TxError, guards};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -71,75 +72,6 @@ fn connection_state_columns(
 /// A `LIMIT` value; `usize` beyond `i64::MAX` means "no limit" in practice.
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-/// Whether `lease` is the run's current lease: RUNNING under exactly this owner and epoch.
-fn holds(run: &Run, lease: &Lease) -> bool {
-    run.id == lease.run_id
-        && run.lease_epoch == lease.lease_epoch
-        && matches!(&run.state, RunState::Running { lease_owner, .. } if *lease_owner == lease.worker_id)
-}
-
-/// The run edges of SPEC §8.1; a same-status update is no transition.
-fn run_edge_allowed(from: RunStatus, to: RunStatus) -> bool {
-    use RunStatus::*;
-    from == to
-        || matches!(
-            (from, to),
-            (Queued, Running | Cancelled)
-                | (
-                    Running,
-                    Queued | WaitingForApproval | Completed | Failed | Cancelled
-                )
-                | (WaitingForApproval, Queued | Cancelled)
-        )
-}
-
-/// `MemStore`'s defence-in-depth rules on a run update (cheap here: the row is read anyway):
-/// §8.1 edges, the epoch advancing by one exactly at CLAIM, the lease owner changing only
-/// through CLAIM, and `attempts` growing by one only when RECLAIM takes a run out of RUNNING.
-fn check_run_change(current: &Run, next: &Run) -> Result<(), TxError> {
-    let (from, to) = (current.status(), next.status());
-    if !run_edge_allowed(from, to) {
-        return Err(conflict(format!("invalid run transition {from}->{to}")));
-    }
-    let claiming = to == RunStatus::Running && from != RunStatus::Running;
-    if claiming && Some(next.lease_epoch) != current.lease_epoch.checked_add(1) {
-        return Err(conflict("lease_epoch advances by exactly one at CLAIM"));
-    }
-    if !claiming && next.lease_epoch != current.lease_epoch {
-        return Err(conflict("lease_epoch changes only at CLAIM"));
-    }
-    if from == RunStatus::Running && to == RunStatus::Running && current.lease() != next.lease() {
-        return Err(conflict(
-            "a running run's lease owner changes only through CLAIM",
-        ));
-    }
-    let leaving_running = from == RunStatus::Running && to != RunStatus::Running;
-    let attempts_ok = next.attempts == current.attempts
-        || (leaving_running && Some(next.attempts) == current.attempts.checked_add(1));
-    if !attempts_ok {
-        return Err(conflict(
-            "attempts grows by one only when RECLAIM takes a run out of RUNNING",
-        ));
-    }
-    Ok(())
-}
-
-/// Outcome/status agreement of a terminal invocation (`Invocation::close` derives one from the
-/// other); the CHECKs of SPEC §14 themselves are in the schema.
-fn check_outcome_agrees(invocation: &Invocation) -> Result<(), TxError> {
-    if let Some(outcome) = &invocation.outcome
-        && invocation.status.is_terminal()
-        && (outcome.invocation_status() != invocation.status
-            || invocation.outcome_status != Some(outcome.status))
-    {
-        return Err(conflict(format!(
-            "tool_invocations: outcome {} does not match status {}",
-            outcome.status, invocation.status
-        )));
-    }
-    Ok(())
 }
 
 /// One transaction's view of the connection. Created per `transact` caller, inside that
@@ -381,38 +313,8 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
-        // Runs are never deleted, so a missing row is a caller bug, except that a lease on it
-        // cannot hold either.
-        let missing = if guard.lease.is_some() {
-            TxError::Fenced
-        } else {
-            TxError::NotFound
-        };
-        let current = self.run_row(guard.run_id)?.ok_or(missing)?;
-        // A lease guard that no longer holds is fencing whatever else changed; without one, the
-        // status guard is an ordinary race lost to another transaction.
-        if let Some(lease) = &guard.lease {
-            if lease.run_id != guard.run_id
-                || current.status() != guard.status
-                || !holds(&current, lease)
-            {
-                return Err(TxError::Fenced);
-            }
-        } else if current.status() != guard.status {
-            return Err(conflict(format!(
-                "run {} is {}, not the expected {}",
-                guard.run_id,
-                current.status(),
-                guard.status
-            )));
-        }
-        if next.id != guard.run_id || !current.same_identity(next) {
-            return Err(conflict(format!(
-                "runs: an immutable field of run {} changed",
-                guard.run_id
-            )));
-        }
-        check_run_change(&current, next)?;
+        let current = self.run_row(guard.run_id)?;
+        let current = guards::check_run_update(guard, current.as_ref(), next)?;
 
         // Only the columns that change are written: an index is rewritten only when one of its
         // columns is in the SET list, so a PENDING or START that moves a counter touches the
@@ -587,25 +489,7 @@ impl StoreTx for SqliteTx<'_> {
         let Some(current) = self.connection(next.id)? else {
             return Err(TxError::NotFound);
         };
-        if current.status() != expected {
-            return Err(conflict(format!(
-                "connections: connection {} is {}, not {expected}",
-                next.id,
-                current.status()
-            )));
-        }
-        if !current.same_identity(next) {
-            return Err(conflict(format!(
-                "connections: an immutable field of connection {} changed",
-                next.id
-            )));
-        }
-        if !current.is_open() {
-            return Err(conflict(format!(
-                "connections: closed connection {} never changes",
-                next.id
-            )));
-        }
+        guards::check_connection_update(expected, &current, next)?;
         let (alive_until, closed_at, reason) = connection_state_columns(&next.state);
         let changed = self.execute(
             "UPDATE connections SET status = ?1, alive_until = ?2, closed_at = ?3, \
@@ -760,7 +644,7 @@ impl StoreTx for SqliteTx<'_> {
                 "tool_invocations: session_id differs from the run's",
             ));
         }
-        check_outcome_agrees(invocation)?;
+        guards::check_outcome_agrees(invocation)?;
         let output_bytes = invocation
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
@@ -901,48 +785,8 @@ impl StoreTx for SqliteTx<'_> {
         next: &Invocation,
     ) -> Result<(), TxError> {
         let current = self.invocation(next.id)?.ok_or(TxError::NotFound)?;
-        if current.status != expected {
-            return Err(conflict(format!(
-                "invocation {} is {}, not the expected {expected}",
-                next.id, current.status
-            )));
-        }
-        if !current.same_identity(next) {
-            return Err(conflict(format!(
-                "tool_invocations: an immutable field of invocation {} changed",
-                next.id
-            )));
-        }
-        if current.status.is_terminal() && current != *next {
-            return Err(conflict(format!(
-                "tool_invocations: terminal invocation {} never changes",
-                next.id
-            )));
-        }
-        if current.status != next.status && !current.status.may_become(next.status) {
-            return Err(conflict(format!(
-                "invalid invocation transition {}->{}",
-                current.status, next.status
-            )));
-        }
-        // The watermark is written once, by START (AUTHORIZED -> RUNNING), and never changes.
-        match (current.effect_sent_at, next.effect_sent_at) {
-            (Some(sent), next_sent) if next_sent != Some(sent) => {
-                return Err(conflict(
-                    "tool_invocations: effect_sent_at never changes once set",
-                ));
-            }
-            (None, Some(_))
-                if !(current.status == InvocationStatus::Authorized
-                    && next.status == InvocationStatus::Running) =>
-            {
-                return Err(conflict(
-                    "tool_invocations: effect_sent_at is set only by START",
-                ));
-            }
-            _ => {}
-        }
-        check_outcome_agrees(next)?;
+        guards::check_invocation_update(expected, &current, next)?;
+        guards::check_outcome_agrees(next)?;
         let output_bytes = next
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
@@ -1090,34 +934,7 @@ impl StoreTx for SqliteTx<'_> {
         next: &Approval,
     ) -> Result<(), TxError> {
         let current = self.approval(next.id)?.ok_or(TxError::NotFound)?;
-        if current.status != expected {
-            return Err(conflict(format!(
-                "approval {} is {}, not the expected {expected}",
-                next.id, current.status
-            )));
-        }
-        if !current.same_identity(next) {
-            return Err(conflict(format!(
-                "approvals: an immutable field of approval {} changed",
-                next.id
-            )));
-        }
-        if current.status != ApprovalStatus::Pending {
-            // SPEC §10.1: a terminal row changes only by the single write of
-            // `revalidated_policy_version`, from null to a value.
-            let mut unchanged = next.clone();
-            unchanged
-                .revalidated_policy_version
-                .clone_from(&current.revalidated_policy_version);
-            let single_write = current.revalidated_policy_version.is_none()
-                || current.revalidated_policy_version == next.revalidated_policy_version;
-            if unchanged != current || !single_write {
-                return Err(conflict(format!(
-                    "approvals: terminal approval {} changes only by the single write of revalidated_policy_version",
-                    next.id
-                )));
-            }
-        }
+        guards::check_approval_update(expected, &current, next)?;
         let changed = self.execute(
             "UPDATE approvals SET action_kind = ?3, action_summary = ?4, arguments = ?5, \
              policy_reason = ?6, policy_decision = ?7, revalidated_policy_version = ?8, \
