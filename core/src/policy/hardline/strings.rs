@@ -1,5 +1,6 @@
 //! The collected strings of SPEC §6.3: every string value, object key and array element,
-//! recursively; non-strings are skipped. Also the shared whitespace class `WS`.
+//! recursively; non-strings are skipped. Also the shared whitespace class `WS` and the one
+//! percent-decoder every reading uses.
 
 use serde_json::{Map, Value};
 
@@ -69,6 +70,32 @@ pub fn any_joined_array_in(map: &Map<String, Value>, test: &mut impl FnMut(&str)
     map.values().any(|item| any_joined_array(item, test))
 }
 
+/// Percent-decoding of one level (the `file:` URL path of §6.3, the URL readings of §21.2); malformed escapes stay as they are, invalid UTF-8 is replaced.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    if !bytes.contains(&b'%') {
+        return s.to_owned();
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).and_then(|b| hex(*b)),
+                bytes.get(i + 2).and_then(|b| hex(*b)),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +124,13 @@ mod tests {
         });
         joined.sort();
         assert_eq!(joined, ["", "a b", "rm -rf /"]);
+    }
+
+    #[test]
+    fn percent_decoding_keeps_malformed_escapes() {
+        assert_eq!(percent_decode("%2Fa%zz%4"), "/a%zz%4");
+        assert_eq!(percent_decode("no escapes"), "no escapes");
+        assert_eq!(percent_decode("%ff%41"), "\u{fffd}A");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use core::net::IpAddr;
 
 use url::{Host, ParseError, Url};
 
-use super::strings::is_ws;
+use super::strings::{is_ws, percent_decode};
 
 /// How deep a URL nested in a URL's path (`jar:view-source:file:…`) is read.
 const MAX_NESTING: usize = 4;
@@ -186,32 +186,6 @@ fn read_url(url: &Url, depth: usize, reading: &mut UrlReading) {
     if let Some(query) = url.query() {
         reading.queries.push(percent_decode(query));
     }
-}
-
-/// Percent-decoding of one level; malformed escapes stay as they are, invalid UTF-8 is replaced.
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    if !bytes.contains(&b'%') {
-        return s.to_owned();
-    }
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).and_then(|b| hex(*b)),
-                bytes.get(i + 2).and_then(|b| hex(*b)),
-            )
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
