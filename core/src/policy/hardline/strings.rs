@@ -10,7 +10,7 @@ pub fn is_ws(c: char) -> bool {
 }
 
 /// Calls `test` on every collected string of `value` until it returns true.
-pub fn any_string(value: &Value, test: &mut impl FnMut(&str) -> bool) -> bool {
+pub fn any_string<'a>(value: &'a Value, test: &mut impl FnMut(&'a str) -> bool) -> bool {
     match value {
         Value::String(s) => test(s),
         Value::Array(items) => items.iter().any(|item| any_string(item, test)),
@@ -51,7 +51,10 @@ pub fn any_joined_array(value: &Value, test: &mut impl FnMut(&str) -> bool) -> b
 }
 
 /// [`any_string`] over an object's members (the arguments map).
-pub fn any_string_in(map: &Map<String, Value>, test: &mut impl FnMut(&str) -> bool) -> bool {
+pub fn any_string_in<'a>(
+    map: &'a Map<String, Value>,
+    test: &mut impl FnMut(&'a str) -> bool,
+) -> bool {
     map.iter()
         .any(|(key, item)| test(key) || any_string(item, test))
 }

@@ -42,7 +42,8 @@ pub struct UrlReading {
 }
 
 impl UrlReading {
-    fn merge(&mut self, other: UrlReading) {
+    /// Appends another reading's findings (of a nested URL, of the next string).
+    pub fn merge(&mut self, other: UrlReading) {
         self.addresses.extend(other.addresses);
         self.paths.extend(other.paths);
         self.queries.extend(other.queries);
