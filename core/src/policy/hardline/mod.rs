@@ -110,16 +110,8 @@ pub enum Passes {
     Both,
 }
 
-/// The first rule that denies, by SPEC §21.1's two passes.
-pub fn first_match<'r>(
-    rules: &'r [HardlineRule],
-    side_effect: SideEffectClass,
-    arguments: &Map<String, Value>,
-) -> Option<&'r HardlineRule> {
-    first_match_with(rules, side_effect, arguments, Passes::Both, Prefilter::On)
-}
-
-/// [`first_match`] with the passes and the pre-filter chosen (for the property tests).
+/// The first rule that denies, by SPEC §21.1's two passes; the engine runs both with the
+/// pre-filters on, the property tests choose (never weaker, pre-filters change nothing).
 pub fn first_match_with<'r>(
     rules: &'r [HardlineRule],
     side_effect: SideEffectClass,
