@@ -140,15 +140,10 @@ impl ProtectedPaths {
         Ok(ProtectedPaths { entries })
     }
 
-    /// Whether any entry protects the canonical form of `path`.
-    fn protects(&self, path: &str) -> bool {
-        self.protects_components(&canonical_components(path))
-    }
-
     /// Whether any entry protects `path` canonicalized the given way.
     pub fn protects_with(&self, path: &str, canon: Canon) -> bool {
         match canon {
-            Canon::V1 => self.protects(path),
+            Canon::V1 => self.protects_components(&canonical_components(path)),
             Canon::V2 => self.protects_components(&canonical_components_v2(path)),
         }
     }
@@ -210,24 +205,20 @@ impl ProtectedPaths {
     }
 
     fn matches_candidate(&self, s: &str, canon: Canon) -> bool {
-        if self.protects_with(s, canon) {
-            return true;
-        }
-        match file_url_path(s) {
-            Some(path) => {
-                // The path as given, and without a query or fragment.
-                let bare = path.split(['?', '#']).next().unwrap_or_default();
-                self.protects_with(&path, canon) || self.protects_with(bare, canon)
-            }
-            None => false,
-        }
+        self.protects_with(s, canon) || self.matches_file_url_with(s, canon)
     }
 
     /// The v1 `file:` URL path reading alone: what `protected_url_path` tests in pass 1.
     pub fn matches_file_url(&self, s: &str) -> bool {
+        self.matches_file_url_with(s, Canon::V1)
+    }
+
+    /// Whether `s` is a `file:` URL whose path, as given or without a query or fragment, names
+    /// a protected entry.
+    fn matches_file_url_with(&self, s: &str, canon: Canon) -> bool {
         file_url_path(s).is_some_and(|path| {
             let bare = path.split(['?', '#']).next().unwrap_or_default();
-            self.protects(&path) || self.protects(bare)
+            self.protects_with(&path, canon) || self.protects_with(bare, canon)
         })
     }
 
