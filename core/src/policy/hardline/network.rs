@@ -29,15 +29,9 @@ impl NetworkRanges {
     /// Whether an address found by a v2 reading (SPEC §21.2) is in a range, directly or through
     /// any IPv4 it embeds (the v1 embeddings and the two v2 adds).
     pub fn matches_address(&self, address: IpAddr) -> bool {
-        if self.contains(address) {
-            return true;
-        }
         match address {
-            IpAddr::V6(v6) => [embedded_ipv4(v6), embedded_ipv4_v2(v6)]
-                .into_iter()
-                .flatten()
-                .any(|v4| self.contains(IpAddr::V4(v4))),
-            IpAddr::V4(_) => false,
+            IpAddr::V6(v6) => any_in_v6(v6, Embeddings::V2, &mut |a| self.contains(a)),
+            IpAddr::V4(_) => self.contains(address),
         }
     }
 
@@ -179,21 +173,21 @@ fn any_address(text: &str, embeddings: Embeddings, test: &mut impl FnMut(IpAddr)
     // An IPv6 literal always has a `:`; skipping the parse without one changes no answer.
     if text.contains(':')
         && let Ok(v6) = text.parse::<Ipv6Addr>()
+        && any_in_v6(v6, embeddings, test)
     {
-        if test(IpAddr::V6(v6)) {
-            return true;
-        }
-        if embedded_ipv4(v6).is_some_and(|v4| test(IpAddr::V4(v4))) {
-            return true;
-        }
-        if embeddings == Embeddings::V2
-            && embedded_ipv4_v2(v6).is_some_and(|v4| test(IpAddr::V4(v4)))
-        {
-            return true;
-        }
+        return true;
     }
     strict_dotted_decimal(text).is_some_and(|v4| test(IpAddr::V4(v4)))
         || inet_aton(text).is_some_and(|v4| test(IpAddr::V4(v4)))
+}
+
+/// Whether `test` holds for an IPv6 address or an IPv4 it embeds (SPEC §6.3's embeddings, and
+/// with [`Embeddings::V2`] also §21.2's).
+fn any_in_v6(v6: Ipv6Addr, embeddings: Embeddings, test: &mut impl FnMut(IpAddr) -> bool) -> bool {
+    test(IpAddr::V6(v6))
+        || embedded_ipv4(v6).is_some_and(|v4| test(IpAddr::V4(v4)))
+        || (embeddings == Embeddings::V2
+            && embedded_ipv4_v2(v6).is_some_and(|v4| test(IpAddr::V4(v4))))
 }
 
 /// Every address a candidate denotes, in [`any_address`]'s order (for tests).
