@@ -50,12 +50,12 @@ pub fn policy_eval(data: &[u8]) {
 /// v2 readings of SPEC §21.2–§21.3. Nothing may panic, the readings are deterministic, and the
 /// URL reading's pre-filter skips only candidates that give nothing.
 pub fn hardline_readings(data: &[u8]) {
-    use crate::policy::hardline::{is_credential_shaped, shell, url};
+    use crate::policy::hardline::{Prefilter, is_credential_shaped, shell, url};
     let text = String::from_utf8_lossy(data);
-    let filtered = url::read_urls(&text, true);
+    let filtered = url::read_urls(&text, Prefilter::On);
     assert_eq!(
         filtered,
-        url::read_urls(&text, false),
+        url::read_urls(&text, Prefilter::Off),
         "§21.1: the URL pre-filter skips only what cannot match"
     );
     let reading = shell::read_shell(&text);

@@ -1,6 +1,7 @@
 //! `protected_path` matching (SPEC §6.3): canonicalize every candidate path, then compare by
 //! components against absolute and relative entries.
 
+use super::readings::Prefilter;
 use super::strings::{is_ws, percent_decode};
 
 /// Characters a shell treats specially (SPEC §6.3). A command is tokenized twice when it holds
@@ -174,15 +175,14 @@ impl ProtectedPaths {
         self.matches_string_with_canon(s, code_execution, Canon::V1)
     }
 
-    /// The same candidates canonicalized with the `/proc` reading: pass 2. A string without
-    /// `proc` canonicalizes the same both ways, so it is skipped.
-    pub fn matches_string_v2(&self, s: &str, code_execution: bool) -> bool {
-        s.contains("proc") && self.matches_string_with_canon(s, code_execution, Canon::V2)
+    /// The same candidates canonicalized with the `/proc` reading: pass 2. The pre-filter skips
+    /// a string without `proc`, which canonicalizes the same both ways.
+    pub fn matches_string_v2(&self, s: &str, code_execution: bool, prefilter: Prefilter) -> bool {
+        (prefilter == Prefilter::Off || s.contains("proc"))
+            && self.matches_string_with_canon(s, code_execution, Canon::V2)
     }
 
-    /// [`ProtectedPaths::matches_string`] with the canonicalization chosen; pass 2 without the
-    /// `proc` pre-filter is this with [`Canon::V2`].
-    pub fn matches_string_with_canon(&self, s: &str, code_execution: bool, canon: Canon) -> bool {
+    fn matches_string_with_canon(&self, s: &str, code_execution: bool, canon: Canon) -> bool {
         if self.matches_candidate(s, canon) {
             return true;
         }

@@ -77,7 +77,7 @@ impl<'a> Readings<'a> {
     /// The URL reading of every collected string.
     pub fn urls(&mut self) -> &UrlReading {
         if self.urls.is_none() {
-            let prefilter = self.prefilter == Prefilter::On;
+            let prefilter = self.prefilter;
             let mut reading = UrlReading::default();
             for s in self.strings().to_vec() {
                 reading.merge(read_urls(s, prefilter));
