@@ -73,6 +73,10 @@ const FRAGMENTS: &[&str] = &[
     "/e?c/passwd",
     ".e*",
     "/proc/self/root/etc/shadow",
+    // `proc` hidden from a substring test: by quotes the token reading removes, by an escape a
+    // `file:` URL path decodes.
+    "/p''roc/self/root/etc/shadow",
+    "file:///%70roc/self/root/etc/shadow",
     "/proc/1/environ",
     "dd if=",
     "@",
@@ -274,4 +278,38 @@ fn generated_actions_reach_the_v2_readings() {
         v2_only >= 100,
         "only {v2_only} generated actions reach pass 2's denies"
     );
+}
+
+/// SPEC §21.1, at the edges of the `/proc` pre-filter: a `proc` component that only the token
+/// reading (shell characters removed) or a `file:` URL's percent-decoding makes is still read,
+/// so these code-execution strings are denied as `/etc/shadow` reads, with the pre-filter on as
+/// off, and every other class gets the same decision both ways.
+#[test]
+fn the_proc_prefilter_keeps_components_the_readings_make() {
+    let rules = ruleset();
+    for command in [
+        "cat /p''roc/self/root/etc/shadow '",
+        "cat /p\"\"roc/self/root/etc/shadow \"",
+        "cat<file:///%70roc/self/root/etc/shadow",
+        "x;file:///%70roc/self/root/etc/shadow",
+    ] {
+        let mut arguments = JsonMap::new();
+        arguments.insert("command".to_owned(), Value::String(command.to_owned()));
+        for side_effect in SideEffectClass::ALL.iter().copied() {
+            let action = action(side_effect, TargetKind::Sandbox, arguments.clone());
+            let on = evaluate_with(&action, rules, Passes::Both, Prefilter::On);
+            assert_eq!(
+                on,
+                evaluate_with(&action, rules, Passes::Both, Prefilter::Off),
+                "{command:?} {side_effect}"
+            );
+            if side_effect == SideEffectClass::CodeExecution {
+                assert_eq!(
+                    (on.decision, on.reason_code.as_str()),
+                    (PolicyDecisionType::Deny, "policy.hardline.host_path"),
+                    "{command:?}"
+                );
+            }
+        }
+    }
 }

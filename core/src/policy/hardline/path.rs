@@ -64,6 +64,19 @@ pub fn canonical_components_v2(path: &str) -> Vec<&str> {
     components
 }
 
+/// Whether a candidate of `s` (SPEC §6.3: `s`, a `file:` URL's percent-decoded path, and for
+/// code execution each token with the shell characters removed or replaced) can have a `proc`
+/// component. Canonicalization only splits and drops, so the component's text must be in the
+/// candidate: in `s` itself, behind a `%` escape the URL path decodes (`%70roc`), or joined by
+/// removing shell characters (`/p''roc`). The pre-filter of [`ProtectedPaths::matches_string_v2`].
+fn may_name_proc(s: &str, code_execution: bool) -> bool {
+    s.contains("proc")
+        || s.contains('%')
+        || (code_execution
+            && s.contains(SHELL_CHARACTERS)
+            && s.replace(SHELL_CHARACTERS, "").contains("proc"))
+}
+
 fn is_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
@@ -176,9 +189,10 @@ impl ProtectedPaths {
     }
 
     /// The same candidates canonicalized with the `/proc` reading: pass 2. The pre-filter skips
-    /// a string without `proc`, which canonicalizes the same both ways.
+    /// a string none of whose candidates can hold a `proc` component, since those canonicalize
+    /// the same both ways.
     pub fn matches_string_v2(&self, s: &str, code_execution: bool, prefilter: Prefilter) -> bool {
-        (prefilter == Prefilter::Off || s.contains("proc"))
+        (prefilter == Prefilter::Off || may_name_proc(s, code_execution))
             && self.matches_string_with_canon(s, code_execution, Canon::V2)
     }
 
