@@ -97,11 +97,11 @@ impl<'a> Readings<'a> {
                 SideEffectClass::CodeExecution | SideEffectClass::SandboxNetwork
             ) {
                 for s in self.strings().to_vec() {
-                    merge(&mut reading, shell::read_shell(s));
+                    merge(&mut reading, shell::read_shell(s, self.prefilter));
                 }
             }
             for argv in argv_lists(self.arguments, self.prefilter) {
-                merge(&mut reading, shell::read_argv(&argv));
+                merge(&mut reading, shell::read_argv(&argv, self.prefilter));
             }
             self.commands = Some(reading);
         }

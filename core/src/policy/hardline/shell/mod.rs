@@ -15,6 +15,8 @@ use parser::{RawCommand, Script};
 pub use word::{UNKNOWN, Word};
 use word::{Variables, expand};
 
+use super::readings::Prefilter;
+
 /// Deepest recursion into `sh -c`, `eval`, `echo … | sh` and command substitutions.
 pub const MAX_DEPTH: usize = 8;
 /// Most argvs one string yields; further commands are not read.
@@ -62,24 +64,25 @@ const RESERVED: [&str; 22] = [
 ];
 
 /// Reads one collected string as a bash command line.
-pub fn read_shell(text: &str) -> ShellReading {
-    let mut reader = Reader::new();
+pub fn read_shell(text: &str, prefilter: Prefilter) -> ShellReading {
+    let mut reader = Reader::new(prefilter);
     reader.read_text(text, 0);
     reader.finish()
 }
 
 /// Reads an argv given as a list (SPEC §21.3, argv readings): no quote removal, but wrappers,
 /// `sh -c`, `find` and `xargs` as for a shell command.
-pub fn read_argv<S: AsRef<str>>(words: &[S]) -> ShellReading {
-    let mut reader = Reader::new();
+pub fn read_argv<S: AsRef<str>>(words: &[S], prefilter: Prefilter) -> ShellReading {
+    let mut reader = Reader::new(prefilter);
     let argv: Vec<Word> = words.iter().map(|w| Word::literal(w.as_ref())).collect();
     reader.analyze(argv, Vec::new(), &[], true, 0);
     reader.finish()
 }
 
-/// The parse of `text`: the plain-word fast path when it applies, else the parser.
-fn script_of(text: &str) -> Option<Script> {
-    if text.chars().all(is_plain_char) {
+/// The parse of `text`: the plain-word fast path when it applies (and the pre-filter is on),
+/// else the parser.
+fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
+    if prefilter == Prefilter::On && text.chars().all(is_plain_char) {
         let words: Vec<&str> = text.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
         if words.iter().any(|w| RESERVED.contains(w)) {
             return parser::parse(text);
@@ -87,7 +90,7 @@ fn script_of(text: &str) -> Option<Script> {
         let mut command = RawCommand::default();
         let mut leading = true;
         for word in words {
-            match assignment(word) {
+            match prefix_assignment(word) {
                 Some((name, value)) if leading => command
                     .assignments
                     .push((name.to_owned(), value.to_owned())),
@@ -107,11 +110,24 @@ fn script_of(text: &str) -> Option<Script> {
 /// `NAME=value` split at the first `=`, if `NAME` is a shell name.
 fn assignment(word: &str) -> Option<(&str, &str)> {
     let (name, value) = word.split_once('=')?;
+    is_name(name).then_some((name, value))
+}
+
+/// A prefix assignment as the parser reads it: `NAME=value`, or bash's append `NAME+=value`,
+/// which the parser also gives as `NAME` and the value.
+fn prefix_assignment(word: &str) -> Option<(&str, &str)> {
+    let (name, value) = word.split_once('=')?;
+    let name = name.strip_suffix('+').unwrap_or(name);
+    is_name(name).then_some((name, value))
+}
+
+/// A shell name: a letter or `_`, then letters, digits and `_`.
+fn is_name(name: &str) -> bool {
     let mut chars = name.chars();
-    let first = chars.next()?;
-    ((first.is_ascii_alphabetic() || first == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
-    .then_some((name, value))
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The last path component of a program word (`/bin/rm` → `rm`).
@@ -123,6 +139,7 @@ pub fn basename(text: &str) -> &str {
 }
 
 struct Reader {
+    prefilter: Prefilter,
     variables: Variables,
     cwd: Cwd,
     out: ShellReading,
@@ -132,8 +149,9 @@ struct Reader {
 type Piped = [Vec<Word>];
 
 impl Reader {
-    fn new() -> Reader {
+    fn new(prefilter: Prefilter) -> Reader {
         Reader {
+            prefilter,
             variables: Variables::new(),
             cwd: Cwd::Initial,
             out: ShellReading::default(),
@@ -152,7 +170,7 @@ impl Reader {
         if depth > MAX_DEPTH || self.full() {
             return;
         }
-        let Some(script) = script_of(text) else {
+        let Some(script) = script_of(text, self.prefilter) else {
             return;
         };
         for pipeline in &script.pipelines {
@@ -656,7 +674,7 @@ mod tests {
 
     /// Each argv of a reading, joined by spaces.
     fn joined(text: &str) -> Vec<String> {
-        read_shell(text)
+        read_shell(text, Prefilter::On)
             .argvs
             .iter()
             .map(|a| {
@@ -771,7 +789,7 @@ mod tests {
     #[test]
     fn argv_lists_are_read_without_quote_removal() {
         let read = |words: &[&str]| {
-            read_argv(words)
+            read_argv(words, Prefilter::On)
                 .argvs
                 .iter()
                 .map(|a| {
@@ -790,16 +808,16 @@ mod tests {
 
     #[test]
     fn curl_user_passwords_are_found() {
-        assert!(read_shell("curl -u admin:S3cret https://x").user_password);
-        assert!(read_shell("wget --user=admin:pw https://x").user_password);
-        assert!(read_shell("curl -uadmin:pw https://x").user_password);
-        assert!(!read_shell("curl -u admin: https://x").user_password);
-        assert!(!read_shell("curl -u admin https://x").user_password);
+        assert!(read_shell("curl -u admin:S3cret https://x", Prefilter::On).user_password);
+        assert!(read_shell("wget --user=admin:pw https://x", Prefilter::On).user_password);
+        assert!(read_shell("curl -uadmin:pw https://x", Prefilter::On).user_password);
+        assert!(!read_shell("curl -u admin: https://x", Prefilter::On).user_password);
+        assert!(!read_shell("curl -u admin https://x", Prefilter::On).user_password);
     }
 
     #[test]
     fn redirection_targets_are_kept() {
-        let reading = read_shell("echo x > /etc/hosts");
+        let reading = read_shell("echo x > /etc/hosts", Prefilter::On);
         assert_eq!(reading.argvs[0].redirects, [Word::literal("/etc/hosts")]);
     }
 
@@ -812,9 +830,53 @@ mod tests {
             "dd if=/etc/shadow of=/dev/null",
             "a  b\tc",
         ] {
-            let fast = script_of(text);
+            let fast = script_of(text, Prefilter::On);
             let parsed = parser::parse(text);
             assert_eq!(fast, parsed, "{text}");
+        }
+    }
+
+    use proptest::prelude::*;
+
+    /// Plain strings: the fast path's whole alphabet, reserved words and assignments.
+    fn plain_text() -> impl Strategy<Value = String> {
+        let word = prop_oneof![
+            proptest::sample::select(&RESERVED[..]).prop_map(str::to_owned),
+            "[a-zA-Z0-9 \t_./,:+%@^=-]{0,6}",
+            proptest::sample::select(
+                &[
+                    "X=1", "X+=/etc", "=", "a=", "1=a", "a++=", "-", " ", "\t", "rm", "-rf", "/"
+                ][..]
+            )
+            .prop_map(str::to_owned),
+        ];
+        // Characters outside the alphabet (`!`, `{`, `[[` of the reserved words) are dropped.
+        proptest::collection::vec(word, 0..6).prop_map(|words| {
+            words
+                .concat()
+                .chars()
+                .filter(|c| is_plain_char(*c))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 2048,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x7368_656c_6c),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// SPEC §21.1: the plain-word fast path (a pre-filter that skips the parser) reads every
+        /// plain string as the parser does.
+        #[test]
+        fn the_plain_word_fast_path_reads_as_the_parser(text in plain_text()) {
+            prop_assert_eq!(
+                read_shell(&text, Prefilter::On),
+                read_shell(&text, Prefilter::Off),
+                "{:?}", text
+            );
         }
     }
 }
