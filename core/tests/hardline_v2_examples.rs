@@ -218,6 +218,10 @@ fn shell_and_url_readings_reach_host_paths() {
                 "a variable",
                 exec(json!("LFILE=/etc/shadow; cat \"$LFILE\"")),
             ),
+            (
+                "an appended variable",
+                exec(json!("X=/etc;X+=/shadow;cat $X")),
+            ),
             ("$IFS", exec(json!("cat${IFS}/etc/passwd"))),
             ("glob", exec(json!("cat /e?c/passwd"))),
             ("relative glob", exec(json!("cat .e*"))),

@@ -11,7 +11,7 @@ pub mod glob;
 pub mod parser;
 pub mod word;
 
-use parser::{RawCommand, Script};
+use parser::{AssignOp, Assignment, RawCommand, Script};
 pub use word::{UNKNOWN, Word};
 use word::{Variables, expand};
 
@@ -91,9 +91,7 @@ fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
         let mut leading = true;
         for word in words {
             match prefix_assignment(word) {
-                Some((name, value)) if leading => command
-                    .assignments
-                    .push((name.to_owned(), value.to_owned())),
+                Some(assignment) if leading => command.assignments.push(assignment),
                 _ => {
                     leading = false;
                     command.words.push(word.to_owned());
@@ -113,12 +111,18 @@ fn assignment(word: &str) -> Option<(&str, &str)> {
     is_name(name).then_some((name, value))
 }
 
-/// A prefix assignment as the parser reads it: `NAME=value`, or bash's append `NAME+=value`,
-/// which the parser also gives as `NAME` and the value.
-fn prefix_assignment(word: &str) -> Option<(&str, &str)> {
-    let (name, value) = word.split_once('=')?;
-    let name = name.strip_suffix('+').unwrap_or(name);
-    is_name(name).then_some((name, value))
+/// A prefix assignment as the parser reads it: `NAME=value`, or bash's append `NAME+=value`.
+fn prefix_assignment(word: &str) -> Option<Assignment> {
+    let (name, raw) = word.split_once('=')?;
+    let (name, op) = match name.strip_suffix('+') {
+        Some(name) => (name, AssignOp::Append),
+        None => (name, AssignOp::Set),
+    };
+    is_name(name).then(|| Assignment {
+        name: name.to_owned(),
+        op,
+        raw: raw.to_owned(),
+    })
 }
 
 /// A shell name: a letter or `_`, then letters, digits and `_`.
@@ -182,8 +186,8 @@ impl Reader {
         // Expand every command first: `echo … | xargs …` needs the earlier commands' words.
         let mut expanded = Vec::with_capacity(pipeline.len());
         for command in pipeline {
-            for (name, raw) in &command.assignments {
-                self.assign(name, raw);
+            for assignment in &command.assignments {
+                self.assign_prefix(assignment);
             }
             let mut readings: Vec<Vec<Word>> = vec![Vec::new()];
             let mut substitutions = Vec::new();
@@ -236,6 +240,25 @@ impl Reader {
             _ => None,
         };
         self.set(name, value);
+    }
+
+    /// A prefix assignment. `NAME+=raw` appends to the value this string gave `NAME` earlier
+    /// (`X=/etc; X+=/shadow; cat $X` reads `/etc/shadow`); when the string gave none that is
+    /// known, the value alone is read, the conservative reading of SPEC §21.1 (bash appends to
+    /// an unset variable's empty value).
+    fn assign_prefix(&mut self, assignment: &Assignment) {
+        match assignment.op {
+            AssignOp::Set => self.assign(&assignment.name, &assignment.raw),
+            AssignOp::Append => {
+                let earlier = self.variables.get(&assignment.name).cloned();
+                self.assign(&assignment.name, &assignment.raw);
+                if let (Some(earlier), Some(value)) =
+                    (earlier, self.variables.get_mut(&assignment.name))
+                {
+                    value.insert_str(0, &earlier);
+                }
+            }
+        }
     }
 
     fn set(&mut self, name: &str, value: Option<String>) {
@@ -711,6 +734,20 @@ mod tests {
             ["export X=/etc/shadow", "cat /etc/shadow"]
         );
         assert_eq!(joined("cat $UNSET"), [format!("cat {UNKNOWN}")]);
+    }
+
+    /// bash's `NAME+=value` appends to what the string gave `NAME`; without a known earlier
+    /// value the value alone is read (conservative), and an unknown addition stays unknown.
+    #[test]
+    fn append_assignments_append() {
+        assert_eq!(joined("X=/etc;X+=/shadow;cat $X"), ["cat /etc/shadow"]);
+        assert_eq!(
+            joined("a=/etc/sha; a+=dow; cat \"$a\""),
+            ["cat /etc/shadow"]
+        );
+        assert_eq!(joined("X+=/etc/shadow; cat $X"), ["cat /etc/shadow"]);
+        assert_eq!(joined("X+=/etc/shadow cat"), ["cat"]);
+        assert_eq!(joined("X=/etc; X+=$Y; cat $X"), [format!("cat {UNKNOWN}")]);
     }
 
     #[test]
