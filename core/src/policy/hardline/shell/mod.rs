@@ -695,9 +695,14 @@ fn cross(mut left: Vec<Vec<Word>>, right: Vec<Vec<Word>>) -> Vec<Vec<Word>> {
 mod tests {
     use super::*;
 
-    /// Each argv of a reading, joined by spaces.
+    /// Each argv of the shell reading of `text`, joined by spaces.
     fn joined(text: &str) -> Vec<String> {
-        read_shell(text, Prefilter::On)
+        joined_argvs(&read_shell(text, Prefilter::On))
+    }
+
+    /// Each argv of a reading, joined by spaces.
+    fn joined_argvs(reading: &ShellReading) -> Vec<String> {
+        reading
             .argvs
             .iter()
             .map(|a| {
@@ -825,19 +830,7 @@ mod tests {
 
     #[test]
     fn argv_lists_are_read_without_quote_removal() {
-        let read = |words: &[&str]| {
-            read_argv(words, Prefilter::On)
-                .argvs
-                .iter()
-                .map(|a| {
-                    a.words
-                        .iter()
-                        .map(Word::shown)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .collect::<Vec<_>>()
-        };
+        let read = |words: &[&str]| joined_argvs(&read_argv(words, Prefilter::On));
         assert_eq!(read(&["sudo", "rm", "-rf", "/"]), ["rm -rf /"]);
         assert!(read(&["sh", "-c", "rm -rf /"]).contains(&"rm -rf /".to_owned()));
         assert_eq!(read(&["r''m", "-rf", "/"]), ["r''m -rf /"]);
