@@ -70,11 +70,20 @@ pub fn canonical_components_v2(path: &str) -> Vec<&str> {
 /// candidate: in `s` itself, behind a `%` escape the URL path decodes (`%70roc`), or joined by
 /// removing shell characters (`/p''roc`). The pre-filter of [`ProtectedPaths::matches_string_v2`].
 fn may_name_proc(s: &str, code_execution: bool) -> bool {
-    s.contains("proc")
-        || s.contains('%')
-        || (code_execution
-            && s.contains(SHELL_CHARACTERS)
-            && s.replace(SHELL_CHARACTERS, "").contains("proc"))
+    if s.contains("proc") || s.contains('%') {
+        return true;
+    }
+    if !code_execution || !s.contains(SHELL_CHARACTERS) {
+        return false;
+    }
+    // `proc` in `s` with the shell characters removed, found without building that string.
+    let mut last = ['\0'; 4];
+    s.chars()
+        .filter(|c| !SHELL_CHARACTERS.contains(c))
+        .any(|c| {
+            last = [last[1], last[2], last[3], c];
+            last == ['p', 'r', 'o', 'c']
+        })
 }
 
 fn is_digits(s: &str) -> bool {
@@ -420,5 +429,26 @@ mod tests {
         assert!(p.matches_string("cat\u{1c}/usr/bin/x", true));
         assert!(!p.matches_string("cat /etc/passwd", false));
         assert!(!p.matches_string("cat /tmp/passwd", true));
+    }
+
+    /// The `/proc` pre-filter passes every string one of whose candidates can hold `proc`.
+    #[test]
+    fn the_proc_prefilter_sees_what_the_readings_make() {
+        for (s, code_execution) in [
+            ("cat /proc/1/environ", false),
+            ("file:///%70roc/self/environ", false),
+            ("cat /p''roc/self/environ", true),
+            ("cat /p\"r\"o'c'/self/environ", true),
+        ] {
+            assert!(may_name_proc(s, code_execution), "{s:?}");
+        }
+        for (s, code_execution) in [
+            ("cat /p''roc/self/environ", false),
+            ("cat /etc/passwd", true),
+            ("p r o c", true),
+            ("pro;", true),
+        ] {
+            assert!(!may_name_proc(s, code_execution), "{s:?}");
+        }
     }
 }
