@@ -153,7 +153,7 @@ fn destructive_root_delete_examples() {
         ),
     ));
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "destructive_root_delete",
         "policy.hardline.destructive_command",
         &examples,
@@ -169,7 +169,7 @@ fn destructive_root_delete_examples() {
     .map(|s| (*s, code_execution(content(s)), PolicyDecisionType::Allow))
     .collect();
     assert_matrix_decides(
-        &ruleset,
+        ruleset,
         "policy.hardline.destructive_command",
         &does_not_match,
     );
@@ -181,7 +181,7 @@ fn destructive_root_delete_applies_only_to_its_classes() {
     // text in an external write is the matrix's business.
     let ruleset = shipped_ruleset();
     assert_matrix_decides(
-        &ruleset,
+        ruleset,
         "policy.hardline.destructive_command",
         &[(
             "rm -rf / (external_write)",
@@ -226,7 +226,7 @@ fn protected_host_path_examples() {
         .map(|(name, action)| (name.as_str(), action.clone()))
         .collect();
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "protected_host_path",
         "policy.hardline.host_path",
         &examples,
@@ -306,7 +306,7 @@ fn protected_host_path_examples() {
             Allow,
         ),
     ];
-    assert_matrix_decides(&ruleset, "policy.hardline.host_path", &does_not_match);
+    assert_matrix_decides(ruleset, "policy.hardline.host_path", &does_not_match);
 }
 
 #[test]
@@ -346,7 +346,7 @@ fn metadata_egress_examples() {
         .map(|(name, action)| (name.as_str(), action.clone()))
         .collect();
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "metadata_egress",
         "policy.hardline.metadata_egress",
         &examples,
@@ -364,7 +364,7 @@ fn metadata_egress_examples() {
                 )
             })
             .collect();
-    assert_matrix_decides(&ruleset, "policy.hardline.metadata_egress", &does_not_match);
+    assert_matrix_decides(ruleset, "policy.hardline.metadata_egress", &does_not_match);
 }
 
 #[test]
@@ -406,7 +406,7 @@ fn credential_to_egress_examples() {
         ));
     }
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "credential_to_egress",
         "policy.hardline.secret_exfiltration",
         &examples,
@@ -441,7 +441,7 @@ fn credential_to_egress_examples() {
     ])
     .collect();
     assert_matrix_decides(
-        &ruleset,
+        ruleset,
         "policy.hardline.secret_exfiltration",
         &does_not_match,
     );
@@ -458,7 +458,7 @@ fn credential_to_egress_finds_a_qualifying_bearer_after_a_short_one() {
             .map(|s| (*s, external_write(content(s))))
             .collect();
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "credential_to_egress",
         "policy.hardline.secret_exfiltration",
         &examples,
@@ -507,7 +507,7 @@ fn side_effect_rules_deny_their_class_whatever_the_arguments() {
                 ),
             ),
         ];
-        assert_denied_by(&ruleset, rule_id, message_code, &examples);
+        assert_denied_by(ruleset, rule_id, message_code, &examples);
     }
 }
 
