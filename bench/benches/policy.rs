@@ -277,8 +277,8 @@ fn readings_of_64_kib() {
                 })
                 .fold(f64::INFINITY, f64::min)
         };
-        let shell_ms = time(&|| drop(black_box(shell::read_shell(black_box(text)))));
-        let url_ms = time(&|| drop(black_box(url::read_urls(black_box(text), true))));
+        let shell_ms = time(&|| drop(black_box(shell::read_shell(black_box(text), Prefilter::On))));
+        let url_ms = time(&|| drop(black_box(url::read_urls(black_box(text), Prefilter::On))));
         println!("{name:<20} shell {shell_ms:>8.2}   url {url_ms:>8.2}   ({} bytes)", text.len());
     }
 }

@@ -22,30 +22,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock_bench::cpu::children_cpu;
 use airlock_bench::{cases_path, v2_cases_path};
 use airlock_core::action::ProposedAction;
 use airlock_core::policy::{Ruleset, evaluate};
 
 fn arg(n: usize) -> Option<String> {
     std::env::args().nth(n)
-}
-
-/// User plus system CPU time of every waited-for child so far.
-fn children_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given, which lives on this stack frame
-    // and starts zeroed (a valid `rusage`).
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) != 0 {
-            return Duration::ZERO;
-        }
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// The compact action JSON of every line of a conformance file.

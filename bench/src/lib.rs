@@ -2,8 +2,9 @@
 //! shipped policy (`cedar/airlock.cedar`), the mapping from a [`ProposedAction`] to a Cedar
 //! request and from a Cedar response back to airlock's three outcomes, and the agreement check.
 //! The durable-transaction benchmark's shared code is in [`durable`] (store level) and
-//! [`worker_calls`] (whole tool calls through the worker).
+//! [`worker_calls`] (whole tool calls through the worker); CPU-time accounting in [`cpu`].
 
+pub mod cpu;
 pub mod durable;
 pub mod worker_calls;
 

@@ -22,6 +22,7 @@ use airlock_core::vocab::{InvocationStatus, RunStatus};
 use airlock_core::worker::WorkerSettings;
 use serde_json::json;
 
+use crate::cpu::process_cpu;
 use crate::durable::Rate;
 
 /// How much work one measurement submits.
@@ -208,24 +209,6 @@ async fn measure_async(
         groups: stats_after.groups - stats_before.groups,
         cpu,
     })
-}
-
-/// User plus system CPU time of this process so far, over all its threads.
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given, which lives on this stack frame
-    // and starts zeroed (a valid `rusage`).
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return Duration::ZERO;
-        }
-        usage
-    };
-    let time = |t: libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// SUCCEEDED `workspace.write_text` invocations of `runs`; fails if a run did not complete.

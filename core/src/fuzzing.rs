@@ -47,25 +47,31 @@ pub fn policy_eval(data: &[u8]) {
 }
 
 /// `hardline_readings`: arbitrary bytes (read as UTF-8, invalid sequences replaced) through the
-/// v2 readings of SPEC §21.2–§21.3. Nothing may panic, the readings are deterministic, and the
-/// URL reading's pre-filter skips only candidates that give nothing.
+/// v2 readings of SPEC §21.2–§21.3. Nothing may panic, the readings are deterministic, the
+/// URL reading's pre-filter skips only candidates that give nothing, and the shell reading's
+/// plain-word fast path reads as the parser.
 pub fn hardline_readings(data: &[u8]) {
-    use crate::policy::hardline::{is_credential_shaped, shell, url};
+    use crate::policy::hardline::{Prefilter, is_credential_shaped, shell, url};
     let text = String::from_utf8_lossy(data);
-    let filtered = url::read_urls(&text, true);
+    let filtered = url::read_urls(&text, Prefilter::On);
     assert_eq!(
         filtered,
-        url::read_urls(&text, false),
+        url::read_urls(&text, Prefilter::Off),
         "§21.1: the URL pre-filter skips only what cannot match"
     );
-    let reading = shell::read_shell(&text);
+    let reading = shell::read_shell(&text, Prefilter::On);
     assert_eq!(
         reading,
-        shell::read_shell(&text),
+        shell::read_shell(&text, Prefilter::On),
         "the shell reading is deterministic"
     );
+    assert_eq!(
+        reading,
+        shell::read_shell(&text, Prefilter::Off),
+        "§21.1: the plain-word fast path reads as the parser"
+    );
     let words: Vec<&str> = text.split_whitespace().collect();
-    let _ = shell::read_argv(&words);
+    let _ = shell::read_argv(&words, Prefilter::On);
     let _ = is_credential_shaped(&text);
 }
 

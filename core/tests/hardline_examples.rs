@@ -3,59 +3,17 @@
 //! `message_code` whatever the matrix says; a "does not match" example gets the precise decision
 //! the matrix (and nothing else) gives it. Also: no shipped rule matches its own `near_miss`.
 
-use airlock_core::action::{JsonMap, ProposedAction, Target};
-use airlock_core::canonical::arguments_hash;
+use airlock_core::action::{JsonMap, ProposedAction};
 use airlock_core::policy::{Ruleset, evaluate};
-use airlock_core::time::Timestamp;
+use airlock_core::testing::policy::{shipped_ruleset, tool_call};
 use airlock_core::vocab::{
-    ActionKind, HardlineRuleKind, IdempotencyClass, PolicyDecisionType, RiskLevel, SideEffectClass,
-    TargetKind, TrustLevel,
+    HardlineRuleKind, IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind,
 };
 use serde_json::{Value, json};
-use uuid::Uuid;
-
-fn shipped() -> Ruleset {
-    Ruleset::shipped().expect("the shipped policy loads")
-}
-
-/// A user-origin tool call with the given side effect, tool name, target and arguments.
-fn action(
-    side_effect: SideEffectClass,
-    name: &str,
-    idempotency: IdempotencyClass,
-    target: TargetKind,
-    arguments: Value,
-) -> ProposedAction {
-    let arguments: JsonMap = match arguments {
-        Value::Object(map) => map,
-        other => panic!("test arguments must be an object, got {other}"),
-    };
-    ProposedAction {
-        kind: ActionKind::ToolCall,
-        action_id: Uuid::from_u128(0x0b5e_55ed_0000_4000_8000_0000_0000_0001),
-        tenant_id: "tenant-examples".to_owned(),
-        session_id: Uuid::from_u128(0x0b5e_55ed_0000_4000_8000_0000_0000_0002),
-        run_id: Uuid::from_u128(0x0b5e_55ed_0000_4000_8000_0000_0000_0003),
-        step_number: 1,
-        name: name.to_owned(),
-        version: Some("1.0.0".to_owned()),
-        summary: format!("Run {name} with validated arguments."),
-        side_effect,
-        risk: RiskLevel::Medium,
-        idempotency,
-        required_scopes: Vec::new(),
-        normalized_arguments_hash: arguments_hash(&Value::Object(arguments.clone())),
-        arguments,
-        argument_trust: Default::default(),
-        origin_trust: TrustLevel::User,
-        target: Target::for_kind(target),
-        evaluated_at: Timestamp::from_micros(1_768_478_408_000_000),
-    }
-}
 
 /// Code execution in an isolated sandbox: the matrix allows it, so only a hardline rule denies.
 fn code_execution(arguments: Value) -> ProposedAction {
-    action(
+    tool_call(
         SideEffectClass::CodeExecution,
         "sandbox.exec",
         IdempotencyClass::NonIdempotent,
@@ -66,7 +24,7 @@ fn code_execution(arguments: Value) -> ProposedAction {
 
 /// A workspace write by an in-process tool: the matrix allows it iff `path` stays inside.
 fn workspace_write(arguments: Value) -> ProposedAction {
-    action(
+    tool_call(
         SideEffectClass::WorkspaceWrite,
         "workspace.write",
         IdempotencyClass::Idempotent,
@@ -77,7 +35,7 @@ fn workspace_write(arguments: Value) -> ProposedAction {
 
 /// `web.fetch` on a network-enabled web provider: `host_on_allowlist` holds, so the matrix allows.
 fn network_read(arguments: Value) -> ProposedAction {
-    action(
+    tool_call(
         SideEffectClass::NetworkRead,
         "web.fetch",
         IdempotencyClass::ReadOnly,
@@ -88,7 +46,7 @@ fn network_read(arguments: Value) -> ProposedAction {
 
 /// An external write: the matrix requires approval.
 fn external_write(arguments: Value) -> ProposedAction {
-    action(
+    tool_call(
         SideEffectClass::ExternalWrite,
         "crm.update",
         IdempotencyClass::NonIdempotent,
@@ -164,7 +122,7 @@ fn content(s: &str) -> Value {
 
 #[test]
 fn destructive_root_delete_examples() {
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     let matches = [
         "rm -rf /",
         "sudo rm -r -f / now",
@@ -186,7 +144,7 @@ fn destructive_root_delete_examples() {
     // shows the hardline rule decided.
     examples.push((
         "rm -rf / (sandbox_network)",
-        action(
+        tool_call(
             SideEffectClass::SandboxNetwork,
             "sandbox.exec",
             IdempotencyClass::NonIdempotent,
@@ -195,7 +153,7 @@ fn destructive_root_delete_examples() {
         ),
     ));
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "destructive_root_delete",
         "policy.hardline.destructive_command",
         &examples,
@@ -211,7 +169,7 @@ fn destructive_root_delete_examples() {
     .map(|s| (*s, code_execution(content(s)), PolicyDecisionType::Allow))
     .collect();
     assert_matrix_decides(
-        &ruleset,
+        ruleset,
         "policy.hardline.destructive_command",
         &does_not_match,
     );
@@ -221,9 +179,9 @@ fn destructive_root_delete_examples() {
 fn destructive_root_delete_applies_only_to_its_classes() {
     // Hardline rules apply only when the side effect is in `applies_to` (SPEC §6.3): the same
     // text in an external write is the matrix's business.
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     assert_matrix_decides(
-        &ruleset,
+        ruleset,
         "policy.hardline.destructive_command",
         &[(
             "rm -rf / (external_write)",
@@ -235,7 +193,7 @@ fn destructive_root_delete_applies_only_to_its_classes() {
 
 #[test]
 fn protected_host_path_examples() {
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     let matches = [
         "/etc/passwd",
         "/etc//passwd",
@@ -268,7 +226,7 @@ fn protected_host_path_examples() {
         .map(|(name, action)| (name.as_str(), action.clone()))
         .collect();
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "protected_host_path",
         "policy.hardline.host_path",
         &examples,
@@ -348,12 +306,12 @@ fn protected_host_path_examples() {
             Allow,
         ),
     ];
-    assert_matrix_decides(&ruleset, "policy.hardline.host_path", &does_not_match);
+    assert_matrix_decides(ruleset, "policy.hardline.host_path", &does_not_match);
 }
 
 #[test]
 fn metadata_egress_examples() {
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     let matches = [
         "http://169.254.169.254/latest",
         "http://[fd00:ec2::254]/",
@@ -375,7 +333,7 @@ fn metadata_egress_examples() {
     }
     examples.push((
         "http://169.254.169.254/latest (sandbox_network)".to_owned(),
-        action(
+        tool_call(
             SideEffectClass::SandboxNetwork,
             "sandbox.exec",
             IdempotencyClass::NonIdempotent,
@@ -388,7 +346,7 @@ fn metadata_egress_examples() {
         .map(|(name, action)| (name.as_str(), action.clone()))
         .collect();
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "metadata_egress",
         "policy.hardline.metadata_egress",
         &examples,
@@ -406,12 +364,12 @@ fn metadata_egress_examples() {
                 )
             })
             .collect();
-    assert_matrix_decides(&ruleset, "policy.hardline.metadata_egress", &does_not_match);
+    assert_matrix_decides(ruleset, "policy.hardline.metadata_egress", &does_not_match);
 }
 
 #[test]
 fn credential_to_egress_examples() {
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     let mut examples: Vec<(&str, ProposedAction)> = [
         "api_key=secret-value",
         "token: abc",
@@ -438,7 +396,7 @@ fn credential_to_egress_examples() {
     ] {
         examples.push((
             "api_key=secret-value (other egress classes)",
-            action(
+            tool_call(
                 side_effect,
                 "mail.send",
                 IdempotencyClass::NonIdempotent,
@@ -448,7 +406,7 @@ fn credential_to_egress_examples() {
         ));
     }
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "credential_to_egress",
         "policy.hardline.secret_exfiltration",
         &examples,
@@ -483,7 +441,7 @@ fn credential_to_egress_examples() {
     ])
     .collect();
     assert_matrix_decides(
-        &ruleset,
+        ruleset,
         "policy.hardline.secret_exfiltration",
         &does_not_match,
     );
@@ -493,14 +451,14 @@ fn credential_to_egress_examples() {
 fn credential_to_egress_finds_a_qualifying_bearer_after_a_short_one() {
     // SPEC §6.3 (2): "at some occurrence of `bearer`": a later occurrence followed by a
     // qualifying token matches even when an earlier one does not.
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     let examples: Vec<(&str, ProposedAction)> =
         ["Bearer Bearer abc12345", "bearer x then Bearer abc12345"]
             .iter()
             .map(|s| (*s, external_write(content(s))))
             .collect();
     assert_denied_by(
-        &ruleset,
+        ruleset,
         "credential_to_egress",
         "policy.hardline.secret_exfiltration",
         &examples,
@@ -509,7 +467,7 @@ fn credential_to_egress_finds_a_qualifying_bearer_after_a_short_one() {
 
 #[test]
 fn side_effect_rules_deny_their_class_whatever_the_arguments() {
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     for (rule_id, side_effect, message_code) in [
         (
             "credential_class",
@@ -530,7 +488,7 @@ fn side_effect_rules_deny_their_class_whatever_the_arguments() {
         let examples = [
             (
                 "empty arguments",
-                action(
+                tool_call(
                     side_effect,
                     "host.tool",
                     IdempotencyClass::ReadOnly,
@@ -540,7 +498,7 @@ fn side_effect_rules_deny_their_class_whatever_the_arguments() {
             ),
             (
                 "harmless text",
-                action(
+                tool_call(
                     side_effect,
                     "host.tool",
                     IdempotencyClass::ReadOnly,
@@ -549,13 +507,13 @@ fn side_effect_rules_deny_their_class_whatever_the_arguments() {
                 ),
             ),
         ];
-        assert_denied_by(&ruleset, rule_id, message_code, &examples);
+        assert_denied_by(ruleset, rule_id, message_code, &examples);
     }
 }
 
 #[test]
 fn no_shipped_rule_matches_its_own_near_miss() {
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     assert_eq!(
         ruleset.hardline.len(),
         11,
@@ -591,7 +549,7 @@ fn no_shipped_rule_matches_its_own_near_miss() {
 #[test]
 fn shipped_near_misses_are_the_documented_ones() {
     // The self check is only as good as the near misses it runs on (SPEC §7.3).
-    let ruleset = shipped();
+    let ruleset = shipped_ruleset();
     let near_misses: Vec<(&str, &str)> = ruleset
         .hardline
         .iter()

@@ -8,27 +8,15 @@
 //! seed is fixed so that CI runs the same cases every time. Each generated argument object is
 //! tried under all 15 side-effect classes.
 
-use std::sync::OnceLock;
-
-use airlock_core::action::{JsonMap, ProposedAction, Target};
-use airlock_core::canonical::arguments_hash;
+use airlock_core::action::{JsonMap, ProposedAction};
+use airlock_core::policy::evaluate_with;
 use airlock_core::policy::hardline::{Passes, Prefilter};
-use airlock_core::policy::{Ruleset, evaluate_with};
-use airlock_core::time::Timestamp;
-use airlock_core::vocab::{
-    ActionKind, IdempotencyClass, PolicyDecisionType, RiskLevel, SideEffectClass, TargetKind,
-    TrustLevel,
-};
+use airlock_core::testing::policy::{shipped_ruleset, tool_call};
+use airlock_core::vocab::{IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::RngSeed;
 use serde_json::Value;
-use uuid::Uuid;
-
-fn ruleset() -> &'static Ruleset {
-    static RULESET: OnceLock<Ruleset> = OnceLock::new();
-    RULESET.get_or_init(|| Ruleset::shipped().expect("the shipped policy loads"))
-}
 
 fn config() -> ProptestConfig {
     ProptestConfig {
@@ -73,6 +61,10 @@ const FRAGMENTS: &[&str] = &[
     "/e?c/passwd",
     ".e*",
     "/proc/self/root/etc/shadow",
+    // `proc` hidden from a substring test: by quotes the token reading removes, by an escape a
+    // `file:` URL path decodes.
+    "/p''roc/self/root/etc/shadow",
+    "file:///%70roc/self/root/etc/shadow",
     "/proc/1/environ",
     "dd if=",
     "@",
@@ -179,28 +171,16 @@ fn case() -> impl Strategy<Value = (TargetKind, JsonMap)> {
     )
 }
 
+/// A `web.fetch`-named call; each property tries it under every side-effect class.
 fn action(side_effect: SideEffectClass, target: TargetKind, arguments: JsonMap) -> ProposedAction {
-    ProposedAction {
-        kind: ActionKind::ToolCall,
-        action_id: Uuid::from_u128(1),
-        tenant_id: "tenant-v2".to_owned(),
-        session_id: Uuid::from_u128(2),
-        run_id: Uuid::from_u128(3),
-        step_number: 1,
-        name: "web.fetch".to_owned(),
-        version: Some("1.0.0".to_owned()),
-        summary: "Run web.fetch with validated arguments.".to_owned(),
+    let arguments = Value::Object(arguments);
+    tool_call(
         side_effect,
-        risk: RiskLevel::Medium,
-        idempotency: IdempotencyClass::ReadOnly,
-        required_scopes: Vec::new(),
-        normalized_arguments_hash: arguments_hash(&Value::Object(arguments.clone())),
+        "web.fetch",
+        IdempotencyClass::ReadOnly,
+        target,
         arguments,
-        argument_trust: Default::default(),
-        origin_trust: TrustLevel::User,
-        target: Target::for_kind(target),
-        evaluated_at: Timestamp::from_micros(1_768_478_408_000_000),
-    }
+    )
 }
 
 /// Strictness order: a deny is stricter than an approval, which is stricter than an allow.
@@ -220,7 +200,7 @@ proptest! {
     /// decision or a hardline deny.
     #[test]
     fn v2_is_never_weaker_than_pass_1_and_keeps_its_codes((target, arguments) in case()) {
-        let rules = ruleset();
+        let rules = shipped_ruleset();
         for side_effect in SideEffectClass::ALL.iter().copied() {
             let action = action(side_effect, target.clone(), arguments.clone());
             let v1 = evaluate_with(&action, rules, Passes::V1Only, Prefilter::On);
@@ -238,7 +218,7 @@ proptest! {
     /// SPEC §21.1: a pre-filter that skips strings which cannot match never changes a decision.
     #[test]
     fn prefilters_never_change_a_decision((target, arguments) in case()) {
-        let rules = ruleset();
+        let rules = shipped_ruleset();
         for side_effect in SideEffectClass::ALL.iter().copied() {
             let action = action(side_effect, target.clone(), arguments.clone());
             prop_assert_eq!(
@@ -263,8 +243,8 @@ fn generated_actions_reach_the_v2_readings() {
         let (target, arguments) = strategy.new_tree(&mut runner).expect("a value").current();
         for side_effect in SideEffectClass::ALL.iter().copied() {
             let action = action(side_effect, target.clone(), arguments.clone());
-            let v1 = evaluate_with(&action, ruleset(), Passes::V1Only, Prefilter::On);
-            let v2 = evaluate_with(&action, ruleset(), Passes::Both, Prefilter::On);
+            let v1 = evaluate_with(&action, shipped_ruleset(), Passes::V1Only, Prefilter::On);
+            let v2 = evaluate_with(&action, shipped_ruleset(), Passes::Both, Prefilter::On);
             if v1 != v2 {
                 v2_only += 1;
             }
@@ -274,4 +254,38 @@ fn generated_actions_reach_the_v2_readings() {
         v2_only >= 100,
         "only {v2_only} generated actions reach pass 2's denies"
     );
+}
+
+/// SPEC §21.1, at the edges of the `/proc` pre-filter: a `proc` component that only the token
+/// reading (shell characters removed) or a `file:` URL's percent-decoding makes is still read,
+/// so these code-execution strings are denied as `/etc/shadow` reads, with the pre-filter on as
+/// off, and every other class gets the same decision both ways.
+#[test]
+fn the_proc_prefilter_keeps_components_the_readings_make() {
+    let rules = shipped_ruleset();
+    for command in [
+        "cat /p''roc/self/root/etc/shadow '",
+        "cat /p\"\"roc/self/root/etc/shadow \"",
+        "cat<file:///%70roc/self/root/etc/shadow",
+        "x;file:///%70roc/self/root/etc/shadow",
+    ] {
+        let mut arguments = JsonMap::new();
+        arguments.insert("command".to_owned(), Value::String(command.to_owned()));
+        for side_effect in SideEffectClass::ALL.iter().copied() {
+            let action = action(side_effect, TargetKind::Sandbox, arguments.clone());
+            let on = evaluate_with(&action, rules, Passes::Both, Prefilter::On);
+            assert_eq!(
+                on,
+                evaluate_with(&action, rules, Passes::Both, Prefilter::Off),
+                "{command:?} {side_effect}"
+            );
+            if side_effect == SideEffectClass::CodeExecution {
+                assert_eq!(
+                    (on.decision, on.reason_code.as_str()),
+                    (PolicyDecisionType::Deny, "policy.hardline.host_path"),
+                    "{command:?}"
+                );
+            }
+        }
+    }
 }

@@ -6,13 +6,13 @@
 //! The proptest seed is fixed so that CI runs the same cases every time.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
 use airlock_core::action::{JsonMap, MAX_ARGUMENT_DEPTH, ProposedAction, Target, value_depth};
 use airlock_core::canonical::arguments_hash;
 use airlock_core::policy::advisory::{AdvisoryVerdict, combine};
 use airlock_core::policy::shipped::SHIPPED_VERSION;
 use airlock_core::policy::{Ruleset, evaluate};
+use airlock_core::testing::policy::shipped_ruleset;
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{
     ActionKind, IdempotencyClass, PolicyDecisionType, RiskLevel, SideEffectClass, TargetKind,
@@ -23,11 +23,6 @@ use proptest::sample::select;
 use proptest::test_runner::RngSeed;
 use serde_json::{Value, json};
 use uuid::Uuid;
-
-fn ruleset() -> &'static Ruleset {
-    static RULESET: OnceLock<Ruleset> = OnceLock::new();
-    RULESET.get_or_init(|| Ruleset::shipped().expect("the shipped policy loads"))
-}
 
 /// Fixed seed, no persistence: the same 256 cases on every run.
 fn config() -> ProptestConfig {
@@ -386,7 +381,7 @@ fn reversed_text(value: &Value) -> String {
 }
 
 fn rank(action: &ProposedAction) -> u8 {
-    evaluate(action, ruleset()).decision.rank()
+    evaluate(action, shipped_ruleset()).decision.rank()
 }
 
 fn verdict_rank(verdict: AdvisoryVerdict) -> u8 {
@@ -405,7 +400,7 @@ const VERDICTS: [AdvisoryVerdict; 3] = [
 
 /// The decision must be one the engine can give for this action (SPEC §6.1, §16 #4).
 fn assert_well_formed(action: &ProposedAction) {
-    let decision = evaluate(action, ruleset());
+    let decision = evaluate(action, shipped_ruleset());
     assert_eq!(decision.policy_version, SHIPPED_VERSION);
     assert_eq!(decision.modified_arguments, None);
     let matrix_reason = format!("policy.matrix.{}", action.side_effect);
@@ -413,13 +408,13 @@ fn assert_well_formed(action: &ProposedAction) {
         assert_eq!(action.kind, ActionKind::SkillAuthoring);
         assert_ne!(action.origin_trust, TrustLevel::User);
         assert_eq!(decision.decision, PolicyDecisionType::Deny);
-    } else if ruleset()
+    } else if shipped_ruleset()
         .hardline
         .iter()
         .any(|r| r.message_code == decision.reason_code)
     {
         // Several rules share a message code since SPEC §21.4; the explanation names the one.
-        let rule = ruleset()
+        let rule = shipped_ruleset()
             .hardline
             .iter()
             .find(|r| decision.explanation == format!("Hardline rule {} denied the action.", r.id))
@@ -455,20 +450,20 @@ proptest! {
     /// (a) Evaluating the same action twice, or a clone of it, gives identical decision JSON.
     #[test]
     fn evaluation_is_deterministic(action in proposed_action()) {
-        let first = evaluate(&action, ruleset()).to_json();
-        prop_assert_eq!(&first, &evaluate(&action, ruleset()).to_json());
-        prop_assert_eq!(&first, &evaluate(&action.clone(), ruleset()).to_json());
+        let first = evaluate(&action, shipped_ruleset()).to_json();
+        prop_assert_eq!(&first, &evaluate(&action, shipped_ruleset()).to_json());
+        prop_assert_eq!(&first, &evaluate(&action.clone(), shipped_ruleset()).to_json());
     }
 
     /// (b) Argument key order never matters, at any level, whether the map is rebuilt in reverse
     /// insertion order or parsed from text that lists members in reverse.
     #[test]
     fn evaluation_ignores_argument_key_order(action in proposed_action()) {
-        let expected = evaluate(&action, ruleset()).to_json();
+        let expected = evaluate(&action, shipped_ruleset()).to_json();
 
         let mut rebuilt = action.clone();
         rebuilt.arguments = reversed_map(&action.arguments);
-        prop_assert_eq!(&expected, &evaluate(&rebuilt, ruleset()).to_json());
+        prop_assert_eq!(&expected, &evaluate(&rebuilt, shipped_ruleset()).to_json());
 
         let text = reversed_text(&Value::Object(action.arguments.clone()));
         let mut deserializer = serde_json::Deserializer::from_str(&text);
@@ -480,17 +475,17 @@ proptest! {
             Value::Object(map) => map,
             other => panic!("arguments reparsed as {other}"),
         };
-        prop_assert_eq!(&expected, &evaluate(&reparsed, ruleset()).to_json());
+        prop_assert_eq!(&expected, &evaluate(&reparsed, shipped_ruleset()).to_json());
     }
 
     /// (c) `risk` selects approval expiry only, never a decision (SPEC §16 #3).
     #[test]
     fn risk_never_changes_the_decision(action in proposed_action()) {
-        let expected = evaluate(&action, ruleset()).to_json();
+        let expected = evaluate(&action, shipped_ruleset()).to_json();
         for risk in RiskLevel::ALL.iter().copied() {
             let mut other = action.clone();
             other.risk = risk;
-            prop_assert_eq!(&expected, &evaluate(&other, ruleset()).to_json(), "risk {}", risk);
+            prop_assert_eq!(&expected, &evaluate(&other, shipped_ruleset()).to_json(), "risk {}", risk);
         }
     }
 
@@ -603,9 +598,9 @@ fn a_thousand_evaluations_are_byte_identical() {
     // SPEC §16 #1, for every side effect.
     for side_effect in SideEffectClass::ALL.iter().copied() {
         let action = representative(side_effect);
-        let first = evaluate(&action, ruleset()).to_json();
+        let first = evaluate(&action, shipped_ruleset()).to_json();
         for i in 1..1000 {
-            let again = evaluate(&action, ruleset()).to_json();
+            let again = evaluate(&action, shipped_ruleset()).to_json();
             assert_eq!(
                 again.as_bytes(),
                 first.as_bytes(),
@@ -621,7 +616,7 @@ fn separately_loaded_rulesets_decide_identically() {
     for side_effect in SideEffectClass::ALL.iter().copied() {
         let action = representative(side_effect);
         assert_eq!(
-            evaluate(&action, ruleset()).to_json(),
+            evaluate(&action, shipped_ruleset()).to_json(),
             evaluate(&action, &other).to_json(),
             "{side_effect}"
         );
@@ -665,14 +660,14 @@ fn arguments_nested_128_deep_evaluate_and_are_still_searched() {
     assert_eq!(depth, MAX_ARGUMENT_DEPTH);
     assert_eq!(action.validate(), Ok(()), "depth 128 is admitted");
 
-    let decision = evaluate(&action, ruleset());
+    let decision = evaluate(&action, shipped_ruleset());
     assert_eq!(decision.decision, PolicyDecisionType::Deny);
     assert_eq!(decision.reason_code, "policy.hardline.destructive_command");
 
     // The same through the parser, and with the leaf swapped for each kind of trigger.
     let text = serde_json::to_string(&action).expect("an action serializes");
     let parsed = ProposedAction::from_json(&text).expect("depth 128 parses");
-    assert_eq!(evaluate(&parsed, ruleset()), decision);
+    assert_eq!(evaluate(&parsed, shipped_ruleset()), decision);
 
     for (side_effect, leaf, reason_code) in [
         (
@@ -702,7 +697,7 @@ fn arguments_nested_128_deep_evaluate_and_are_still_searched() {
         let depth = MAX_ARGUMENT_DEPTH - value_depth(&leaf);
         deep.arguments = nested_arguments(depth, leaf);
         assert_eq!(deep.validate(), Ok(()), "{side_effect}");
-        let decision = evaluate(&deep, ruleset());
+        let decision = evaluate(&deep, shipped_ruleset());
         assert_eq!(decision.reason_code, reason_code, "{side_effect}");
     }
 }

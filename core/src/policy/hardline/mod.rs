@@ -110,16 +110,8 @@ pub enum Passes {
     Both,
 }
 
-/// The first rule that denies, by SPEC §21.1's two passes.
-pub fn first_match<'r>(
-    rules: &'r [HardlineRule],
-    side_effect: SideEffectClass,
-    arguments: &Map<String, Value>,
-) -> Option<&'r HardlineRule> {
-    first_match_with(rules, side_effect, arguments, Passes::Both, Prefilter::On)
-}
-
-/// [`first_match`] with the passes and the pre-filter chosen (for the property tests).
+/// The first rule that denies, by SPEC §21.1's two passes; the engine runs both with the
+/// pre-filters on, the property tests choose (never weaker, pre-filters change nothing).
 pub fn first_match_with<'r>(
     rules: &'r [HardlineRule],
     side_effect: SideEffectClass,
@@ -129,7 +121,7 @@ pub fn first_match_with<'r>(
 ) -> Option<&'r HardlineRule> {
     if let Some(rule) = rules
         .iter()
-        .find(|rule| rule.matches_v1(side_effect, arguments))
+        .find(|rule| rule.matches_v1(side_effect, arguments, prefilter))
     {
         return Some(rule);
     }
@@ -147,7 +139,7 @@ impl HardlineRule {
     /// readings (v1 and v2). The engine uses [`first_match`], which orders the passes; this is
     /// the answer for one rule on its own (the load-time self check).
     pub fn matches(&self, side_effect: SideEffectClass, arguments: &Map<String, Value>) -> bool {
-        self.matches_v1(side_effect, arguments)
+        self.matches_v1(side_effect, arguments, Prefilter::On)
             || (self.applies_to.contains(side_effect)
                 && self.matches_v2(
                     side_effect,
@@ -156,7 +148,12 @@ impl HardlineRule {
     }
 
     /// Pass 1: the v1 readings of SPEC §6.3, with the rule's (possibly extended) data.
-    pub fn matches_v1(&self, side_effect: SideEffectClass, arguments: &Map<String, Value>) -> bool {
+    pub fn matches_v1(
+        &self,
+        side_effect: SideEffectClass,
+        arguments: &Map<String, Value>,
+        prefilter: Prefilter,
+    ) -> bool {
         if !self.applies_to.contains(side_effect) {
             return false;
         }
@@ -175,7 +172,7 @@ impl HardlineRule {
                 strings::any_string_in(arguments, &mut |s| paths.matches_file_url(s))
             }
             Matcher::NetworkRange(ranges) => {
-                strings::any_string_in(arguments, &mut |s| ranges.matches_string(s))
+                strings::any_string_in(arguments, &mut |s| ranges.matches_string(s, prefilter))
             }
             Matcher::TrustFlowCredentialShaped => credential::contains_credential(arguments),
         }
@@ -193,13 +190,11 @@ impl HardlineRule {
             Matcher::ProtectedPath(paths) => {
                 let code_execution = side_effect == SideEffectClass::CodeExecution;
                 let prefilter = readings.prefilter();
-                readings.strings().iter().any(|s| {
-                    if prefilter == Prefilter::On {
-                        paths.matches_string_v2(s, code_execution)
-                    } else {
-                        paths.matches_string_with_canon(s, code_execution, Canon::V2)
-                    }
-                }) || url_paths_match(paths, readings)
+                readings
+                    .strings()
+                    .iter()
+                    .any(|s| paths.matches_string_v2(s, code_execution, prefilter))
+                    || url_paths_match(paths, readings)
                     || readings
                         .commands()
                         .argvs
@@ -209,17 +204,15 @@ impl HardlineRule {
             Matcher::ProtectedUrlPath(paths) => url_paths_match(paths, readings),
             Matcher::NetworkRange(ranges) => {
                 let prefilter = readings.prefilter();
-                readings.strings().iter().any(|s| {
-                    if prefilter == Prefilter::On {
-                        ranges.matches_string_v2(s)
-                    } else {
-                        ranges.matches_string_v2_unfiltered(s)
-                    }
-                }) || readings
-                    .urls()
-                    .addresses
+                readings
+                    .strings()
                     .iter()
-                    .any(|a| ranges.matches_address(*a))
+                    .any(|s| ranges.matches_string_v2(s, prefilter))
+                    || readings
+                        .urls()
+                        .addresses
+                        .iter()
+                        .any(|a| ranges.matches_address(*a))
             }
             Matcher::TrustFlowCredentialShaped => {
                 readings

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 
 use ipnet::IpNet;
 
+use super::readings::Prefilter;
 use super::strings::is_ws;
 
 /// A compiled `cidrs` list.
@@ -29,42 +30,32 @@ impl NetworkRanges {
     /// Whether an address found by a v2 reading (SPEC §21.2) is in a range, directly or through
     /// any IPv4 it embeds (the v1 embeddings and the two v2 adds).
     pub fn matches_address(&self, address: IpAddr) -> bool {
-        if self.contains(address) {
-            return true;
-        }
         match address {
-            IpAddr::V6(v6) => [embedded_ipv4(v6), embedded_ipv4_v2(v6)]
-                .into_iter()
-                .flatten()
-                .any(|v4| self.contains(IpAddr::V4(v4))),
-            IpAddr::V4(_) => false,
+            IpAddr::V6(v6) => any_in_v6(v6, Embeddings::V2, &mut |a| self.contains(a)),
+            IpAddr::V4(_) => self.contains(address),
         }
     }
 
     /// Whether `s` names, in any accepted spelling, an address inside a range (SPEC §6.3, the v1
     /// reading).
-    pub fn matches_string(&self, s: &str) -> bool {
-        self.matches_string_with(s, Embeddings::V1)
+    pub fn matches_string(&self, s: &str, prefilter: Prefilter) -> bool {
+        self.matches_string_with(s, Embeddings::V1, prefilter)
     }
 
     /// The v1 candidates of `s` read again with the IPv4-in-IPv6 embeddings SPEC §21.2 adds
     /// (SIIT and local-use NAT64): a v2 reading, so pass 2 only. Only an IPv6 literal can embed,
-    /// so a string without `:` is skipped.
-    pub fn matches_string_v2(&self, s: &str) -> bool {
-        s.contains(':') && self.matches_string_with(s, Embeddings::V2)
+    /// so the pre-filter skips a string without `:`.
+    pub fn matches_string_v2(&self, s: &str, prefilter: Prefilter) -> bool {
+        (prefilter == Prefilter::Off || s.contains(':'))
+            && self.matches_string_with(s, Embeddings::V2, prefilter)
     }
 
-    /// [`NetworkRanges::matches_string_v2`] without its `:` pre-filter.
-    pub fn matches_string_v2_unfiltered(&self, s: &str) -> bool {
-        self.matches_string_with(s, Embeddings::V2)
-    }
-
-    fn matches_string_with(&self, s: &str, embeddings: Embeddings) -> bool {
-        // Every spelling `addresses` accepts holds an ASCII digit or a `:` (IPv6 needs a `:`,
-        // every dotted-decimal and `inet_aton` part a digit, `0x`/`0` prefixes included), and a
-        // candidate is a piece of `s` with tabs and line breaks removed and `\` turned into `/`,
-        // which adds neither. So a string with neither can name no address: most strings.
-        if !s.bytes().any(|b| b.is_ascii_digit() || b == b':') {
+    fn matches_string_with(&self, s: &str, embeddings: Embeddings, prefilter: Prefilter) -> bool {
+        // Pre-filter: every spelling `any_address` accepts holds an ASCII digit or a `:` (IPv6
+        // needs a `:`, every dotted-decimal and `inet_aton` part a digit, `0x`/`0` prefixes
+        // included), and a candidate is a piece of `s` with tabs and line breaks removed and `\`
+        // turned into `/`, which adds neither. So a string with neither can name no address.
+        if prefilter == Prefilter::On && !s.bytes().any(|b| b.is_ascii_digit() || b == b':') {
             return false;
         }
         let cleaned: Cow<'_, str> = if s.contains(['\t', '\n', '\r']) {
@@ -78,31 +69,34 @@ impl NetworkRanges {
         };
         let trimmed =
             cleaned.trim_matches(|c: char| is_ws(c) || c.is_control() && (c as u32) < 0x20);
-        if self.any_candidate_matches(trimmed, embeddings) {
+        let reading = Reading {
+            embeddings,
+            prefilter,
+        };
+        if self.any_candidate_matches(trimmed, reading) {
             return true;
         }
         // The slashed spelling differs from the trimmed one only when it has a `\`.
-        trimmed.contains('\\')
-            && self.any_candidate_matches(&trimmed.replace('\\', "/"), embeddings)
+        trimmed.contains('\\') && self.any_candidate_matches(&trimmed.replace('\\', "/"), reading)
     }
 
-    fn any_candidate_matches(&self, text: &str, embeddings: Embeddings) -> bool {
+    fn any_candidate_matches(&self, text: &str, reading: Reading) -> bool {
         let mut found = false;
         for_each_candidate(text, &mut |candidate| {
-            found = found || self.candidate_matches(candidate, embeddings);
+            found = found || self.candidate_matches(candidate, reading);
         });
         found
     }
 
     /// A candidate as given, without one trailing `.`, without a `%zone`, and without both.
-    fn candidate_matches(&self, candidate: &str, embeddings: Embeddings) -> bool {
+    fn candidate_matches(&self, candidate: &str, reading: Reading) -> bool {
         let without_dot = candidate.strip_suffix('.');
         let without_zone = candidate.find('%').map(|i| &candidate[..i]);
         let without_both = without_dot.and_then(|c| c.find('%').map(|i| &c[..i]));
         [Some(candidate), without_dot, without_zone, without_both]
             .into_iter()
             .flatten()
-            .any(|text| any_address(text, embeddings, &mut |address| self.contains(address)))
+            .any(|text| any_address(text, reading, &mut |address| self.contains(address)))
     }
 }
 
@@ -164,43 +158,57 @@ enum Embeddings {
     V2,
 }
 
+/// How one string is read: which embeddings are unwrapped, and whether the pre-filters skip
+/// what cannot match.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    embeddings: Embeddings,
+    prefilter: Prefilter,
+}
+
 /// Whether `test` holds for any address a candidate denotes: IPv6, strict dotted-decimal IPv4
 /// (leading zeros decimal), `inet_aton` IPv4, and the IPv4 embedded in an IPv6 address. Built
 /// without allocating: it runs on every collected string of every action.
-fn any_address(text: &str, embeddings: Embeddings, test: &mut impl FnMut(IpAddr) -> bool) -> bool {
-    // Every spelling below is made of hex digits, `x`, `.` and `:` only, so a candidate with any
-    // other byte (most of them: whole sentences, paths, commands) is refused before parsing.
-    if !text
-        .bytes()
-        .all(|b| b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'x' | b'X'))
+fn any_address(text: &str, reading: Reading, test: &mut impl FnMut(IpAddr) -> bool) -> bool {
+    // Pre-filter: every spelling below is made of hex digits, `x`, `.` and `:` only, so a
+    // candidate with any other byte (most of them: whole sentences, paths, commands) is refused
+    // before parsing.
+    if reading.prefilter == Prefilter::On
+        && !text
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'x' | b'X'))
     {
         return false;
     }
     // An IPv6 literal always has a `:`; skipping the parse without one changes no answer.
     if text.contains(':')
         && let Ok(v6) = text.parse::<Ipv6Addr>()
+        && any_in_v6(v6, reading.embeddings, test)
     {
-        if test(IpAddr::V6(v6)) {
-            return true;
-        }
-        if embedded_ipv4(v6).is_some_and(|v4| test(IpAddr::V4(v4))) {
-            return true;
-        }
-        if embeddings == Embeddings::V2
-            && embedded_ipv4_v2(v6).is_some_and(|v4| test(IpAddr::V4(v4)))
-        {
-            return true;
-        }
+        return true;
     }
     strict_dotted_decimal(text).is_some_and(|v4| test(IpAddr::V4(v4)))
         || inet_aton(text).is_some_and(|v4| test(IpAddr::V4(v4)))
+}
+
+/// Whether `test` holds for an IPv6 address or an IPv4 it embeds (SPEC §6.3's embeddings, and
+/// with [`Embeddings::V2`] also §21.2's).
+fn any_in_v6(v6: Ipv6Addr, embeddings: Embeddings, test: &mut impl FnMut(IpAddr) -> bool) -> bool {
+    test(IpAddr::V6(v6))
+        || embedded_ipv4(v6).is_some_and(|v4| test(IpAddr::V4(v4)))
+        || (embeddings == Embeddings::V2
+            && embedded_ipv4_v2(v6).is_some_and(|v4| test(IpAddr::V4(v4))))
 }
 
 /// Every address a candidate denotes, in [`any_address`]'s order (for tests).
 #[cfg(test)]
 fn addresses(text: &str, embeddings: Embeddings) -> Vec<IpAddr> {
     let mut out = Vec::new();
-    any_address(text, embeddings, &mut |address| {
+    let reading = Reading {
+        embeddings,
+        prefilter: Prefilter::On,
+    };
+    any_address(text, reading, &mut |address| {
         out.push(address);
         false
     });
@@ -299,6 +307,17 @@ fn inet_aton(text: &str) -> Option<Ipv4Addr> {
 mod tests {
     use super::*;
 
+    /// The v1 reading with its pre-filters, checked against the same reading without them.
+    fn matches(r: &NetworkRanges, text: &str) -> bool {
+        let filtered = r.matches_string(text, Prefilter::On);
+        assert_eq!(
+            filtered,
+            r.matches_string(text, Prefilter::Off),
+            "{text:?}: the pre-filter changed the answer"
+        );
+        filtered
+    }
+
     fn metadata() -> NetworkRanges {
         NetworkRanges::new(
             [
@@ -360,7 +379,7 @@ mod tests {
             "http://100.100.100.0000000000200/",
             "http://0000000000169.254.169.254/latest",
         ] {
-            assert!(r.matches_string(text), "{text} should match");
+            assert!(matches(&r, text), "{text} should match");
         }
     }
 
@@ -395,10 +414,10 @@ mod tests {
             "169.254.43518",
             "2852039166",
         ] {
-            assert!(r.matches_string(text), "{text} should match");
+            assert!(matches(&r, text), "{text} should match");
         }
         for text in ["https://example.com/", "http://169.254.169.254.nip.io/"] {
-            assert!(!r.matches_string(text), "{text} should not match");
+            assert!(!matches(&r, text), "{text} should not match");
         }
     }
 
@@ -418,10 +437,10 @@ mod tests {
             "http://0XA9FEA9FE./x",
             "user@0xa9.0xfe.0xa9.0xfe:80",
         ] {
-            assert!(r.matches_string(text), "{text:?} should match");
+            assert!(matches(&r, text), "{text:?} should match");
         }
         for text in ["febf", "fe80-1", "febf:", "no address here", ""] {
-            assert!(!r.matches_string(text), "{text:?} should not match");
+            assert!(!matches(&r, text), "{text:?} should not match");
         }
         assert_eq!(addresses("0xA9FEA9FE", Embeddings::V1).len(), 1);
         assert_eq!(addresses("febf::", Embeddings::V1).len(), 1);
@@ -441,9 +460,9 @@ mod tests {
             "fe80::1%25eth0",
             "see //169.254.169.254#frag",
         ] {
-            assert!(r.matches_string(text), "{text:?} should match");
+            assert!(matches(&r, text), "{text:?} should match");
         }
-        assert!(!r.matches_string("169.253.1.1"));
-        assert!(!r.matches_string("metadata.google.internal"));
+        assert!(!matches(&r, "169.253.1.1"));
+        assert!(!matches(&r, "metadata.google.internal"));
     }
 }

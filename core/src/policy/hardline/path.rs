@@ -1,7 +1,8 @@
 //! `protected_path` matching (SPEC §6.3): canonicalize every candidate path, then compare by
 //! components against absolute and relative entries.
 
-use super::strings::is_ws;
+use super::readings::Prefilter;
+use super::strings::{is_ws, percent_decode};
 
 /// Characters a shell treats specially (SPEC §6.3). A command is tokenized twice when it holds
 /// any: once with them removed, as the spec says (`cat /e''tc/passwd` → `/etc/passwd`), and once
@@ -63,6 +64,28 @@ pub fn canonical_components_v2(path: &str) -> Vec<&str> {
     components
 }
 
+/// Whether a candidate of `s` (SPEC §6.3: `s`, a `file:` URL's percent-decoded path, and for
+/// code execution each token with the shell characters removed or replaced) can have a `proc`
+/// component. Canonicalization only splits and drops, so the component's text must be in the
+/// candidate: in `s` itself, behind a `%` escape the URL path decodes (`%70roc`), or joined by
+/// removing shell characters (`/p''roc`). The pre-filter of [`ProtectedPaths::matches_string_v2`].
+fn may_name_proc(s: &str, code_execution: bool) -> bool {
+    if s.contains("proc") || s.contains('%') {
+        return true;
+    }
+    if !code_execution || !s.contains(SHELL_CHARACTERS) {
+        return false;
+    }
+    // `proc` in `s` with the shell characters removed, found without building that string.
+    let mut last = ['\0'; 4];
+    s.chars()
+        .filter(|c| !SHELL_CHARACTERS.contains(c))
+        .any(|c| {
+            last = [last[1], last[2], last[3], c];
+            last == ['p', 'r', 'o', 'c']
+        })
+}
+
 fn is_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
@@ -107,28 +130,6 @@ fn file_url_path(s: &str) -> Option<String> {
     Some(percent_decode(path))
 }
 
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).and_then(|b| hex(*b)),
-                bytes.get(i + 2).and_then(|b| hex(*b)),
-            )
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 impl ProtectedPaths {
     /// Compiles the entries of a rule. `~/x` yields both `/home/x` and the relative `x`; a `~`
     /// entry that climbs out of home (`~/../etc`) is just the absolute path it names. A relative
@@ -162,15 +163,10 @@ impl ProtectedPaths {
         Ok(ProtectedPaths { entries })
     }
 
-    /// Whether any entry protects the canonical form of `path`.
-    fn protects(&self, path: &str) -> bool {
-        self.protects_components(&canonical_components(path))
-    }
-
     /// Whether any entry protects `path` canonicalized the given way.
     pub fn protects_with(&self, path: &str, canon: Canon) -> bool {
         match canon {
-            Canon::V1 => self.protects(path),
+            Canon::V1 => self.protects_components(&canonical_components(path)),
             Canon::V2 => self.protects_components(&canonical_components_v2(path)),
         }
     }
@@ -201,15 +197,15 @@ impl ProtectedPaths {
         self.matches_string_with_canon(s, code_execution, Canon::V1)
     }
 
-    /// The same candidates canonicalized with the `/proc` reading: pass 2. A string without
-    /// `proc` canonicalizes the same both ways, so it is skipped.
-    pub fn matches_string_v2(&self, s: &str, code_execution: bool) -> bool {
-        s.contains("proc") && self.matches_string_with_canon(s, code_execution, Canon::V2)
+    /// The same candidates canonicalized with the `/proc` reading: pass 2. The pre-filter skips
+    /// a string none of whose candidates can hold a `proc` component, since those canonicalize
+    /// the same both ways.
+    pub fn matches_string_v2(&self, s: &str, code_execution: bool, prefilter: Prefilter) -> bool {
+        (prefilter == Prefilter::Off || may_name_proc(s, code_execution))
+            && self.matches_string_with_canon(s, code_execution, Canon::V2)
     }
 
-    /// [`ProtectedPaths::matches_string`] with the canonicalization chosen; pass 2 without the
-    /// `proc` pre-filter is this with [`Canon::V2`].
-    pub fn matches_string_with_canon(&self, s: &str, code_execution: bool, canon: Canon) -> bool {
+    fn matches_string_with_canon(&self, s: &str, code_execution: bool, canon: Canon) -> bool {
         if self.matches_candidate(s, canon) {
             return true;
         }
@@ -232,24 +228,20 @@ impl ProtectedPaths {
     }
 
     fn matches_candidate(&self, s: &str, canon: Canon) -> bool {
-        if self.protects_with(s, canon) {
-            return true;
-        }
-        match file_url_path(s) {
-            Some(path) => {
-                // The path as given, and without a query or fragment.
-                let bare = path.split(['?', '#']).next().unwrap_or_default();
-                self.protects_with(&path, canon) || self.protects_with(bare, canon)
-            }
-            None => false,
-        }
+        self.protects_with(s, canon) || self.matches_file_url_with(s, canon)
     }
 
     /// The v1 `file:` URL path reading alone: what `protected_url_path` tests in pass 1.
     pub fn matches_file_url(&self, s: &str) -> bool {
+        self.matches_file_url_with(s, Canon::V1)
+    }
+
+    /// Whether `s` is a `file:` URL whose path, as given or without a query or fragment, names
+    /// a protected entry.
+    fn matches_file_url_with(&self, s: &str, canon: Canon) -> bool {
         file_url_path(s).is_some_and(|path| {
             let bare = path.split(['?', '#']).next().unwrap_or_default();
-            self.protects(&path) || self.protects(bare)
+            self.protects_with(&path, canon) || self.protects_with(bare, canon)
         })
     }
 
@@ -439,8 +431,24 @@ mod tests {
         assert!(!p.matches_string("cat /tmp/passwd", true));
     }
 
+    /// The `/proc` pre-filter passes every string one of whose candidates can hold `proc`.
     #[test]
-    fn percent_decoding_keeps_malformed_escapes() {
-        assert_eq!(percent_decode("%2Fa%zz%4"), "/a%zz%4");
+    fn the_proc_prefilter_sees_what_the_readings_make() {
+        for (s, code_execution) in [
+            ("cat /proc/1/environ", false),
+            ("file:///%70roc/self/environ", false),
+            ("cat /p''roc/self/environ", true),
+            ("cat /p\"r\"o'c'/self/environ", true),
+        ] {
+            assert!(may_name_proc(s, code_execution), "{s:?}");
+        }
+        for (s, code_execution) in [
+            ("cat /p''roc/self/environ", false),
+            ("cat /etc/passwd", true),
+            ("p r o c", true),
+            ("pro;", true),
+        ] {
+            assert!(!may_name_proc(s, code_execution), "{s:?}");
+        }
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::vocab::SideEffectClass;
 
 use super::shell::{self, ShellReading};
-use super::strings::is_ws;
+use super::strings::{any_string_in, is_ws};
 use super::url::{UrlReading, read_urls};
 
 /// The longest string (in UTF-8 bytes) that gets the v2 readings.
@@ -59,12 +59,17 @@ impl<'a> Readings<'a> {
         self.prefilter
     }
 
-    /// The collected strings short enough to be read.
+    /// The collected strings of SPEC §6.3 (the v1 walk, in its order) short enough to be read.
     pub fn strings(&mut self) -> &[&'a str] {
         let arguments = self.arguments;
         self.strings.get_or_insert_with(|| {
             let mut out: Vec<&'a str> = Vec::new();
-            collect(arguments, &mut out);
+            any_string_in(arguments, &mut |s| {
+                if s.len() <= MAX_READ_BYTES {
+                    out.push(s);
+                }
+                false
+            });
             out
         })
     }
@@ -72,13 +77,10 @@ impl<'a> Readings<'a> {
     /// The URL reading of every collected string.
     pub fn urls(&mut self) -> &UrlReading {
         if self.urls.is_none() {
-            let prefilter = self.prefilter == Prefilter::On;
+            let prefilter = self.prefilter;
             let mut reading = UrlReading::default();
             for s in self.strings().to_vec() {
-                let one = read_urls(s, prefilter);
-                reading.addresses.extend(one.addresses);
-                reading.paths.extend(one.paths);
-                reading.queries.extend(one.queries);
+                reading.merge(read_urls(s, prefilter));
             }
             self.urls = Some(reading);
         }
@@ -95,11 +97,11 @@ impl<'a> Readings<'a> {
                 SideEffectClass::CodeExecution | SideEffectClass::SandboxNetwork
             ) {
                 for s in self.strings().to_vec() {
-                    merge(&mut reading, shell::read_shell(s));
+                    merge(&mut reading, shell::read_shell(s, self.prefilter));
                 }
             }
             for argv in argv_lists(self.arguments, self.prefilter) {
-                merge(&mut reading, shell::read_argv(&argv));
+                merge(&mut reading, shell::read_argv(&argv, self.prefilter));
             }
             self.commands = Some(reading);
         }
@@ -110,31 +112,6 @@ impl<'a> Readings<'a> {
 fn merge(into: &mut ShellReading, from: ShellReading) {
     into.argvs.extend(from.argvs);
     into.user_password |= from.user_password;
-}
-
-fn collect<'a>(arguments: &'a Map<String, Value>, out: &mut Vec<&'a str>) {
-    fn walk<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
-        match value {
-            Value::String(s) => push(s, out),
-            Value::Array(items) => items.iter().for_each(|item| walk(item, out)),
-            Value::Object(map) => {
-                for (key, item) in map {
-                    push(key, out);
-                    walk(item, out);
-                }
-            }
-            Value::Null | Value::Bool(_) | Value::Number(_) => {}
-        }
-    }
-    fn push<'a>(s: &'a str, out: &mut Vec<&'a str>) {
-        if s.len() <= MAX_READ_BYTES {
-            out.push(s);
-        }
-    }
-    for (key, item) in arguments {
-        push(key, out);
-        walk(item, out);
-    }
 }
 
 /// The argv readings (SPEC §21.3): every array's string elements; every bracketed list of two

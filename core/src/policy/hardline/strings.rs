@@ -1,5 +1,6 @@
 //! The collected strings of SPEC §6.3: every string value, object key and array element,
-//! recursively; non-strings are skipped. Also the shared whitespace class `WS`.
+//! recursively; non-strings are skipped. Also the shared whitespace class `WS` and the one
+//! percent-decoder every reading uses.
 
 use serde_json::{Map, Value};
 
@@ -9,7 +10,7 @@ pub fn is_ws(c: char) -> bool {
 }
 
 /// Calls `test` on every collected string of `value` until it returns true.
-pub fn any_string(value: &Value, test: &mut impl FnMut(&str) -> bool) -> bool {
+pub fn any_string<'a>(value: &'a Value, test: &mut impl FnMut(&'a str) -> bool) -> bool {
     match value {
         Value::String(s) => test(s),
         Value::Array(items) => items.iter().any(|item| any_string(item, test)),
@@ -50,7 +51,10 @@ pub fn any_joined_array(value: &Value, test: &mut impl FnMut(&str) -> bool) -> b
 }
 
 /// [`any_string`] over an object's members (the arguments map).
-pub fn any_string_in(map: &Map<String, Value>, test: &mut impl FnMut(&str) -> bool) -> bool {
+pub fn any_string_in<'a>(
+    map: &'a Map<String, Value>,
+    test: &mut impl FnMut(&'a str) -> bool,
+) -> bool {
     map.iter()
         .any(|(key, item)| test(key) || any_string(item, test))
 }
@@ -67,6 +71,32 @@ pub fn any_member_in(
 /// [`any_joined_array`] over an object's values.
 pub fn any_joined_array_in(map: &Map<String, Value>, test: &mut impl FnMut(&str) -> bool) -> bool {
     map.values().any(|item| any_joined_array(item, test))
+}
+
+/// Percent-decoding of one level (the `file:` URL path of §6.3, the URL readings of §21.2); malformed escapes stay as they are, invalid UTF-8 is replaced.
+pub fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    if !bytes.contains(&b'%') {
+        return s.to_owned();
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(hi), Some(lo)) = (
+                bytes.get(i + 1).and_then(|b| hex(*b)),
+                bytes.get(i + 2).and_then(|b| hex(*b)),
+            )
+        {
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -97,6 +127,13 @@ mod tests {
         });
         joined.sort();
         assert_eq!(joined, ["", "a b", "rm -rf /"]);
+    }
+
+    #[test]
+    fn percent_decoding_keeps_malformed_escapes() {
+        assert_eq!(percent_decode("%2Fa%zz%4"), "/a%zz%4");
+        assert_eq!(percent_decode("no escapes"), "no escapes");
+        assert_eq!(percent_decode("%ff%41"), "\u{fffd}A");
     }
 
     #[test]

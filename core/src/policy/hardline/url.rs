@@ -12,7 +12,8 @@ use core::net::IpAddr;
 
 use url::{Host, ParseError, Url};
 
-use super::strings::is_ws;
+use super::readings::Prefilter;
+use super::strings::{is_ws, percent_decode};
 
 /// How deep a URL nested in a URL's path (`jar:view-source:file:…`) is read.
 const MAX_NESTING: usize = 4;
@@ -42,7 +43,8 @@ pub struct UrlReading {
 }
 
 impl UrlReading {
-    fn merge(&mut self, other: UrlReading) {
+    /// Appends another reading's findings (of a nested URL, of the next string).
+    pub fn merge(&mut self, other: UrlReading) {
         self.addresses.extend(other.addresses);
         self.paths.extend(other.paths);
         self.queries.extend(other.queries);
@@ -51,7 +53,7 @@ impl UrlReading {
 
 /// Whether a candidate could yield anything: an IP host needs a digit (possibly percent-encoded
 /// or, outside ASCII, a digit UTS-46 maps), a URL path needs a scheme's `:` or an `=`, a query a
-/// `?`. The pre-filter of SPEC §21.1; `policy_properties` checks it changes no decision.
+/// `?`. The pre-filter of SPEC §21.1; `hardline_v2_properties` checks it changes no decision.
 fn may_yield(candidate: &str) -> bool {
     candidate
         .bytes()
@@ -59,7 +61,7 @@ fn may_yield(candidate: &str) -> bool {
 }
 
 /// The URL reading of one collected string.
-pub fn read_urls(s: &str, prefilter: bool) -> UrlReading {
+pub fn read_urls(s: &str, prefilter: Prefilter) -> UrlReading {
     let mut reading = UrlReading::default();
     let trimmed = s.trim_matches(is_ws);
     let mut tokens = trimmed.split(is_ws).filter(|t| !t.is_empty()).peekable();
@@ -75,7 +77,7 @@ pub fn read_urls(s: &str, prefilter: bool) -> UrlReading {
             if !may_yield(variant) {
                 // A candidate that cannot yield costs nothing and is not counted, so the budget
                 // and the pre-filter are independent; without the pre-filter it is still read.
-                if prefilter {
+                if prefilter == Prefilter::On {
                     continue;
                 }
             } else if budget == 0 {
@@ -103,7 +105,7 @@ fn unwrapped(token: &str) -> Vec<&str> {
 
 /// One candidate: parsed as it is and, when it has no scheme of its own, with `http://` in
 /// front.
-fn read_candidate(candidate: &str, depth: usize, prefilter: bool) -> UrlReading {
+fn read_candidate(candidate: &str, depth: usize, prefilter: Prefilter) -> UrlReading {
     let mut reading = UrlReading::default();
     let parsed = Url::parse(candidate);
     let without_scheme = match &parsed {
@@ -114,7 +116,8 @@ fn read_candidate(candidate: &str, depth: usize, prefilter: bool) -> UrlReading 
     if let Ok(url) = &parsed {
         read_url(url, depth, &mut reading);
     }
-    let worth_a_prefix = !prefilter || candidate.contains(['=', '?']) || host_may_be_ip(candidate);
+    let worth_a_prefix =
+        prefilter == Prefilter::Off || candidate.contains(['=', '?']) || host_may_be_ip(candidate);
     if without_scheme
         && worth_a_prefix
         && let Ok(url) = Url::parse(&format!("http://{candidate}"))
@@ -161,7 +164,7 @@ fn read_url(url: &Url, depth: usize, reading: &mut UrlReading) {
     if url.host_str().is_none_or(str::is_empty) {
         let decoded = percent_decode(path);
         if depth < MAX_NESTING && decoded.contains(':') {
-            reading.merge(read_candidate(&decoded, depth + 1, false));
+            reading.merge(read_candidate(&decoded, depth + 1, Prefilter::Off));
         }
         reading.paths.push(decoded);
     }
@@ -188,39 +191,13 @@ fn read_url(url: &Url, depth: usize, reading: &mut UrlReading) {
     }
 }
 
-/// Percent-decoding of one level; malformed escapes stay as they are, invalid UTF-8 is replaced.
-pub fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    if !bytes.contains(&b'%') {
-        return s.to_owned();
-    }
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && let (Some(hi), Some(lo)) = (
-                bytes.get(i + 1).and_then(|b| hex(*b)),
-                bytes.get(i + 2).and_then(|b| hex(*b)),
-            )
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use core::net::Ipv4Addr;
 
     fn addresses(s: &str) -> Vec<IpAddr> {
-        read_urls(s, true).addresses
+        read_urls(s, Prefilter::On).addresses
     }
 
     const IMDS: IpAddr = IpAddr::V4(Ipv4Addr::new(169, 254, 169, 254));
@@ -267,7 +244,7 @@ mod tests {
 
     #[test]
     fn url_paths_of_hostless_and_nested_urls() {
-        let paths = |s: &str| read_urls(s, true).paths;
+        let paths = |s: &str| read_urls(s, Prefilter::On).paths;
         assert!(paths("file:///etc/passwd").contains(&"/etc/passwd".to_owned()));
         assert!(paths("file:///%65tc/passwd").contains(&"/etc/passwd".to_owned()));
         assert!(paths("file://localhost\\etc\\passwd").contains(&"/etc/passwd".to_owned()));
@@ -286,7 +263,7 @@ mod tests {
     fn queries_are_decoded() {
         let r = read_urls(
             "https://attacker.example/c?d=-----BEGIN%20RSA%20PRIVATE%20KEY-----",
-            true,
+            Prefilter::On,
         );
         assert_eq!(r.queries, ["d=-----BEGIN RSA PRIVATE KEY-----"]);
     }
@@ -295,8 +272,12 @@ mod tests {
     fn the_prefilter_keeps_hosts_the_parser_trims() {
         let v4 = IpAddr::V4(Ipv4Addr::new(54, 169, 0, 27));
         for s in ["54.169.27\0", "54.169.27\u{1}\u{1}", "x 54.169.27\0\n y"] {
-            assert_eq!(read_urls(s, true), read_urls(s, false), "{s:?}");
-            assert!(read_urls(s, true).addresses.contains(&v4), "{s:?}");
+            assert_eq!(
+                read_urls(s, Prefilter::On),
+                read_urls(s, Prefilter::Off),
+                "{s:?}"
+            );
+            assert!(read_urls(s, Prefilter::On).addresses.contains(&v4), "{s:?}");
         }
     }
 
@@ -304,9 +285,12 @@ mod tests {
     fn the_candidate_budget_bounds_a_long_string() {
         let mut text = "http://example.com/ ".repeat(MAX_CANDIDATES);
         text.push_str("http://169.254.169.254/");
-        assert_eq!(read_urls(&text, true).addresses, Vec::<IpAddr>::new());
+        assert_eq!(
+            read_urls(&text, Prefilter::On).addresses,
+            Vec::<IpAddr>::new()
+        );
         let short = "http://example.com/ http://169.254.169.254/";
-        assert_eq!(read_urls(short, true).addresses, [IMDS]);
+        assert_eq!(read_urls(short, Prefilter::On).addresses, [IMDS]);
     }
 
     #[test]

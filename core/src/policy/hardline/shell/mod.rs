@@ -11,9 +11,11 @@ pub mod glob;
 pub mod parser;
 pub mod word;
 
-use parser::{RawCommand, Script};
+use parser::{AssignOp, Assignment, RawCommand, Script};
 pub use word::{UNKNOWN, Word};
 use word::{Variables, expand};
+
+use super::readings::Prefilter;
 
 /// Deepest recursion into `sh -c`, `eval`, `echo … | sh` and command substitutions.
 pub const MAX_DEPTH: usize = 8;
@@ -62,24 +64,25 @@ const RESERVED: [&str; 22] = [
 ];
 
 /// Reads one collected string as a bash command line.
-pub fn read_shell(text: &str) -> ShellReading {
-    let mut reader = Reader::new();
+pub fn read_shell(text: &str, prefilter: Prefilter) -> ShellReading {
+    let mut reader = Reader::new(prefilter);
     reader.read_text(text, 0);
     reader.finish()
 }
 
 /// Reads an argv given as a list (SPEC §21.3, argv readings): no quote removal, but wrappers,
 /// `sh -c`, `find` and `xargs` as for a shell command.
-pub fn read_argv<S: AsRef<str>>(words: &[S]) -> ShellReading {
-    let mut reader = Reader::new();
+pub fn read_argv<S: AsRef<str>>(words: &[S], prefilter: Prefilter) -> ShellReading {
+    let mut reader = Reader::new(prefilter);
     let argv: Vec<Word> = words.iter().map(|w| Word::literal(w.as_ref())).collect();
     reader.analyze(argv, Vec::new(), &[], true, 0);
     reader.finish()
 }
 
-/// The parse of `text`: the plain-word fast path when it applies, else the parser.
-fn script_of(text: &str) -> Option<Script> {
-    if text.chars().all(is_plain_char) {
+/// The parse of `text`: the plain-word fast path when it applies (and the pre-filter is on),
+/// else the parser.
+fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
+    if prefilter == Prefilter::On && text.chars().all(is_plain_char) {
         let words: Vec<&str> = text.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
         if words.iter().any(|w| RESERVED.contains(w)) {
             return parser::parse(text);
@@ -87,10 +90,8 @@ fn script_of(text: &str) -> Option<Script> {
         let mut command = RawCommand::default();
         let mut leading = true;
         for word in words {
-            match assignment(word) {
-                Some((name, value)) if leading => command
-                    .assignments
-                    .push((name.to_owned(), value.to_owned())),
+            match prefix_assignment(word) {
+                Some(assignment) if leading => command.assignments.push(assignment),
                 _ => {
                     leading = false;
                     command.words.push(word.to_owned());
@@ -107,11 +108,30 @@ fn script_of(text: &str) -> Option<Script> {
 /// `NAME=value` split at the first `=`, if `NAME` is a shell name.
 fn assignment(word: &str) -> Option<(&str, &str)> {
     let (name, value) = word.split_once('=')?;
+    is_name(name).then_some((name, value))
+}
+
+/// A prefix assignment as the parser reads it: `NAME=value`, or bash's append `NAME+=value`.
+fn prefix_assignment(word: &str) -> Option<Assignment> {
+    let (name, raw) = word.split_once('=')?;
+    let (name, op) = match name.strip_suffix('+') {
+        Some(name) => (name, AssignOp::Append),
+        None => (name, AssignOp::Set),
+    };
+    is_name(name).then(|| Assignment {
+        name: name.to_owned(),
+        op,
+        raw: raw.to_owned(),
+    })
+}
+
+/// A shell name: a letter or `_`, then letters, digits and `_`.
+fn is_name(name: &str) -> bool {
     let mut chars = name.chars();
-    let first = chars.next()?;
-    ((first.is_ascii_alphabetic() || first == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
-    .then_some((name, value))
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// The last path component of a program word (`/bin/rm` → `rm`).
@@ -123,6 +143,7 @@ pub fn basename(text: &str) -> &str {
 }
 
 struct Reader {
+    prefilter: Prefilter,
     variables: Variables,
     cwd: Cwd,
     out: ShellReading,
@@ -132,8 +153,9 @@ struct Reader {
 type Piped = [Vec<Word>];
 
 impl Reader {
-    fn new() -> Reader {
+    fn new(prefilter: Prefilter) -> Reader {
         Reader {
+            prefilter,
             variables: Variables::new(),
             cwd: Cwd::Initial,
             out: ShellReading::default(),
@@ -152,7 +174,7 @@ impl Reader {
         if depth > MAX_DEPTH || self.full() {
             return;
         }
-        let Some(script) = script_of(text) else {
+        let Some(script) = script_of(text, self.prefilter) else {
             return;
         };
         for pipeline in &script.pipelines {
@@ -164,8 +186,8 @@ impl Reader {
         // Expand every command first: `echo … | xargs …` needs the earlier commands' words.
         let mut expanded = Vec::with_capacity(pipeline.len());
         for command in pipeline {
-            for (name, raw) in &command.assignments {
-                self.assign(name, raw);
+            for assignment in &command.assignments {
+                self.assign_prefix(assignment);
             }
             let mut readings: Vec<Vec<Word>> = vec![Vec::new()];
             let mut substitutions = Vec::new();
@@ -218,6 +240,25 @@ impl Reader {
             _ => None,
         };
         self.set(name, value);
+    }
+
+    /// A prefix assignment. `NAME+=raw` appends to the value this string gave `NAME` earlier
+    /// (`X=/etc; X+=/shadow; cat $X` reads `/etc/shadow`); when the string gave none that is
+    /// known, the value alone is read, the conservative reading of SPEC §21.1 (bash appends to
+    /// an unset variable's empty value).
+    fn assign_prefix(&mut self, assignment: &Assignment) {
+        match assignment.op {
+            AssignOp::Set => self.assign(&assignment.name, &assignment.raw),
+            AssignOp::Append => {
+                let earlier = self.variables.get(&assignment.name).cloned();
+                self.assign(&assignment.name, &assignment.raw);
+                if let (Some(earlier), Some(value)) =
+                    (earlier, self.variables.get_mut(&assignment.name))
+                {
+                    value.insert_str(0, &earlier);
+                }
+            }
+        }
     }
 
     fn set(&mut self, name: &str, value: Option<String>) {
@@ -654,9 +695,14 @@ fn cross(mut left: Vec<Vec<Word>>, right: Vec<Vec<Word>>) -> Vec<Vec<Word>> {
 mod tests {
     use super::*;
 
-    /// Each argv of a reading, joined by spaces.
+    /// Each argv of the shell reading of `text`, joined by spaces.
     fn joined(text: &str) -> Vec<String> {
-        read_shell(text)
+        joined_argvs(&read_shell(text, Prefilter::On))
+    }
+
+    /// Each argv of a reading, joined by spaces.
+    fn joined_argvs(reading: &ShellReading) -> Vec<String> {
+        reading
             .argvs
             .iter()
             .map(|a| {
@@ -693,6 +739,20 @@ mod tests {
             ["export X=/etc/shadow", "cat /etc/shadow"]
         );
         assert_eq!(joined("cat $UNSET"), [format!("cat {UNKNOWN}")]);
+    }
+
+    /// bash's `NAME+=value` appends to what the string gave `NAME`; without a known earlier
+    /// value the value alone is read (conservative), and an unknown addition stays unknown.
+    #[test]
+    fn append_assignments_append() {
+        assert_eq!(joined("X=/etc;X+=/shadow;cat $X"), ["cat /etc/shadow"]);
+        assert_eq!(
+            joined("a=/etc/sha; a+=dow; cat \"$a\""),
+            ["cat /etc/shadow"]
+        );
+        assert_eq!(joined("X+=/etc/shadow; cat $X"), ["cat /etc/shadow"]);
+        assert_eq!(joined("X+=/etc/shadow cat"), ["cat"]);
+        assert_eq!(joined("X=/etc; X+=$Y; cat $X"), [format!("cat {UNKNOWN}")]);
     }
 
     #[test]
@@ -770,19 +830,7 @@ mod tests {
 
     #[test]
     fn argv_lists_are_read_without_quote_removal() {
-        let read = |words: &[&str]| {
-            read_argv(words)
-                .argvs
-                .iter()
-                .map(|a| {
-                    a.words
-                        .iter()
-                        .map(Word::shown)
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .collect::<Vec<_>>()
-        };
+        let read = |words: &[&str]| joined_argvs(&read_argv(words, Prefilter::On));
         assert_eq!(read(&["sudo", "rm", "-rf", "/"]), ["rm -rf /"]);
         assert!(read(&["sh", "-c", "rm -rf /"]).contains(&"rm -rf /".to_owned()));
         assert_eq!(read(&["r''m", "-rf", "/"]), ["r''m -rf /"]);
@@ -790,16 +838,16 @@ mod tests {
 
     #[test]
     fn curl_user_passwords_are_found() {
-        assert!(read_shell("curl -u admin:S3cret https://x").user_password);
-        assert!(read_shell("wget --user=admin:pw https://x").user_password);
-        assert!(read_shell("curl -uadmin:pw https://x").user_password);
-        assert!(!read_shell("curl -u admin: https://x").user_password);
-        assert!(!read_shell("curl -u admin https://x").user_password);
+        assert!(read_shell("curl -u admin:S3cret https://x", Prefilter::On).user_password);
+        assert!(read_shell("wget --user=admin:pw https://x", Prefilter::On).user_password);
+        assert!(read_shell("curl -uadmin:pw https://x", Prefilter::On).user_password);
+        assert!(!read_shell("curl -u admin: https://x", Prefilter::On).user_password);
+        assert!(!read_shell("curl -u admin https://x", Prefilter::On).user_password);
     }
 
     #[test]
     fn redirection_targets_are_kept() {
-        let reading = read_shell("echo x > /etc/hosts");
+        let reading = read_shell("echo x > /etc/hosts", Prefilter::On);
         assert_eq!(reading.argvs[0].redirects, [Word::literal("/etc/hosts")]);
     }
 
@@ -812,9 +860,53 @@ mod tests {
             "dd if=/etc/shadow of=/dev/null",
             "a  b\tc",
         ] {
-            let fast = script_of(text);
+            let fast = script_of(text, Prefilter::On);
             let parsed = parser::parse(text);
             assert_eq!(fast, parsed, "{text}");
+        }
+    }
+
+    use proptest::prelude::*;
+
+    /// Plain strings: the fast path's whole alphabet, reserved words and assignments.
+    fn plain_text() -> impl Strategy<Value = String> {
+        let word = prop_oneof![
+            proptest::sample::select(&RESERVED[..]).prop_map(str::to_owned),
+            "[a-zA-Z0-9 \t_./,:+%@^=-]{0,6}",
+            proptest::sample::select(
+                &[
+                    "X=1", "X+=/etc", "=", "a=", "1=a", "a++=", "-", " ", "\t", "rm", "-rf", "/"
+                ][..]
+            )
+            .prop_map(str::to_owned),
+        ];
+        // Characters outside the alphabet (`!`, `{`, `[[` of the reserved words) are dropped.
+        proptest::collection::vec(word, 0..6).prop_map(|words| {
+            words
+                .concat()
+                .chars()
+                .filter(|c| is_plain_char(*c))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 2048,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x0073_6865_6c6c),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// SPEC §21.1: the plain-word fast path (a pre-filter that skips the parser) reads every
+        /// plain string as the parser does.
+        #[test]
+        fn the_plain_word_fast_path_reads_as_the_parser(text in plain_text()) {
+            prop_assert_eq!(
+                read_shell(&text, Prefilter::On),
+                read_shell(&text, Prefilter::Off),
+                "{:?}", text
+            );
         }
     }
 }

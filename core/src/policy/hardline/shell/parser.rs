@@ -34,12 +34,27 @@ pub const MAX_TOKENS: usize = 4096;
 /// One simple command as written: raw words (quotes and expansions still in them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RawCommand {
-    /// `NAME=value` assignments before the command word, as (name, raw value).
-    pub assignments: Vec<(String, String)>,
+    /// `NAME=value` and `NAME+=value` assignments before the command word.
+    pub assignments: Vec<Assignment>,
     /// The command word and its arguments.
     pub words: Vec<String>,
     /// Raw targets of file redirections (`> /etc/hosts`, `< /etc/passwd`, here-strings).
     pub redirects: Vec<String>,
+}
+
+/// One prefix assignment as written: the name, whether it sets or appends, and the raw value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub name: String,
+    pub op: AssignOp,
+    pub raw: String,
+}
+
+/// `=` or bash's `+=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignOp {
+    Set,
+    Append,
 }
 
 /// A parsed command line: pipelines in textual order, each a list of simple commands. Compound
@@ -299,7 +314,15 @@ fn prefix_or_suffix(
                 (ast::AssignmentName::VariableName(name), ast::AssignmentValue::Scalar(value))
                     if in_prefix =>
                 {
-                    raw.assignments.push((name.clone(), value.value.clone()));
+                    raw.assignments.push(Assignment {
+                        name: name.clone(),
+                        op: if assignment.append {
+                            AssignOp::Append
+                        } else {
+                            AssignOp::Set
+                        },
+                        raw: value.value.clone(),
+                    });
                 }
                 // An assignment after the command word is an argument (`export X=1`, `env
                 // X=1 cmd`), and array assignments stay whole words.
