@@ -272,11 +272,8 @@ impl CommitLog {
             .filter(|e| e.event_type == EventType::RunWaitingForApproval)
         {
             let Some(run) = event.run_id else { continue };
-            let Some(batch) = snapshot
-                .checkpoints
-                .range((run, 0)..=(run, u32::MAX))
-                .next_back()
-                .and_then(|(_, c)| c.state.pending.clone())
+            let Some(batch) =
+                latest_checkpoint(snapshot, run).and_then(|c| c.state.pending.clone())
             else {
                 self.early_parks
                     .push(format!("run {run} parked without a pending batch"));
@@ -376,13 +373,18 @@ impl CommitLog {
     }
 }
 
-/// The step a run's latest checkpoint has in hand (0 without one).
-fn current_step(snapshot: &MemSnapshot, run: RunId) -> u32 {
+/// A run's latest checkpoint (checkpoints are keyed `(run, version)`).
+fn latest_checkpoint(snapshot: &MemSnapshot, run: RunId) -> Option<&Checkpoint> {
     snapshot
         .checkpoints
         .range((run, 0)..=(run, u32::MAX))
         .next_back()
-        .map_or(0, |(_, c)| c.state.current_step())
+        .map(|(_, c)| c)
+}
+
+/// The step a run's latest checkpoint has in hand (0 without one).
+fn current_step(snapshot: &MemSnapshot, run: RunId) -> u32 {
+    latest_checkpoint(snapshot, run).map_or(0, |c| c.state.current_step())
 }
 
 pub struct SimStore {
@@ -474,12 +476,7 @@ impl SimStore {
             if current.lease_epoch != run.lease_epoch {
                 return None;
             }
-            Some(
-                s.checkpoints
-                    .range((run.id, 0)..=(run.id, u32::MAX))
-                    .next_back()
-                    .map_or(0, |(_, checkpoint)| checkpoint.state.current_step()),
-            )
+            Some(current_step(s, run.id))
         })
     }
 
