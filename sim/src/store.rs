@@ -177,23 +177,12 @@ impl CommitLog {
             let Some(run) = event.run_id else { continue };
             match event.event_type {
                 EventType::ToolCallStarted if self.cancel_requested.contains(&run) => {
-                    let Some(id) = event.payload["invocation_id"]
-                        .as_str()
-                        .and_then(|id| id.parse().ok())
-                        .map(InvocationId)
-                    else {
-                        continue;
-                    };
-                    let Some(row) = snapshot.invocations.get(&id) else {
+                    let Some(row) = invocation_of(snapshot, event) else {
                         continue;
                     };
                     // A parallel batch observes once before it begins (§11); a START that the
                     // same commit closes never enters the body (RECOVER of a gone tool).
-                    let closed_here = events.iter().any(|e| {
-                        e.derivation_key.as_deref()
-                            == Some(airlock_core::events::keys::result(id).as_str())
-                    });
-                    if row.parallel_group.is_none() && !closed_here {
+                    if row.parallel_group.is_none() && !closed_in(events, row.id) {
                         self.started_after_cancel.push(format!(
                             "run {run}: sequential call {} ({}) started after the run's cancel request committed",
                             row.call_id, row.id
@@ -242,12 +231,7 @@ impl CommitLog {
                 EventType::ToolCallProposed => event.payload["step_number"]
                     .as_u64()
                     .and_then(|s| u32::try_from(s).ok()),
-                _ => event
-                    .derivation_key
-                    .as_deref()
-                    .and_then(|key| key.strip_prefix("tool.call.refused:"))
-                    .and_then(|rest| rest.split(':').nth(1))
-                    .and_then(|s| s.parse().ok()),
+                _ => refused_call(event).map(|(_, step, _)| step),
             };
             let Some(step) = step else { continue };
             let recorded = current_step(snapshot, run);
@@ -348,9 +332,7 @@ impl CommitLog {
         if !events.is_empty() {
             let rows: Vec<&Invocation> = events
                 .iter()
-                .filter_map(|e| e.payload["invocation_id"].as_str())
-                .filter_map(|id| id.parse().ok())
-                .filter_map(|id: uuid::Uuid| snapshot.invocations.get(&InvocationId(id)))
+                .filter_map(|e| invocation_of(snapshot, e))
                 .collect();
             for row in rows {
                 self.observe(row);
@@ -371,6 +353,38 @@ impl CommitLog {
     pub fn committed(&self) -> usize {
         self.committed
     }
+}
+
+/// The invocation row an event is about (its payload's `invocation_id`), as `snapshot` holds
+/// it.
+pub(crate) fn invocation_of<'a>(snapshot: &'a MemSnapshot, event: &Event) -> Option<&'a Invocation> {
+    snapshot.invocations.get(&invocation_id(event)?)
+}
+
+/// The invocation an event is about (its payload's `invocation_id`).
+pub(crate) fn invocation_id(event: &Event) -> Option<InvocationId> {
+    Some(InvocationId(event.payload["invocation_id"].as_str()?.parse().ok()?))
+}
+
+/// Whether `events` close invocation `id`: every terminal tool event of a row carries
+/// `events::keys::result` (a row closes once).
+pub(crate) fn closed_in(events: &[Event], id: InvocationId) -> bool {
+    let key = airlock_core::events::keys::result(id);
+    events
+        .iter()
+        .any(|e| e.derivation_key.as_deref() == Some(key.as_str()))
+}
+
+/// The call a refusal event is about, `(run, step, call_id)`, read back from its derivation
+/// key (`events::keys::refused`); `None` for any other event.
+pub(crate) fn refused_call(event: &Event) -> Option<(RunId, u32, &str)> {
+    let rest = event
+        .derivation_key
+        .as_deref()?
+        .strip_prefix("tool.call.refused:")?;
+    let mut parts = rest.splitn(3, ':');
+    let (_, step, call_id) = (parts.next(), parts.next()?, parts.next()?);
+    Some((event.run_id?, step.parse().ok()?, call_id))
 }
 
 /// A run's latest checkpoint (checkpoints are keyed `(run, version)`).

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use airlock_core::events::EventType;
-use airlock_core::ids::{InvocationId, RunId};
+use airlock_core::events::{Event, EventType};
+use airlock_core::ids::RunId;
 use airlock_core::run::checkpoint::{Admission, PendingBatch};
 
 use super::World;
+use crate::store::{closed_in, invocation_of, refused_call};
 
 /// Every batch recorded for each `(run, step)`, as its checkpoints hold it, in version order.
 fn batches<'a>(world: &World<'a>) -> BTreeMap<(RunId, u32), Vec<&'a PendingBatch>> {
@@ -31,31 +32,25 @@ struct CallCommits {
 fn call_commits(world: &World<'_>) -> CallCommits {
     let mut begun = BTreeMap::new();
     let mut ended = BTreeMap::new();
-    let call_of = |id: &str| -> Option<(RunId, u32, String)> {
-        let id = InvocationId(id.parse().ok()?);
-        let row = world.snapshot.invocations.get(&id)?;
+    let call_of = |event: &Event| -> Option<(RunId, u32, String)> {
+        let row = invocation_of(world.snapshot, event)?;
         Some((row.run_id, row.step_number, row.call_id.clone()))
     };
     for (n, commit) in world.commits.iter().enumerate() {
         for event in &commit.events {
-            let key = event.derivation_key.as_deref().unwrap_or_default();
             if event.event_type == EventType::ToolCallProposed
-                && let Some(call) = event.payload["invocation_id"].as_str().and_then(call_of)
+                && let Some(call) = call_of(event)
             {
                 begun.entry(call).or_insert(n);
-            } else if let (Some(run), Some(rest)) =
-                (event.run_id, key.strip_prefix("tool.call.refused:"))
+            } else if let Some((run, step, call_id)) = refused_call(event) {
+                begun.entry((run, step, call_id.to_owned())).or_insert(n);
+                ended.entry((run, step, call_id.to_owned())).or_insert(n);
+            } else if let Some(row) = invocation_of(world.snapshot, event)
+                && closed_in(std::slice::from_ref(event), row.id)
             {
-                let mut parts = rest.splitn(3, ':');
-                let (_, step, call_id) = (parts.next(), parts.next(), parts.next());
-                if let (Some(step), Some(call_id)) = (step.and_then(|s| s.parse().ok()), call_id) {
-                    begun.entry((run, step, call_id.to_owned())).or_insert(n);
-                    ended.entry((run, step, call_id.to_owned())).or_insert(n);
-                }
-            } else if let Some(id) = key.strip_prefix("tool.call.result:")
-                && let Some(call) = call_of(id)
-            {
-                ended.entry(call).or_insert(n);
+                ended
+                    .entry((row.run_id, row.step_number, row.call_id.clone()))
+                    .or_insert(n);
             }
         }
     }

@@ -39,7 +39,7 @@ use airlock_core::time::Timestamp;
 use airlock_core::vocab::RunStatus;
 
 use super::World;
-use crate::store::RunView;
+use crate::store::{RunView, closed_in, invocation_id, invocation_of};
 use crate::timeline::{MS, Timeline};
 
 /// A fault-hook pause after a commit lasts 1–5 ms (`world::SimFaults`). The STARTs of a
@@ -117,16 +117,7 @@ fn histories(world: &World<'_>) -> Histories {
             .iter()
             .filter(|e| e.event_type == EventType::ToolCallStarted)
         {
-            if let Some(row) = event.payload["invocation_id"]
-                .as_str()
-                .and_then(|id| id.parse().ok())
-                .and_then(|id| {
-                    world
-                        .snapshot
-                        .invocations
-                        .get(&airlock_core::ids::InvocationId(id))
-                })
-            {
+            if let Some(row) = invocation_of(world.snapshot, event) {
                 started.entry(row.idempotency_key.clone()).or_insert(at);
             }
         }
@@ -211,11 +202,7 @@ fn histories(world: &World<'_>) -> Histories {
             .filter(|e| e.event_type == EventType::ToolCallStarted)
         {
             let Some(run) = event.run_id else { continue };
-            let closed_here = commit.events.iter().any(|e| {
-                e.derivation_key.as_deref().is_some_and(|k| {
-                    k.strip_prefix("tool.call.result:") == event.payload["invocation_id"].as_str()
-                })
-            });
+            let closed_here = invocation_id(event).is_some_and(|id| closed_in(&commit.events, id));
             // The START's tenure is the lease its transaction guarded.
             for lease in commit.guards.iter().filter(|l| l.run_id == run) {
                 if let Some(tenure) = tenures.iter_mut().rev().find(|t| {
