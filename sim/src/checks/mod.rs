@@ -17,7 +17,7 @@ use airlock_core::events::{Event, EventType};
 use airlock_core::ids::{ApprovalId, InvocationId, RunId};
 use airlock_core::invocation::outcome::ResultItem;
 use airlock_core::mem_store::MemSnapshot;
-use airlock_core::testing::invariants::{Effect, Violation, check};
+use airlock_core::testing::invariants::{Effect, Violation, check, run_event_target};
 use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus, ResolveState,
     RunStatus, TrustLevel,
@@ -247,18 +247,6 @@ fn replays_land_once(o: &Observations) -> Vec<String> {
     failures
 }
 
-pub(crate) fn run_state_after(event: &Event) -> Option<RunStatus> {
-    match event.event_type {
-        EventType::RunQueued | EventType::RunRequeued => Some(RunStatus::Queued),
-        EventType::RunStarted => Some(RunStatus::Running),
-        EventType::RunWaitingForApproval => Some(RunStatus::WaitingForApproval),
-        EventType::RunCompleted => Some(RunStatus::Completed),
-        EventType::RunFailed => Some(RunStatus::Failed),
-        EventType::RunCancelled => Some(RunStatus::Cancelled),
-        _ => None,
-    }
-}
-
 /// #20, by commit: the commit that parks announces each of its approvals, unless an earlier
 /// commit already did.
 fn park_commits_announce(commits: &[CommitRecord]) -> Vec<String> {
@@ -300,7 +288,7 @@ fn waiting_runs_never_reclaimed(commits: &[CommitRecord]) -> Vec<String> {
     let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
     let mut failures = Vec::new();
     for event in commits.iter().flat_map(|c| &c.events) {
-        let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) else {
+        let (Some(run), Some(next)) = (event.run_id, run_event_target(event)) else {
             continue;
         };
         if event.event_type == EventType::RunRequeued
@@ -439,7 +427,7 @@ fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[CommitRecord])
             {
                 closed.insert(id.to_owned());
             }
-            if let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) {
+            if let (Some(run), Some(next)) = (event.run_id, run_event_target(event)) {
                 state.insert(run, next);
             }
         }
