@@ -123,10 +123,9 @@ pub fn parallel_groups_kept(world: &World<'_>) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::checks::Observations;
+    use crate::checks::fixtures::{commit, event, run};
     use crate::plan::Plan;
-    use crate::store::{CommitRecord, Moment};
-    use airlock_core::events::{Actor, Event};
-    use airlock_core::ids::SessionId;
+    use airlock_core::events::Actor;
     use airlock_core::mem_store::MemSnapshot;
     use airlock_core::ports::ProposedCall;
     use airlock_core::run::checkpoint::{Checkpoint, CheckpointState, PinnedCall};
@@ -134,33 +133,14 @@ mod tests {
     use airlock_core::vocab::CheckpointTrigger;
     use serde_json::json;
 
-    fn run() -> RunId {
-        RunId(uuid::Uuid::from_u128(7))
-    }
-
     fn refusal(call_id: &str) -> Event {
         Event {
-            id: 1,
-            session_id: SessionId(uuid::Uuid::nil()),
-            run_id: Some(run()),
-            sequence: 1,
-            event_type: EventType::ToolCallDenied,
-            payload_schema_version: 1,
-            actor: Actor::worker("w0.1"),
-            payload: json!({"call_id": call_id}),
             derivation_key: Some(airlock_core::events::keys::refused(run(), 1, call_id)),
-            created_at: Timestamp::from_micros(1),
-        }
-    }
-
-    fn commit(seq: usize, events: Vec<Event>) -> CommitRecord {
-        CommitRecord {
-            seq,
-            at: Moment::default(),
-            events,
-            guards: Vec::new(),
-            heartbeats: Vec::new(),
-            runs: Vec::new(),
+            ..event(
+                EventType::ToolCallDenied,
+                Actor::worker("w0.1"),
+                json!({"call_id": call_id}),
+            )
         }
     }
 

@@ -239,9 +239,10 @@ fn revalidations(
             if !revalidated {
                 continue;
             }
-            let (Some(row), Some(catalog)) =
-                (invocation_of(world.snapshot, event), catalog_of(world, event))
-            else {
+            let (Some(row), Some(catalog)) = (
+                invocation_of(world.snapshot, event),
+                catalog_of(world, event),
+            ) else {
                 continue;
             };
             let Some(unchanged) = identity_holds(world, catalog, row) else {
@@ -312,9 +313,10 @@ fn gone_tools(
             if !closes || ends_run {
                 continue;
             }
-            let (Some(row), Some(catalog)) =
-                (invocation_of(world.snapshot, event), catalog_of(world, event))
-            else {
+            let (Some(row), Some(catalog)) = (
+                invocation_of(world.snapshot, event),
+                catalog_of(world, event),
+            ) else {
                 continue;
             };
             if resolve(catalog, &row.tool_name, Some(&row.tool_version)).is_some() {

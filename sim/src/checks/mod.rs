@@ -6,6 +6,8 @@
 
 mod batches;
 mod catalog;
+#[cfg(test)]
+mod fixtures;
 mod latency;
 mod lease;
 mod runs;
@@ -574,11 +576,12 @@ pub fn mentioned_runs(snapshot: &MemSnapshot, detail: &str) -> BTreeSet<RunId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::fixtures::{self, run};
     use airlock_core::events::Actor;
-    use airlock_core::ids::SessionId;
     use airlock_core::time::Timestamp;
     use serde_json::json;
 
+    /// [`fixtures::event`] with its own id, sequence and time.
     fn event(
         id: i64,
         run: RunId,
@@ -588,31 +591,15 @@ mod tests {
     ) -> Event {
         Event {
             id,
-            session_id: SessionId(uuid::Uuid::nil()),
             run_id: Some(run),
             sequence: id as u64,
-            event_type: kind,
-            payload_schema_version: 1,
-            actor,
-            payload,
-            derivation_key: None,
             created_at: Timestamp::from_micros(id),
+            ..fixtures::event(kind, actor, payload)
         }
-    }
-
-    fn run() -> RunId {
-        RunId(uuid::Uuid::from_u128(7))
     }
 
     fn commit(events: Vec<Event>) -> CommitRecord {
-        CommitRecord {
-            seq: 0,
-            at: crate::store::Moment::default(),
-            events,
-            guards: Vec::new(),
-            heartbeats: Vec::new(),
-            runs: Vec::new(),
-        }
+        fixtures::commit(0, events)
     }
 
     #[test]
