@@ -357,13 +357,18 @@ impl CommitLog {
 
 /// The invocation row an event is about (its payload's `invocation_id`), as `snapshot` holds
 /// it.
-pub(crate) fn invocation_of<'a>(snapshot: &'a MemSnapshot, event: &Event) -> Option<&'a Invocation> {
+pub(crate) fn invocation_of<'a>(
+    snapshot: &'a MemSnapshot,
+    event: &Event,
+) -> Option<&'a Invocation> {
     snapshot.invocations.get(&invocation_id(event)?)
 }
 
 /// The invocation an event is about (its payload's `invocation_id`).
 pub(crate) fn invocation_id(event: &Event) -> Option<InvocationId> {
-    Some(InvocationId(event.payload["invocation_id"].as_str()?.parse().ok()?))
+    Some(InvocationId(
+        event.payload["invocation_id"].as_str()?.parse().ok()?,
+    ))
 }
 
 /// Whether `events` close invocation `id`: every terminal tool event of a row carries
