@@ -213,4 +213,29 @@ mod tests {
             parallel_group: airlock_core::ids::ParallelGroupId(uuid::Uuid::from_u128(9)),
         })
     }
+
+    #[test]
+    fn a_batch_that_changes_between_checkpoints_is_caught() {
+        let plan = Plan::new(1);
+        let observations = Observations::default();
+        let mut snapshot = snapshot(Admission::Sequential);
+        let kept = |snapshot: &MemSnapshot| {
+            parallel_groups_kept(&World {
+                plan: &plan,
+                snapshot,
+                commits: &[],
+                observations: &observations,
+            })
+        };
+        assert!(kept(&snapshot).is_empty());
+        // A later checkpoint of the same step whose batch is now parallel.
+        let mut resumed = snapshot.checkpoints[&(run(), 2)].clone();
+        resumed.version = 3;
+        resumed.state.pending = snapshot_parallel().checkpoints[&(run(), 2)]
+            .state
+            .pending
+            .clone();
+        snapshot.checkpoints.insert((run(), 3), resumed);
+        assert_eq!(kept(&snapshot).len(), 1);
+    }
 }

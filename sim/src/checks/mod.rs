@@ -691,4 +691,26 @@ mod tests {
         };
         assert_eq!(replays_land_once(&bad).len(), 1);
     }
+
+    #[test]
+    fn an_event_changed_or_added_outside_the_commits_is_caught() {
+        let w = Actor::worker("w0.1");
+        let appended = vec![
+            event(1, run(), EventType::RunStarted, w.clone(), json!({})),
+            event(2, run(), EventType::RunCompleted, w.clone(), json!({})),
+        ];
+        let commits = [commit(appended.clone())];
+        let mut snapshot = MemSnapshot {
+            events: appended,
+            ..MemSnapshot::default()
+        };
+        assert!(events_append_only(&snapshot, &commits).is_empty());
+        snapshot.events[1].payload = json!({"rewritten": true});
+        assert_eq!(events_append_only(&snapshot, &commits).len(), 1);
+        snapshot
+            .events
+            .push(event(3, run(), EventType::RunQueued, w, json!({})));
+        assert_eq!(events_append_only(&snapshot, &commits).len(), 1);
+    }
 }
+
