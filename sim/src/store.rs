@@ -856,3 +856,102 @@ impl StoreTx for TxProbe<'_> {
         self.inner.revoke_api_token(id, at)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::fixtures::{event, run};
+    use airlock_core::events::Actor;
+    use airlock_core::ids::ParallelGroupId;
+    use airlock_core::ports::ProposedCall;
+    use airlock_core::run::checkpoint::{CheckpointState, PendingBatch, PinnedCall};
+    use airlock_core::vocab::CheckpointTrigger;
+    use serde_json::json;
+
+    /// A run whose latest checkpoint holds step 1's parallel batch of `c1` and `c2`, both
+    /// refused (so settled).
+    fn parallel_step_refused() -> MemSnapshot {
+        let call = |id: &str| PinnedCall {
+            call: ProposedCall {
+                call_id: id.to_owned(),
+                tool: "sim.missing".to_owned(),
+                version: None,
+                arguments: json!({}),
+                argument_trust: Default::default(),
+            },
+            pinned_version: None,
+        };
+        let mut snapshot = MemSnapshot::default();
+        snapshot.checkpoints.insert(
+            (run(), 1),
+            Checkpoint {
+                run_id: run(),
+                version: 1,
+                trigger: CheckpointTrigger::ToolPending,
+                state: CheckpointState {
+                    pending: Some(PendingBatch {
+                        step: 1,
+                        calls: vec![call("c1"), call("c2")],
+                        admission: Admission::Parallel {
+                            parallel_group: ParallelGroupId(uuid::Uuid::from_u128(9)),
+                        },
+                    }),
+                    ..CheckpointState::default()
+                },
+                created_at: Timestamp::from_micros(1),
+            },
+        );
+        for call_id in ["c1", "c2"] {
+            snapshot.events.push(Event {
+                derivation_key: Some(airlock_core::events::keys::refused(run(), 1, call_id)),
+                ..event(EventType::ToolCallDenied, Actor::worker("w0.1"), json!({}))
+            });
+        }
+        snapshot
+    }
+
+    fn park() -> Event {
+        event(
+            EventType::RunWaitingForApproval,
+            Actor::worker("w0.1"),
+            json!({"approval_ids": []}),
+        )
+    }
+
+    #[test]
+    fn a_park_before_its_parallel_batch_settled_is_caught() {
+        let mut snapshot = parallel_step_refused();
+        let mut log = CommitLog::default();
+        log.parks_after_their_batch(&[park()], &snapshot);
+        assert!(log.early_parks.is_empty(), "{:?}", log.early_parks);
+        snapshot.events.pop();
+        log.parks_after_their_batch(&[park()], &snapshot);
+        assert_eq!(log.early_parks.len(), 1);
+        log.parks_after_their_batch(&[park()], &MemSnapshot::default());
+        assert_eq!(log.early_parks.len(), 2, "a park without a pending batch");
+    }
+
+    #[test]
+    fn a_row_of_a_step_not_yet_recorded_is_caught() {
+        let snapshot = parallel_step_refused();
+        let proposed = |step: u32| {
+            event(
+                EventType::ToolCallProposed,
+                Actor::worker("w0.1"),
+                json!({"step_number": step, "call_id": "c"}),
+            )
+        };
+        let mut log = CommitLog::default();
+        log.steps_recorded_first(&[proposed(1)], &snapshot);
+        assert!(log.unrecorded_step_rows.is_empty());
+        log.steps_recorded_first(&[proposed(2)], &snapshot);
+        assert_eq!(log.unrecorded_step_rows.len(), 1);
+        // A refusal is read back from its key.
+        let refused = Event {
+            derivation_key: Some(airlock_core::events::keys::refused(run(), 3, "c")),
+            ..event(EventType::ToolCallDenied, Actor::worker("w0.1"), json!({}))
+        };
+        log.steps_recorded_first(&[refused], &snapshot);
+        assert_eq!(log.unrecorded_step_rows.len(), 2);
+    }
+}

@@ -7,7 +7,7 @@
 mod batches;
 mod catalog;
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 mod latency;
 mod lease;
 mod runs;
@@ -713,4 +713,3 @@ mod tests {
         assert_eq!(events_append_only(&snapshot, &commits).len(), 1);
     }
 }
-
