@@ -147,7 +147,31 @@ pub struct CommitLog {
     pub refused: Vec<String>,
 }
 
+/// What the observer found as the commits landed: each list holds the breaches of one rule
+/// (the fields of [`CommitLog`] of the same names say which).
+#[derive(Debug, Default)]
+pub struct CommitFindings {
+    pub violations: Vec<String>,
+    pub refused: Vec<String>,
+    pub started_after_cancel: Vec<String>,
+    pub early_step_records: Vec<String>,
+    pub unrecorded_step_rows: Vec<String>,
+    pub early_parks: Vec<String>,
+}
+
 impl CommitLog {
+    /// Hands over what was found so far, leaving those lists empty.
+    pub fn take_findings(&mut self) -> CommitFindings {
+        CommitFindings {
+            violations: std::mem::take(&mut self.violations),
+            refused: std::mem::take(&mut self.refused),
+            started_after_cancel: std::mem::take(&mut self.started_after_cancel),
+            early_step_records: std::mem::take(&mut self.early_step_records),
+            unrecorded_step_rows: std::mem::take(&mut self.unrecorded_step_rows),
+            early_parks: std::mem::take(&mut self.early_parks),
+        }
+    }
+
     fn observe(&mut self, row: &Invocation) {
         let first = self.first.entry(row.id).or_insert_with(|| row.clone());
         if !first.same_identity(row) {

@@ -26,7 +26,7 @@ use airlock_core::vocab::{
 };
 
 use crate::plan::Plan;
-use crate::store::CommitRecord;
+use crate::store::{CommitFindings, CommitRecord};
 use crate::timeline::Timeline;
 
 /// One answer the approver got from `resolve`.
@@ -82,20 +82,10 @@ pub struct Observations {
     pub open_transaction_calls: Vec<String>,
     /// A worker loop that returned an error (the node stops polling).
     pub worker_errors: Vec<String>,
-    /// Writes the store refused as breaking a rule of the rows (see `CommitLog::refused`).
-    pub refused_writes: Vec<String>,
     /// Planner turns asked for a step whose batch was already checkpointed.
     pub replanned: Vec<String>,
     /// Planner turns whose history differed from the stored result items (§16 #16, §17.2).
     pub history_mismatches: Vec<String>,
-    /// Sequential STARTs committed after their run's cancel request (see `CommitLog`).
-    pub started_after_cancel: Vec<String>,
-    /// Step records committed before a call they refer to had ended (see `CommitLog`).
-    pub early_step_records: Vec<String>,
-    /// Rows or refusals of a step committed before the step's batch (see `CommitLog`).
-    pub unrecorded_step_rows: Vec<String>,
-    /// PARKs committed before their batch had settled (see `CommitLog`).
-    pub early_parks: Vec<String>,
     /// What happened over time, beside the store.
     pub timeline: Timeline,
 }
@@ -121,7 +111,7 @@ pub fn check_world(
     plan: &Plan,
     snapshot: &MemSnapshot,
     commits: &[CommitRecord],
-    commit_violations: &[String],
+    findings: &CommitFindings,
     observations: &Observations,
     quiet: QuietEnd,
 ) -> (Vec<Violation>, BTreeMap<String, u64>) {
@@ -142,7 +132,7 @@ pub fn check_world(
     for detail in replays_land_once(observations) {
         fail("inv_13_non_idempotent_effects_at_most_once", detail);
     }
-    for detail in commit_violations {
+    for detail in &findings.violations {
         fail("inv_15_invocation_rows_are_well_formed", detail.clone());
     }
     for detail in park_commits_announce(commits) {
@@ -172,7 +162,7 @@ pub fn check_world(
     for detail in &observations.worker_errors {
         fail("worker_loop_error", detail.clone());
     }
-    for detail in &observations.refused_writes {
+    for detail in &findings.refused {
         fail("store_refused_a_rule_breaking_write", detail.clone());
     }
     for detail in &observations.replanned {
@@ -181,19 +171,19 @@ pub fn check_world(
     for detail in &observations.history_mismatches {
         fail("inv_16_the_planner_sees_the_stored_results", detail.clone());
     }
-    for detail in &observations.started_after_cancel {
+    for detail in &findings.started_after_cancel {
         fail("point_3_is_read_inside_the_folded_start", detail.clone());
     }
-    for detail in &observations.early_step_records {
+    for detail in &findings.early_step_records {
         fail(
             "a_step_is_recorded_after_its_last_call_ends",
             detail.clone(),
         );
     }
-    for detail in &observations.unrecorded_step_rows {
+    for detail in &findings.unrecorded_step_rows {
         fail("a_step_is_recorded_before_its_calls", detail.clone());
     }
-    for detail in &observations.early_parks {
+    for detail in &findings.early_parks {
         fail("inv_36_a_batch_parks_after_it_settles", detail.clone());
     }
     for detail in batches::sequential_batches_in_order(&world) {
