@@ -60,7 +60,7 @@ pub fn run_seed(seed: u64) -> SeedReport {
         &plan,
         &outcome.snapshot,
         &outcome.commits,
-        &outcome.commit_violations,
+        &outcome.findings,
         &outcome.observations,
         outcome.quiet,
     );

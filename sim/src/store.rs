@@ -147,7 +147,31 @@ pub struct CommitLog {
     pub refused: Vec<String>,
 }
 
+/// What the observer found as the commits landed: each list holds the breaches of one rule
+/// (the fields of [`CommitLog`] of the same names say which).
+#[derive(Debug, Default)]
+pub struct CommitFindings {
+    pub violations: Vec<String>,
+    pub refused: Vec<String>,
+    pub started_after_cancel: Vec<String>,
+    pub early_step_records: Vec<String>,
+    pub unrecorded_step_rows: Vec<String>,
+    pub early_parks: Vec<String>,
+}
+
 impl CommitLog {
+    /// Hands over what was found so far, leaving those lists empty.
+    pub fn take_findings(&mut self) -> CommitFindings {
+        CommitFindings {
+            violations: std::mem::take(&mut self.violations),
+            refused: std::mem::take(&mut self.refused),
+            started_after_cancel: std::mem::take(&mut self.started_after_cancel),
+            early_step_records: std::mem::take(&mut self.early_step_records),
+            unrecorded_step_rows: std::mem::take(&mut self.unrecorded_step_rows),
+            early_parks: std::mem::take(&mut self.early_parks),
+        }
+    }
+
     fn observe(&mut self, row: &Invocation) {
         let first = self.first.entry(row.id).or_insert_with(|| row.clone());
         if !first.same_identity(row) {
@@ -177,23 +201,12 @@ impl CommitLog {
             let Some(run) = event.run_id else { continue };
             match event.event_type {
                 EventType::ToolCallStarted if self.cancel_requested.contains(&run) => {
-                    let Some(id) = event.payload["invocation_id"]
-                        .as_str()
-                        .and_then(|id| id.parse().ok())
-                        .map(InvocationId)
-                    else {
-                        continue;
-                    };
-                    let Some(row) = snapshot.invocations.get(&id) else {
+                    let Some(row) = invocation_of(snapshot, event) else {
                         continue;
                     };
                     // A parallel batch observes once before it begins (§11); a START that the
                     // same commit closes never enters the body (RECOVER of a gone tool).
-                    let closed_here = events.iter().any(|e| {
-                        e.derivation_key.as_deref()
-                            == Some(airlock_core::events::keys::result(id).as_str())
-                    });
-                    if row.parallel_group.is_none() && !closed_here {
+                    if row.parallel_group.is_none() && !closed_in(events, row.id) {
                         self.started_after_cancel.push(format!(
                             "run {run}: sequential call {} ({}) started after the run's cancel request committed",
                             row.call_id, row.id
@@ -242,12 +255,7 @@ impl CommitLog {
                 EventType::ToolCallProposed => event.payload["step_number"]
                     .as_u64()
                     .and_then(|s| u32::try_from(s).ok()),
-                _ => event
-                    .derivation_key
-                    .as_deref()
-                    .and_then(|key| key.strip_prefix("tool.call.refused:"))
-                    .and_then(|rest| rest.split(':').nth(1))
-                    .and_then(|s| s.parse().ok()),
+                _ => refused_call(event).map(|(_, step, _)| step),
             };
             let Some(step) = step else { continue };
             let recorded = current_step(snapshot, run);
@@ -272,11 +280,8 @@ impl CommitLog {
             .filter(|e| e.event_type == EventType::RunWaitingForApproval)
         {
             let Some(run) = event.run_id else { continue };
-            let Some(batch) = snapshot
-                .checkpoints
-                .range((run, 0)..=(run, u32::MAX))
-                .next_back()
-                .and_then(|(_, c)| c.state.pending.clone())
+            let Some(batch) =
+                latest_checkpoint(snapshot, run).and_then(|c| c.state.pending.clone())
             else {
                 self.early_parks
                     .push(format!("run {run} parked without a pending batch"));
@@ -351,9 +356,7 @@ impl CommitLog {
         if !events.is_empty() {
             let rows: Vec<&Invocation> = events
                 .iter()
-                .filter_map(|e| e.payload["invocation_id"].as_str())
-                .filter_map(|id| id.parse().ok())
-                .filter_map(|id: uuid::Uuid| snapshot.invocations.get(&InvocationId(id)))
+                .filter_map(|e| invocation_of(snapshot, e))
                 .collect();
             for row in rows {
                 self.observe(row);
@@ -376,13 +379,55 @@ impl CommitLog {
     }
 }
 
-/// The step a run's latest checkpoint has in hand (0 without one).
-fn current_step(snapshot: &MemSnapshot, run: RunId) -> u32 {
+/// The invocation row an event is about (its payload's `invocation_id`), as `snapshot` holds
+/// it.
+pub(crate) fn invocation_of<'a>(
+    snapshot: &'a MemSnapshot,
+    event: &Event,
+) -> Option<&'a Invocation> {
+    snapshot.invocations.get(&invocation_id(event)?)
+}
+
+/// The invocation an event is about (its payload's `invocation_id`).
+pub(crate) fn invocation_id(event: &Event) -> Option<InvocationId> {
+    Some(InvocationId(
+        event.payload["invocation_id"].as_str()?.parse().ok()?,
+    ))
+}
+
+/// Whether `events` close invocation `id`: every terminal tool event of a row carries
+/// `events::keys::result` (a row closes once).
+pub(crate) fn closed_in(events: &[Event], id: InvocationId) -> bool {
+    let key = airlock_core::events::keys::result(id);
+    events
+        .iter()
+        .any(|e| e.derivation_key.as_deref() == Some(key.as_str()))
+}
+
+/// The call a refusal event is about, `(run, step, call_id)`, read back from its derivation
+/// key (`events::keys::refused`); `None` for any other event.
+pub(crate) fn refused_call(event: &Event) -> Option<(RunId, u32, &str)> {
+    let rest = event
+        .derivation_key
+        .as_deref()?
+        .strip_prefix("tool.call.refused:")?;
+    let mut parts = rest.splitn(3, ':');
+    let (_, step, call_id) = (parts.next(), parts.next()?, parts.next()?);
+    Some((event.run_id?, step.parse().ok()?, call_id))
+}
+
+/// A run's latest checkpoint (checkpoints are keyed `(run, version)`).
+fn latest_checkpoint(snapshot: &MemSnapshot, run: RunId) -> Option<&Checkpoint> {
     snapshot
         .checkpoints
         .range((run, 0)..=(run, u32::MAX))
         .next_back()
-        .map_or(0, |(_, c)| c.state.current_step())
+        .map(|(_, c)| c)
+}
+
+/// The step a run's latest checkpoint has in hand (0 without one).
+fn current_step(snapshot: &MemSnapshot, run: RunId) -> u32 {
+    latest_checkpoint(snapshot, run).map_or(0, |c| c.state.current_step())
 }
 
 pub struct SimStore {
@@ -474,12 +519,7 @@ impl SimStore {
             if current.lease_epoch != run.lease_epoch {
                 return None;
             }
-            Some(
-                s.checkpoints
-                    .range((run.id, 0)..=(run.id, u32::MAX))
-                    .next_back()
-                    .map_or(0, |(_, checkpoint)| checkpoint.state.current_step()),
-            )
+            Some(current_step(s, run.id))
         })
     }
 
@@ -838,5 +878,104 @@ impl StoreTx for TxProbe<'_> {
     }
     fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
         self.inner.revoke_api_token(id, at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checks::fixtures::{event, run};
+    use airlock_core::events::Actor;
+    use airlock_core::ids::ParallelGroupId;
+    use airlock_core::ports::ProposedCall;
+    use airlock_core::run::checkpoint::{CheckpointState, PendingBatch, PinnedCall};
+    use airlock_core::vocab::CheckpointTrigger;
+    use serde_json::json;
+
+    /// A run whose latest checkpoint holds step 1's parallel batch of `c1` and `c2`, both
+    /// refused (so settled).
+    fn parallel_step_refused() -> MemSnapshot {
+        let call = |id: &str| PinnedCall {
+            call: ProposedCall {
+                call_id: id.to_owned(),
+                tool: "sim.missing".to_owned(),
+                version: None,
+                arguments: json!({}),
+                argument_trust: Default::default(),
+            },
+            pinned_version: None,
+        };
+        let mut snapshot = MemSnapshot::default();
+        snapshot.checkpoints.insert(
+            (run(), 1),
+            Checkpoint {
+                run_id: run(),
+                version: 1,
+                trigger: CheckpointTrigger::ToolPending,
+                state: CheckpointState {
+                    pending: Some(PendingBatch {
+                        step: 1,
+                        calls: vec![call("c1"), call("c2")],
+                        admission: Admission::Parallel {
+                            parallel_group: ParallelGroupId(uuid::Uuid::from_u128(9)),
+                        },
+                    }),
+                    ..CheckpointState::default()
+                },
+                created_at: Timestamp::from_micros(1),
+            },
+        );
+        for call_id in ["c1", "c2"] {
+            snapshot.events.push(Event {
+                derivation_key: Some(airlock_core::events::keys::refused(run(), 1, call_id)),
+                ..event(EventType::ToolCallDenied, Actor::worker("w0.1"), json!({}))
+            });
+        }
+        snapshot
+    }
+
+    fn park() -> Event {
+        event(
+            EventType::RunWaitingForApproval,
+            Actor::worker("w0.1"),
+            json!({"approval_ids": []}),
+        )
+    }
+
+    #[test]
+    fn a_park_before_its_parallel_batch_settled_is_caught() {
+        let mut snapshot = parallel_step_refused();
+        let mut log = CommitLog::default();
+        log.parks_after_their_batch(&[park()], &snapshot);
+        assert!(log.early_parks.is_empty(), "{:?}", log.early_parks);
+        snapshot.events.pop();
+        log.parks_after_their_batch(&[park()], &snapshot);
+        assert_eq!(log.early_parks.len(), 1);
+        log.parks_after_their_batch(&[park()], &MemSnapshot::default());
+        assert_eq!(log.early_parks.len(), 2, "a park without a pending batch");
+    }
+
+    #[test]
+    fn a_row_of_a_step_not_yet_recorded_is_caught() {
+        let snapshot = parallel_step_refused();
+        let proposed = |step: u32| {
+            event(
+                EventType::ToolCallProposed,
+                Actor::worker("w0.1"),
+                json!({"step_number": step, "call_id": "c"}),
+            )
+        };
+        let mut log = CommitLog::default();
+        log.steps_recorded_first(&[proposed(1)], &snapshot);
+        assert!(log.unrecorded_step_rows.is_empty());
+        log.steps_recorded_first(&[proposed(2)], &snapshot);
+        assert_eq!(log.unrecorded_step_rows.len(), 1);
+        // A refusal is read back from its key.
+        let refused = Event {
+            derivation_key: Some(airlock_core::events::keys::refused(run(), 3, "c")),
+            ..event(EventType::ToolCallDenied, Actor::worker("w0.1"), json!({}))
+        };
+        log.steps_recorded_first(&[refused], &snapshot);
+        assert_eq!(log.unrecorded_step_rows.len(), 2);
     }
 }

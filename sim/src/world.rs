@@ -46,7 +46,7 @@ use serde_json::{Value, json};
 use crate::catalog::{self, Body, Catalog};
 use crate::checks::{Observations, QuietEnd, ReadRecord, ResolveRecord, WriteRecord};
 use crate::plan::{APPROVER_MOVES, ApproverMove, Plan, PlannerFaultKind, SimRng, point_index};
-use crate::store::{CommitRecord, Moment, SimStore};
+use crate::store::{CommitFindings, CommitRecord, Moment, SimStore};
 use crate::timeline::{
     CancelCall, ExecutionSpan, Incarnation, NodeChange, NodeEvent, ResumeCall, SessionSubmit,
     WorkItem,
@@ -63,7 +63,7 @@ const TICK: Duration = Duration::from_millis(100);
 pub struct Outcome {
     pub snapshot: MemSnapshot,
     pub commits: Vec<CommitRecord>,
-    pub commit_violations: Vec<String>,
+    pub findings: CommitFindings,
     pub observations: Observations,
     pub quiet: QuietEnd,
     pub faults: BTreeMap<String, u64>,
@@ -984,34 +984,17 @@ pub async fn simulate(plan: Plan) -> Outcome {
     }
     let snapshot = world.store.snapshot();
     let end = world.clock.mono();
-    let (commits, commit_violations, log_findings) = {
+    let (commits, findings) = {
         let mut log = world.store.log();
-        (
-            std::mem::take(&mut log.commits),
-            std::mem::take(&mut log.violations),
-            (
-                std::mem::take(&mut log.refused),
-                std::mem::take(&mut log.started_after_cancel),
-                std::mem::take(&mut log.early_step_records),
-                std::mem::take(&mut log.unrecorded_step_rows),
-                std::mem::take(&mut log.early_parks),
-            ),
-        )
+        (std::mem::take(&mut log.commits), log.take_findings())
     };
     let mut observations = std::mem::take(&mut *world.observations());
-    (
-        observations.refused_writes,
-        observations.started_after_cancel,
-        observations.early_step_records,
-        observations.unrecorded_step_rows,
-        observations.early_parks,
-    ) = log_findings;
     observations.timeline.end = end;
     let faults = std::mem::take(&mut *lock(&world.faults));
     Outcome {
         snapshot,
         commits,
-        commit_violations,
+        findings,
         observations,
         quiet,
         faults: faults.counts,

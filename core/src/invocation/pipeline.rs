@@ -724,13 +724,9 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         } = self.proposal(site, prepared, action, decision, now);
         let id = row.id;
         let actor = worker_actor(site);
-        #[cfg(feature = "mutants")]
-        let ledger = site.ledger.filter(|_| {
-            !(crate::testing::mutants::pending_after_first_call()
-                && row.status == InvocationStatus::Authorized)
-        });
-        #[cfg(not(feature = "mutants"))]
         let ledger = site.ledger;
+        #[cfg(feature = "mutants")]
+        let ledger = crate::testing::mutants::ledger_at_propose(ledger, &row);
         self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
             if let Some(ledger) = ledger {

@@ -562,7 +562,9 @@ fn inv_23_nothing_approved_after_expiry(c: &mut Checker<'_>) {
     }
 }
 
-fn run_event_target(event: &Event) -> Option<RunStatus> {
+/// The status a run event moves its run to, `None` for any other event: the run state machine
+/// as the event log tells it (#27 here; the simulator follows it commit by commit).
+pub fn run_event_target(event: &Event) -> Option<RunStatus> {
     match event.event_type {
         EventType::RunQueued | EventType::RunRequeued => Some(RunStatus::Queued),
         EventType::RunStarted => Some(RunStatus::Running),

@@ -73,10 +73,8 @@ pub fn activate(name: Option<&str>) -> Result<(), String> {
     let index = match name {
         None => 0,
         Some(name) => {
-            NAMES
-                .iter()
-                .chain(CONNECTION_NAMES.iter())
-                .position(|n| *n == name)
+            every_name()
+                .position(|n| n == name)
                 .ok_or_else(|| format!("unknown mutant '{name}'"))?
                 + 1
         }
@@ -89,12 +87,13 @@ pub fn activate(name: Option<&str>) -> Result<(), String> {
 pub fn current() -> Option<&'static str> {
     match ACTIVE.load(Ordering::Relaxed) {
         0 => None,
-        i => NAMES
-            .iter()
-            .chain(CONNECTION_NAMES.iter())
-            .nth(i - 1)
-            .copied(),
+        i => every_name().nth(i - 1),
     }
+}
+
+/// Every mutant in `ACTIVE`'s numbering: [`NAMES`], then [`CONNECTION_NAMES`].
+fn every_name() -> impl Iterator<Item = &'static str> {
+    NAMES.iter().chain(CONNECTION_NAMES.iter()).copied()
 }
 
 /// `disconnect_not_recorded`: whether a close for `reason` commits nothing.
@@ -254,6 +253,14 @@ pub fn provisional_result(row: &Invocation) -> crate::invocation::pipeline::Call
 /// are denied or refused still carry it, so a parked step is always recorded.
 pub fn pending_after_first_call() -> bool {
     active("pending_after_first_call")
+}
+
+/// `pending_after_first_call` at PROPOSE: the step ledger that stages the step's PENDING in
+/// the transaction that inserts `row`, which is none for an allowed call.
+pub fn ledger_at_propose<L>(ledger: Option<L>, row: &Invocation) -> Option<L> {
+    ledger.filter(|_| {
+        !(pending_after_first_call() && row.status == crate::vocab::InvocationStatus::Authorized)
+    })
 }
 
 /// `revalidate_start_uncounted`: gives back the `tool_call_count` increment of the START that

@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use airlock_core::events::EventType;
-use airlock_core::ids::{InvocationId, RunId};
+use airlock_core::events::{Event, EventType};
+use airlock_core::ids::RunId;
 use airlock_core::run::checkpoint::{Admission, PendingBatch};
 
 use super::World;
+use crate::store::{closed_in, invocation_of, refused_call};
 
 /// Every batch recorded for each `(run, step)`, as its checkpoints hold it, in version order.
 fn batches<'a>(world: &World<'a>) -> BTreeMap<(RunId, u32), Vec<&'a PendingBatch>> {
@@ -31,31 +32,25 @@ struct CallCommits {
 fn call_commits(world: &World<'_>) -> CallCommits {
     let mut begun = BTreeMap::new();
     let mut ended = BTreeMap::new();
-    let call_of = |id: &str| -> Option<(RunId, u32, String)> {
-        let id = InvocationId(id.parse().ok()?);
-        let row = world.snapshot.invocations.get(&id)?;
+    let call_of = |event: &Event| -> Option<(RunId, u32, String)> {
+        let row = invocation_of(world.snapshot, event)?;
         Some((row.run_id, row.step_number, row.call_id.clone()))
     };
     for (n, commit) in world.commits.iter().enumerate() {
         for event in &commit.events {
-            let key = event.derivation_key.as_deref().unwrap_or_default();
             if event.event_type == EventType::ToolCallProposed
-                && let Some(call) = event.payload["invocation_id"].as_str().and_then(call_of)
+                && let Some(call) = call_of(event)
             {
                 begun.entry(call).or_insert(n);
-            } else if let (Some(run), Some(rest)) =
-                (event.run_id, key.strip_prefix("tool.call.refused:"))
+            } else if let Some((run, step, call_id)) = refused_call(event) {
+                begun.entry((run, step, call_id.to_owned())).or_insert(n);
+                ended.entry((run, step, call_id.to_owned())).or_insert(n);
+            } else if let Some(row) = invocation_of(world.snapshot, event)
+                && closed_in(std::slice::from_ref(event), row.id)
             {
-                let mut parts = rest.splitn(3, ':');
-                let (_, step, call_id) = (parts.next(), parts.next(), parts.next());
-                if let (Some(step), Some(call_id)) = (step.and_then(|s| s.parse().ok()), call_id) {
-                    begun.entry((run, step, call_id.to_owned())).or_insert(n);
-                    ended.entry((run, step, call_id.to_owned())).or_insert(n);
-                }
-            } else if let Some(id) = key.strip_prefix("tool.call.result:")
-                && let Some(call) = call_of(id)
-            {
-                ended.entry(call).or_insert(n);
+                ended
+                    .entry((row.run_id, row.step_number, row.call_id.clone()))
+                    .or_insert(n);
             }
         }
     }
@@ -128,10 +123,9 @@ pub fn parallel_groups_kept(world: &World<'_>) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::checks::Observations;
+    use crate::checks::fixtures::{commit, event, run};
     use crate::plan::Plan;
-    use crate::store::{CommitRecord, Moment};
-    use airlock_core::events::{Actor, Event};
-    use airlock_core::ids::SessionId;
+    use airlock_core::events::Actor;
     use airlock_core::mem_store::MemSnapshot;
     use airlock_core::ports::ProposedCall;
     use airlock_core::run::checkpoint::{Checkpoint, CheckpointState, PinnedCall};
@@ -139,33 +133,14 @@ mod tests {
     use airlock_core::vocab::CheckpointTrigger;
     use serde_json::json;
 
-    fn run() -> RunId {
-        RunId(uuid::Uuid::from_u128(7))
-    }
-
     fn refusal(call_id: &str) -> Event {
         Event {
-            id: 1,
-            session_id: SessionId(uuid::Uuid::nil()),
-            run_id: Some(run()),
-            sequence: 1,
-            event_type: EventType::ToolCallDenied,
-            payload_schema_version: 1,
-            actor: Actor::worker("w0.1"),
-            payload: json!({"call_id": call_id}),
             derivation_key: Some(airlock_core::events::keys::refused(run(), 1, call_id)),
-            created_at: Timestamp::from_micros(1),
-        }
-    }
-
-    fn commit(seq: usize, events: Vec<Event>) -> CommitRecord {
-        CommitRecord {
-            seq,
-            at: Moment::default(),
-            events,
-            guards: Vec::new(),
-            heartbeats: Vec::new(),
-            runs: Vec::new(),
+            ..event(
+                EventType::ToolCallDenied,
+                Actor::worker("w0.1"),
+                json!({"call_id": call_id}),
+            )
         }
     }
 
@@ -237,5 +212,30 @@ mod tests {
         snapshot(Admission::Parallel {
             parallel_group: airlock_core::ids::ParallelGroupId(uuid::Uuid::from_u128(9)),
         })
+    }
+
+    #[test]
+    fn a_batch_that_changes_between_checkpoints_is_caught() {
+        let plan = Plan::new(1);
+        let observations = Observations::default();
+        let mut snapshot = snapshot(Admission::Sequential);
+        let kept = |snapshot: &MemSnapshot| {
+            parallel_groups_kept(&World {
+                plan: &plan,
+                snapshot,
+                commits: &[],
+                observations: &observations,
+            })
+        };
+        assert!(kept(&snapshot).is_empty());
+        // A later checkpoint of the same step whose batch is now parallel.
+        let mut resumed = snapshot.checkpoints[&(run(), 2)].clone();
+        resumed.version = 3;
+        resumed.state.pending = snapshot_parallel().checkpoints[&(run(), 2)]
+            .state
+            .pending
+            .clone();
+        snapshot.checkpoints.insert((run(), 3), resumed);
+        assert_eq!(kept(&snapshot).len(), 1);
     }
 }

@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 
 use airlock_core::canonical::arguments_hash;
 use airlock_core::events::{Event, EventType};
-use airlock_core::ids::InvocationId;
 use airlock_core::invocation::Invocation;
 use airlock_core::tool::spec::ToolSpec;
 use airlock_core::vocab::InvocationStatus;
@@ -28,6 +27,7 @@ use serde_json::Value;
 
 use super::World;
 use crate::catalog::{Catalog, resolve};
+use crate::store::{invocation_of, refused_call};
 
 const UNKNOWN_TOOL: &str = "policy.matrix.unknown_tool";
 const CHANGED: &str = "policy.revalidation.changed";
@@ -44,11 +44,6 @@ fn catalog_of(world: &World<'_>, event: &Event) -> Option<Catalog> {
         .incarnations
         .get(name)
         .map(|i| i.catalog)
-}
-
-fn invocation_of<'a>(world: &'a World<'_>, event: &Event) -> Option<&'a Invocation> {
-    let id = InvocationId(event.payload["invocation_id"].as_str()?.parse().ok()?);
-    world.snapshot.invocations.get(&id)
 }
 
 fn count(asserted: &mut BTreeMap<String, u64>, what: &str) {
@@ -119,15 +114,10 @@ fn refusals(
     // The commit that began each call: its row's PROPOSE or its refusal.
     let mut began: BTreeMap<(airlock_core::ids::RunId, u32, String), &Event> = BTreeMap::new();
     for event in world.commits.iter().flat_map(|c| &c.events) {
-        let key = event.derivation_key.as_deref().unwrap_or_default();
-        if let (Some(run), Some(rest)) = (event.run_id, key.strip_prefix("tool.call.refused:")) {
-            let mut parts = rest.splitn(3, ':');
-            let (_, step, call) = (parts.next(), parts.next(), parts.next());
-            if let (Some(step), Some(call)) = (step.and_then(|s| s.parse().ok()), call) {
-                began.entry((run, step, call.to_owned())).or_insert(event);
-            }
+        if let Some((run, step, call)) = refused_call(event) {
+            began.entry((run, step, call.to_owned())).or_insert(event);
         } else if event.event_type == EventType::ToolCallProposed
-            && let Some(row) = invocation_of(world, event)
+            && let Some(row) = invocation_of(world.snapshot, event)
         {
             began
                 .entry((row.run_id, row.step_number, row.call_id.clone()))
@@ -249,9 +239,10 @@ fn revalidations(
             if !revalidated {
                 continue;
             }
-            let (Some(row), Some(catalog)) =
-                (invocation_of(world, event), catalog_of(world, event))
-            else {
+            let (Some(row), Some(catalog)) = (
+                invocation_of(world.snapshot, event),
+                catalog_of(world, event),
+            ) else {
                 continue;
             };
             let Some(unchanged) = identity_holds(world, catalog, row) else {
@@ -322,9 +313,10 @@ fn gone_tools(
             if !closes || ends_run {
                 continue;
             }
-            let (Some(row), Some(catalog)) =
-                (invocation_of(world, event), catalog_of(world, event))
-            else {
+            let (Some(row), Some(catalog)) = (
+                invocation_of(world.snapshot, event),
+                catalog_of(world, event),
+            ) else {
                 continue;
             };
             if resolve(catalog, &row.tool_name, Some(&row.tool_version)).is_some() {

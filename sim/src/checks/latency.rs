@@ -39,7 +39,7 @@ use airlock_core::time::Timestamp;
 use airlock_core::vocab::RunStatus;
 
 use super::World;
-use crate::store::RunView;
+use crate::store::{RunView, closed_in, invocation_id, invocation_of};
 use crate::timeline::{MS, Timeline};
 
 /// A fault-hook pause after a commit lasts 1–5 ms (`world::SimFaults`). The STARTs of a
@@ -117,16 +117,7 @@ fn histories(world: &World<'_>) -> Histories {
             .iter()
             .filter(|e| e.event_type == EventType::ToolCallStarted)
         {
-            if let Some(row) = event.payload["invocation_id"]
-                .as_str()
-                .and_then(|id| id.parse().ok())
-                .and_then(|id| {
-                    world
-                        .snapshot
-                        .invocations
-                        .get(&airlock_core::ids::InvocationId(id))
-                })
-            {
+            if let Some(row) = invocation_of(world.snapshot, event) {
                 started.entry(row.idempotency_key.clone()).or_insert(at);
             }
         }
@@ -211,11 +202,7 @@ fn histories(world: &World<'_>) -> Histories {
             .filter(|e| e.event_type == EventType::ToolCallStarted)
         {
             let Some(run) = event.run_id else { continue };
-            let closed_here = commit.events.iter().any(|e| {
-                e.derivation_key.as_deref().is_some_and(|k| {
-                    k.strip_prefix("tool.call.result:") == event.payload["invocation_id"].as_str()
-                })
-            });
+            let closed_here = invocation_id(event).is_some_and(|id| closed_in(&commit.events, id));
             // The START's tenure is the lease its transaction guarded.
             for lease in commit.guards.iter().filter(|l| l.run_id == run) {
                 if let Some(tenure) = tenures.iter_mut().rev().find(|t| {
@@ -545,62 +532,33 @@ fn claim_rule(
 mod tests {
     use super::*;
     use crate::checks::Observations;
+    use crate::checks::fixtures::{self, event, run};
     use crate::plan::Plan;
     use crate::store::{CommitRecord, HeartbeatNote, Moment};
     use crate::timeline::{Incarnation, NodeChange, NodeEvent, WorkItem};
     use airlock_core::events::{Actor, Event};
-    use airlock_core::ids::SessionId;
     use airlock_core::mem_store::MemSnapshot;
     use airlock_core::run::Lease;
     use serde_json::json;
 
     const W: &str = "w0.1";
 
-    fn run() -> RunId {
-        RunId(uuid::Uuid::from_u128(7))
-    }
-
     fn view(status: RunStatus, epoch: u64, expires: Option<i64>) -> RunView {
-        RunView {
-            id: run(),
-            session_id: SessionId(uuid::Uuid::nil()),
+        fixtures::view(
             status,
-            lease_epoch: epoch,
-            lease_owner: expires.map(|_| W.to_owned()),
-            lease_expires_at: expires.map(Timestamp::from_micros),
-            scheduled_for: None,
-            cancel_requested_at: None,
-            attempts: 0,
-            current_step: 0,
-        }
-    }
-
-    fn event(kind: EventType, actor: Actor, payload: serde_json::Value) -> Event {
-        Event {
-            id: 1,
-            session_id: SessionId(uuid::Uuid::nil()),
-            run_id: Some(run()),
-            sequence: 1,
-            event_type: kind,
-            payload_schema_version: 1,
-            actor,
-            payload,
-            derivation_key: None,
-            created_at: Timestamp::from_micros(1),
-        }
+            epoch,
+            expires.map(|e| (W, Timestamp::from_micros(e))),
+        )
     }
 
     fn commit(seq: usize, at_ms: u64, events: Vec<Event>, runs: Vec<RunView>) -> CommitRecord {
         CommitRecord {
-            seq,
             at: Moment {
                 mono: at_ms * MS,
                 wall: Timestamp::from_micros((at_ms * MS) as i64),
             },
-            events,
-            guards: Vec::new(),
-            heartbeats: Vec::new(),
             runs,
+            ..fixtures::commit(seq, events)
         }
     }
 

@@ -85,29 +85,14 @@ pub fn fenced_workers_commit_nothing(commits: &[CommitRecord]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{HeartbeatNote, Moment};
+    use crate::checks::fixtures::{self, event, run};
+    use crate::store::HeartbeatNote;
     use airlock_core::events::{Actor, Event};
-    use airlock_core::ids::SessionId;
     use airlock_core::time::Timestamp;
     use serde_json::json;
 
-    fn run() -> RunId {
-        RunId(uuid::Uuid::from_u128(7))
-    }
-
     fn view(status: RunStatus, owner: Option<&str>, epoch: u64) -> RunView {
-        RunView {
-            id: run(),
-            session_id: SessionId(uuid::Uuid::nil()),
-            status,
-            lease_epoch: epoch,
-            lease_owner: owner.map(str::to_owned),
-            lease_expires_at: owner.map(|_| Timestamp::from_micros(1)),
-            scheduled_for: None,
-            cancel_requested_at: None,
-            attempts: 0,
-            current_step: 0,
-        }
+        fixtures::view(status, epoch, owner.map(|o| (o, Timestamp::from_micros(1))))
     }
 
     fn lease(worker: &str, epoch: u64) -> Lease {
@@ -118,29 +103,11 @@ mod tests {
         }
     }
 
-    fn event(kind: EventType, actor: Actor, payload: serde_json::Value) -> Event {
-        Event {
-            id: 1,
-            session_id: SessionId(uuid::Uuid::nil()),
-            run_id: Some(run()),
-            sequence: 1,
-            event_type: kind,
-            payload_schema_version: 1,
-            actor,
-            payload,
-            derivation_key: None,
-            created_at: Timestamp::from_micros(1),
-        }
-    }
-
     fn commit(seq: usize, events: Vec<Event>, guards: Vec<Lease>, after: RunView) -> CommitRecord {
         CommitRecord {
-            seq,
-            at: Moment::default(),
-            events,
             guards,
-            heartbeats: Vec::new(),
             runs: vec![after],
+            ..fixtures::commit(seq, events)
         }
     }
 

@@ -6,6 +6,8 @@
 
 mod batches;
 mod catalog;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod latency;
 mod lease;
 mod runs;
@@ -17,14 +19,14 @@ use airlock_core::events::{Event, EventType};
 use airlock_core::ids::{ApprovalId, InvocationId, RunId};
 use airlock_core::invocation::outcome::ResultItem;
 use airlock_core::mem_store::MemSnapshot;
-use airlock_core::testing::invariants::{Effect, Violation, check};
+use airlock_core::testing::invariants::{Effect, Violation, check, run_event_target};
 use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus, ResolveState,
     RunStatus, TrustLevel,
 };
 
 use crate::plan::Plan;
-use crate::store::CommitRecord;
+use crate::store::{CommitFindings, CommitRecord};
 use crate::timeline::Timeline;
 
 /// One answer the approver got from `resolve`.
@@ -80,20 +82,10 @@ pub struct Observations {
     pub open_transaction_calls: Vec<String>,
     /// A worker loop that returned an error (the node stops polling).
     pub worker_errors: Vec<String>,
-    /// Writes the store refused as breaking a rule of the rows (see `CommitLog::refused`).
-    pub refused_writes: Vec<String>,
     /// Planner turns asked for a step whose batch was already checkpointed.
     pub replanned: Vec<String>,
     /// Planner turns whose history differed from the stored result items (§16 #16, §17.2).
     pub history_mismatches: Vec<String>,
-    /// Sequential STARTs committed after their run's cancel request (see `CommitLog`).
-    pub started_after_cancel: Vec<String>,
-    /// Step records committed before a call they refer to had ended (see `CommitLog`).
-    pub early_step_records: Vec<String>,
-    /// Rows or refusals of a step committed before the step's batch (see `CommitLog`).
-    pub unrecorded_step_rows: Vec<String>,
-    /// PARKs committed before their batch had settled (see `CommitLog`).
-    pub early_parks: Vec<String>,
     /// What happened over time, beside the store.
     pub timeline: Timeline,
 }
@@ -119,7 +111,7 @@ pub fn check_world(
     plan: &Plan,
     snapshot: &MemSnapshot,
     commits: &[CommitRecord],
-    commit_violations: &[String],
+    findings: &CommitFindings,
     observations: &Observations,
     quiet: QuietEnd,
 ) -> (Vec<Violation>, BTreeMap<String, u64>) {
@@ -140,7 +132,7 @@ pub fn check_world(
     for detail in replays_land_once(observations) {
         fail("inv_13_non_idempotent_effects_at_most_once", detail);
     }
-    for detail in commit_violations {
+    for detail in &findings.violations {
         fail("inv_15_invocation_rows_are_well_formed", detail.clone());
     }
     for detail in park_commits_announce(commits) {
@@ -170,7 +162,7 @@ pub fn check_world(
     for detail in &observations.worker_errors {
         fail("worker_loop_error", detail.clone());
     }
-    for detail in &observations.refused_writes {
+    for detail in &findings.refused {
         fail("store_refused_a_rule_breaking_write", detail.clone());
     }
     for detail in &observations.replanned {
@@ -179,19 +171,19 @@ pub fn check_world(
     for detail in &observations.history_mismatches {
         fail("inv_16_the_planner_sees_the_stored_results", detail.clone());
     }
-    for detail in &observations.started_after_cancel {
+    for detail in &findings.started_after_cancel {
         fail("point_3_is_read_inside_the_folded_start", detail.clone());
     }
-    for detail in &observations.early_step_records {
+    for detail in &findings.early_step_records {
         fail(
             "a_step_is_recorded_after_its_last_call_ends",
             detail.clone(),
         );
     }
-    for detail in &observations.unrecorded_step_rows {
+    for detail in &findings.unrecorded_step_rows {
         fail("a_step_is_recorded_before_its_calls", detail.clone());
     }
-    for detail in &observations.early_parks {
+    for detail in &findings.early_parks {
         fail("inv_36_a_batch_parks_after_it_settles", detail.clone());
     }
     for detail in batches::sequential_batches_in_order(&world) {
@@ -247,18 +239,6 @@ fn replays_land_once(o: &Observations) -> Vec<String> {
     failures
 }
 
-pub(crate) fn run_state_after(event: &Event) -> Option<RunStatus> {
-    match event.event_type {
-        EventType::RunQueued | EventType::RunRequeued => Some(RunStatus::Queued),
-        EventType::RunStarted => Some(RunStatus::Running),
-        EventType::RunWaitingForApproval => Some(RunStatus::WaitingForApproval),
-        EventType::RunCompleted => Some(RunStatus::Completed),
-        EventType::RunFailed => Some(RunStatus::Failed),
-        EventType::RunCancelled => Some(RunStatus::Cancelled),
-        _ => None,
-    }
-}
-
 /// #20, by commit: the commit that parks announces each of its approvals, unless an earlier
 /// commit already did.
 fn park_commits_announce(commits: &[CommitRecord]) -> Vec<String> {
@@ -300,7 +280,7 @@ fn waiting_runs_never_reclaimed(commits: &[CommitRecord]) -> Vec<String> {
     let mut state: BTreeMap<RunId, RunStatus> = BTreeMap::new();
     let mut failures = Vec::new();
     for event in commits.iter().flat_map(|c| &c.events) {
-        let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) else {
+        let (Some(run), Some(next)) = (event.run_id, run_event_target(event)) else {
             continue;
         };
         if event.event_type == EventType::RunRequeued
@@ -439,7 +419,7 @@ fn parked_cancel_is_one_commit(snapshot: &MemSnapshot, commits: &[CommitRecord])
             {
                 closed.insert(id.to_owned());
             }
-            if let (Some(run), Some(next)) = (event.run_id, run_state_after(event)) {
+            if let (Some(run), Some(next)) = (event.run_id, run_event_target(event)) {
                 state.insert(run, next);
             }
         }
@@ -586,11 +566,12 @@ pub fn mentioned_runs(snapshot: &MemSnapshot, detail: &str) -> BTreeSet<RunId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checks::fixtures::{self, run};
     use airlock_core::events::Actor;
-    use airlock_core::ids::SessionId;
     use airlock_core::time::Timestamp;
     use serde_json::json;
 
+    /// [`fixtures::event`] with its own id, sequence and time.
     fn event(
         id: i64,
         run: RunId,
@@ -600,31 +581,15 @@ mod tests {
     ) -> Event {
         Event {
             id,
-            session_id: SessionId(uuid::Uuid::nil()),
             run_id: Some(run),
             sequence: id as u64,
-            event_type: kind,
-            payload_schema_version: 1,
-            actor,
-            payload,
-            derivation_key: None,
             created_at: Timestamp::from_micros(id),
+            ..fixtures::event(kind, actor, payload)
         }
-    }
-
-    fn run() -> RunId {
-        RunId(uuid::Uuid::from_u128(7))
     }
 
     fn commit(events: Vec<Event>) -> CommitRecord {
-        CommitRecord {
-            seq: 0,
-            at: crate::store::Moment::default(),
-            events,
-            guards: Vec::new(),
-            heartbeats: Vec::new(),
-            runs: Vec::new(),
-        }
+        fixtures::commit(0, events)
     }
 
     #[test]
@@ -715,5 +680,26 @@ mod tests {
             ..Observations::default()
         };
         assert_eq!(replays_land_once(&bad).len(), 1);
+    }
+
+    #[test]
+    fn an_event_changed_or_added_outside_the_commits_is_caught() {
+        let w = Actor::worker("w0.1");
+        let appended = vec![
+            event(1, run(), EventType::RunStarted, w.clone(), json!({})),
+            event(2, run(), EventType::RunCompleted, w.clone(), json!({})),
+        ];
+        let commits = [commit(appended.clone())];
+        let mut snapshot = MemSnapshot {
+            events: appended,
+            ..MemSnapshot::default()
+        };
+        assert!(events_append_only(&snapshot, &commits).is_empty());
+        snapshot.events[1].payload = json!({"rewritten": true});
+        assert_eq!(events_append_only(&snapshot, &commits).len(), 1);
+        snapshot
+            .events
+            .push(event(3, run(), EventType::RunQueued, w, json!({})));
+        assert_eq!(events_append_only(&snapshot, &commits).len(), 1);
     }
 }
