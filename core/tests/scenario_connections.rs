@@ -388,3 +388,42 @@ async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs(
     }
     assert_eq!(h.ledger.count("test.gated_write"), 1);
 }
+
+/// §19.3 Trust: with `origin_trust = "user"` the client's arguments are the user's until the
+/// run is tainted; once a result carried untrusted content they are no longer labelled `user`.
+#[tokio::test(start_paused = true)]
+async fn arguments_are_the_users_until_an_untrusted_result_taints_the_run() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    for (key, tool, text) in [
+        (1, "test.echo", "mine"),
+        (2, "test.untrusted", "read"),
+        (3, "test.echo", "after"),
+    ] {
+        let ticket = g.live.submit(key, call(tool, text));
+        assert!(
+            matches!(
+                answer(&ticket).await,
+                TicketEnd::Answered(CallAnswer::Executed { .. })
+            ),
+            "{tool} executed"
+        );
+    }
+    let runs = session_runs(&h, &g);
+    assert_eq!(runs.len(), 1, "one run");
+    let rows = h.invocations(runs[0].id);
+    let trust: Vec<Option<TrustLevel>> = rows
+        .iter()
+        .map(|row| row.argument_trust.get("text").copied())
+        .collect();
+    assert_eq!(
+        trust,
+        [
+            Some(TrustLevel::User),
+            Some(TrustLevel::User),
+            Some(TrustLevel::ExternalUntrusted)
+        ],
+        "the call after the untrusted result is not the user's"
+    );
+}
+
