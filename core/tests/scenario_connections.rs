@@ -14,7 +14,7 @@ use airlock_core::connection::live::{
 use airlock_core::env::Env;
 use airlock_core::ids::{ApprovalId, ConnectionId};
 use airlock_core::mem_store::MemStore;
-use airlock_core::ports::{Planner, PlannerError, PlannerFactory};
+use airlock_core::ports::{Clock, Planner, PlannerError, PlannerFactory};
 use airlock_core::run::{Limits, Run, RunState};
 use airlock_core::scope::{Scope, ScopeSet};
 use airlock_core::store::Store;
@@ -427,3 +427,34 @@ async fn arguments_are_the_users_until_an_untrusted_result_taints_the_run() {
     );
 }
 
+/// §19.3: a parked call whose approval expires is answered "approval expired", not as a
+/// reviewer's denial or a policy denial, and nothing is sent.
+#[tokio::test(start_paused = true)]
+async fn a_parked_call_whose_approval_expires_is_answered_approval_expired() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    let expires_at = match ticket.status() {
+        TicketStatus::Parked {
+            approval_id,
+            expires_at,
+            ..
+        } if approval_id == approval => expires_at,
+        other => panic!("parked: {other:?}"),
+    };
+    let wait = expires_at.as_micros() - h.clock.now().as_micros() + 1_000_000;
+    // One jump past the expiry (no poll in between: the driver's next look sees the result).
+    tokio::time::advance(std::time::Duration::from_micros(wait as u64)).await;
+    let expired = h
+        .control
+        .expire_due_all(h.clock.now())
+        .await
+        .expect("expiry");
+    assert_eq!(expired, 1);
+    assert_eq!(
+        answer(&ticket).await,
+        TicketEnd::Answered(CallAnswer::ApprovalExpired)
+    );
+    assert_eq!(h.ledger.count("test.send"), 0);
+}
