@@ -140,6 +140,10 @@ pub struct PlannerInput<'a> {
     /// The finished steps, in order; empty for a planner whose [`Planner::wants_history`] is
     /// false (SPEC §17.2: history is read back only for a planner that needs it).
     pub history: &'a [PlannerStep],
+    /// Whether an earlier step of the run returned untrusted content (SPEC §8.6, the
+    /// checkpoint's taint): a planner that labels its arguments' trust (a live client with
+    /// `origin_trust = "user"`, §19.3) labels nothing `user` from then on.
+    pub tainted: bool,
 }
 
 /// A planner's answer.

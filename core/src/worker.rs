@@ -414,13 +414,12 @@ impl<S: Store + 'static> Worker<S> {
         }
     }
 
-    /// One poll: reclaim and sweep when due (or when there is nothing to claim), then claim up
-    /// to the free slots and hand each run to `spawner`.
-    pub async fn tick(
-        self: &Arc<Self>,
-        spawner: &dyn Spawner,
-        control: &ControlService<S>,
-    ) -> Result<TickReport, TxError> {
+    /// The periodic jobs every airlock process on the store runs, each when due: the connection
+    /// sweep and RECLAIM every `reclaim_every_ms`, approval expiry every
+    /// `approval_sweep_every_ms`. A worker runs them in each [`Worker::tick`]; a gateway, which
+    /// claims nothing but its own connection's runs, runs them alone (SPEC §19.4: a dead
+    /// gateway's runs end within a lease plus a sweep even when no `airlock worker` runs).
+    pub async fn maintain(&self, control: &ControlService<S>) -> Result<TickReport, TxError> {
         let now = self.env.clock.now();
         let mut report = TickReport::default();
         if due(&self.last_reclaim, now, self.settings.reclaim_every_ms) {
@@ -430,6 +429,18 @@ impl<S: Store + 'static> Worker<S> {
         if due(&self.last_sweep, now, self.settings.approval_sweep_every_ms) {
             report.expired += control.expire_due_all(now).await?;
         }
+        Ok(report)
+    }
+
+    /// One poll: the periodic jobs when due ([`Worker::maintain`]; sweep and reclaim also when
+    /// there is nothing to claim), then claim up to the free slots and hand each run to
+    /// `spawner`.
+    pub async fn tick(
+        self: &Arc<Self>,
+        spawner: &dyn Spawner,
+        control: &ControlService<S>,
+    ) -> Result<TickReport, TxError> {
+        let mut report = self.maintain(control).await?;
         // A claimed run counts in `in_flight` from here on (below), so the free slots are
         // `concurrency - in_flight` alone; adding this tick's claims again would count each
         // twice and fill only half the free slots per poll.

@@ -14,7 +14,7 @@ use airlock_core::connection::live::{
 use airlock_core::env::Env;
 use airlock_core::ids::{ApprovalId, ConnectionId};
 use airlock_core::mem_store::MemStore;
-use airlock_core::ports::{Planner, PlannerError, PlannerFactory};
+use airlock_core::ports::{Clock, Planner, PlannerError, PlannerFactory};
 use airlock_core::run::{Limits, Run, RunState};
 use airlock_core::scope::{Scope, ScopeSet};
 use airlock_core::store::Store;
@@ -387,4 +387,74 @@ async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs(
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(h.ledger.count("test.gated_write"), 1);
+}
+
+/// §19.3 Trust: with `origin_trust = "user"` the client's arguments are the user's until the
+/// run is tainted; once a result carried untrusted content they are no longer labelled `user`.
+#[tokio::test(start_paused = true)]
+async fn arguments_are_the_users_until_an_untrusted_result_taints_the_run() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    for (key, tool, text) in [
+        (1, "test.echo", "mine"),
+        (2, "test.untrusted", "read"),
+        (3, "test.echo", "after"),
+    ] {
+        let ticket = g.live.submit(key, call(tool, text));
+        assert!(
+            matches!(
+                answer(&ticket).await,
+                TicketEnd::Answered(CallAnswer::Executed { .. })
+            ),
+            "{tool} executed"
+        );
+    }
+    let runs = session_runs(&h, &g);
+    assert_eq!(runs.len(), 1, "one run");
+    let rows = h.invocations(runs[0].id);
+    let trust: Vec<Option<TrustLevel>> = rows
+        .iter()
+        .map(|row| row.argument_trust.get("text").copied())
+        .collect();
+    assert_eq!(
+        trust,
+        [
+            Some(TrustLevel::User),
+            Some(TrustLevel::User),
+            Some(TrustLevel::ExternalUntrusted)
+        ],
+        "the call after the untrusted result is not the user's"
+    );
+}
+
+/// §19.3: a parked call whose approval expires is answered "approval expired", not as a
+/// reviewer's denial or a policy denial, and nothing is sent.
+#[tokio::test(start_paused = true)]
+async fn a_parked_call_whose_approval_expires_is_answered_approval_expired() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    let expires_at = match ticket.status() {
+        TicketStatus::Parked {
+            approval_id,
+            expires_at,
+            ..
+        } if approval_id == approval => expires_at,
+        other => panic!("parked: {other:?}"),
+    };
+    let wait = expires_at.as_micros() - h.clock.now().as_micros() + 1_000_000;
+    // One jump past the expiry (no poll in between: the driver's next look sees the result).
+    tokio::time::advance(std::time::Duration::from_micros(wait as u64)).await;
+    let expired = h
+        .control
+        .expire_due_all(h.clock.now())
+        .await
+        .expect("expiry");
+    assert_eq!(expired, 1);
+    assert_eq!(
+        answer(&ticket).await,
+        TicketEnd::Answered(CallAnswer::ApprovalExpired)
+    );
+    assert_eq!(h.ledger.count("test.send"), 0);
 }

@@ -230,6 +230,41 @@ impl Scene {
             .unwrap_or_default()
     }
 
+    /// Serves with a copy of the shipped policy whose matrix allows `external_write` (the
+    /// shipped profile asks for approval), so only what a scenario is about makes a write wait.
+    fn allow_external_writes(&mut self) {
+        let policies = self.data.path().join("policies");
+        std::fs::create_dir_all(&policies).unwrap();
+        let shipped = repo().join("policies");
+        let profile = std::fs::read_to_string(shipped.join("default.toml"))
+            .unwrap()
+            .replace(
+                "[rules.external_write]\ndecision = \"require_approval\"",
+                "[rules.external_write]\ndecision = \"allow\"",
+            );
+        assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
+        std::fs::write(policies.join("default.toml"), profile).unwrap();
+        std::fs::copy(
+            shipped.join("hardline.toml"),
+            policies.join("hardline.toml"),
+        )
+        .unwrap();
+        self.policy_dir = Some(policies.to_str().unwrap().to_owned());
+    }
+
+    /// `airlock mcp tools --config FILE`: it exits 0; its JSON table.
+    fn mcp_tools(&self) -> Value {
+        let output = self
+            .data
+            .command("operator", &["mcp", "tools", "--config"])
+            .arg(&self.config)
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0));
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
     /// `airlock … ARGS` as a reviewer of tenant acme.
     fn airlock(&self, args: &[&str]) -> Value {
         self.data.json("operator", args)
@@ -266,6 +301,17 @@ fn parse_observations(output: &std::process::Output, scenario: &str) -> Value {
     })
 }
 
+/// The strings of the list `key` of a scenario's observations (tool names, notification
+/// methods).
+fn names<'v>(seen: &'v Value, key: &str) -> Vec<&'v str> {
+    seen[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{key} is a list: {seen}"))
+        .iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 fn text(v: &Value) -> &str {
     v["text"].as_str().unwrap_or_default()
 }
@@ -279,12 +325,7 @@ fn pass_through_reads_listing_filter_denials_and_unknown_names() {
     let a = scene.sandbox.join("a.txt");
     let seen = scene.client(&peers, "basic", "legacy", a.to_str().unwrap());
     assert_eq!(seen["protocol_version"], "2025-11-25");
-    let tools: Vec<&str> = seen["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let tools = names(&seen, "tools");
     // Listed: held scopes and a matrix row that is not an unconditional deny.
     for listed in [
         "files__read_text_file",
@@ -372,23 +413,7 @@ fn an_untrusted_result_makes_the_next_write_wait_for_approval() {
     };
     let mut scene = scene_with(&peers, "");
     // A profile that allows external writes, so only the taint makes one wait.
-    let policies = scene.data.path().join("policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    let shipped = repo().join("policies");
-    let profile = std::fs::read_to_string(shipped.join("default.toml"))
-        .unwrap()
-        .replace(
-            "[rules.external_write]\ndecision = \"require_approval\"",
-            "[rules.external_write]\ndecision = \"allow\"",
-        );
-    assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
-    std::fs::write(policies.join("default.toml"), profile).unwrap();
-    std::fs::copy(
-        shipped.join("hardline.toml"),
-        policies.join("hardline.toml"),
-    )
-    .unwrap();
-    scene.policy_dir = Some(policies.to_str().unwrap().to_owned());
+    scene.allow_external_writes();
     let seen = scene.client(&peers, "taint", "legacy", "");
     assert_eq!(
         seen["before"]["is_error"], false,
@@ -459,22 +484,7 @@ fn kill_9_during_append_leaves_it_uncertain_and_a_retry_is_refused() {
     };
     let mut scene = scene_with(&peers, "");
     // Appends run without approval here, so the call is in flight at once.
-    let policies = scene.data.path().join("policies");
-    std::fs::create_dir_all(&policies).unwrap();
-    let shipped = repo().join("policies");
-    let profile = std::fs::read_to_string(shipped.join("default.toml"))
-        .unwrap()
-        .replace(
-            "[rules.external_write]\ndecision = \"require_approval\"",
-            "[rules.external_write]\ndecision = \"allow\"",
-        );
-    std::fs::write(policies.join("default.toml"), profile).unwrap();
-    std::fs::copy(
-        shipped.join("hardline.toml"),
-        policies.join("hardline.toml"),
-    )
-    .unwrap();
-    scene.policy_dir = Some(policies.to_str().unwrap().to_owned());
+    scene.allow_external_writes();
     let pidfile = scene.data.path().join("gateway.pid");
     let client = scene.spawn_client(&peers, "kill", "legacy", "once", Some(&pidfile));
     // The effect is in the ledger; the answer is 60 s away.
@@ -515,23 +525,20 @@ fn kill_9_during_append_leaves_it_uncertain_and_a_retry_is_refused() {
 
 /// The definition hash `mcp tools` reports for `exposed`.
 fn hash_of(scene: &Scene, exposed: &str) -> String {
-    let output = scene
-        .data
-        .command("operator", &["mcp", "tools", "--config"])
-        .arg(&scene.config)
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0));
-    let table: Value = serde_json::from_slice(&output.stdout).unwrap();
+    tool_row(&scene.mcp_tools(), exposed)["definition_sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The row of `exposed` in an `mcp tools` table.
+fn tool_row<'t>(table: &'t Value, exposed: &str) -> &'t Value {
     table["tools"]
         .as_array()
         .unwrap()
         .iter()
         .find(|t| t["exposed_name"] == exposed)
-        .and_then(|t| t["definition_sha256"].as_str())
-        .unwrap()
-        .to_owned()
+        .unwrap_or_else(|| panic!("{exposed} is in the table: {table}"))
 }
 
 #[test]
@@ -549,28 +556,16 @@ fn a_definition_that_stops_matching_its_pin_is_unlisted_and_denied_unknown_tool(
     );
     let seen = scene.client(&peers, "pin", "legacy", "");
     assert!(
-        seen["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t == "test__mutable"),
+        names(&seen, "tools").contains(&"test__mutable"),
         "listed while it matches its pin"
     );
     assert_eq!(seen["before"]["is_error"], false);
     assert!(
-        seen["notifications"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n == "notifications/tools/list_changed"),
+        names(&seen, "notifications").contains(&"notifications/tools/list_changed"),
         "the client was told: {seen}"
     );
     assert!(
-        !seen["tools_after"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t == "test__mutable"),
+        !names(&seen, "tools_after").contains(&"test__mutable"),
         "unlisted after the change"
     );
     assert_eq!(
@@ -681,11 +676,7 @@ scope = "mcp.everyhttp.call"
         &format!("http://127.0.0.1:{web_port}/mcp"),
     );
     assert!(
-        seen["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t == "everyhttp__echo"),
+        names(&seen, "tools").contains(&"everyhttp__echo"),
         "server-everything over Streamable HTTP is listed: {seen}"
     );
     assert_eq!(seen["resolve"]["state"], "applied", "{seen}");
@@ -695,11 +686,7 @@ scope = "mcp.everyhttp.call"
         "{seen}"
     );
     assert!(
-        seen["notifications"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|n| n == "notifications/tools/list_changed"),
+        names(&seen, "notifications").contains(&"notifications/tools/list_changed"),
         "{seen}"
     );
 }
@@ -710,21 +697,8 @@ fn mcp_tools_prints_the_table_and_a_bad_file_exits_4_naming_the_key() {
         return;
     };
     let scene = scene_with(&peers, "");
-    let output = scene
-        .data
-        .command("operator", &["mcp", "tools", "--config"])
-        .arg(&scene.config)
-        .stderr(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0));
-    let table: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let append = table["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["exposed_name"] == "test__append")
-        .expect("append is in the table");
+    let table = scene.mcp_tools();
+    let append = tool_row(&table, "test__append");
     assert_eq!(append["internal_name"], "mcp.test.append");
     assert_eq!(append["server"], "test");
     assert_eq!(append["upstream_name"], "append");
@@ -737,12 +711,7 @@ fn mcp_tools_prints_the_table_and_a_bad_file_exits_4_naming_the_key() {
             .unwrap()
             .starts_with("sha256:")
     );
-    let list_directory = table["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["exposed_name"] == "files__list_directory")
-        .unwrap();
+    let list_directory = tool_row(&table, "files__list_directory");
     assert_eq!(list_directory["listed"], false);
     assert_eq!(
         list_directory["why_not"],

@@ -252,10 +252,9 @@ pub fn spec_of(
 ) -> ToolSpec {
     let own = server.tools.get(upstream);
     let class = class_of(server, upstream, tool.get("annotations"));
-    let scope = own
-        .and_then(|t| t.scope.clone())
-        .or_else(|| Scope::parse(&format!("mcp.{}.call", server.id)).ok());
-    let required_scopes: ScopeSet = scope.into_iter().collect();
+    let required_scopes: ScopeSet = Scope::parse(&scope_of(server, upstream))
+        .into_iter()
+        .collect();
     let timeout = own
         .and_then(|t| t.timeout_seconds)
         .unwrap_or(server.timeout_seconds);

@@ -19,11 +19,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use airlock_core::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::policy::Ruleset;
-use airlock_core::policy::matrix::MatrixRule;
 use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::tool::spec::ToolVersion;
-use airlock_core::vocab::{PolicyDecisionType, SideEffectClass};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
@@ -67,11 +65,6 @@ pub struct Gateway {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Whether the profile's matrix denies `class` whatever the action says.
-pub fn denied_unconditionally(ruleset: &Ruleset, class: SideEffectClass) -> bool {
-    ruleset.profile.matrix.row(class) == MatrixRule::Unconditional(PolicyDecisionType::Deny)
 }
 
 fn process_event(
@@ -179,7 +172,7 @@ impl Gateway {
             }
         };
         let ruleset = Arc::clone(&self.ruleset);
-        let denied = move |class| denied_unconditionally(&ruleset, class);
+        let denied = move |class| ruleset.profile.matrix.denies_unconditionally(class);
         let fresh = entries(server, &tools, &self.config.scopes, &denied);
         let now = (self.now)();
         let mut events = Vec::new();

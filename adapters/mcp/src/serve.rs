@@ -148,26 +148,20 @@ pub async fn start_gateway<S: Store + 'static>(
     gateway
 }
 
-/// The connection sweep, RECLAIM and approval expiry, at the worker's intervals, forever.
+/// The connection sweep, RECLAIM and approval expiry, each at the worker's interval
+/// ([`Worker::maintain`]), forever.
 async fn maintain<S: Store + 'static>(worker: Arc<Worker<S>>, control: ControlService<S>) {
-    let every = std::time::Duration::from_millis(worker.settings().reclaim_every_ms.max(1));
-    let approvals_every =
-        std::time::Duration::from_millis(worker.settings().approval_sweep_every_ms.max(1));
-    let mut last_expiry = tokio::time::Instant::now();
+    let settings = worker.settings();
+    let every = std::time::Duration::from_millis(
+        settings
+            .reclaim_every_ms
+            .min(settings.approval_sweep_every_ms)
+            .max(1),
+    );
     loop {
         tokio::time::sleep(every).await;
-        if let Err(error) = worker.sweep_connections().await {
-            tracing::warn!(error = %error, "connection sweep failed; the next one retries");
-        }
-        if let Err(error) = worker.reclaim().await {
-            tracing::warn!(error = %error, "reclaim failed; the next one retries");
-        }
-        if last_expiry.elapsed() >= approvals_every {
-            last_expiry = tokio::time::Instant::now();
-            let now = worker.env().clock.now();
-            if let Err(error) = control.expire_due_all(now).await {
-                tracing::warn!(error = %error, "approval expiry failed; the next one retries");
-            }
+        if let Err(error) = worker.maintain(&control).await {
+            tracing::warn!(error = %error, "maintenance (connection sweep, reclaim, approval expiry) failed; the next one retries");
         }
     }
 }

@@ -24,12 +24,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
 use airlock_core::connection::live::{ClientCall, LiveConnection, TicketEnd, TicketStatus};
 use airlock_core::control::ControlService;
 use airlock_core::ids::ApprovalId;
 use airlock_core::principal::Principal;
 use airlock_core::store::Store;
-use airlock_core::vocab::ApprovalResolution;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams,
     ElicitationAction, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -147,17 +147,15 @@ async fn elicit<S: Store + 'static>(
         .as_ref()
         .and_then(|c| c.get("approve"))
         .and_then(Value::as_bool);
-    let (resolution, reason) = match (answer.action, approve) {
-        (ElicitationAction::Accept, Some(true)) => (
-            ApprovalResolution::ApproveOnce,
-            "approved by the client (elicitation)",
-        ),
-        (ElicitationAction::Accept, _) | (ElicitationAction::Decline, _) => (
-            ApprovalResolution::Deny,
-            "declined by the client (elicitation)",
-        ),
-        // Cancel, or an action this build does not know: nothing changes.
-        _ => return,
+    let reply = match answer.action {
+        ElicitationAction::Accept => ElicitedReply::Accepted { approve },
+        ElicitationAction::Decline => ElicitedReply::Declined,
+        // Cancel, or an action this build does not know.
+        _ => ElicitedReply::Cancelled,
+    };
+    // What the reply resolves is core's rule (§19.4).
+    let Some((resolution, reason)) = resolution_of(reply) else {
+        return;
     };
     if let Err(error) = approvals
         .control

@@ -190,9 +190,6 @@ struct Mailbox {
     closed: bool,
     /// Whether the planner is waiting for a request with nothing outstanding.
     planner_idle: bool,
-    /// Runs whose answers carried untrusted content to the client (§8.6, §19.3): later
-    /// arguments are no longer declared `user`.
-    tainted: Vec<RunId>,
     wakers: Vec<Waker>,
 }
 
@@ -333,15 +330,6 @@ impl LiveConnection {
                 let cancelled = m.cancelled.contains(&key);
                 match state {
                     CallState::Answered(answer) => {
-                        if let CallAnswer::Executed { trust, .. } = &answer
-                            && matches!(
-                                trust,
-                                TrustLevel::ExternalUntrusted | TrustLevel::Knowledge
-                            )
-                            && !m.tainted.contains(&run)
-                        {
-                            m.tainted.push(run);
-                        }
                         let handed = m.handed.remove(position);
                         m.cancelled.retain(|k| *k != key);
                         // A client that cancelled, or has gone, gets no answer (§19.3).
@@ -470,9 +458,9 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
                     message: DISCONNECTED_MESSAGE.to_owned(),
                 });
             };
-            let tainted = self.live.with(|m| m.tainted.contains(&run));
+            // `user` until the run is tainted (§19.3): the checkpoint's taint, not a copy of it.
             let argument_trust: BTreeMap<String, TrustLevel> =
-                match (&call.arguments, arguments_from_user && !tainted) {
+                match (&call.arguments, arguments_from_user && !input.tainted) {
                     (Value::Object(map), true) => {
                         map.keys().map(|k| (k.clone(), TrustLevel::User)).collect()
                     }

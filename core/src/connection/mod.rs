@@ -21,6 +21,7 @@
 //! connection's `alive_until` and the run's lease) plus one sweep interval.
 
 pub mod answer;
+pub mod elicit;
 pub mod live;
 
 use serde_json::json;

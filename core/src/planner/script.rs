@@ -1071,6 +1071,7 @@ mod tests {
                 run: &run,
                 step,
                 history: &[],
+                tainted: false,
             }))
         };
         match turn(2).unwrap() {

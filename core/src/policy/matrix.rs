@@ -47,6 +47,12 @@ impl Matrix {
         self.0[class.index()]
     }
 
+    /// Whether every action of `class` is denied whatever it says: its row is an unconditional
+    /// `deny` (an MCP gateway does not list such tools, SPEC §19.2).
+    pub fn denies_unconditionally(&self, class: SideEffectClass) -> bool {
+        self.row(class) == MatrixRule::Unconditional(PolicyDecisionType::Deny)
+    }
+
     /// Step 3: the row's decision if its condition holds, else `otherwise`, else the default.
     pub fn decide(
         &self,
@@ -114,4 +120,21 @@ fn host_on_allowlist(action: &ProposedAction) -> bool {
         && target.network_enabled
         && matches!(action.name.as_str(), "browser.navigate" | "browser.observe");
     web || browser
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_unconditional_deny_row_denies_a_class_unconditionally() {
+        let ruleset = crate::policy::Ruleset::shipped().expect("the shipped policy loads");
+        let matrix = &ruleset.profile.matrix;
+        assert!(matrix.denies_unconditionally(SideEffectClass::PackageInstall));
+        assert!(!matrix.denies_unconditionally(SideEffectClass::None));
+        assert!(
+            !matrix.denies_unconditionally(SideEffectClass::ExternalWrite),
+            "require_approval is not a deny"
+        );
+    }
 }

@@ -230,6 +230,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     run,
                     step,
                     history: &history,
+                    tainted: state.tainted,
                 })
                 .await;
             let after_planner = Some(step);

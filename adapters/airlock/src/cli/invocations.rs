@@ -5,9 +5,8 @@ use airlock_core::vocab::SettlementOutcome;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, print, service_error};
+use super::output::{print, service_error};
 use super::{Globals, json};
-use crate::app::App;
 use crate::exit::Exit;
 
 #[derive(Debug, Subcommand)]
@@ -33,15 +32,9 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open_existing(
-        &globals.data_dir(),
-        globals.store.as_deref(),
-        globals.policy_dir.as_deref(),
-    )
-    .await
-    {
+    let app = match globals.open_existing_app().await {
         Ok(app) => app,
-        Err(e) => return app_error(&e),
+        Err(exit) => return exit,
     };
     let control = app.control(None);
     match command {

@@ -8,16 +8,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use airlock_core::principal::check_identity;
 use airlock_core::tool::registry::ToolRegistry;
-use airlock_core::worker::{MAX_LEASE_MS, MIN_LEASE_MS, WorkerSettings};
+use airlock_core::worker::WorkerSettings;
 use airlock_mcp::config::GatewayConfig;
 use airlock_mcp::gateway::Gateway;
 use airlock_mcp::serve::{ServeError, serve_stdio};
 
 use super::Globals;
-use super::output::{app_error, invalid_argument, line, policy_error, print};
-use crate::app::App;
+use super::output::{line, policy_error, print};
 use crate::exit::{Exit, error_json};
 use crate::input_file::{FileKind, read_bounded};
 use crate::policy_source::load_ruleset;
@@ -77,30 +75,19 @@ fn load(path: &Path) -> Result<GatewayConfig, Exit> {
 }
 
 async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
-    if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&args.lease_ms) {
-        return invalid_argument(&format!(
-            "--lease-ms must be {MIN_LEASE_MS}..={MAX_LEASE_MS} (at most one hour), got {}",
-            args.lease_ms
-        ));
+    if let Err(exit) = super::check_lease_ms(args.lease_ms) {
+        return exit;
     }
-    if let Some(id) = &args.gateway_id
-        && let Err(e) = check_identity(id)
-    {
-        return invalid_argument(&format!("--gateway-id {e}"));
+    if let Err(exit) = super::check_id_flag("--gateway-id", args.gateway_id.as_deref()) {
+        return exit;
     }
     let config = match load(&args.config) {
         Ok(config) => config,
         Err(exit) => return exit,
     };
-    let app = match App::open(
-        &globals.data_dir(),
-        globals.store.as_deref(),
-        globals.policy_dir.as_deref(),
-    )
-    .await
-    {
+    let app = match globals.open_app().await {
         Ok(app) => app,
-        Err(e) => return app_error(&e),
+        Err(exit) => return exit,
     };
     let mut settings = WorkerSettings::new(
         args.gateway_id

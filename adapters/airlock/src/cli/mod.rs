@@ -18,8 +18,10 @@ use std::process::ExitCode;
 
 use airlock_core::principal::{Principal, check_identity};
 use airlock_core::scope::{Scope, ScopeSet, platform_scopes};
+use airlock_core::worker::{MAX_LEASE_MS, MIN_LEASE_MS};
 use clap::{Parser, Subcommand};
 
+use crate::app::App;
 use crate::exit::Exit;
 
 /// Options every command accepts.
@@ -55,6 +57,30 @@ impl Globals {
             .unwrap_or_else(|| PathBuf::from("./.airlock"))
     }
 
+    /// [`App::open`] on `--data-dir`, `--store` and `--policy-dir` (creating or migrating the
+    /// store), or the exit its error maps to.
+    pub async fn open_app(&self) -> Result<App, Exit> {
+        App::open(
+            &self.data_dir(),
+            self.store.as_deref(),
+            self.policy_dir.as_deref(),
+        )
+        .await
+        .map_err(|e| output::app_error(&e))
+    }
+
+    /// [`App::open_existing`] on `--data-dir`, `--store` and `--policy-dir` (a missing store is
+    /// an error, never created), or the exit its error maps to.
+    pub async fn open_existing_app(&self) -> Result<App, Exit> {
+        App::open_existing(
+            &self.data_dir(),
+            self.store.as_deref(),
+            self.policy_dir.as_deref(),
+        )
+        .await
+        .map_err(|e| output::app_error(&e))
+    }
+
     /// The caller, or an `invalid_argument` exit for a malformed tenant, principal or scope.
     /// Tenant and principal follow the script rule of SPEC §15 (1..=128 characters, no control
     /// characters); scopes may be written with spaces after the commas.
@@ -82,6 +108,26 @@ impl Globals {
             principal_id: self.principal.clone(),
             scopes,
         })
+    }
+}
+
+/// `--lease-ms` of a process that claims runs (`worker`, `mcp serve`): bounded below by core's
+/// heartbeat arithmetic and above, since a lease is how long a crashed process's run waits
+/// before another may take it and a huge one would never expire (core's `MAX_LEASE_MS`).
+pub fn check_lease_ms(lease_ms: u64) -> Result<(), Exit> {
+    if (MIN_LEASE_MS..=MAX_LEASE_MS).contains(&lease_ms) {
+        return Ok(());
+    }
+    Err(output::invalid_argument(&format!(
+        "--lease-ms must be {MIN_LEASE_MS}..={MAX_LEASE_MS} (at most one hour), got {lease_ms}"
+    )))
+}
+
+/// An optional process id flag (`--worker-id`, `--gateway-id`): the script rule of SPEC §15.
+pub fn check_id_flag(flag: &str, id: Option<&str>) -> Result<(), Exit> {
+    match id.map(check_identity) {
+        Some(Err(e)) => Err(output::invalid_argument(&format!("{flag} {e}"))),
+        _ => Ok(()),
     }
 }
 

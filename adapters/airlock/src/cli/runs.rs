@@ -11,9 +11,8 @@ use airlock_core::worker::WorkerSettings;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{app_error, invalid_argument, line, print, service_error};
+use super::output::{invalid_argument, line, print, service_error};
 use super::{Globals, json};
-use crate::app::App;
 use crate::exit::Exit;
 use crate::input_file::{FileKind, read_bounded};
 
@@ -95,15 +94,9 @@ pub async fn submit(
         },
         Err(exit) => return exit,
     };
-    let app = match App::open(
-        &globals.data_dir(),
-        globals.store.as_deref(),
-        globals.policy_dir.as_deref(),
-    )
-    .await
-    {
+    let app = match globals.open_app().await {
         Ok(app) => app,
-        Err(e) => return app_error(&e),
+        Err(exit) => return exit,
     };
     let control = app.control(None).with_max_script_bytes(max_script_bytes);
     let submitted = match control.submit_run(&principal, &text).await {
@@ -138,15 +131,9 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
         Ok(p) => p,
         Err(exit) => return exit,
     };
-    let app = match App::open_existing(
-        &globals.data_dir(),
-        globals.store.as_deref(),
-        globals.policy_dir.as_deref(),
-    )
-    .await
-    {
+    let app = match globals.open_existing_app().await {
         Ok(app) => app,
-        Err(e) => return app_error(&e),
+        Err(exit) => return exit,
     };
     let control = app.control(None);
     match command {

@@ -14,7 +14,7 @@ use airlock_http::{AppState, Settings, router};
 
 use super::Globals;
 use super::output::{app_error, invalid_argument, line, service_error};
-use crate::app::{App, AppError};
+use crate::app::AppError;
 use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
@@ -61,15 +61,9 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         },
         None => None,
     };
-    let app = match App::open(
-        &globals.data_dir(),
-        globals.store.as_deref(),
-        globals.policy_dir.as_deref(),
-    )
-    .await
-    {
+    let app = match globals.open_app().await {
         Ok(app) => app,
-        Err(e) => return app_error(&e),
+        Err(exit) => return exit,
     };
     let worker = (!args.no_worker).then(|| {
         let mut settings = WorkerSettings::new(format!("serve-{}", uuid::Uuid::new_v4()));

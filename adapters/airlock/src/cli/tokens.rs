@@ -9,8 +9,7 @@ use airlock_http::wire::{TokenList, TokenRecord};
 use clap::Subcommand;
 
 use super::Globals;
-use super::output::{app_error, invalid_argument, line, service_error};
-use crate::app::App;
+use super::output::{invalid_argument, line, service_error};
 use crate::exit::Exit;
 
 /// A token lives this long unless `--expires-in` says otherwise.
@@ -81,15 +80,9 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
                 Ok(seconds) => seconds,
                 Err(message) => return invalid_argument(&message),
             };
-            let app = match App::open(
-                &globals.data_dir(),
-                globals.store.as_deref(),
-                globals.policy_dir.as_deref(),
-            )
-            .await
-            {
+            let app = match globals.open_app().await {
                 Ok(app) => app,
-                Err(e) => return app_error(&e),
+                Err(exit) => return exit,
             };
             let control = app.control(None);
             let secret = match new_token() {
@@ -114,15 +107,9 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
             }
         }
         TokensCommand::List => {
-            let app = match App::open_existing(
-                &globals.data_dir(),
-                globals.store.as_deref(),
-                globals.policy_dir.as_deref(),
-            )
-            .await
-            {
+            let app = match globals.open_existing_app().await {
                 Ok(app) => app,
-                Err(e) => return app_error(&e),
+                Err(exit) => return exit,
             };
             match app.control(None).list_tokens(&principal.tenant_id) {
                 Ok(tokens) => emit(&TokenList {
@@ -132,15 +119,9 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
             }
         }
         TokensCommand::Revoke { id } => {
-            let app = match App::open_existing(
-                &globals.data_dir(),
-                globals.store.as_deref(),
-                globals.policy_dir.as_deref(),
-            )
-            .await
-            {
+            let app = match globals.open_existing_app().await {
                 Ok(app) => app,
-                Err(e) => return app_error(&e),
+                Err(exit) => return exit,
             };
             match app.control(None).revoke_token(&principal.tenant_id, id) {
                 Ok(token) => emit(&TokenRecord::new(&token, None)),

@@ -4,12 +4,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use airlock_core::principal::check_identity;
-use airlock_core::worker::{MAX_LEASE_MS, MIN_LEASE_MS, WorkerSettings};
+use airlock_core::worker::WorkerSettings;
 
 use super::Globals;
-use super::output::{app_error, invalid_argument, service_error};
-use crate::app::App;
+use super::output::{invalid_argument, service_error};
 use crate::exit::Exit;
 use airlock_host::TokioSpawner;
 
@@ -35,26 +33,15 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     }
     // Bounded above too: a lease is how long a crashed worker's run waits before another
     // worker may take it, and a huge one would never expire (core's `MAX_LEASE_MS`).
-    if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&args.lease_ms) {
-        return invalid_argument(&format!(
-            "--lease-ms must be {MIN_LEASE_MS}..={MAX_LEASE_MS} (at most one hour), got {}",
-            args.lease_ms
-        ));
+    if let Err(exit) = super::check_lease_ms(args.lease_ms) {
+        return exit;
     }
-    if let Some(id) = &args.worker_id
-        && let Err(e) = check_identity(id)
-    {
-        return invalid_argument(&format!("--worker-id {e}"));
+    if let Err(exit) = super::check_id_flag("--worker-id", args.worker_id.as_deref()) {
+        return exit;
     }
-    let app = match App::open(
-        &globals.data_dir(),
-        globals.store.as_deref(),
-        globals.policy_dir.as_deref(),
-    )
-    .await
-    {
+    let app = match globals.open_app().await {
         Ok(app) => app,
-        Err(e) => return app_error(&e),
+        Err(exit) => return exit,
     };
     let mut settings = WorkerSettings::new(
         args.worker_id
