@@ -427,7 +427,7 @@ impl StoreTx for PgTx<'_> {
         // Only the columns that change are written (the current row is locked, so nothing
         // else changes them meanwhile); with nothing to change, the checks above are the
         // answer.
-        let before = mutable_columns(&current)?;
+        let before = mutable_columns(current)?;
         let after = mutable_columns(next)?;
         let changed: Vec<&(&str, Column)> = before
             .iter()

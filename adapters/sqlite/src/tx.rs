@@ -320,7 +320,7 @@ impl StoreTx for SqliteTx<'_> {
         // columns is in the SET list, so a PENDING or START that moves a counter touches the
         // row's own page and none of the status and lease indexes. With nothing to change, the
         // guard checks on `current` above (same transaction, write lock held) are the answer.
-        let before = mutable_columns(&current)?;
+        let before = mutable_columns(current)?;
         let after = mutable_columns(next)?;
         let changed: Vec<&(&str, Value)> = before
             .iter()
