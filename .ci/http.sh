@@ -6,35 +6,21 @@
 #      screenshots in target/console/;
 #   2. schemathesis (PyPI) fuzzes every operation of adapters/http/openapi.json: no 5xx, every
 #      response as documented.
-# Installs what is missing, pinned, into ignored local prefixes (.ci/.venv, .ci/.npm) and, as
+# Installs what is missing, pinned, into ignored local prefixes (.ci/.venv from
+# .ci/requirements.txt, .ci/.npm) and, as
 # root on a fresh Debian machine, the chromium and chromium-driver packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SCHEMATHESIS_VERSION=4.32.5
 PLAYWRIGHT_CORE_VERSION=1.64.1
 
-APT_UPDATED=""
-apt_install() {
-  if [ -z "$APT_UPDATED" ]; then apt-get update -qq; APT_UPDATED=1; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
+. .ci/lib.sh
 if ! [ -x /usr/bin/chromium ] || ! command -v chromedriver >/dev/null 2>&1; then
   echo "http.sh: installing Debian's chromium and chromium-driver"
   apt_install chromium chromium-driver
 fi
 command -v curl >/dev/null 2>&1 || apt_install curl
-if ! .ci/.venv/bin/python -c "import importlib.metadata as m; assert m.version('schemathesis') == '$SCHEMATHESIS_VERSION'" 2>/dev/null; then
-  echo "http.sh: installing schemathesis $SCHEMATHESIS_VERSION into .ci/.venv"
-  rm -rf .ci/.venv
-  PYTHON="$(command -v python3.11 || command -v python3)"
-  if ! "$PYTHON" -m venv .ci/.venv 2>/dev/null; then
-    # Debian's python3 needs its venv package for ensurepip.
-    rm -rf .ci/.venv
-    apt_install python3-venv
-    "$PYTHON" -m venv .ci/.venv
-  fi
-  .ci/.venv/bin/pip install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
-fi
+ci_venv
+SCHEMATHESIS_VERSION="$("$CI_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("schemathesis"))')"
 PLAYWRIGHT_CORE="$PWD/.ci/.npm/node_modules/playwright-core"
 if ! grep -q "\"version\": \"$PLAYWRIGHT_CORE_VERSION\"" "$PLAYWRIGHT_CORE/package.json" 2>/dev/null; then
   echo "http.sh: installing playwright-core $PLAYWRIGHT_CORE_VERSION into .ci/.npm"
@@ -125,7 +111,7 @@ include-method = "POST"
 checks.positive_data_acceptance.enabled = false
 TOML
 echo "http.sh: schemathesis $SCHEMATHESIS_VERSION against every operation"
-.ci/.venv/bin/st --config-file "$WORK/schemathesis.toml" run adapters/http/openapi.json \
+"$CI_VENV/bin/st" --config-file "$WORK/schemathesis.toml" run adapters/http/openapi.json \
   --url "${URL%/}" -H "Authorization: Bearer $FUZZ_TOKEN" \
   --max-examples 50 --seed 20 --request-timeout 15 --workers 1 --no-color
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPEC §19.5 peers for the MCP gateway's end-to-end tests (tests/tests/mcp_gateway.rs):
-#   - the Python `mcp` SDK (PyPI, pinned) in a virtual environment, .ci/.mcp/venv: the client of
-#     the scenarios and the SDK of the project's own test server (tests/mcp/airlock_test_server.py);
+#   - the Python `mcp` SDK (PyPI, pinned in .ci/requirements.txt) in CI's one virtual environment,
+#     .ci/.venv: the client of the scenarios and the SDK of the project's own test server
+#     (tests/mcp/airlock_test_server.py);
 #   - @modelcontextprotocol/server-filesystem and @modelcontextprotocol/server-everything (npm,
 #     pinned) in a local prefix, .ci/.mcp/npm, run with the machine's Node.js 20.
 # Nothing is installed globally. Works as root on a fresh Debian machine (installs python3-venv,
@@ -11,31 +12,15 @@
 #   bash .ci/mcp.sh           # install, then run the gateway scenarios
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MCP_SDK_VERSION=2.3.0
 FILESYSTEM_VERSION=2026.8.31
 EVERYTHING_VERSION=2026.8.31
 PREFIX=.ci/.mcp
 
-APT_UPDATED=""
-apt_install() {
-  if [ -z "$APT_UPDATED" ]; then apt-get update -qq; APT_UPDATED=1; fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
+. .ci/lib.sh
 command -v node >/dev/null 2>&1 || apt_install nodejs
 command -v npm >/dev/null 2>&1 || apt_install npm
-
-if ! "$PREFIX/venv/bin/python" -c "import importlib.metadata as m; assert m.version('mcp') == '$MCP_SDK_VERSION'" 2>/dev/null; then
-  echo "mcp.sh: installing the Python mcp SDK $MCP_SDK_VERSION into $PREFIX/venv"
-  rm -rf "$PREFIX/venv"
-  mkdir -p "$PREFIX"
-  PYTHON="$(command -v python3.11 || command -v python3)"
-  if ! "$PYTHON" -m venv "$PREFIX/venv" 2>/dev/null; then
-    rm -rf "$PREFIX/venv"
-    apt_install python3-venv
-    "$PYTHON" -m venv "$PREFIX/venv"
-  fi
-  "$PREFIX/venv/bin/pip" install -q --disable-pip-version-check "mcp==$MCP_SDK_VERSION"
-fi
+ci_venv
+MCP_SDK_VERSION="$("$CI_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))')"
 
 installed() {
   grep -q "\"version\": \"$2\"" "$PREFIX/npm/node_modules/@modelcontextprotocol/$1/package.json" 2>/dev/null

@@ -3,8 +3,8 @@
 //! `@modelcontextprotocol/server-everything` (npm) and the project's own test server
 //! (`tests/mcp/airlock_test_server.py`) as upstreams, over stdio and Streamable HTTP.
 //!
-//! The peers are installed by `.ci/mcp.sh` into `.ci/.mcp/` (a virtual environment and a local
-//! npm prefix). Without them every scenario here is skipped with a line on stderr saying so;
+//! The peers are installed by `.ci/mcp.sh`: the SDK into CI's virtual environment `.ci/.venv`
+//! (pinned in `.ci/requirements.txt`), the npm servers into the local prefix `.ci/.mcp/npm`. Without them every scenario here is skipped with a line on stderr saying so;
 //! under `CI=true` a missing peer fails the test instead.
 
 use std::io::Write;
@@ -16,9 +16,14 @@ use std::time::{Duration, Instant};
 use airlock_e2e::*;
 use serde_json::Value;
 
-/// Where `.ci/mcp.sh` installs the peers.
-fn peers_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/.mcp")
+/// Where `.ci/mcp.sh` installs the npm peers.
+fn npm_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/.mcp/npm")
+}
+
+/// CI's one virtual environment (`.ci/lib.sh`), which holds the Python `mcp` SDK.
+fn venv_python() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/.venv/bin/python")
 }
 
 fn repo() -> PathBuf {
@@ -39,10 +44,9 @@ struct Peers {
 /// The installed peers, or `None` (with a note on stderr) when they are missing; a panic under
 /// `CI=true`, where `.ci/mcp.sh` must have installed them.
 fn peers(test: &str) -> Option<Peers> {
-    let root = peers_root();
-    let modules = root.join("npm/node_modules/@modelcontextprotocol");
+    let modules = npm_root().join("node_modules/@modelcontextprotocol");
     let peers = Peers {
-        python: root.join("venv/bin/python"),
+        python: venv_python(),
         filesystem: modules.join("server-filesystem/dist/index.js"),
         everything: modules.join("server-everything/dist/index.js"),
         test_server: repo().join("tests/mcp/airlock_test_server.py"),
@@ -59,7 +63,7 @@ fn peers(test: &str) -> Option<Peers> {
             .is_ok_and(|o| o.status.success());
     let missing: Vec<&str> = [
         ("node", node),
-        ("the Python mcp SDK in .ci/.mcp/venv", mcp),
+        ("the Python mcp SDK in .ci/.venv", mcp),
         (
             "server-filesystem in .ci/.mcp/npm",
             peers.filesystem.exists(),
