@@ -32,7 +32,7 @@ use airlock_core::events::EventType;
 use airlock_core::ids::{RunId, SessionId};
 use airlock_core::mem_store::MemSnapshot;
 use airlock_core::ports::{
-    BoxFut, Clock, Dispatcher, FaultHook, IdSource, Planner, PlannerError, PlannerFactory, Tool,
+    BoxFut, Dispatcher, FaultHook, IdSource, Planner, PlannerError, PlannerFactory, Tool,
     ToolContext, ToolFailure, ToolSpec, ToolSuccess,
 };
 use airlock_core::principal::Principal;
@@ -40,7 +40,6 @@ use airlock_core::run::{Limits, Run};
 use airlock_core::scope::{ScopeSet, platform_scopes};
 use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::testing::invariants::{Effect, Violation, check};
-use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::vocab::{ApprovalResolution, CrashPoint, TrustLevel};
 use airlock_core::worker::{Worker, WorkerSettings};
@@ -50,10 +49,9 @@ use serde_json::{Value, json};
 
 use crate::catalog;
 use crate::plan::SimRng;
+use crate::ports::{SeqIds, SimClock};
 use crate::store::SimStore;
 
-/// 2026-01-01T00:00:00Z.
-const EPOCH_MICROS: i64 = 1_767_225_600_000_000;
 const LEASE_MS: u64 = 3_000;
 /// Simulated time for the workload; then a quiet phase until every run is terminal.
 const WORKLOAD: Duration = Duration::from_secs(40);
@@ -218,41 +216,6 @@ impl Store for ConnectionStore {
     }
 }
 
-#[derive(Clone)]
-struct SimClock {
-    start: Instant,
-}
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        let elapsed = Instant::now()
-            .saturating_duration_since(self.start)
-            .as_micros();
-        Timestamp::from_micros(EPOCH_MICROS + i64::try_from(elapsed).unwrap_or(i64::MAX / 2))
-    }
-
-    fn sleep_until(&self, t: Timestamp) -> BoxFut<'static, ()> {
-        let micros = (t.as_micros() - self.now().as_micros()).max(0);
-        Box::pin(sleep(Duration::from_micros(micros as u64)))
-    }
-}
-
-/// Seeded sequential ids, one salt per node.
-struct SeqIds {
-    salt: u64,
-    next: AtomicU64,
-}
-
-impl IdSource for SeqIds {
-    fn new_uuid(&self) -> uuid::Uuid {
-        let n = self.next.fetch_add(1, Ordering::SeqCst);
-        uuid::Builder::from_u128((u128::from(self.salt) << 64) | u128::from(n))
-            .with_version(uuid::Version::Random)
-            .with_variant(uuid::Variant::RFC4122)
-            .into_uuid()
-    }
-}
-
 /// Waits a drawn time after each CLAIM (a slow process), and nowhere else.
 struct ClaimPause {
     rng: Mutex<SimRng>,
@@ -393,10 +356,7 @@ impl ConnectionWorld {
         Env {
             store: Arc::clone(&self.store),
             clock: Arc::new(self.clock.clone()),
-            ids: Arc::new(SeqIds {
-                salt,
-                next: AtomicU64::new(1),
-            }),
+            ids: Arc::new(SeqIds::new(salt, 1)),
             ruleset: Arc::new(catalog::ruleset_base(crate::plan::Profile::Shipped)),
             tools: Arc::new(tools),
             workspaces: None,
@@ -412,13 +372,7 @@ impl ConnectionWorld {
     async fn gateway_main(self: Arc<Self>, index: usize) {
         let plan = self.plan.clients[index].clone();
         let live = LiveConnection::new(
-            airlock_core::ids::ConnectionId(
-                SeqIds {
-                    salt: 1_000 + index as u64,
-                    next: AtomicU64::new(0),
-                }
-                .new_uuid(),
-            ),
+            airlock_core::ids::ConnectionId(SeqIds::new(1_000 + index as u64, 0).new_uuid()),
             true,
         );
         // The session is known once the driver opened it; the factory needs it first.
@@ -635,9 +589,7 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
     let seed = plan.seed;
     let world = Arc::new(ConnectionWorld {
         store: Arc::new(ConnectionStore::new()),
-        clock: SimClock {
-            start: Instant::now(),
-        },
+        clock: SimClock::starting_now(),
         effects: Mutex::new(Vec::new()),
         rng: Mutex::new(SimRng::new(seed, 20)),
         plan,

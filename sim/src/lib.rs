@@ -21,6 +21,8 @@ pub mod trace;
 #[cfg(madsim)]
 pub mod connections;
 #[cfg(madsim)]
+pub mod ports;
+#[cfg(madsim)]
 pub mod runner;
 #[cfg(madsim)]
 pub mod world;

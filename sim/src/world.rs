@@ -10,7 +10,7 @@
 //! workspace files) survive. `restart` re-runs `init`, which is a process restart.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,15 +22,14 @@ use airlock_core::mem_store::MemSnapshot;
 use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::policy::Ruleset;
 use airlock_core::ports::{
-    BoxFut, Clock, Dispatcher, EntryKind, FaultHook, IdSource, Planner, PlannerError,
-    PlannerFactory, PlannerInput, PlannerTurn, Provenance, Spawner, Tool, ToolContext, ToolFailure,
-    ToolSpec, ToolSuccess, Workspace, WorkspaceEntry, WorkspaceError, WorkspaceFactory, WsPath,
+    BoxFut, Clock, Dispatcher, EntryKind, FaultHook, Planner, PlannerError, PlannerFactory,
+    PlannerInput, PlannerTurn, Provenance, Spawner, Tool, ToolContext, ToolFailure, ToolSpec,
+    ToolSuccess, Workspace, WorkspaceEntry, WorkspaceError, WorkspaceFactory, WsPath,
 };
 use airlock_core::principal::Principal;
 use airlock_core::run::Run;
 use airlock_core::scope::platform_scopes;
 use airlock_core::testing::invariants::Effect;
-use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::vocab::{
     ApprovalResolution, CrashPoint, IdempotencyClass, RunStatus, SettlementOutcome,
@@ -39,21 +38,20 @@ use airlock_core::vocab::{
 use airlock_core::worker::{Worker, WorkerSettings};
 use madsim::runtime::Handle;
 use madsim::task::NodeId;
-use madsim::time::{Instant, sleep};
+use madsim::time::sleep;
 use madsim_tokio::sync::mpsc;
 use serde_json::{Value, json};
 
 use crate::catalog::{self, Body, Catalog};
 use crate::checks::{Observations, QuietEnd, ReadRecord, ResolveRecord, WriteRecord};
 use crate::plan::{APPROVER_MOVES, ApproverMove, Plan, PlannerFaultKind, SimRng, point_index};
-use crate::store::{CommitFindings, CommitRecord, Moment, SimStore};
+use crate::ports::{EPOCH_MICROS, SeqIds, SimClock};
+use crate::store::{CommitFindings, CommitRecord, SimStore};
 use crate::timeline::{
     CancelCall, ExecutionSpan, Incarnation, NodeChange, NodeEvent, ResumeCall, SessionSubmit,
     WorkItem,
 };
 
-/// 2026-01-01T00:00:00Z: the wall clock of every world starts here.
-pub const EPOCH_MICROS: i64 = 1_767_225_600_000_000;
 /// How long the quiet phase may take before liveness fails (simulated).
 const QUIET_BOUND: Duration = Duration::from_secs(600);
 /// The supervisor's step.
@@ -91,61 +89,6 @@ struct Slot {
 struct FaultLog {
     counts: BTreeMap<String, u64>,
     log: Vec<String>,
-}
-
-/// The simulated clock: madsim's virtual time from a fixed epoch, plus forward jumps of the
-/// wall clock (timers keep their durations, as monotonic timers do).
-#[derive(Clone)]
-struct SimClock {
-    start: Instant,
-    jump_micros: Arc<AtomicI64>,
-}
-
-impl SimClock {
-    fn elapsed(&self) -> Duration {
-        Instant::now().saturating_duration_since(self.start)
-    }
-
-    /// Simulated monotonic microseconds since the world began.
-    fn mono(&self) -> u64 {
-        u64::try_from(self.elapsed().as_micros()).unwrap_or(u64::MAX / 2)
-    }
-
-    fn moment(&self) -> Moment {
-        Moment {
-            mono: self.mono(),
-            wall: self.now(),
-        }
-    }
-}
-
-impl Clock for SimClock {
-    fn now(&self) -> Timestamp {
-        let elapsed = i64::try_from(self.elapsed().as_micros()).unwrap_or(i64::MAX / 2);
-        Timestamp::from_micros(EPOCH_MICROS + elapsed + self.jump_micros.load(Ordering::SeqCst))
-    }
-
-    fn sleep_until(&self, t: Timestamp) -> BoxFut<'static, ()> {
-        let micros = (t.as_micros() - self.now().as_micros()).max(0);
-        Box::pin(sleep(Duration::from_micros(micros as u64)))
-    }
-}
-
-/// Seeded, sequential v4-shaped UUIDs: deterministic under madsim's schedule.
-struct SeqIds {
-    salt: u64,
-    next: AtomicU64,
-}
-
-impl IdSource for SeqIds {
-    fn new_uuid(&self) -> uuid::Uuid {
-        let n = self.next.fetch_add(1, Ordering::SeqCst);
-        let value = (u128::from(self.salt) << 64) | u128::from(n);
-        uuid::Builder::from_u128(value)
-            .with_version(uuid::Version::Random)
-            .with_variant(uuid::Variant::RFC4122)
-            .into_uuid()
-    }
 }
 
 pub struct World {
@@ -812,9 +755,7 @@ impl World {
                         86_400,
                     ])
                 });
-                self.clock
-                    .jump_micros
-                    .fetch_add(seconds * 1_000_000, Ordering::SeqCst);
+                self.clock.jump_wall(seconds);
                 let at = self.clock.mono();
                 self.observations()
                     .timeline
@@ -900,14 +841,8 @@ pub async fn simulate(plan: Plan) -> Outcome {
     let world = Arc::new(World {
         rng: Mutex::new(SimRng::new(seed, 1)),
         store: SimStore::shared(),
-        clock: SimClock {
-            start: Instant::now(),
-            jump_micros: Arc::new(AtomicI64::new(0)),
-        },
-        ids: Arc::new(SeqIds {
-            salt: seed,
-            next: AtomicU64::new(1),
-        }),
+        clock: SimClock::starting_now(),
+        ids: Arc::new(SeqIds::new(seed, 1)),
         observations: Mutex::new(Observations::default()),
         services: Mutex::new(BTreeMap::new()),
         files: Arc::new(Mutex::new(BTreeMap::new())),
