@@ -117,6 +117,27 @@ impl DataDir {
         })
     }
 
+    /// Approves, as `operator`, every approval the first page (100) of `approvals list` shows;
+    /// returns how many it tried. Exit 1 is accepted: a racing worker, expiry or cancel may
+    /// settle an approval between the list and the approve (a refusal, exit 1).
+    pub fn approve_all(&self) -> usize {
+        let pending = self.json("operator", &["approvals", "list", "--limit", "100"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for approval in &pending {
+            let output = self.run(
+                "operator",
+                &["approvals", "approve", approval["id"].as_str().expect("id")],
+            );
+            assert!(
+                output.status.code() == Some(0) || output.status.code() == Some(1),
+                "approve: {output:?}"
+            );
+        }
+        pending.len()
+    }
+
     /// Writes a run script and returns its path.
     pub fn script(&self, name: &str, script: &Value) -> PathBuf {
         let path = self.path().join(format!("{name}.json"));

@@ -25,24 +25,6 @@ impl Rng {
     }
 }
 
-fn approve_all(data: &DataDir) -> usize {
-    let pending = data.json("operator", &["approvals", "list", "--limit", "100"])["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for approval in &pending {
-        let output = data.run(
-            "operator",
-            &["approvals", "approve", approval["id"].as_str().unwrap()],
-        );
-        assert!(
-            output.status.code() == Some(0) || output.status.code() == Some(1),
-            "approve: {output:?}"
-        );
-    }
-    pending.len()
-}
-
 fn open_runs(data: &DataDir) -> i64 {
     db(data)
         .query_row(
@@ -85,7 +67,7 @@ fn sigkilled_workers_never_duplicate_an_effect_or_lose_an_approval() {
             let _ = worker.kill();
             worker.wait().unwrap();
         }
-        approve_all(&data);
+        data.approve_all();
     }
     assert!(kills >= 10, "the torture killed only {kills} workers");
     // A quiet phase: workers run to idle, approvals keep coming, until every run settles.
@@ -95,7 +77,7 @@ fn sigkilled_workers_never_duplicate_an_effect_or_lose_an_approval() {
         }
         std::thread::sleep(Duration::from_millis(450));
         assert_eq!(data.worker_until_idle(400).status.code(), Some(0));
-        approve_all(&data);
+        data.approve_all();
     }
     assert_eq!(
         open_runs(&data),

@@ -44,24 +44,6 @@ fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn approve_all(data: &DataDir) -> usize {
-    let pending = data.json("operator", &["approvals", "list", "--limit", "100"])["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    for approval in &pending {
-        let output = data.run(
-            "operator",
-            &["approvals", "approve", approval["id"].as_str().expect("id")],
-        );
-        assert!(
-            output.status.code() == Some(0) || output.status.code() == Some(1),
-            "approve: {output:?}"
-        );
-    }
-    pending.len()
-}
-
 fn count_status(data: &DataDir, status: &str) -> i64 {
     data.count(&format!(
         "SELECT COUNT(*) FROM runs WHERE status = '{status}'"
@@ -89,7 +71,7 @@ fn three_workers_share_one_database_and_approvals_come_from_other_processes() {
     // Resolved by CLI processes that are not workers; the workers resume the runs.
     let mut approved = 0;
     wait_until("every run completes", Duration::from_secs(90), || {
-        approved += approve_all(&data);
+        approved += data.approve_all();
         count_status(&data, "COMPLETED") == runs
     });
     assert_eq!(
@@ -172,7 +154,7 @@ fn sigkilled_workers_on_postgres_never_duplicate_an_effect_or_lose_an_approval()
             let _ = worker.kill();
             worker.wait().expect("reaped");
         }
-        approve_all(&data);
+        data.approve_all();
     }
     assert!(kills >= 10, "the torture killed only {kills} workers");
     for _ in 0..20 {
@@ -181,7 +163,7 @@ fn sigkilled_workers_on_postgres_never_duplicate_an_effect_or_lose_an_approval()
         }
         std::thread::sleep(Duration::from_millis(450));
         assert_eq!(data.worker_until_idle(400).status.code(), Some(0));
-        approve_all(&data);
+        data.approve_all();
     }
     assert_eq!(open(), 0, "every run ends once no worker is killed");
     // A kill -9 rarely lands between a watermark and its outcome (the window is the tool body:
