@@ -3,6 +3,7 @@
 //! the tests in `tests/` share.
 
 pub mod pg;
+pub mod skip;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
