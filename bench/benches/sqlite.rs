@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use airlock_sqlite::SqliteStore;
 use airlock_bench::durable::{
     COMMITS_PER_CALL, Rate, ToolCallRun, bench_dir, on_threads, raw_commit, raw_connection,
     raw_limit,
 };
+use airlock_sqlite::SqliteStore;
 use criterion::{BenchmarkId, Criterion, Throughput};
 
 const GROUP: &str = "sqlite";

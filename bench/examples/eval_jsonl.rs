@@ -64,7 +64,11 @@ fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
     let mut reader = BufReader::with_capacity(1 << 16, stdout);
     let (mut answers, mut decisions) = (0usize, 0usize);
     let mut line = Vec::new();
-    while reader.read_until(b'\n', &mut line).expect("read the answers") > 0 {
+    while reader
+        .read_until(b'\n', &mut line)
+        .expect("read the answers")
+        > 0
+    {
         answers += 1;
         decisions += usize::from(line.starts_with(b"{\"decision\":"));
         line.clear();
@@ -73,7 +77,11 @@ fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
     let wall = started.elapsed();
     let cpu = children_cpu().saturating_sub(before);
     assert!(status.success(), "airlock exited with {status}");
-    assert_eq!((answers, decisions), (lines, lines), "one decision per line");
+    assert_eq!(
+        (answers, decisions),
+        (lines, lines),
+        "one decision per line"
+    );
     (cpu, wall)
 }
 
@@ -131,8 +139,14 @@ fn main() {
         actions.len()
     );
     println!("load average before: {}", load().trim());
-    let start = (0..5).map(|_| run(&binary, &one, 1).0).min().unwrap_or_default();
-    println!("process start (1 line, fastest of 5): {:.1} ms CPU", ms(start));
+    let start = (0..5)
+        .map(|_| run(&binary, &one, 1).0)
+        .min()
+        .unwrap_or_default();
+    println!(
+        "process start (1 line, fastest of 5): {:.1} ms CPU",
+        ms(start)
+    );
     let mut best = Duration::MAX;
     for i in 0..runs {
         let (cpu, wall) = run(&binary, &corpus, lines);

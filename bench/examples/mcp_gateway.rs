@@ -47,11 +47,16 @@ impl ServerHandler for Echo {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let schema = serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"text": {"type": "string"}}});
         let serde_json::Value::Object(schema) = schema else {
             return Err(ErrorData::internal_error("schema", None));
         };
-        let tool = Tool::new(Cow::Borrowed("echo"), Cow::Borrowed("Answers its text."), Arc::new(schema));
+        let tool = Tool::new(
+            Cow::Borrowed("echo"),
+            Cow::Borrowed("Answers its text."),
+            Arc::new(schema),
+        );
         Ok(ListToolsResult::with_all_items(vec![tool]))
     }
 
@@ -67,7 +72,9 @@ impl ServerHandler for Echo {
             .and_then(|t| t.as_str())
             .unwrap_or_default()
             .to_owned();
-        Ok(CallToolResponse::from(CallToolResult::success(vec![ContentBlock::text(text)])))
+        Ok(CallToolResponse::from(CallToolResult::success(vec![
+            ContentBlock::text(text),
+        ])))
     }
 }
 
@@ -96,14 +103,19 @@ async fn measure(
 ) -> Vec<Duration> {
     let call = |n: usize| {
         let mut params = CallToolRequestParams::new(tool.to_owned());
-        let serde_json::Value::Object(arguments) = serde_json::json!({"text": format!("call {n}")}) else {
+        let serde_json::Value::Object(arguments) = serde_json::json!({"text": format!("call {n}")})
+        else {
             unreachable!("an object literal")
         };
         params.arguments = Some(arguments);
         params
     };
     for n in 0..warmup {
-        let result = client.peer().call_tool(call(n)).await.expect("warm-up call");
+        let result = client
+            .peer()
+            .call_tool(call(n))
+            .await
+            .expect("warm-up call");
         assert_ne!(result.is_error, Some(true), "{tool}: {result:?}");
     }
     before_timed();
@@ -145,7 +157,10 @@ fn main() {
         .expect("runtime");
     if std::env::args().any(|a| a == "--upstream") {
         runtime.block_on(async {
-            let service = Echo.serve(rmcp::transport::stdio()).await.expect("upstream serves");
+            let service = Echo
+                .serve(rmcp::transport::stdio())
+                .await
+                .expect("upstream serves");
             let _ = service.waiting().await;
         });
         return;

@@ -14,7 +14,6 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use airlock_sqlite::SqliteStore;
 use airlock_core::events::{Actor, EventType, NewEvent, keys};
 use airlock_core::invocation::Invocation;
 use airlock_core::invocation::outcome::{Outcome, ResultItem};
@@ -22,6 +21,7 @@ use airlock_core::run::{Lease, Run, RunGuard};
 use airlock_core::store::{Store, TxError};
 use airlock_core::testing::fixtures::{TOOL, WORKER, at, sample_invocation, seed_run};
 use airlock_core::vocab::{InvocationStatus, RunStatus, TrustLevel};
+use airlock_sqlite::SqliteStore;
 use serde_json::json;
 
 /// Durable commits one tool call makes through the store: PROPOSE with START folded in, and

@@ -44,8 +44,7 @@ pub struct Case {
 
 /// `shared/conformance/policy-v2-cases.jsonl`: the hardline v2 payload sample (SPEC §21.5).
 pub fn v2_cases_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/conformance/policy-v2-cases.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance/policy-v2-cases.jsonl")
 }
 
 /// The hardline file as SPEC §7.3 lists it for v1, kept by core's tests.
