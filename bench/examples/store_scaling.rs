@@ -22,9 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use airlock::app::App;
-use airlock_bench::worker_calls::write_script;
-use airlock_core::principal::Principal;
-use airlock_core::scope::{Scope, platform_scopes};
+use airlock_bench::worker_calls::{bench_principal, write_script};
 use airlock_core::store::Store;
 use airlock_core::vocab::RunStatus;
 use airlock_core::worker::WorkerSettings;
@@ -32,20 +30,6 @@ use airlock_host::TokioSpawner;
 
 const RUNS: usize = 16;
 const CALLS: u32 = 40;
-
-fn principal() -> Principal {
-    let mut scopes = platform_scopes();
-    scopes.extend(
-        ["workspace.read", "workspace.write"]
-            .iter()
-            .filter_map(|s| Scope::parse(s).ok()),
-    );
-    Principal {
-        tenant_id: "bench".to_owned(),
-        principal_id: "bench".to_owned(),
-        scopes,
-    }
-}
 
 fn fresh_schema_url(base: &str, name: &str) -> String {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -76,7 +60,7 @@ async fn submit(data_dir: &Path, store: Option<&str>) -> App {
     let script = write_script(CALLS, 1);
     for _ in 0..RUNS {
         control
-            .submit_run(&principal(), &script)
+            .submit_run(&bench_principal(), &script)
             .await
             .expect("submit");
     }

@@ -12,7 +12,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_host::TokioSpawner;
 use airlock::app::App;
 use airlock_core::ids::RunId;
 use airlock_core::principal::Principal;
@@ -20,6 +19,7 @@ use airlock_core::scope::{Scope, platform_scopes};
 use airlock_core::store::Store;
 use airlock_core::vocab::{InvocationStatus, RunStatus};
 use airlock_core::worker::WorkerSettings;
+use airlock_host::TokioSpawner;
 use serde_json::json;
 
 use crate::cpu::process_cpu;
@@ -78,7 +78,8 @@ impl WorkerReport {
 /// slot empty for up to a poll after each run ends, which measures polling, not durability.
 pub const POLL_MS: u64 = 2;
 
-fn bench_principal() -> Principal {
+/// The principal the worker benchmarks submit as: the platform scopes plus the workspace ones.
+pub fn bench_principal() -> Principal {
     let mut scopes = platform_scopes();
     scopes.extend(
         ["workspace.read", "workspace.write"]
