@@ -19,7 +19,7 @@ use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient, RunningService,
     ServiceError,
 };
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -84,8 +84,27 @@ pub struct Upstream {
     service: RunningService<RoleClient, UpstreamHandler>,
 }
 
-/// How long a forwarded call may wait for a free upstream slot before it counts as not sent.
+/// How long the handshake with an upstream, and its `tools/list`, may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Negotiates the protocol over either transport within [`CONNECT_TIMEOUT`].
+async fn handshake<T, E, A>(
+    handler: UpstreamHandler,
+    transport: T,
+    lifecycle: ClientLifecycleMode,
+) -> Result<RunningService<RoleClient, UpstreamHandler>, String>
+where
+    T: IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        handler.serve_with_lifecycle(transport, lifecycle),
+    )
+    .await
+    .map_err(|_| "no handshake within 30 s".to_owned())?
+    .map_err(|e| format!("handshake failed: {e}"))
+}
 
 impl Upstream {
     /// Starts or reaches `config`'s server and negotiates the protocol. `changed` receives the
@@ -122,13 +141,9 @@ impl Upstream {
                     .stderr(std::process::Stdio::inherit())
                     .spawn()
                     .map_err(|e| fail(format!("cannot start '{command}': {e}")))?;
-                tokio::time::timeout(
-                    CONNECT_TIMEOUT,
-                    handler.serve_with_lifecycle(transport, lifecycle),
-                )
-                .await
-                .map_err(|_| fail("no handshake within 30 s".into()))?
-                .map_err(|e| fail(format!("handshake failed: {e}")))?
+                handshake(handler, transport, lifecycle)
+                    .await
+                    .map_err(fail)?
             }
             Transport::StreamableHttp { url, headers } => {
                 crate::tls::install_default_provider();
@@ -142,13 +157,9 @@ impl Upstream {
                     http.custom_headers.insert(name, value);
                 }
                 let transport = StreamableHttpClientTransport::from_config(http);
-                tokio::time::timeout(
-                    CONNECT_TIMEOUT,
-                    handler.serve_with_lifecycle(transport, lifecycle),
-                )
-                .await
-                .map_err(|_| fail("no handshake within 30 s".into()))?
-                .map_err(|e| fail(format!("handshake failed: {e}")))?
+                handshake(handler, transport, lifecycle)
+                    .await
+                    .map_err(fail)?
             }
         };
         let upstream = Arc::new(Upstream {
