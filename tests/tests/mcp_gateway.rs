@@ -869,28 +869,25 @@ fn an_untrusted_resource_read_taints_the_run_so_a_later_write_needs_approval() {
     };
     let mut scene = scene_with(&peers, "");
     scene.allow_external_writes();
+    // Without a read, the user's write runs at once.
+    let control = scene.client(&peers, "resource_taint", "legacy", "");
+    assert!(control["after"]["approval"].is_null(), "{control}");
+    assert_eq!(control["after"]["result"]["is_error"], false, "{control}");
+    // After an untrusted resource read on the connection, the same write waits for a human.
     let seen = scene.client(
         &peers,
         "resource_taint",
         "legacy",
         "everything+demo://resource/dynamic/text/1",
     );
-    assert_eq!(
-        seen["before"]["is_error"], false,
-        "a user's write runs without approval: {seen}"
-    );
-    assert!(
-        seen["read"]["ok"]["contents"].is_array(),
-        "{}",
-        seen["read"]
-    );
+    assert!(seen["read"]["ok"]["contents"].is_array(), "{}", seen["read"]);
     let after = &seen["after"];
     assert!(
         after["approval"].is_string(),
         "after an untrusted resource read the write waits: {after}"
     );
     assert_eq!(after["result"]["is_error"], false);
-    assert_eq!(scene.ledger(), ["before", "after"]);
+    assert_eq!(scene.ledger(), ["after", "after"]);
 }
 
 /// A file with server-everything alone, unprefixed (SPEC §19.6).
