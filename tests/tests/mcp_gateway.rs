@@ -880,7 +880,11 @@ fn an_untrusted_resource_read_taints_the_run_so_a_later_write_needs_approval() {
         "legacy",
         "everything+demo://resource/dynamic/text/1",
     );
-    assert!(seen["read"]["ok"]["contents"].is_array(), "{}", seen["read"]);
+    assert!(
+        seen["read"]["ok"]["contents"].is_array(),
+        "{}",
+        seen["read"]
+    );
     let after = &seen["after"];
     assert!(
         after["approval"].is_string(),
