@@ -271,6 +271,30 @@ mod tests {
     }
 
     #[test]
+    fn an_mcp_tool_classed_network_read_still_meets_the_matrix_deny() {
+        // The tool pipeline's target names no server, and a tool's name has three segments:
+        // the allowance is the gateway's reads', not every `network_read` of an MCP server.
+        let r = read(ReadKind::Resource, json!({"uri": "https://example.com/"}));
+        let scopes = ScopeSet::new();
+        let context = ReadContext {
+            tenant_id: "acme",
+            session_id: Uuid::nil(),
+            action_id: Uuid::nil(),
+            principal_scopes: &scopes,
+            origin_trust: TrustLevel::User,
+            now: Timestamp::from_micros(0),
+        };
+        let mut tool = r.action(&context);
+        tool.name = "mcp.files.fetch".into();
+        tool.target = Target::for_kind(TargetKind::McpServer);
+        let decision = evaluate(&tool, &Ruleset::shipped().unwrap());
+        assert_eq!(decision.decision, PolicyDecisionType::Deny);
+        assert_eq!(decision.reason_code, "policy.matrix.network_read");
+        let allowed = evaluate(&r.action(&context), &Ruleset::shipped().unwrap());
+        assert_eq!(allowed.decision, PolicyDecisionType::Allow);
+    }
+
+    #[test]
     fn untrusted_and_knowledge_content_taints() {
         assert!(taints(TrustLevel::ExternalUntrusted));
         assert!(taints(TrustLevel::Knowledge));
