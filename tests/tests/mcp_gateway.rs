@@ -754,8 +754,14 @@ fn seen_error<'v>(seen: &'v Value, key: &str) -> (i64, &'v str, &'v Value) {
 }
 
 /// Checks the `resources` scenario's observations of server-everything (SPEC §19.6) whose
-/// URIs carry `uri_prefix` and whose prompts `name_prefix`.
-fn assert_everything_passes_through(seen: &Value, uri_prefix: &str, name_prefix: &str) {
+/// URIs carry `uri_prefix` and whose prompts `name_prefix`. `legacy`: a 2025-11-25 client,
+/// which also subscribes (2026-07-28 removed `resources/subscribe` for `subscriptions/listen`).
+fn assert_everything_passes_through(
+    seen: &Value,
+    uri_prefix: &str,
+    name_prefix: &str,
+    legacy: bool,
+) {
     let caps = &seen["capabilities"];
     assert_eq!(caps["resources"]["subscribe"], true, "{caps}");
     for offered in ["prompts", "completions", "logging"] {
@@ -807,13 +813,15 @@ fn assert_everything_passes_through(seen: &Value, uri_prefix: &str, name_prefix:
         seen["completion"]
     );
     assert!(seen["set_level"]["ok"].is_object(), "{}", seen["set_level"]);
-    assert!(seen["subscribe"]["ok"].is_object(), "{}", seen["subscribe"]);
-    assert_eq!(seen["updated_seen"], true, "updates relayed: {seen}");
-    assert!(
-        names(seen, "updated_uris").contains(&text_uri),
-        "the update names the exposed URI: {}",
-        seen["updated_uris"]
-    );
+    if legacy {
+        assert!(seen["subscribe"]["ok"].is_object(), "{}", seen["subscribe"]);
+        assert_eq!(seen["updated_seen"], true, "updates relayed: {seen}");
+        assert!(
+            names(seen, "updated_uris").contains(&text_uri),
+            "the update names the exposed URI: {}",
+            seen["updated_uris"]
+        );
+    }
     // A protected host path as a resource URI meets the hardline rules (SPEC §19.6).
     let (code, message, data) = seen_error(seen, "shadow");
     assert_eq!(code, -32001, "{message}");
@@ -835,7 +843,7 @@ fn resources_prompts_completion_and_logging_pass_through_the_read_gate() {
         "[servers.everything.tools.toggle-subscriber-updates]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\n",
     );
     let seen = scene.client(&peers, "resources", "legacy", "everything+");
-    assert_everything_passes_through(&seen, "everything+", "everything__");
+    assert_everything_passes_through(&seen, "everything+", "everything__", true);
     let (code, message, _) = seen_error(&seen, "unknown_server");
     assert_eq!(code, -32002, "{message}");
     // The test server's reads need mcp.test.read, which the file does not grant.
@@ -858,6 +866,26 @@ fn resources_prompts_completion_and_logging_pass_through_the_read_gate() {
             "mcp.everything.toggle_subscriber_updates"
         ]
     );
+}
+
+/// The same through a 2026-07-28 client (no handshake; `resultType` on every answer, which a
+/// 2025-11-25 upstream does not send and the gateway adds).
+#[test]
+fn resources_and_prompts_reach_a_2026_07_28_client() {
+    let Some(peers) = peers("resources_and_prompts_reach_a_2026_07_28_client") else {
+        return;
+    };
+    let scene = scene_with(
+        &peers,
+        "[servers.everything.tools.toggle-subscriber-updates]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\n",
+    );
+    let seen = scene.client(&peers, "resources", "modern", "everything+");
+    assert_eq!(seen["protocol_version"], "2026-07-28");
+    assert_everything_passes_through(&seen, "everything+", "everything__", false);
+    assert_eq!(seen["toggle"]["is_error"], false, "{}", seen["toggle"]);
+    let (code, message, data) = seen_error(&seen, "scope_refused");
+    assert_eq!(code, -32001, "{message}");
+    assert_eq!(data["reason_code"], "policy.scope.missing", "{message}");
 }
 
 #[test]
@@ -932,7 +960,7 @@ fn one_upstream_is_exposed_unprefixed_and_two_refuse_the_key() {
     let tools = names(&seen, "tools");
     assert!(tools.contains(&"echo"), "{tools:?}");
     assert!(!tools.iter().any(|t| t.contains("__")), "{tools:?}");
-    assert_everything_passes_through(&seen, "", "");
+    assert_everything_passes_through(&seen, "", "", true);
     // Internal names are unchanged: the table still says mcp.everything.echo.
     let table = scene.mcp_tools();
     let echo = table["tools"]

@@ -221,6 +221,16 @@ fn map_key(mut value: Value, key: &str, f: impl Fn(&str) -> Option<String>) -> O
     Some(value)
 }
 
+/// An upstream answer as a 2026-07-28 client needs it: a 2025-11-25 upstream sends no
+/// `resultType`, and rmcp strips it again for a 2025-11-25 client.
+fn completed(mut answer: Value) -> Value {
+    if let Some(map) = answer.as_object_mut() {
+        map.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+    }
+    answer
+}
+
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
     serde_json::from_value(value)
         .map_err(|e| McpError::internal_error(format!("unrenderable answer: {e}"), None))
@@ -449,7 +459,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 end = &mut ended => {
                     return match end {
                         TicketEnd::Answered(answer) => {
-                            let result: CallToolResult = serde_json::from_value(render::call_result(&answer))
+                            let result: CallToolResult = serde_json::from_value(completed(render::call_result(&answer)))
                                 .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
                             Ok(CallToolResponse::from(result))
                         }
@@ -522,7 +532,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         }
-        from_json(json!({"resources": resources}))
+        from_json(json!({"resources": resources, "resultType": "complete"}))
     }
 
     async fn list_resource_templates(
@@ -553,7 +563,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         }
-        from_json(json!({"resourceTemplates": templates}))
+        from_json(json!({"resourceTemplates": templates, "resultType": "complete"}))
     }
 
     async fn read_resource(
@@ -584,7 +594,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         }
-        let result: ReadResourceResult = from_json(result)?;
+        let result: ReadResourceResult = from_json(completed(result))?;
         Ok(ReadResourceResponse::from(result))
     }
 
@@ -658,7 +668,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         }
-        from_json(json!({"prompts": prompts}))
+        from_json(json!({"prompts": prompts, "resultType": "complete"}))
     }
 
     async fn get_prompt(
@@ -685,7 +695,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let upstream = self.upstream(server)?;
         let answer = upstream.get_prompt(forwarded, Self::timeout(server)).await;
         self.note_answer(server);
-        let result: GetPromptResult = answer?;
+        let result: GetPromptResult = from_json(completed(to_json(&answer?)?))?;
         Ok(GetPromptResponse::from(result))
     }
 
@@ -743,7 +753,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let upstream = self.upstream(server)?;
         let answer = upstream.complete(forwarded, Self::timeout(server)).await;
         self.note_answer(server);
-        answer
+        from_json(completed(to_json(&answer?)?))
     }
 
     #[allow(deprecated)]
