@@ -169,6 +169,14 @@ pub trait Planner: Send + Sync {
         &'a self,
         input: PlannerInput<'a>,
     ) -> BoxFut<'a, Result<PlannerTurn, PlannerError>>;
+
+    /// Whether untrusted content reached this planner by a path the journal does not record
+    /// (SPEC §19.6: an MCP resource read or prompt get of a live client). When it says yes
+    /// after a turn with calls, the executor taints the run before that step's PENDING, so the
+    /// taint is checkpointed with the step (§8.6) and the step's calls already carry it.
+    fn tainted_outside_journal(&self) -> bool {
+        false
+    }
 }
 
 /// Lets a host stop at a crash point: the default is a ready future.

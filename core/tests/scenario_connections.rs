@@ -458,3 +458,48 @@ async fn a_parked_call_whose_approval_expires_is_answered_approval_expired() {
     );
     assert_eq!(h.ledger.count("test.send"), 0);
 }
+
+/// §19.6: a resource read outside the journal that returned untrusted content taints the
+/// connection's run from its next step on, even when no run existed at the read; trusted
+/// content taints nothing.
+#[tokio::test(start_paused = true)]
+async fn an_untrusted_read_outside_the_journal_taints_the_next_step_durably() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    g.live.note_read_content(TrustLevel::InternalTool);
+    let first = g.live.submit(1, call("test.echo", "before"));
+    assert!(matches!(
+        answer(&first).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    g.live.note_read_content(TrustLevel::ExternalUntrusted);
+    let second = g.live.submit(2, call("test.echo", "after"));
+    assert!(matches!(
+        answer(&second).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    let runs = session_runs(&h, &g);
+    assert_eq!(runs.len(), 1);
+    let rows = h.invocations(runs[0].id);
+    let seen: Vec<(TrustLevel, Option<TrustLevel>)> = rows
+        .iter()
+        .map(|row| (row.origin_trust, row.argument_trust.get("text").copied()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (TrustLevel::User, Some(TrustLevel::User)),
+            (
+                TrustLevel::ExternalUntrusted,
+                Some(TrustLevel::ExternalUntrusted)
+            ),
+        ],
+        "the call after the untrusted read is tainted"
+    );
+    let checkpoint = h
+        .store
+        .read(|tx| tx.latest_checkpoint(runs[0].id))
+        .unwrap()
+        .unwrap();
+    assert!(checkpoint.state.tainted, "the taint is checkpointed");
+}

@@ -45,6 +45,7 @@ class Gateway:
         self.args = args
         self.elicitation = elicitation
         self.notifications = []
+        self.updated_uris = []
 
     def params(self):
         argv = [self.args.airlock, "--data-dir", self.args.data]
@@ -61,6 +62,8 @@ class Gateway:
         method = getattr(message, "method", None)
         if method is not None:
             self.notifications.append(method)
+            if method == "notifications/resources/updated":
+                self.updated_uris.append(getattr(getattr(message, "params", None), "uri", None))
 
 
 def airlock(args, *command):
@@ -122,6 +125,61 @@ async def parked_call(session, args, name, arguments, resolve):
     return {"result": result, "progress": progress, "approval": resolved[0] if resolved else None}
 
 
+async def attempt(coro):
+    """Awaits a request; its JSON result, or the MCP error it was answered with."""
+    try:
+        result = await coro
+        return {"ok": result.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    except MCPError as e:
+        return {"error_code": e.error.code, "error_message": e.error.message, "error_data": e.error.data}
+
+
+async def wait_for(gateway, method, seconds=30):
+    for _ in range(seconds * 10):
+        if method in gateway.notifications:
+            return True
+        await anyio.sleep(0.1)
+    return False
+
+
+async def resources(session, gateway, args, observed):
+    """SPEC 19.6 through the gateway: resources, templates, prompts, completion, logging,
+    subscriptions, and the read gate's refusals. `args.arg` is the exposed URI prefix of the
+    server-everything upstream ("everything+" or "" when it is unprefixed), and the prompt
+    prefix follows from it."""
+    uri_prefix = args.arg
+    name_prefix = uri_prefix[:-1] + "__" if uri_prefix else ""
+    caps = session.server_capabilities
+    observed["capabilities"] = caps.model_dump(mode="json", by_alias=True, exclude_none=True) if caps else None
+    listed = await session.list_resources()
+    observed["resources"] = sorted(r.uri for r in listed.resources)
+    templates = await session.list_resource_templates()
+    observed["templates"] = sorted(t.uri_template for t in templates.resource_templates)
+    text_uri = next(u for u in observed["resources"] if u.startswith(uri_prefix + "demo://resource/static/document/"))
+    observed["text_uri"] = text_uri
+    observed["read_text"] = await attempt(session.read_resource(text_uri))
+    observed["read_blob"] = await attempt(session.read_resource(uri_prefix + "demo://resource/dynamic/blob/1"))
+    prompts = await session.list_prompts()
+    observed["prompts"] = sorted(p.name for p in prompts.prompts)
+    observed["prompt"] = await attempt(session.get_prompt(name_prefix + "args-prompt", {"city": "Paris", "state": "TX"}))
+    observed["completion"] = await attempt(
+        session.complete(types.PromptReference(type="ref/prompt", name=name_prefix + "completable-prompt"), {"name": "department", "value": "E"})
+    )
+    observed["set_level"] = await attempt(session.set_logging_level("debug"))
+    observed["subscribe"] = await attempt(session.subscribe_resource(text_uri))
+    observed["toggle"] = await call(session, name_prefix + "toggle-subscriber-updates", {})
+    observed["updated_seen"] = await wait_for(gateway, "notifications/resources/updated")
+    observed["updated_uris"] = gateway.updated_uris
+    observed["unsubscribe"] = await attempt(session.unsubscribe_resource(text_uri))
+    observed["toggle_off"] = await call(session, name_prefix + "toggle-subscriber-updates", {})
+    observed["shadow"] = await attempt(session.read_resource(uri_prefix + "file:///etc/shadow"))
+    observed["unknown_prompt"] = await attempt(session.get_prompt(name_prefix + "no-such-prompt-x", {}))
+    if uri_prefix:
+        observed["unknown_server"] = await attempt(session.read_resource("nosuch+demo://resource/static/document/x"))
+        # The test server's reads need mcp.test.read, which the principal does not hold.
+        observed["scope_refused"] = await attempt(session.read_resource("test+demo://anything"))
+
+
 async def scenario(args):
     observed = {}
     elicitation = None
@@ -163,6 +221,18 @@ async def scenario(args):
             elif s == "taint":
                 observed["before"] = await call(session, "test__append", {"text": "before"})
                 observed["read"] = await call(session, "test__note", {})
+
+                def resolve(approval):
+                    observed["resolve"] = airlock(args, "approvals", "approve", approval, "--reason", "ok")
+
+                observed["after"] = await parked_call(session, args, "test__append", {"text": "after"}, resolve)
+            elif s == "resources":
+                await resources(session, gateway, args, observed)
+            elif s == "resource_taint":
+                # A resource read (of URI `args.arg`, none when empty) on a fresh connection,
+                # then a write. (Every result of the test server taints, so the read comes first.)
+                if args.arg:
+                    observed["read"] = await attempt(session.read_resource(args.arg))
 
                 def resolve(approval):
                     observed["resolve"] = airlock(args, "approvals", "approve", approval, "--reason", "ok")

@@ -108,7 +108,7 @@ fn scene_with(peers: &Peers, extra: &str) -> Scene {
         r#"schema_version = 1
 tenant_id = "acme"
 principal_id = "alice"
-scopes = ["mcp.test.call", "mcp.files.read", "mcp.files.write", "mcp.everything.call", "mcp.web.call"]
+scopes = ["mcp.test.call", "mcp.files.read", "mcp.files.write", "mcp.everything.call", "mcp.everything.read", "mcp.web.call"]
 origin_trust = "user"
 {extra_top}
 [servers.test]
@@ -739,4 +739,250 @@ fn mcp_tools_prints_the_table_and_a_bad_file_exits_4_naming_the_key() {
             "{stderr}"
         );
     }
+}
+
+/// The error a request of a scenario was answered with: code, message and data.
+fn seen_error<'v>(seen: &'v Value, key: &str) -> (i64, &'v str, &'v Value) {
+    let answer = &seen[key];
+    (
+        answer["error_code"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{key} was answered with an error: {answer}")),
+        answer["error_message"].as_str().unwrap_or_default(),
+        &answer["error_data"],
+    )
+}
+
+/// Checks the `resources` scenario's observations of server-everything (SPEC §19.6) whose
+/// URIs carry `uri_prefix` and whose prompts `name_prefix`. `legacy`: a 2025-11-25 client,
+/// which also subscribes (2026-07-28 removed `resources/subscribe` for `subscriptions/listen`).
+fn assert_everything_passes_through(
+    seen: &Value,
+    uri_prefix: &str,
+    name_prefix: &str,
+    legacy: bool,
+) {
+    let caps = &seen["capabilities"];
+    assert_eq!(caps["resources"]["subscribe"], true, "{caps}");
+    for offered in ["prompts", "completions", "logging"] {
+        assert!(caps[offered].is_object(), "{offered} declared: {caps}");
+    }
+    let resources = names(seen, "resources");
+    let text_uri = seen["text_uri"].as_str().unwrap();
+    assert!(
+        text_uri.starts_with(&format!("{uri_prefix}demo://resource/static/document/")),
+        "{resources:?}"
+    );
+    let templates = names(seen, "templates");
+    for template in ["text", "blob"] {
+        let expected = format!("{uri_prefix}demo://resource/dynamic/{template}/{{resourceId}}");
+        assert!(templates.contains(&expected.as_str()), "{templates:?}");
+    }
+    // A text and a binary resource, read through the gate, under their exposed URIs.
+    let text = &seen["read_text"]["ok"]["contents"][0];
+    assert_eq!(text["uri"], text_uri, "{text}");
+    assert!(
+        !text["text"].as_str().unwrap_or_default().is_empty(),
+        "{text}"
+    );
+    let blob = &seen["read_blob"]["ok"]["contents"][0];
+    assert_eq!(
+        blob["uri"],
+        format!("{uri_prefix}demo://resource/dynamic/blob/1"),
+        "{blob}"
+    );
+    assert!(
+        !blob["blob"].as_str().unwrap_or_default().is_empty(),
+        "{blob}"
+    );
+    let prompts = names(seen, "prompts");
+    for prompt in ["args-prompt", "simple-prompt", "completable-prompt"] {
+        let expected = format!("{name_prefix}{prompt}");
+        assert!(prompts.contains(&expected.as_str()), "{prompts:?}");
+    }
+    let message = &seen["prompt"]["ok"]["messages"][0]["content"]["text"];
+    assert_eq!(
+        message, "What's weather in Paris, TX?",
+        "{}",
+        seen["prompt"]
+    );
+    assert_eq!(
+        seen["completion"]["ok"]["completion"]["values"],
+        serde_json::json!(["Engineering"]),
+        "{}",
+        seen["completion"]
+    );
+    assert!(seen["set_level"]["ok"].is_object(), "{}", seen["set_level"]);
+    if legacy {
+        assert!(seen["subscribe"]["ok"].is_object(), "{}", seen["subscribe"]);
+        assert_eq!(seen["updated_seen"], true, "updates relayed: {seen}");
+        assert!(
+            names(seen, "updated_uris").contains(&text_uri),
+            "the update names the exposed URI: {}",
+            seen["updated_uris"]
+        );
+    }
+    // A protected host path as a resource URI meets the hardline rules (SPEC §19.6).
+    let (code, message, data) = seen_error(seen, "shadow");
+    assert_eq!(code, -32001, "{message}");
+    assert!(
+        message.starts_with("airlock denied this read (policy.hardline.host_path)"),
+        "{message}"
+    );
+    assert_eq!(data["reason_code"], "policy.hardline.host_path");
+}
+
+#[test]
+fn resources_prompts_completion_and_logging_pass_through_the_read_gate() {
+    let Some(peers) = peers("resources_prompts_completion_and_logging_pass_through_the_read_gate")
+    else {
+        return;
+    };
+    let scene = scene_with(
+        &peers,
+        "[servers.everything.tools.toggle-subscriber-updates]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\n",
+    );
+    let seen = scene.client(&peers, "resources", "legacy", "everything+");
+    assert_everything_passes_through(&seen, "everything+", "everything__", true);
+    let (code, message, _) = seen_error(&seen, "unknown_server");
+    assert_eq!(code, -32002, "{message}");
+    // The test server's reads need mcp.test.read, which the file does not grant.
+    let (code, message, data) = seen_error(&seen, "scope_refused");
+    assert_eq!(code, -32001, "{message}");
+    assert_eq!(data["reason_code"], "policy.scope.missing", "{message}");
+    // Reads are not journalled: the only invocations are the two tool calls.
+    let conn = db(&scene.data);
+    let tools: Vec<String> = conn
+        .prepare("SELECT tool_name FROM tool_invocations ORDER BY step_number")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        tools,
+        [
+            "mcp.everything.toggle_subscriber_updates",
+            "mcp.everything.toggle_subscriber_updates"
+        ]
+    );
+}
+
+/// The same through a 2026-07-28 client (no handshake; `resultType` on every answer, which a
+/// 2025-11-25 upstream does not send and the gateway adds).
+#[test]
+fn resources_and_prompts_reach_a_2026_07_28_client() {
+    let Some(peers) = peers("resources_and_prompts_reach_a_2026_07_28_client") else {
+        return;
+    };
+    let scene = scene_with(
+        &peers,
+        "[servers.everything.tools.toggle-subscriber-updates]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\n",
+    );
+    let seen = scene.client(&peers, "resources", "modern", "everything+");
+    assert_eq!(seen["protocol_version"], "2026-07-28");
+    assert_everything_passes_through(&seen, "everything+", "everything__", false);
+    assert_eq!(seen["toggle"]["is_error"], false, "{}", seen["toggle"]);
+    let (code, message, data) = seen_error(&seen, "scope_refused");
+    assert_eq!(code, -32001, "{message}");
+    assert_eq!(data["reason_code"], "policy.scope.missing", "{message}");
+}
+
+#[test]
+fn an_untrusted_resource_read_taints_the_run_so_a_later_write_needs_approval() {
+    let Some(peers) =
+        peers("an_untrusted_resource_read_taints_the_run_so_a_later_write_needs_approval")
+    else {
+        return;
+    };
+    let mut scene = scene_with(&peers, "");
+    scene.allow_external_writes();
+    // Without a read, the user's write runs at once.
+    let control = scene.client(&peers, "resource_taint", "legacy", "");
+    assert!(control["after"]["approval"].is_null(), "{control}");
+    assert_eq!(control["after"]["result"]["is_error"], false, "{control}");
+    // After an untrusted resource read on the connection, the same write waits for a human.
+    let seen = scene.client(
+        &peers,
+        "resource_taint",
+        "legacy",
+        "everything+demo://resource/dynamic/text/1",
+    );
+    assert!(
+        seen["read"]["ok"]["contents"].is_array(),
+        "{}",
+        seen["read"]
+    );
+    let after = &seen["after"];
+    assert!(
+        after["approval"].is_string(),
+        "after an untrusted resource read the write waits: {after}"
+    );
+    assert_eq!(after["result"]["is_error"], false);
+    assert_eq!(scene.ledger(), ["after", "after"]);
+}
+
+/// A file with server-everything alone, unprefixed (SPEC §19.6).
+fn unprefixed_scene(peers: &Peers, servers: &str) -> Scene {
+    let data = DataDir::new();
+    let config = data.path().join("gateway.toml");
+    let text = format!(
+        r#"schema_version = 1
+tenant_id = "acme"
+principal_id = "alice"
+scopes = ["mcp.everything.call", "mcp.everything.read"]
+
+[servers.everything]
+command = "node"
+args = ["{everything}"]
+expose_unprefixed = true
+default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
+{servers}"#,
+        everything = peers.everything.display(),
+    );
+    std::fs::write(&config, text).unwrap();
+    Scene {
+        sandbox: data.path().to_owned(),
+        ledger: data.path().join("ledger.txt"),
+        data,
+        config,
+        policy_dir: None,
+    }
+}
+
+#[test]
+fn one_upstream_is_exposed_unprefixed_and_two_refuse_the_key() {
+    let Some(peers) = peers("one_upstream_is_exposed_unprefixed_and_two_refuse_the_key") else {
+        return;
+    };
+    let scene = unprefixed_scene(&peers, "");
+    let seen = scene.client(&peers, "resources", "legacy", "");
+    let tools = names(&seen, "tools");
+    assert!(tools.contains(&"echo"), "{tools:?}");
+    assert!(!tools.iter().any(|t| t.contains("__")), "{tools:?}");
+    assert_everything_passes_through(&seen, "", "", true);
+    // Internal names are unchanged: the table still says mcp.everything.echo.
+    let table = scene.mcp_tools();
+    let echo = table["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["upstream_name"] == "echo")
+        .expect("echo");
+    assert_eq!(echo["exposed_name"], "echo");
+    assert_eq!(echo["internal_name"], "mcp.everything.echo");
+
+    let two = unprefixed_scene(&peers, "\n[servers.other]\ncommand = \"true\"\n");
+    let output = two
+        .data
+        .command("operator", &["mcp", "tools", "--config"])
+        .arg(&two.config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(4));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("servers.everything.expose_unprefixed"),
+        "{stderr}"
+    );
 }

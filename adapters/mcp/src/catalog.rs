@@ -1,6 +1,14 @@
 //! The gateway's view of one upstream tool (SPEC §19.2): its exposed and internal names, its
 //! definition hash, its class (from the file; annotations only ever stricter) and the core
-//! [`ToolSpec`] it is registered under.
+//! [`ToolSpec`] it is registered under; and the names of its prompts and resource URIs
+//! (§19.6), so every naming rule of the gateway lives here.
+//!
+//! **Exposure.** Prefixed (the default), a tool or prompt is `{server_id}__{name}` and a
+//! resource URI (or URI template) `{server_id}+{uri}`; with `expose_unprefixed = true` (one
+//! server only, checked by the loader) they keep their own names. Tool and prompt names must
+//! fit `^[A-Za-z0-9_-]{1,64}$` either way; a name that does not fit is not listed. Internal
+//! names never change: `mcp.{server_id}.{t}` for tools, `mcp.{server_id}.resource.read` and
+//! `mcp.{server_id}.prompt.get` for reads.
 
 use serde_json::{Value, json};
 
@@ -9,16 +17,80 @@ use airlock_core::scope::{Scope, ScopeSet};
 use airlock_core::tool::spec::{ArgumentSchema, MAX_TOOL_NAME_BYTES, ToolSpec, ToolVersion};
 use airlock_core::vocab::{SideEffectClass, TargetKind, TrustLevel};
 
-use crate::config::{ServerConfig, ToolClass};
+use airlock_core::connection::read::{ReadKind, action_name};
+
+use crate::config::{Exposure, GatewayConfig, ServerConfig, ToolClass};
+
+/// Whether `name` fits `^[A-Za-z0-9_-]{1,64}$`.
+fn fits(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
 
 /// `{server_id}__{upstream name}`, if it fits `^[A-Za-z0-9_-]{1,64}$`.
 pub fn exposed_name(server: &str, upstream: &str) -> Option<String> {
     let name = format!("{server}__{upstream}");
-    let fits = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    fits.then_some(name)
+    fits(&name).then_some(name)
+}
+
+/// The name a tool or prompt of `server` is exposed under (see the module docs), if it fits.
+pub fn exposed_name_of(server: &ServerConfig, upstream: &str) -> Option<String> {
+    match server.exposure {
+        Exposure::Prefixed => exposed_name(&server.id, upstream),
+        Exposure::Unprefixed => fits(upstream).then(|| upstream.to_owned()),
+    }
+}
+
+/// The server and upstream name an exposed tool or prompt name stands for; `None` when it
+/// stands for none, or (ids such as `a` and `a__b`) for more than one.
+pub fn route_name<'c>(
+    config: &'c GatewayConfig,
+    exposed: &str,
+) -> Option<(&'c ServerConfig, String)> {
+    let mut found = config.servers.values().filter_map(|server| {
+        let upstream = match server.exposure {
+            Exposure::Prefixed => exposed.strip_prefix(&format!("{}__", server.id))?,
+            Exposure::Unprefixed => exposed,
+        };
+        (exposed_name_of(server, upstream).as_deref() == Some(exposed))
+            .then(|| (server, upstream.to_owned()))
+    });
+    let first = found.next()?;
+    found.next().is_none().then_some(first)
+}
+
+/// The URI (or URI template) a resource of `server` is exposed under.
+pub fn exposed_uri(server: &ServerConfig, uri: &str) -> String {
+    match server.exposure {
+        Exposure::Prefixed => format!("{}+{uri}", server.id),
+        Exposure::Unprefixed => uri.to_owned(),
+    }
+}
+
+/// The server and upstream URI an exposed URI stands for. Server ids hold no `+`, so the
+/// prefix ends at the first one; the rest (which may hold `+`, as in `svn+ssh:`) is the URI.
+pub fn route_uri<'c>(
+    config: &'c GatewayConfig,
+    exposed: &str,
+) -> Option<(&'c ServerConfig, String)> {
+    config
+        .servers
+        .values()
+        .find_map(|server| match server.exposure {
+            Exposure::Prefixed => {
+                let (id, uri) = exposed.split_once('+')?;
+                (id == server.id && !uri.is_empty()).then(|| (server, uri.to_owned()))
+            }
+            Exposure::Unprefixed => Some((server, exposed.to_owned())),
+        })
+}
+
+/// `mcp.{server_id}.resource.read` / `mcp.{server_id}.prompt.get` (core owns the spelling,
+/// since its matrix condition recognizes them).
+pub fn read_name(server: &ServerConfig, kind: ReadKind) -> String {
+    action_name(&server.id, kind)
 }
 
 /// `mcp.{server_id}.{t}`, `t` the upstream name lower-cased with `-` and `.` mapped to `_`, if
@@ -191,7 +263,7 @@ pub fn entries(
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
-            let exposed = exposed_name(&server.id, &upstream);
+            let exposed = exposed_name_of(server, &upstream);
             let internal = internal_name(&server.id, &upstream);
             let hash = definition_hash(tool);
             let class = class_of(server, &upstream, tool.get("annotations"));
@@ -299,6 +371,77 @@ mod tests {
              idempotency = \"idempotent\"\nrisk = \"medium\"\nscope = \"mcp.files.write\"\n"
         );
         GatewayConfig::parse(&text).unwrap().servers["files"].clone()
+    }
+
+    fn config(text: &str) -> GatewayConfig {
+        GatewayConfig::parse(&format!(
+            "schema_version = 1\ntenant_id = \"acme\"\nprincipal_id = \"alice\"\n{text}"
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn prompts_and_uris_are_prefixed_and_routed_back() {
+        let c = config("[servers.files]\ncommand = \"x\"\n[servers.every]\ncommand = \"y\"\n");
+        let every = &c.servers["every"];
+        assert_eq!(
+            exposed_name_of(every, "simple-prompt").as_deref(),
+            Some("every__simple-prompt")
+        );
+        assert_eq!(exposed_name_of(every, "a.b"), None, "a dot does not fit");
+        assert_eq!(
+            exposed_uri(every, "demo://resource/static/document/x.md"),
+            "every+demo://resource/static/document/x.md"
+        );
+        let (server, name) = route_name(&c, "every__simple-prompt").unwrap();
+        assert_eq!(
+            (server.id.as_str(), name.as_str()),
+            ("every", "simple-prompt")
+        );
+        assert!(
+            route_name(&c, "simple-prompt").is_none(),
+            "unprefixed is unknown"
+        );
+        assert!(route_name(&c, "other__x").is_none());
+        let (server, uri) = route_uri(&c, "files+svn+ssh://h/x").unwrap();
+        assert_eq!(
+            (server.id.as_str(), uri.as_str()),
+            ("files", "svn+ssh://h/x")
+        );
+        assert!(
+            route_uri(&c, "file:///etc/shadow").is_none(),
+            "no prefix, no server"
+        );
+        assert!(route_uri(&c, "every+").is_none());
+        assert_eq!(
+            read_name(every, ReadKind::Resource),
+            "mcp.every.resource.read"
+        );
+        assert_eq!(read_name(every, ReadKind::Prompt), "mcp.every.prompt.get");
+    }
+
+    #[test]
+    fn an_unprefixed_server_keeps_its_names_and_its_internal_names() {
+        let c = config("[servers.every]\ncommand = \"y\"\nexpose_unprefixed = true\n");
+        let every = &c.servers["every"];
+        assert_eq!(exposed_name_of(every, "echo").as_deref(), Some("echo"));
+        assert_eq!(exposed_name_of(every, "a.b"), None);
+        assert_eq!(exposed_uri(every, "demo://x"), "demo://x");
+        let (server, name) = route_name(&c, "echo").unwrap();
+        assert_eq!((server.id.as_str(), name.as_str()), ("every", "echo"));
+        let (_, uri) = route_uri(&c, "file:///etc/shadow").unwrap();
+        assert_eq!(uri, "file:///etc/shadow");
+        let scopes: ScopeSet = ["mcp.every.call"]
+            .iter()
+            .map(|s| Scope::parse(s).unwrap())
+            .collect();
+        let listed = entries(every, &[json!({"name": "echo"})], &scopes, &|_| false);
+        assert_eq!(listed[0].exposed.as_deref(), Some("echo"));
+        assert_eq!(listed[0].internal.as_deref(), Some("mcp.every.echo"));
+        assert_eq!(
+            read_name(every, ReadKind::Resource),
+            "mcp.every.resource.read"
+        );
     }
 
     #[test]

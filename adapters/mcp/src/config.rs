@@ -7,6 +7,11 @@
 //! one connection's stretch of work, so §8.4's script defaults would split it needlessly);
 //! `origin_trust` is `user` or `external_untrusted`; `output_trust` is `external_untrusted` or
 //! `internal_tool`.
+//!
+//! SPEC §19.6 adds two server keys: `read_scope` (the scope a `resources/read` or `prompts/get`
+//! of the server needs; default `mcp.{server_id}.read`, and like a tool's `scope` it must start
+//! with `mcp.{server_id}.`), and `expose_unprefixed` (a boolean, valid only when the file has
+//! exactly one server).
 
 use std::collections::BTreeMap;
 
@@ -93,6 +98,19 @@ pub struct ServerConfig {
     pub timeout_seconds: u32,
     pub max_output_bytes: u64,
     pub tools: BTreeMap<String, ToolConfig>,
+    /// The scope its reads (resources, prompts) need (§19.6).
+    pub read_scope: Scope,
+    /// Its tools, prompts and resource URIs go to the client under their own names (§19.6).
+    pub exposure: Exposure,
+}
+
+/// How a server's names reach the client (SPEC §19.2, §19.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exposure {
+    /// `{server_id}__{name}` and `{server_id}+{uri}`.
+    Prefixed,
+    /// The server's own names (`expose_unprefixed = true`, a file with one server only).
+    Unprefixed,
 }
 
 /// The whole file.
@@ -271,7 +289,7 @@ const TOP_KEYS: [&str; 8] = [
     "limits",
     "servers",
 ];
-const SERVER_KEYS: [&str; 12] = [
+const SERVER_KEYS: [&str; 14] = [
     "command",
     "args",
     "env",
@@ -284,6 +302,8 @@ const SERVER_KEYS: [&str; 12] = [
     "timeout_seconds",
     "max_output_bytes",
     "tools",
+    "read_scope",
+    "expose_unprefixed",
 ];
 const TOOL_KEYS: [&str; 7] = [
     "side_effect",
@@ -364,6 +384,16 @@ impl GatewayConfig {
         if servers.is_empty() {
             return Err(error("servers", "at least one server is required"));
         }
+        if servers.len() > 1
+            && let Some(server) = servers
+                .values()
+                .find(|s: &&ServerConfig| s.exposure == Exposure::Unprefixed)
+        {
+            return Err(error(
+                &format!("servers.{}.expose_unprefixed", server.id),
+                "is valid only when the file has exactly one server",
+            ));
+        }
         Ok(GatewayConfig {
             tenant_id,
             principal_id,
@@ -436,6 +466,15 @@ impl GatewayConfig {
             .map_or(DEFAULT_TIMEOUT_SECONDS, |n| n as u32);
         let max_output_bytes = integer_in(t, "max_output_bytes", at, 1..=MAX_OUTPUT)?
             .map_or(DEFAULT_MAX_OUTPUT_BYTES, |n| n as u64);
+        let read_scope = match string(t, "read_scope", at)? {
+            None => Scope::parse(&format!("mcp.{id}.read"))
+                .map_err(|e| error(&join(at, "read_scope"), e.to_string()))?,
+            Some(text) => server_scope(id, &text, &join(at, "read_scope"))?,
+        };
+        let exposure = match boolean(t, "expose_unprefixed", at)? {
+            Some(true) => Exposure::Unprefixed,
+            None | Some(false) => Exposure::Prefixed,
+        };
         let mut tools = BTreeMap::new();
         if let Some(value) = t.get("tools") {
             let tat = join(at, "tools");
@@ -445,17 +484,7 @@ impl GatewayConfig {
                 only_keys(tool, &TOOL_KEYS, &at)?;
                 let scope = match string(tool, "scope", &at)? {
                     None => None,
-                    Some(text) => {
-                        let scope = Scope::parse(&text)
-                            .map_err(|e| error(&join(&at, "scope"), e.to_string()))?;
-                        if !text.starts_with(&format!("mcp.{id}.")) {
-                            return Err(error(
-                                &join(&at, "scope"),
-                                format!("must start with 'mcp.{id}.'"),
-                            ));
-                        }
-                        Some(scope)
-                    }
+                    Some(text) => Some(server_scope(id, &text, &join(&at, "scope"))?),
                 };
                 tools.insert(
                     name.clone(),
@@ -485,8 +514,19 @@ impl GatewayConfig {
             timeout_seconds,
             max_output_bytes,
             tools,
+            read_scope,
+            exposure,
         })
     }
+}
+
+/// A scope of server `id`: valid, and starting with `mcp.{id}.` (§19.2).
+fn server_scope(id: &str, text: &str, at: &str) -> Result<Scope, ConfigError> {
+    let scope = Scope::parse(text).map_err(|e| error(at, e.to_string()))?;
+    if !text.starts_with(&format!("mcp.{id}.")) {
+        return Err(error(at, format!("must start with 'mcp.{id}.'")));
+    }
+    Ok(scope)
 }
 
 #[cfg(test)]
@@ -548,7 +588,22 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
     /// Each broken variant names the offending key's path.
     #[test]
     fn unknown_keys_and_bad_values_name_their_path() {
-        let cases: [(&str, &str, &str); 12] = [
+        let cases: [(&str, &str, &str); 15] = [
+            (
+                "trust_annotations = false",
+                "trust_annotations = false\nread_scope = \"mcp.other.read\"",
+                "servers.files.read_scope",
+            ),
+            (
+                "trust_annotations = false",
+                "trust_annotations = false\nread_scope = \"not a scope\"",
+                "servers.files.read_scope",
+            ),
+            (
+                "trust_annotations = false",
+                "trust_annotations = false\nexpose_unprefixed = \"yes\"",
+                "servers.files.expose_unprefixed",
+            ),
             (
                 "origin_trust = \"user\"",
                 "origin_trust = \"user\"\ncolour = 1",
@@ -614,6 +669,49 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
         assert_eq!(err.path, "servers");
         let err = GatewayConfig::parse("not toml [").unwrap_err();
         assert_eq!(err.path, "(file)");
+    }
+
+    #[test]
+    fn reads_need_the_servers_read_scope_unless_the_file_names_another() {
+        let config = GatewayConfig::parse(EXAMPLE).expect("loads");
+        assert_eq!(
+            config.servers["files"].read_scope.as_str(),
+            "mcp.files.read"
+        );
+        assert_eq!(config.servers["files"].exposure, Exposure::Prefixed);
+        let text = EXAMPLE.replacen(
+            "trust_annotations = false",
+            "trust_annotations = false\nread_scope = \"mcp.files.resources\"",
+            1,
+        );
+        let config = GatewayConfig::parse(&text).expect("loads");
+        assert_eq!(
+            config.servers["files"].read_scope.as_str(),
+            "mcp.files.resources"
+        );
+    }
+
+    #[test]
+    fn expose_unprefixed_needs_exactly_one_server() {
+        let one = EXAMPLE.replacen(
+            "trust_annotations = false",
+            "trust_annotations = false\nexpose_unprefixed = true",
+            1,
+        );
+        let config = GatewayConfig::parse(&one).expect("one server may be unprefixed");
+        assert_eq!(config.servers["files"].exposure, Exposure::Unprefixed);
+        let two = format!("{one}\n[servers.other]\ncommand = \"x\"\n");
+        let err = GatewayConfig::parse(&two).expect_err("two servers");
+        assert_eq!(err.path, "servers.files.expose_unprefixed");
+        assert!(err.message.contains("exactly one server"), "{err}");
+        // `false` is the default and stays valid with several servers.
+        let off = EXAMPLE.replacen(
+            "trust_annotations = false",
+            "trust_annotations = false\nexpose_unprefixed = false",
+            1,
+        );
+        let two_off = format!("{off}\n[servers.other]\ncommand = \"x\"\n");
+        assert!(GatewayConfig::parse(&two_off).is_ok());
     }
 
     #[test]

@@ -28,7 +28,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::body::UpstreamTool;
 use crate::catalog::{Entry, Unlisted, entries, spec_of};
 use crate::config::GatewayConfig;
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Notice, Upstream, UpstreamError};
 
 /// Where the gateway records its process events (the store, in a transaction of its own).
 pub type EventSink = Arc<dyn Fn(ProcessEvent) + Send + Sync>;
@@ -59,6 +59,8 @@ pub struct Gateway {
     servers: Mutex<BTreeMap<String, ServerState>>,
     table: Mutex<Table>,
     list_changed: broadcast::Sender<()>,
+    /// The upstreams' resource and prompt notices (§19.6), for every client session.
+    notices: broadcast::Sender<Notice>,
     events: EventSink,
     now: Now,
 }
@@ -98,13 +100,15 @@ impl Gateway {
         now: Now,
     ) -> (Arc<Gateway>, mpsc::UnboundedReceiver<String>) {
         let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+        let (notices, _) = broadcast::channel(64);
         let mut connecting = Vec::new();
         for server in config.servers.values() {
             let server = server.clone();
             let changed = changed_tx.clone();
+            let notices = notices.clone();
             connecting.push(tokio::spawn(async move {
                 let id = server.id.clone();
-                (id, Upstream::connect(&server, changed).await)
+                (id, Upstream::connect(&server, changed, notices).await)
             }));
         }
         let mut servers = BTreeMap::new();
@@ -129,6 +133,7 @@ impl Gateway {
             servers: Mutex::new(servers),
             table: Mutex::new(Table::default()),
             list_changed,
+            notices,
             events,
             now,
         });
@@ -148,7 +153,8 @@ impl Gateway {
         }
     }
 
-    fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
+    /// The upstream of `server`, while it is connected.
+    pub fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
         match lock(&self.servers).get(server) {
             Some(ServerState::Connected(upstream)) => Some(Arc::clone(upstream)),
             _ => None,
@@ -302,6 +308,30 @@ impl Gateway {
         while let Some(server) = changed.recv().await {
             self.refresh(&server).await;
         }
+    }
+
+    /// The upstreams' resource and prompt notices (§19.6).
+    pub fn subscribe_notices(&self) -> broadcast::Receiver<Notice> {
+        self.notices.subscribe()
+    }
+
+    /// The policy reads are gated by (§19.6).
+    pub fn ruleset(&self) -> &Ruleset {
+        &self.ruleset
+    }
+
+    /// The process's clock.
+    pub fn now(&self) -> Timestamp {
+        (self.now)()
+    }
+
+    /// The connected upstreams with their server configuration, in id order.
+    pub fn connected(&self) -> Vec<(crate::config::ServerConfig, Arc<Upstream>)> {
+        self.config
+            .servers
+            .values()
+            .filter_map(|server| Some((server.clone(), self.upstream(&server.id)?)))
+            .collect()
     }
 
     /// Fires each time the listing a client sees changed.

@@ -221,7 +221,8 @@ where
         control: control(),
         principal: elicitation_principal(&config),
     });
-    let session = ClientSession::new(Arc::clone(&gateway), Arc::clone(&live), elicitation);
+    let session = ClientSession::new(Arc::clone(&gateway), Arc::clone(&live), elicitation)
+        .with_session(driver.connection().session_id);
     let served = session.serve(transport).await;
     let result = match served {
         Ok(service) => {

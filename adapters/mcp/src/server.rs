@@ -16,31 +16,61 @@
 //! nothing. 2026-07-28 forbids server-to-client requests (its replacement, an input-required
 //! result, ends the request), so there approvals come only from other processes.
 //!
+//! **Resources, prompts, completion, logging (§19.6).** Listed from every connected upstream
+//! that offers them, under the names of [`crate::catalog`] (a server whose read scope the
+//! principal lacks is not listed, as a tool whose scope it lacks is not). `resources/read`,
+//! `prompts/get`, `completion/complete` and `resources/subscribe` pass core's read gate
+//! ([`airlock_core::connection::read`]: scope, then the policy as a `network_read` action) and
+//! are never journalled. A refusal is the JSON-RPC error [`READ_REFUSED`] (−32001, in the range
+//! JSON-RPC leaves to implementations: the request was well formed, so neither −32602 nor
+//! −32603 fits, and MCP defines no code for a refusal) whose message is
+//! `airlock denied this read ({reason_code}): {explanation}` and whose `data` carries
+//! `reason_code`. Whatever the upstream answered to a read, a prompt or a completion (its
+//! content or its error text) reaches the client, so the connection's runs are tainted first
+//! when the server's `output_trust` taints (§8.6). A URI or prompt name no server stands for
+//! is −32002 (MCP's "resource not found") or −32602. `logging/setLevel` goes to every
+//! upstream that offers logging. Capabilities are declared only for what some upstream offers.
+//!
 //! **Cancellation.** `notifications/cancelled` for a queued or parked call cancels the run
 //! (§8.5) and nothing is answered (rmcp drops the response of a cancelled request).
 
 use std::borrow::Cow;
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
 use airlock_core::connection::live::{ClientCall, LiveConnection, TicketEnd, TicketStatus};
+use airlock_core::connection::read::{OutsideRead, ReadContext, ReadKind, ReadRefusal};
 use airlock_core::control::ControlService;
-use airlock_core::ids::ApprovalId;
+use airlock_core::ids::{ApprovalId, SessionId};
 use airlock_core::principal::Principal;
 use airlock_core::store::Store;
+use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ElicitRequestParams,
-    ElicitationAction, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ElicitRequestParams, ElicitationAction, ErrorCode, GetPromptRequestParams, GetPromptResponse,
+    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{ElicitationMode, RequestContext, RoleServer, SubscriptionContext};
+use rmcp::service::{
+    ElicitationMode, NotificationContext, RequestContext, RoleServer, SubscriptionContext,
+    SubscriptionSendError,
+};
 use rmcp::{ErrorData as McpError, Peer, ServerHandler};
 use serde_json::{Value, json};
 
+use crate::catalog::{exposed_name_of, exposed_uri, route_name, route_uri};
+use crate::config::ServerConfig as UpstreamConfig;
 use crate::gateway::Gateway;
 use crate::render;
+use crate::upstream::Notice;
+
+/// The JSON-RPC code of a refused read (see the module docs).
+pub const READ_REFUSED: ErrorCode = ErrorCode(-32001);
 
 /// How often a parked call's client hears that it is still waiting (§19.3: at most 10 s).
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
@@ -66,6 +96,10 @@ pub struct ClientSession<S: Store> {
     live: Arc<LiveConnection>,
     elicitation: Option<Arc<ElicitedApprovals<S>>>,
     next_key: AtomicU64,
+    /// The session the connection's runs live in (for the read gate's audit fields).
+    session: Option<SessionId>,
+    /// The exposed URIs this client subscribed to (`resources/subscribe`).
+    subscriptions: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl<S: Store + 'static> ClientSession<S> {
@@ -79,7 +113,77 @@ impl<S: Store + 'static> ClientSession<S> {
             live,
             elicitation: elicitation.map(Arc::new),
             next_key: AtomicU64::new(1),
+            session: None,
+            subscriptions: Arc::new(Mutex::new(BTreeSet::new())),
         }
+    }
+
+    /// Names the session of the connection (reads are gated with it).
+    pub fn with_session(mut self, session: SessionId) -> ClientSession<S> {
+        self.session = Some(session);
+        self
+    }
+
+    /// Core's read gate (§19.6): scope, then policy. Nothing is stored.
+    fn gate(
+        &self,
+        server: &UpstreamConfig,
+        kind: ReadKind,
+        arguments: Value,
+    ) -> Result<(), McpError> {
+        let config = self.gateway.config();
+        let read = OutsideRead {
+            server_id: server.id.clone(),
+            kind,
+            required_scope: server.read_scope.clone(),
+            arguments: match arguments {
+                Value::Object(map) => map,
+                _ => serde_json::Map::new(),
+            },
+        };
+        let origin_trust =
+            if config.origin_trust == TrustLevel::User && !self.live.tainted_by_read() {
+                TrustLevel::User
+            } else {
+                TrustLevel::ExternalUntrusted
+            };
+        let context = ReadContext {
+            tenant_id: &config.tenant_id,
+            session_id: self.session.map_or(uuid::Uuid::nil(), |s| s.as_uuid()),
+            action_id: uuid::Uuid::new_v4(),
+            principal_scopes: &config.scopes,
+            origin_trust,
+            now: self.gateway.now(),
+        };
+        read.gate(&context, self.gateway.ruleset())
+            .map(|_| ())
+            .map_err(|refusal| {
+                tracing::info!(server = %server.id, kind = %kind, reason = %refusal.reason_code, "read refused");
+                refused(&refusal)
+            })
+    }
+
+    /// An upstream answered a read of `server`: its trust reaches the client's runs first.
+    fn note_answer(&self, server: &UpstreamConfig) {
+        self.live.note_read_content(server.output_trust);
+    }
+
+    /// Whether the principal may see `server`'s resources and prompts listed.
+    fn lists(&self, server: &UpstreamConfig) -> bool {
+        self.gateway.config().scopes.contains(&server.read_scope)
+    }
+
+    fn timeout(server: &UpstreamConfig) -> Duration {
+        Duration::from_secs(u64::from(server.timeout_seconds))
+    }
+
+    fn upstream(
+        &self,
+        server: &UpstreamConfig,
+    ) -> Result<Arc<crate::upstream::Upstream>, McpError> {
+        self.gateway.upstream(&server.id).ok_or_else(|| {
+            McpError::internal_error(format!("upstream '{}' is not connected", server.id), None)
+        })
     }
 
     /// Whether this request's client can be asked for an approval.
@@ -93,6 +197,88 @@ impl<S: Store + 'static> ClientSession<S> {
                 .peer
                 .supported_elicitation_modes()
                 .contains(&ElicitationMode::Form)
+    }
+}
+
+/// The answer to a refused read (see the module docs).
+fn refused(refusal: &ReadRefusal) -> McpError {
+    McpError::new(
+        READ_REFUSED,
+        format!(
+            "airlock denied this read ({}): {}",
+            refusal.reason_code, refusal.explanation
+        ),
+        Some(json!({"reason_code": refusal.reason_code})),
+    )
+}
+
+/// `value` with `key` replaced by `f` of its string value.
+fn map_key(mut value: Value, key: &str, f: impl Fn(&str) -> Option<String>) -> Option<Value> {
+    let mapped = f(value.get(key)?.as_str()?)?;
+    value
+        .as_object_mut()?
+        .insert(key.to_owned(), Value::String(mapped));
+    Some(value)
+}
+
+/// An upstream answer as a 2026-07-28 client needs it: a 2025-11-25 upstream sends no
+/// `resultType`, and rmcp strips it again for a 2025-11-25 client.
+fn completed(mut answer: Value) -> Value {
+    if let Some(map) = answer.as_object_mut() {
+        map.entry("resultType")
+            .or_insert_with(|| Value::String("complete".into()));
+    }
+    answer
+}
+
+fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
+    serde_json::from_value(value)
+        .map_err(|e| McpError::internal_error(format!("unrenderable answer: {e}"), None))
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<Value, McpError> {
+    serde_json::to_value(value)
+        .map_err(|e| McpError::internal_error(format!("unreadable request: {e}"), None))
+}
+
+/// Relays the upstreams' resource and prompt notices to one client until it goes: list
+/// changes always, `resources/updated` only for a URI it subscribed to.
+async fn relay_notices(
+    gateway: Arc<Gateway>,
+    subscriptions: Arc<Mutex<BTreeSet<String>>>,
+    peer: Peer<RoleServer>,
+) {
+    let mut notices = gateway.subscribe_notices();
+    loop {
+        let notice = match notices.recv().await {
+            Ok(notice) => notice,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let sent = match notice {
+            Notice::ResourceUpdated { server, uri } => {
+                let Some(config) = gateway.config().servers.get(&server) else {
+                    continue;
+                };
+                let exposed = exposed_uri(config, &uri);
+                let subscribed = subscriptions
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&exposed);
+                if !subscribed {
+                    continue;
+                }
+                peer.notify_resource_updated(rmcp::model::ResourceUpdatedNotificationParam::new(
+                    exposed,
+                ))
+                .await
+            }
+            Notice::ResourcesListChanged { .. } => peer.notify_resource_list_changed().await,
+            Notice::PromptsListChanged { .. } => peer.notify_prompt_list_changed().await,
+        };
+        if sent.is_err() {
+            return;
+        }
     }
 }
 
@@ -170,12 +356,46 @@ async fn elicit<S: Store + 'static>(
 
 impl<S: Store + 'static> ServerHandler for ClientSession<S> {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tool_list_changed()
-                .build(),
-        );
+        // Declared only for what some connected upstream offers (§19.6).
+        let mut capabilities = json!({"tools": {"listChanged": true}});
+        for (_, upstream) in self.gateway.connected() {
+            let offered = upstream.capabilities();
+            if let Some(resources) = &offered.resources {
+                let entry = &mut capabilities["resources"];
+                if entry.is_null() {
+                    *entry = json!({});
+                }
+                if resources.subscribe == Some(true) {
+                    entry["subscribe"] = json!(true);
+                }
+                if resources.list_changed == Some(true) {
+                    entry["listChanged"] = json!(true);
+                }
+            }
+            if let Some(prompts) = &offered.prompts {
+                let entry = &mut capabilities["prompts"];
+                if entry.is_null() {
+                    *entry = json!({});
+                }
+                if prompts.list_changed == Some(true) {
+                    entry["listChanged"] = json!(true);
+                }
+            }
+            if offered.completions.is_some() {
+                capabilities["completions"] = json!({});
+            }
+            if offered.logging.is_some() {
+                capabilities["logging"] = json!({});
+            }
+        }
+        let capabilities: ServerCapabilities =
+            serde_json::from_value(capabilities).unwrap_or_else(|_| {
+                ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_tool_list_changed()
+                    .build()
+            });
+        let mut info = ServerConfig::new(capabilities);
         info.server_info = rmcp::model::Implementation::new("airlock", env!("CARGO_PKG_VERSION"));
         info.protocol_version = ProtocolVersion::V_2025_11_25;
         info.instructions = Some(
@@ -239,7 +459,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 end = &mut ended => {
                     return match end {
                         TicketEnd::Answered(answer) => {
-                            let result: CallToolResult = serde_json::from_value(render::call_result(&answer))
+                            let result: CallToolResult = serde_json::from_value(completed(render::call_result(&answer)))
                                 .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
                             Ok(CallToolResponse::from(result))
                         }
@@ -279,27 +499,388 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         }
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        tokio::spawn(relay_notices(
+            Arc::clone(&self.gateway),
+            Arc::clone(&self.subscriptions),
+            context.peer,
+        ));
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let mut resources = Vec::new();
+        for (server, upstream) in self.gateway.connected() {
+            if upstream.capabilities().resources.is_none() || !self.lists(&server) {
+                continue;
+            }
+            match upstream.list_resources(Self::timeout(&server)).await {
+                Ok(listed) => {
+                    for resource in listed {
+                        if let Some(value) = map_key(to_json(&resource)?, "uri", |uri| {
+                            Some(exposed_uri(&server, uri))
+                        }) {
+                            resources.push(value);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(server = %server.id, error = %error.message, "resources/list failed; that server's resources are left out");
+                }
+            }
+        }
+        from_json(json!({"resources": resources, "resultType": "complete"}))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let mut templates = Vec::new();
+        for (server, upstream) in self.gateway.connected() {
+            if upstream.capabilities().resources.is_none() || !self.lists(&server) {
+                continue;
+            }
+            match upstream
+                .list_resource_templates(Self::timeout(&server))
+                .await
+            {
+                Ok(listed) => {
+                    for template in listed {
+                        if let Some(value) = map_key(to_json(&template)?, "uriTemplate", |uri| {
+                            Some(exposed_uri(&server, uri))
+                        }) {
+                            templates.push(value);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(server = %server.id, error = %error.message, "resources/templates/list failed; that server's templates are left out");
+                }
+            }
+        }
+        from_json(json!({"resourceTemplates": templates, "resultType": "complete"}))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let config = self.gateway.config();
+        let Some((server, uri)) = route_uri(config, &request.uri) else {
+            return Err(McpError::new(
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!("unknown resource: {}", request.uri),
+                None,
+            ));
+        };
+        self.gate(server, ReadKind::Resource, json!({"uri": uri}))?;
+        let upstream = self.upstream(server)?;
+        let answer = upstream.read_resource(&uri, Self::timeout(server)).await;
+        self.note_answer(server);
+        let result = to_json(&answer?)?;
+        let mut result = result;
+        if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
+            for content in contents.iter_mut() {
+                if let Some(mapped) =
+                    map_key(content.clone(), "uri", |u| Some(exposed_uri(server, u)))
+                {
+                    *content = mapped;
+                }
+            }
+        }
+        let result: ReadResourceResult = from_json(completed(result))?;
+        Ok(ReadResourceResponse::from(result))
+    }
+
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let config = self.gateway.config();
+        let Some((server, uri)) = route_uri(config, &request.uri) else {
+            return Err(McpError::new(
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!("unknown resource: {}", request.uri),
+                None,
+            ));
+        };
+        self.gate(server, ReadKind::Resource, json!({"uri": uri}))?;
+        self.upstream(server)?
+            .subscribe(&uri, Self::timeout(server))
+            .await?;
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(request.uri);
+        Ok(())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.subscriptions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&request.uri);
+        let config = self.gateway.config();
+        let Some((server, uri)) = route_uri(config, &request.uri) else {
+            return Ok(());
+        };
+        self.upstream(server)?
+            .unsubscribe(&uri, Self::timeout(server))
+            .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        let mut prompts = Vec::new();
+        for (server, upstream) in self.gateway.connected() {
+            if upstream.capabilities().prompts.is_none() || !self.lists(&server) {
+                continue;
+            }
+            match upstream.list_prompts(Self::timeout(&server)).await {
+                Ok(listed) => {
+                    for prompt in listed {
+                        // A name that does not fit is not listed.
+                        if let Some(value) = map_key(to_json(&prompt)?, "name", |name| {
+                            exposed_name_of(&server, name)
+                        }) {
+                            prompts.push(value);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(server = %server.id, error = %error.message, "prompts/list failed; that server's prompts are left out");
+                }
+            }
+        }
+        from_json(json!({"prompts": prompts, "resultType": "complete"}))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        let config = self.gateway.config();
+        let Some((server, name)) = route_name(config, &request.name) else {
+            return Err(McpError::invalid_params(
+                format!("unknown prompt: {}", request.name),
+                None,
+            ));
+        };
+        let arguments = request.arguments.clone().unwrap_or_default();
+        self.gate(
+            server,
+            ReadKind::Prompt,
+            json!({"name": name, "arguments": arguments}),
+        )?;
+        let mut forwarded = request;
+        forwarded.name = name;
+        forwarded.meta = None;
+        let upstream = self.upstream(server)?;
+        let answer = upstream.get_prompt(forwarded, Self::timeout(server)).await;
+        self.note_answer(server);
+        let result: GetPromptResult = from_json(completed(to_json(&answer?)?))?;
+        Ok(GetPromptResponse::from(result))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        let config = self.gateway.config();
+        let mut params = to_json(&request)?;
+        let reference = params.get("ref").cloned().unwrap_or(Value::Null);
+        let (server, kind, key, upstream_name) = match reference.get("type").and_then(Value::as_str)
+        {
+            Some("ref/prompt") => {
+                let exposed = reference
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let (server, name) = route_name(config, exposed).ok_or_else(|| {
+                    McpError::invalid_params(format!("unknown prompt: {exposed}"), None)
+                })?;
+                (server, ReadKind::Prompt, "name", name)
+            }
+            Some("ref/resource") => {
+                let exposed = reference
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let (server, uri) = route_uri(config, exposed).ok_or_else(|| {
+                    McpError::new(
+                        ErrorCode::RESOURCE_NOT_FOUND,
+                        format!("unknown resource: {exposed}"),
+                        None,
+                    )
+                })?;
+                (server, ReadKind::Resource, "uri", uri)
+            }
+            _ => {
+                return Err(McpError::invalid_params(
+                    "unknown completion reference",
+                    None,
+                ));
+            }
+        };
+        params["ref"][key] = Value::String(upstream_name.clone());
+        if let Some(map) = params.as_object_mut() {
+            map.remove("_meta");
+        }
+        self.gate(
+            server,
+            kind,
+            json!({key: upstream_name, "argument": params.get("argument").cloned().unwrap_or(Value::Null)}),
+        )?;
+        let forwarded: CompleteRequestParams = from_json(params)?;
+        let upstream = self.upstream(server)?;
+        let answer = upstream.complete(forwarded, Self::timeout(server)).await;
+        self.note_answer(server);
+        from_json(completed(to_json(&answer?)?))
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let mut reached = 0usize;
+        let mut last_error = None;
+        for (server, upstream) in self.gateway.connected() {
+            if upstream.capabilities().logging.is_none() {
+                continue;
+            }
+            match upstream
+                .set_level(request.clone(), Self::timeout(&server))
+                .await
+            {
+                Ok(()) => reached += 1,
+                Err(error) => {
+                    tracing::warn!(server = %server.id, error = %error.message, "logging/setLevel failed upstream");
+                    last_error = Some(error);
+                }
+            }
+        }
+        match (reached, last_error) {
+            (0, Some(error)) => Err(error),
+            (0, None) => Err(McpError::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "no upstream offers logging",
+                None,
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// A 2026-07-28 client's `subscriptions/listen`: tool, resource and prompt list changes,
+    /// and updates of the resource URIs that pass the read gate (a URI that does not is left
+    /// out of the accepted filter).
     fn accepted_subscription_filter(
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        (requested.tools_list_changed == Some(true))
-            .then(|| SubscriptionFilter::builder().tools_list_changed().build())
+        let mut accepted = SubscriptionFilter::new();
+        let mut any = false;
+        for (asked, granted) in [
+            (
+                requested.tools_list_changed,
+                &mut accepted.tools_list_changed,
+            ),
+            (
+                requested.resources_list_changed,
+                &mut accepted.resources_list_changed,
+            ),
+            (
+                requested.prompts_list_changed,
+                &mut accepted.prompts_list_changed,
+            ),
+        ] {
+            if asked == Some(true) {
+                *granted = Some(true);
+                any = true;
+            }
+        }
+        let config = self.gateway.config();
+        let uris: Vec<String> = requested
+            .resource_subscriptions
+            .iter()
+            .flatten()
+            .filter(|exposed| {
+                route_uri(config, exposed).is_some_and(|(server, uri)| {
+                    self.gate(server, ReadKind::Resource, json!({"uri": uri}))
+                        .is_ok()
+                })
+            })
+            .cloned()
+            .collect();
+        if !uris.is_empty() {
+            accepted.resource_subscriptions = Some(uris);
+            any = true;
+        }
+        any.then_some(accepted)
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        // Upstream subscriptions for the accepted URIs (a 2025-11-25 upstream's
+        // `resources/subscribe`); one that fails is logged and simply never updates.
+        let config = self.gateway.config();
+        for exposed in context.accepted().resource_subscriptions.iter().flatten() {
+            if let Some((server, uri)) = route_uri(config, exposed)
+                && let Some(upstream) = self.gateway.upstream(&server.id)
+                && let Err(error) = upstream.subscribe(&uri, Self::timeout(server)).await
+            {
+                tracing::warn!(server = %server.id, error = %error.message, "resources/subscribe failed upstream");
+            }
+        }
         let mut changes = self.gateway.subscribe_list_changed();
+        let mut notices = self.gateway.subscribe_notices();
         loop {
-            tokio::select! {
+            let sent = tokio::select! {
                 _ = context.cancelled() => return Ok(()),
                 change = changes.recv() => match change {
                     Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                        if context.sink().notify_tool_list_changed().await.is_err() {
-                            return Ok(());
-                        }
+                        context.sink().notify_tool_list_changed().await
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
                 },
+                notice = notices.recv() => match notice {
+                    Ok(Notice::ResourceUpdated { server, uri }) => {
+                        let Some(server) = config.servers.get(&server) else { continue };
+                        context.sink().notify_resource_updated(exposed_uri(server, &uri)).await
+                    }
+                    Ok(Notice::ResourcesListChanged { .. }) => {
+                        context.sink().notify_resource_list_changed().await
+                    }
+                    Ok(Notice::PromptsListChanged { .. }) => {
+                        context.sink().notify_prompt_list_changed().await
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+            };
+            match sent {
+                Ok(()) => {}
+                // Not in this stream's accepted filter: nothing to tell this client.
+                Err(SubscriptionSendError::NotificationNotAccepted(_)) => {}
+                Err(_) => return Ok(()),
             }
         }
     }

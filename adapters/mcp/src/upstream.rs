@@ -1,6 +1,9 @@
 //! The gateway as an MCP client of one upstream server (SPEC §19.1): started over stdio (a child
 //! process) or reached over Streamable HTTP, its tools listed as raw definitions (for hashing),
-//! its calls forwarded, and its `notifications/tools/list_changed` reported.
+//! its calls forwarded, and its `notifications/tools/list_changed` reported. Its resources,
+//! prompts, completion and logging level are reached through it too (§19.6), and what it says
+//! of them (`notifications/resources/updated`, the resource and prompt list changes) is
+//! published as a [`Notice`].
 //!
 //! **Protocol.** The lifecycle is negotiated: `server/discover` at 2026-07-28 first, and the
 //! `initialize` handshake at 2025-11-25 when the server is older (rmcp's `Auto` mode, which
@@ -12,8 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion,
-    ServerNotification, SubscriptionFilter,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResult, Implementation, Prompt, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate,
+    ResourceUpdatedNotificationParam, ServerCapabilities, ServerNotification,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient, RunningService,
@@ -22,7 +28,7 @@ use rmcp::service::{
 use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::config::{ServerConfig, Transport};
 
@@ -51,11 +57,21 @@ pub enum CallError {
     TimedOut(Duration),
 }
 
+/// What an upstream said about its resources and prompts (§19.6), with its upstream URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    ResourceUpdated { server: String, uri: String },
+    ResourcesListChanged { server: String },
+    PromptsListChanged { server: String },
+}
+
 /// Receives what an upstream tells the gateway outside of answers.
 #[derive(Clone)]
 pub struct UpstreamHandler {
     server: String,
     changed: mpsc::UnboundedSender<String>,
+    /// Resource and prompt notices; no receiver (no client yet) drops them.
+    notices: broadcast::Sender<Notice>,
 }
 
 impl ClientHandler for UpstreamHandler {
@@ -74,6 +90,38 @@ impl ClientHandler for UpstreamHandler {
     ) -> impl Future<Output = ()> + Send + '_ {
         // The receiver lives as long as the gateway; a send after shutdown changes nothing.
         let _ = self.changed.send(self.server.clone());
+        std::future::ready(())
+    }
+
+    fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let _ = self.notices.send(Notice::ResourceUpdated {
+            server: self.server.clone(),
+            uri: params.uri,
+        });
+        std::future::ready(())
+    }
+
+    fn on_resource_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let _ = self.notices.send(Notice::ResourcesListChanged {
+            server: self.server.clone(),
+        });
+        std::future::ready(())
+    }
+
+    fn on_prompt_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        let _ = self.notices.send(Notice::PromptsListChanged {
+            server: self.server.clone(),
+        });
         std::future::ready(())
     }
 }
@@ -112,6 +160,7 @@ impl Upstream {
     pub async fn connect(
         config: &ServerConfig,
         changed: mpsc::UnboundedSender<String>,
+        notices: broadcast::Sender<Notice>,
     ) -> Result<Arc<Upstream>, UpstreamError> {
         let fail = |message: String| UpstreamError {
             server: config.id.clone(),
@@ -120,6 +169,7 @@ impl Upstream {
         let handler = UpstreamHandler {
             server: config.id.clone(),
             changed: changed.clone(),
+            notices: notices.clone(),
         };
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -166,7 +216,7 @@ impl Upstream {
             server: config.id.clone(),
             service,
         });
-        upstream.watch_list_changes(changed).await;
+        upstream.watch_list_changes(changed, notices).await;
         Ok(upstream)
     }
 
@@ -179,21 +229,26 @@ impl Upstream {
 
     /// On a 2026-07-28 connection, opens the `tools` list-change subscription and forwards
     /// its notifications; older connections deliver them to [`UpstreamHandler`].
-    async fn watch_list_changes(&self, changed: mpsc::UnboundedSender<String>) {
+    async fn watch_list_changes(
+        &self,
+        changed: mpsc::UnboundedSender<String>,
+        notices: broadcast::Sender<Notice>,
+    ) {
         let modern = self
             .service
             .peer_info()
             .is_some_and(|info| !info.protocol_version.has_initialize());
-        let advertises = self
-            .service
-            .peer_info()
-            .and_then(|info| info.capabilities.tools.clone())
-            .and_then(|tools| tools.list_changed)
-            == Some(true);
-        if !modern || !advertises {
+        let capabilities = self.capabilities();
+        let tools = capabilities.tools.and_then(|t| t.list_changed) == Some(true);
+        let resources = capabilities.resources.as_ref().and_then(|r| r.list_changed) == Some(true);
+        let prompts = capabilities.prompts.and_then(|p| p.list_changed) == Some(true);
+        if !modern || !(tools || resources || prompts) {
             return;
         }
-        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut filter = SubscriptionFilter::new();
+        filter.tools_list_changed = tools.then_some(true);
+        filter.resources_list_changed = resources.then_some(true);
+        filter.prompts_list_changed = prompts.then_some(true);
         let Ok(mut subscription) = self.service.peer().listen(filter).await else {
             tracing::warn!(server = %self.server, "the upstream refused a tools list-change subscription");
             return;
@@ -201,13 +256,26 @@ impl Upstream {
         let server = self.server.clone();
         tokio::spawn(async move {
             while let Ok(Some(notification)) = subscription.next().await {
-                if matches!(
-                    notification,
-                    ServerNotification::ToolListChangedNotification(_)
-                ) && changed.send(server.clone()).is_err()
-                {
-                    return;
-                }
+                let notice = match notification {
+                    ServerNotification::ToolListChangedNotification(_) => {
+                        if changed.send(server.clone()).is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    ServerNotification::ResourceListChangedNotification(_) => {
+                        Notice::ResourcesListChanged {
+                            server: server.clone(),
+                        }
+                    }
+                    ServerNotification::PromptListChangedNotification(_) => {
+                        Notice::PromptsListChanged {
+                            server: server.clone(),
+                        }
+                    }
+                    _ => continue,
+                };
+                let _ = notices.send(notice);
             }
         });
     }
@@ -257,6 +325,146 @@ impl Upstream {
             }
             Ok(Err(error)) => Err(call_error(error)),
         }
+    }
+
+    /// What the server declared it offers (nothing, if it declared nothing).
+    pub fn capabilities(&self) -> ServerCapabilities {
+        self.service
+            .peer_info()
+            .map(|info| info.capabilities.clone())
+            .unwrap_or_default()
+    }
+
+    /// One request of §19.6 within `timeout`: the upstream's own JSON-RPC error is passed on
+    /// unchanged (the client sees what the server said); any other failure is an internal error
+    /// naming the server.
+    async fn ask<T>(
+        &self,
+        method: &str,
+        timeout: Duration,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, ErrorData> {
+        match tokio::time::timeout(timeout, request).await {
+            Err(_) => Err(ErrorData::internal_error(
+                format!(
+                    "upstream '{}': {method}: no answer within {timeout:?}",
+                    self.server
+                ),
+                None,
+            )),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(ServiceError::McpError(error))) => Err(error),
+            Ok(Err(other)) => Err(ErrorData::internal_error(
+                format!("upstream '{}': {method}: {other}", self.server),
+                None,
+            )),
+        }
+    }
+
+    pub async fn list_resources(&self, timeout: Duration) -> Result<Vec<Resource>, ErrorData> {
+        self.ask(
+            "resources/list",
+            timeout,
+            self.service.peer().list_all_resources(),
+        )
+        .await
+    }
+
+    pub async fn list_resource_templates(
+        &self,
+        timeout: Duration,
+    ) -> Result<Vec<ResourceTemplate>, ErrorData> {
+        self.ask(
+            "resources/templates/list",
+            timeout,
+            self.service.peer().list_all_resource_templates(),
+        )
+        .await
+    }
+
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        timeout: Duration,
+    ) -> Result<ReadResourceResult, ErrorData> {
+        let params = ReadResourceRequestParams::new(uri.to_owned());
+        self.ask(
+            "resources/read",
+            timeout,
+            self.service.peer().read_resource(params),
+        )
+        .await
+    }
+
+    pub async fn list_prompts(&self, timeout: Duration) -> Result<Vec<Prompt>, ErrorData> {
+        self.ask(
+            "prompts/list",
+            timeout,
+            self.service.peer().list_all_prompts(),
+        )
+        .await
+    }
+
+    pub async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        timeout: Duration,
+    ) -> Result<GetPromptResult, ErrorData> {
+        self.ask(
+            "prompts/get",
+            timeout,
+            self.service.peer().get_prompt(params),
+        )
+        .await
+    }
+
+    pub async fn complete(
+        &self,
+        params: CompleteRequestParams,
+        timeout: Duration,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.ask(
+            "completion/complete",
+            timeout,
+            self.service.peer().complete(params),
+        )
+        .await
+    }
+
+    #[allow(deprecated)]
+    pub async fn set_level(
+        &self,
+        params: rmcp::model::SetLevelRequestParams,
+        timeout: Duration,
+    ) -> Result<(), ErrorData> {
+        self.ask(
+            "logging/setLevel",
+            timeout,
+            self.service.peer().set_level(params),
+        )
+        .await
+    }
+
+    #[allow(deprecated)]
+    pub async fn subscribe(&self, uri: &str, timeout: Duration) -> Result<(), ErrorData> {
+        let params = SubscribeRequestParams::new(uri.to_owned());
+        self.ask(
+            "resources/subscribe",
+            timeout,
+            self.service.peer().subscribe(params),
+        )
+        .await
+    }
+
+    #[allow(deprecated)]
+    pub async fn unsubscribe(&self, uri: &str, timeout: Duration) -> Result<(), ErrorData> {
+        let params = UnsubscribeRequestParams::new(uri.to_owned());
+        self.ask(
+            "resources/unsubscribe",
+            timeout,
+            self.service.peer().unsubscribe(params),
+        )
+        .await
     }
 
     /// Ends the session (a stdio child is killed when its transport drops).

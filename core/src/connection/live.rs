@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
@@ -206,6 +207,9 @@ pub struct LiveConnection {
     /// `origin_trust = "user"` in the gateway's file: arguments are the user's until the run is
     /// tainted; otherwise they are `external_untrusted` (the pipeline's default).
     arguments_from_user: bool,
+    /// Set once a read outside the journal (§19.6) returned tainting content; never cleared,
+    /// since the client keeps that content for the rest of the connection.
+    read_tainted: AtomicBool,
     mailbox: Mutex<Mailbox>,
 }
 
@@ -214,6 +218,7 @@ impl LiveConnection {
         Arc::new(LiveConnection {
             id,
             arguments_from_user,
+            read_tainted: AtomicBool::new(false),
             mailbox: Mutex::new(Mailbox::default()),
         })
     }
@@ -232,6 +237,23 @@ impl LiveConnection {
             waker.wake();
         }
         result
+    }
+
+    /// A read outside the journal (an MCP `resources/read` or `prompts/get`, §19.6) returned
+    /// content of `trust` to the client. Tainting content taints every run of the connection
+    /// from its next step on (the executor checkpoints it at that step's PENDING, §8.6): the
+    /// active run, and a run not started yet, because the client holds the content for the
+    /// rest of the connection. Call it before the content is sent, so that no call the client
+    /// writes after reading it is proposed untainted.
+    pub fn note_read_content(&self, trust: TrustLevel) {
+        if super::read::taints(trust) {
+            self.read_tainted.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a read outside the journal returned tainting content on this connection.
+    pub fn tainted_by_read(&self) -> bool {
+        self.read_tainted.load(Ordering::SeqCst)
     }
 
     /// Hands in a request; its ticket resolves once it is answered or dropped.
@@ -418,6 +440,10 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
         false
     }
 
+    fn tainted_outside_journal(&self) -> bool {
+        self.live.tainted_by_read()
+    }
+
     fn next_turn<'a>(
         &'a self,
         input: PlannerInput<'a>,
@@ -427,7 +453,6 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
             let step = input.step;
             // Asked for step k: every earlier step of this run has committed (§17.1 F4).
             self.live.settle(self.store.as_ref(), run, None);
-            let arguments_from_user = self.live.arguments_from_user;
             // A request handed out for this very step before an abandoned execution: the same
             // call again (nothing of it was recorded).
             let again = self.live.with(|m| {
@@ -458,7 +483,9 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
                     message: DISCONNECTED_MESSAGE.to_owned(),
                 });
             };
-            // `user` until the run is tainted (§19.3): the checkpoint's taint, not a copy of it.
+            // `user` until the run is tainted (§19.3): the checkpoint's taint, not a copy of it,
+            // or a read outside the journal (§19.6) before this call was handed out.
+            let arguments_from_user = self.live.arguments_from_user && !self.live.tainted_by_read();
             let argument_trust: BTreeMap<String, TrustLevel> =
                 match (&call.arguments, arguments_from_user && !input.tainted) {
                     (Value::Object(map), true) => {

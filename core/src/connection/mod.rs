@@ -23,6 +23,7 @@
 pub mod answer;
 pub mod elicit;
 pub mod live;
+pub mod read;
 
 use serde_json::json;
 

@@ -278,6 +278,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 }
                 Ok(PlannerTurn::Calls(calls)) => calls,
             };
+            // Content the journal never saw (§19.6) taints from this step on.
+            if planner.tainted_outside_journal() {
+                state.tainted = true;
+            }
             if token.reason().is_some() {
                 return self
                     .end_for_token(run, lease, token, state, *version, after_planner)

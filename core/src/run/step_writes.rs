@@ -25,7 +25,7 @@ use crate::run::checkpoint::{Checkpoint, CheckpointState, PendingBatch, StepReco
 use crate::run::state::update_fields;
 use crate::store::{StoreTx, TxError};
 use crate::time::Timestamp;
-use crate::vocab::{CheckpointTrigger, OutcomeStatus, TrustLevel};
+use crate::vocab::{CheckpointTrigger, OutcomeStatus};
 
 /// Inserts the next checkpoint with its `run.checkpointed` event.
 pub(crate) fn checkpoint(
@@ -74,12 +74,9 @@ pub fn close_step(
     let mut next = state.clone();
     next.step = batch.step;
     next.pending = None;
-    next.tainted |= results.iter().any(|r| {
-        matches!(
-            r.item.trust,
-            TrustLevel::ExternalUntrusted | TrustLevel::Knowledge
-        )
-    });
+    next.tainted |= results
+        .iter()
+        .any(|r| crate::connection::read::taints(r.item.trust));
     let mut counts: BTreeMap<String, u32> = next.denial_counts;
     for result in results.iter().filter(|r| r.status == OutcomeStatus::Denied) {
         let count = counts
@@ -354,6 +351,7 @@ mod tests {
     use crate::store::Store;
     use crate::testing::fixtures::{T0, sample_checkpoint, seed_run};
     use crate::vocab::RunStatus;
+    use crate::vocab::TrustLevel;
 
     fn batch(step: u32, calls: &[&str]) -> PendingBatch {
         PendingBatch {
