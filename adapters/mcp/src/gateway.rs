@@ -28,6 +28,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::body::UpstreamTool;
 use crate::catalog::{Entry, Unlisted, entries, spec_of};
 use crate::config::GatewayConfig;
+use crate::relay::{Clients, RelayContext};
 use crate::upstream::{Upstream, UpstreamError};
 
 /// Where the gateway records its process events (the store, in a transaction of its own).
@@ -61,13 +62,15 @@ pub struct Gateway {
     list_changed: broadcast::Sender<()>,
     events: EventSink,
     now: Now,
+    /// The client sessions in-call traffic is relayed to (SPEC §19.6).
+    clients: Arc<Clients>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn process_event(
+pub(crate) fn process_event(
     key: String,
     event_type: EventType,
     payload: Value,
@@ -98,13 +101,20 @@ impl Gateway {
         now: Now,
     ) -> (Arc<Gateway>, mpsc::UnboundedReceiver<String>) {
         let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+        let clients = Clients::new();
+        let relays = RelayContext {
+            clients: Arc::clone(&clients),
+            events: Arc::clone(&events),
+            now: Arc::clone(&now),
+        };
         let mut connecting = Vec::new();
         for server in config.servers.values() {
             let server = server.clone();
             let changed = changed_tx.clone();
+            let relays = relays.clone();
             connecting.push(tokio::spawn(async move {
                 let id = server.id.clone();
-                (id, Upstream::connect(&server, changed).await)
+                (id, Upstream::connect(&server, changed, relays).await)
             }));
         }
         let mut servers = BTreeMap::new();
@@ -131,6 +141,7 @@ impl Gateway {
             list_changed,
             events,
             now,
+            clients,
         });
         gateway.refresh_all().await;
         (gateway, changed_rx)
@@ -138,6 +149,11 @@ impl Gateway {
 
     pub fn config(&self) -> &GatewayConfig {
         &self.config
+    }
+
+    /// The client sessions and calls in-call traffic is relayed to.
+    pub fn clients(&self) -> &Arc<Clients> {
+        &self.clients
     }
 
     /// Re-lists every connected upstream.
@@ -252,7 +268,12 @@ impl Gateway {
                     &entry.definition,
                     version,
                 );
-                let tool = UpstreamTool::new(spec, entry.upstream.clone(), Arc::clone(&upstream));
+                let tool = UpstreamTool::new(
+                    spec,
+                    entry.upstream.clone(),
+                    Arc::clone(&upstream),
+                    Arc::clone(&self.clients),
+                );
                 match self.registry.add(Arc::new(tool)) {
                     Ok(()) => {
                         table

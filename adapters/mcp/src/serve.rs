@@ -225,6 +225,11 @@ where
     let served = session.serve(transport).await;
     let result = match served {
         Ok(service) => {
+            // In-call traffic of this session's runs is relayed to this client.
+            let session_id = driver.connection().session_id;
+            gateway
+                .clients()
+                .attach(session_id, live.id(), Some(service.peer().clone()));
             // A 2025-11-25 client hears of list changes as plain notifications.
             let peer = service.peer().clone();
             let mut changes = gateway.subscribe_list_changed();
@@ -245,6 +250,7 @@ where
             });
             let quit = service.waiting().await;
             notify_task.abort();
+            gateway.clients().detach(session_id);
             tracing::info!(reason = ?quit, "the client went");
             Ok(())
         }

@@ -16,12 +16,17 @@
 //! nothing. 2026-07-28 forbids server-to-client requests (its replacement, an input-required
 //! result, ends the request), so there approvals come only from other processes.
 //!
+//! **In-call traffic** of a forwarded call (SPEC §19.6) is relayed to the client that made it:
+//! each request registers its [`ClientLink`] with the gateway while it is open (see
+//! [`crate::relay`]). The gateway's own parked progress and the upstream's progress share the
+//! client's token, the upstream's counted on from the gateway's.
+//!
 //! **Cancellation.** `notifications/cancelled` for a queued or parked call cancels the run
 //! (§8.5) and nothing is answered (rmcp drops the response of a cancelled request).
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
@@ -40,6 +45,7 @@ use rmcp::{ErrorData as McpError, Peer, ServerHandler};
 use serde_json::{Value, json};
 
 use crate::gateway::Gateway;
+use crate::relay::ClientLink;
 use crate::render;
 
 /// How often a parked call's client hears that it is still waiting (§19.3: at most 10 s).
@@ -220,15 +226,30 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let key = self.next_key.fetch_add(1, Ordering::SeqCst);
-        let ticket = self.live.submit(
+        let progress_token = context.meta.get_progress_token();
+        let parked_progress = Arc::new(AtomicU32::new(0));
+        // Registered as it is submitted, so the body serving it finds its client.
+        let (ticket, _relays) = self.gateway.clients().register(
+            self.live.id(),
             key,
-            ClientCall {
-                tool: internal,
-                arguments,
+            || {
+                self.live.submit(
+                    key,
+                    ClientCall {
+                        tool: internal,
+                        arguments,
+                    },
+                )
+            },
+            |ticket| {
+                ClientLink::new(
+                    context.peer.clone(),
+                    progress_token.clone(),
+                    ticket,
+                    Arc::clone(&parked_progress),
+                )
             },
         );
-        let progress_token = context.meta.get_progress_token();
-        let mut progress = 0u32;
         let mut last_progress: Option<tokio::time::Instant> = None;
         let mut elicited = false;
         let can_elicit = self.can_elicit(&context);
@@ -261,7 +282,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     }
                     let due = last_progress.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
                     if let (Some(token), true) = (&progress_token, due) {
-                        progress += 1;
+                        let progress = parked_progress.fetch_add(1, Ordering::SeqCst) + 1;
                         last_progress = Some(tokio::time::Instant::now());
                         let mut param: ProgressNotificationParam = match serde_json::from_value(json!({
                             "progressToken": token,
