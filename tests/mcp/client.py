@@ -138,7 +138,7 @@ async def scenario(args):
                 return types.ElicitResult(action="accept", content={"approve": True})
             return types.ElicitResult(action="decline")
 
-    if args.scenario == "relays":
+    if args.scenario in ("relays", "ask"):
         # Answers what the upstream asks through airlock, and records what it was asked.
         async def elicitation(context, params):
             observed.setdefault("elicited", []).append(params.message)
@@ -149,7 +149,7 @@ async def scenario(args):
         kwargs = {"message_handler": gateway.on_message}
         if elicitation is not None:
             kwargs["elicitation_callback"] = elicitation
-        if args.scenario == "relays":
+        if args.scenario in ("relays", "ask"):
 
             async def sampling(context, params):
                 observed.setdefault("sampled", []).append(
@@ -279,6 +279,9 @@ async def scenario(args):
                 )
                 observed["elicitation"] = await call(session, "everything__trigger-elicitation-request", {})
                 observed["roots"] = await call(session, "everything__get-roots-list", {})
+            elif s == "ask":
+                # The project's test server asks for sampling during its call `ask`.
+                observed["ask"] = await call(session, "test__ask", {"prompt": "relay me"})
             else:
                 raise SystemExit(f"unknown scenario {s}")
             observed["notifications"] = sorted(set(gateway.notifications))

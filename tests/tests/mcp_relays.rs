@@ -3,7 +3,8 @@
 //! client, over stdio. The upstream's progress during a long tool reaches the client under the
 //! client's own token; its sampling, elicitation and roots requests are answered by the client,
 //! each sampling and elicitation recorded as `mcp.upstream.request`; its log messages reach the
-//! client.
+//! client. The project's test server (`tests/mcp/airlock_test_server.py`, tool `ask`) covers a
+//! 2026-07-28 upstream, whose sampling comes as an input-required result.
 //!
 //! The peers are the ones of `mcp_gateway.rs` (installed by `.ci/mcp.sh`); without them the test is
 //! skipped with a line on stderr, and under `CI=true` it fails instead.
@@ -58,8 +59,9 @@ fn peers(test: &str) -> Option<Peers> {
     None
 }
 
-/// Runs scenario `relays` against a gateway fronting server-everything; its observations.
-fn relays(peers: &Peers, data: &DataDir, mode: &str) -> Value {
+/// Runs `scenario` of client.py against a gateway fronting server-everything and the project's
+/// test server; its observations.
+fn relays(peers: &Peers, data: &DataDir, scenario: &str, mode: &str) -> Value {
     let config = data.path().join("gateway.toml");
     std::fs::write(
         &config,
@@ -67,21 +69,30 @@ fn relays(peers: &Peers, data: &DataDir, mode: &str) -> Value {
             r#"schema_version = 1
 tenant_id = "acme"
 principal_id = "alice"
-scopes = ["mcp.everything.call"]
+scopes = ["mcp.everything.call", "mcp.test.call"]
 origin_trust = "user"
 
 [servers.everything]
 command = "node"
 args = ["{everything}"]
 default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
+
+[servers.test]
+command = "{python}"
+args = ["{test_server}"]
+env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
+default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
 "#,
-            everything = peers.everything.display()
+            everything = peers.everything.display(),
+            python = peers.python.display(),
+            test_server = repo().join("tests/mcp/airlock_test_server.py").display(),
+            ledger = data.path().join("ledger.txt").display(),
         ),
     )
     .unwrap();
     let mut child = Command::new(&peers.python)
         .arg(&peers.client)
-        .arg("relays")
+        .arg(scenario)
         .arg("--airlock")
         .arg(airlock_bin())
         .arg("--data")
@@ -139,7 +150,7 @@ fn progress_logs_sampling_elicitation_and_roots_reach_the_client_of_the_call() {
         return;
     };
     let data = DataDir::new();
-    let seen = relays(&peers, &data, "legacy");
+    let seen = relays(&peers, &data, "relays", "legacy");
     assert_eq!(seen["protocol_version"], "2025-11-25", "{seen}");
 
     // Progress: the upstream's three steps, under the token the client's SDK chose (its callback
@@ -207,4 +218,36 @@ fn progress_logs_sampling_elicitation_and_roots_reach_the_client_of_the_call() {
             .all(|(_, size, server)| *size > 50 && server == "everything"),
         "{events:?}"
     );
+}
+
+/// The project's test server speaks 2026-07-28 to the gateway, so its sampling request comes as an
+/// input-required result of the forwarded call: the gateway asks the (2025-11-25) client and sends
+/// the call again with the answer.
+#[test]
+fn an_input_required_round_of_a_2026_07_28_upstream_is_answered_by_the_client() {
+    let Some(peers) =
+        peers("an_input_required_round_of_a_2026_07_28_upstream_is_answered_by_the_client")
+    else {
+        return;
+    };
+    let data = DataDir::new();
+    let seen = relays(&peers, &data, "ask", "legacy");
+    assert_eq!(seen["sampled"], serde_json::json!([["relay me"]]), "{seen}");
+    let answer = text(&seen["ask"]);
+    assert!(
+        answer.starts_with("sampled on 2026-07-28:")
+            && answer.contains("sampled by the python client"),
+        "{seen}"
+    );
+    let events = upstream_requests(&data);
+    assert_eq!(
+        events,
+        [(
+            "sampling/createMessage".to_owned(),
+            events.first().map_or(-1, |e| e.1),
+            "test".to_owned()
+        )],
+        "{events:?}"
+    );
+    assert!(events[0].1 > 20, "{events:?}");
 }

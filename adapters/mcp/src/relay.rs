@@ -39,11 +39,11 @@ use airlock_core::connection::live::{RequestKey, Ticket, TicketStatus};
 use airlock_core::events::EventType;
 use airlock_core::ids::{ConnectionId, RunId, SessionId};
 use rmcp::model::{
-    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult, ErrorCode,
-    InputRequest, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ProgressToken,
+    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, ErrorCode, InputRequest, ListRootsResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion,
 };
-use rmcp::service::{RoleServer, ServiceError};
+use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData, Peer};
 use serde_json::{Value, json};
 
@@ -62,20 +62,26 @@ pub struct ClientLink {
     /// Progress notifications the gateway itself sent on the client's token while the call was
     /// parked.
     parked_progress: Arc<AtomicU32>,
+    /// The protocol version of the client's request (a 2026-07-28 request names it in its
+    /// `_meta`; a 2025-11-25 session negotiated it at `initialize`).
+    version: Option<ProtocolVersion>,
+    /// What the client declared, for this request (2026-07-28) or at `initialize`.
+    capabilities: Option<ClientCapabilities>,
 }
 
 impl ClientLink {
     pub fn new(
-        peer: Peer<RoleServer>,
-        progress_token: Option<ProgressToken>,
+        context: &RequestContext<RoleServer>,
         ticket: Ticket,
         parked_progress: Arc<AtomicU32>,
     ) -> ClientLink {
         ClientLink {
-            peer,
-            progress_token,
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
             ticket,
             parked_progress,
+            version: context.protocol_version(),
+            capabilities: context.client_capabilities(),
         }
     }
 
@@ -418,16 +424,13 @@ impl UpstreamRelay {
         size: usize,
     ) -> Result<Peer<RoleServer>, NotRelayed> {
         let link = link?;
-        let info = link.peer.peer_info();
-        let version = info.as_ref().map(|i| i.protocol_version.clone());
-        if let Some(version) = version.filter(|v| !v.has_initialize()) {
+        if let Some(version) = link.version.as_ref().filter(|v| !v.has_initialize()) {
             return Err(NotRelayed::Forbidden {
                 method: asked.method(),
                 version: version.to_string(),
             });
         }
-        let capabilities = info.as_ref().map(|i| &i.capabilities);
-        let declared = capabilities.is_some_and(|c| match asked {
+        let declared = link.capabilities.as_ref().is_some_and(|c| match asked {
             Asked::Sampling => c.sampling.is_some(),
             Asked::Elicitation => c.elicitation.is_some(),
             Asked::Roots => c.roots.is_some(),

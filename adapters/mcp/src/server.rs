@@ -241,14 +241,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     },
                 )
             },
-            |ticket| {
-                ClientLink::new(
-                    context.peer.clone(),
-                    progress_token.clone(),
-                    ticket,
-                    Arc::clone(&parked_progress),
-                )
-            },
+            |ticket| ClientLink::new(&context, ticket, Arc::clone(&parked_progress)),
         );
         let mut last_progress: Option<tokio::time::Instant> = None;
         let mut elicited = false;

@@ -378,12 +378,16 @@ impl Upstream {
             };
             let mut responses = InputResponses::new();
             for (key, request) in input.input_requests.unwrap_or_default() {
-                // A request the client cannot answer goes back as the error it got, like a
-                // 2025-11-25 server-to-client request.
-                let answer = match self.relay.input(forwarding, request).await {
-                    Ok(answer) => answer,
-                    Err(error) => serde_json::to_value(&error).unwrap_or_default(),
-                };
+                // An input-required round has no place for an error, and airlock never answers
+                // for the client: a request the client cannot answer ends the call, as a call
+                // whose outcome the gateway does not know (fail closed for a side effect).
+                let answer = self
+                    .relay
+                    .input(forwarding, request)
+                    .await
+                    .map_err(|error| {
+                        CallError::Lost(format!("an input request not relayed: {}", error.message))
+                    })?;
                 responses.insert(key, answer);
             }
             params.input_responses = (!responses.is_empty()).then_some(responses);
