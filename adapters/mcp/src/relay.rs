@@ -105,8 +105,14 @@ impl ClientLink {
 /// client of the call they serve.
 #[derive(Default)]
 pub struct Clients {
-    sessions: Mutex<BTreeMap<SessionId, (ConnectionId, Option<Peer<RoleServer>>)>>,
+    sessions: Mutex<BTreeMap<SessionId, Attached>>,
     calls: Mutex<BTreeMap<(ConnectionId, RequestKey), ClientLink>>,
+}
+
+/// A client session: the connection that plans its runs, and its client.
+struct Attached {
+    connection: ConnectionId,
+    peer: Option<Peer<RoleServer>>,
 }
 
 /// Removes a call's link when its request ends.
@@ -133,7 +139,7 @@ impl Clients {
         connection: ConnectionId,
         peer: Option<Peer<RoleServer>>,
     ) {
-        lock(&self.sessions).insert(session, (connection, peer));
+        lock(&self.sessions).insert(session, Attached { connection, peer });
     }
 
     pub fn detach(&self, session: SessionId) {
@@ -164,7 +170,7 @@ impl Clients {
     /// The client of the call `session`'s run `run` makes at step `step`; `None` when it is not
     /// a live client's (a scripted run) or its client went.
     pub fn link_of(&self, session: SessionId, run: RunId, step: u32) -> Option<ClientLink> {
-        let connection = lock(&self.sessions).get(&session)?.0;
+        let connection = lock(&self.sessions).get(&session)?.connection;
         lock(&self.calls)
             .range((connection, 0)..=(connection, RequestKey::MAX))
             .map(|(_, link)| link)
@@ -176,7 +182,7 @@ impl Clients {
     fn sole_peer(&self) -> Option<Peer<RoleServer>> {
         let sessions = lock(&self.sessions);
         match sessions.values().collect::<Vec<_>>().as_slice() {
-            [(_, peer)] => peer.clone(),
+            [only] => only.peer.clone(),
             _ => None,
         }
     }
@@ -540,12 +546,12 @@ impl UpstreamRelay {
             InputRequest::CreateMessage(r) => peer
                 .create_message(r.params)
                 .await
-                .map(|a| serde_json::to_value(a)),
+                .map(serde_json::to_value),
             InputRequest::Elicitation(r) => peer
                 .create_elicitation(r.params)
                 .await
-                .map(|a| serde_json::to_value(a)),
-            _ => peer.list_roots().await.map(|a| serde_json::to_value(a)),
+                .map(serde_json::to_value),
+            _ => peer.list_roots().await.map(serde_json::to_value),
         };
         answer
             .map_err(|e| Self::answer_error(asked.method(), e))?
