@@ -222,11 +222,13 @@ where
         principal: elicitation_principal(&config),
     });
     let session = ClientSession::new(Arc::clone(&gateway), Arc::clone(&live), elicitation);
+    // In-call traffic of this session's runs is relayed to this client: attached before the
+    // first request can come, its peer added once the session is up.
+    let session_id = driver.connection().session_id;
+    gateway.clients().attach(session_id, live.id(), None);
     let served = session.serve(transport).await;
     let result = match served {
         Ok(service) => {
-            // In-call traffic of this session's runs is relayed to this client.
-            let session_id = driver.connection().session_id;
             gateway
                 .clients()
                 .attach(session_id, live.id(), Some(service.peer().clone()));
@@ -250,12 +252,12 @@ where
             });
             let quit = service.waiting().await;
             notify_task.abort();
-            gateway.clients().detach(session_id);
             tracing::info!(reason = ?quit, "the client went");
             Ok(())
         }
         Err(error) => Err(ServeError::Transport(error.to_string())),
     };
+    gateway.clients().detach(session_id);
     // DISCONNECT, then let the run end (a call in flight finishes and is recorded).
     let closed = driver.disconnect();
     let ended = run_task.await;
