@@ -38,6 +38,7 @@ crate::vocab::wire_enum! {
         McpConnectionClosed = "mcp.connection.closed",
         McpToolRegistered = "mcp.tool.registered",
         McpToolPinMismatch = "mcp.tool.pin_mismatch",
+        McpUpstreamRequest = "mcp.upstream.request",
     }
 }
 

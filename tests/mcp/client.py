@@ -46,6 +46,8 @@ class Gateway:
         self.elicitation = elicitation
         self.notifications = []
         self.updated_uris = []
+        # The progressToken of every progress notification, as it came on the wire.
+        self.progress_tokens = []
 
     def params(self):
         argv = [self.args.airlock, "--data-dir", self.args.data]
@@ -64,6 +66,8 @@ class Gateway:
             self.notifications.append(method)
             if method == "notifications/resources/updated":
                 self.updated_uris.append(getattr(getattr(message, "params", None), "uri", None))
+        if method == "notifications/progress":
+            self.progress_tokens.append(message.params.progress_token)
 
 
 def airlock(args, *command):
@@ -192,11 +196,40 @@ async def scenario(args):
                 return types.ElicitResult(action="accept", content={"approve": True})
             return types.ElicitResult(action="decline")
 
+    if args.scenario in ("relays", "ask"):
+        # Answers what the upstream asks through airlock, and records what it was asked.
+        async def elicitation(context, params):
+            observed.setdefault("elicited", []).append(params.message)
+            return types.ElicitResult(action="decline")
+
     gateway = Gateway(args, elicitation)
     async with stdio_client(gateway.params()) as (read, write):
         kwargs = {"message_handler": gateway.on_message}
         if elicitation is not None:
             kwargs["elicitation_callback"] = elicitation
+        if args.scenario in ("relays", "ask"):
+
+            async def sampling(context, params):
+                observed.setdefault("sampled", []).append(
+                    [m.content.text for m in params.messages if isinstance(m.content, types.TextContent)]
+                )
+                return types.CreateMessageResult(
+                    role="assistant",
+                    content=types.TextContent(type="text", text="sampled by the python client"),
+                    model="client-model-7",
+                    stop_reason="endTurn",
+                )
+
+            async def roots(context):
+                observed["roots_asked"] = observed.get("roots_asked", 0) + 1
+                return types.ListRootsResult(roots=[types.Root(uri="file:///relayed/root", name="relayed-root")])
+
+            async def logging(params):
+                observed.setdefault("logs", []).append({"level": params.level, "data": params.data})
+
+            kwargs["sampling_callback"] = sampling
+            kwargs["list_roots_callback"] = roots
+            kwargs["logging_callback"] = logging
         async with ClientSession(read, write, **kwargs) as session:
             observed["protocol_version"] = await connect(session, args)
             listed = await session.list_tools()
@@ -300,6 +333,25 @@ async def scenario(args):
 
                 observed.update(await parked_call(session, args, "web__mutable", {}, resolve))
                 observed["notifications"] = sorted(set(gateway.notifications))
+            elif s == "relays":
+                steps = []
+
+                async def on_progress(value, total, message):
+                    steps.append([value, total])
+
+                observed["long"] = await call(
+                    session, "everything__trigger-long-running-operation", {"duration": 1.5, "steps": 3}, on_progress
+                )
+                observed["progress"] = steps
+                observed["progress_tokens"] = [str(t) for t in gateway.progress_tokens]
+                observed["sampling"] = await call(
+                    session, "everything__trigger-sampling-request", {"prompt": "relay me", "maxTokens": 20}
+                )
+                observed["elicitation"] = await call(session, "everything__trigger-elicitation-request", {})
+                observed["roots"] = await call(session, "everything__get-roots-list", {})
+            elif s == "ask":
+                # The project's test server asks for sampling during its call `ask`.
+                observed["ask"] = await call(session, "test__ask", {"prompt": "relay me"})
             else:
                 raise SystemExit(f"unknown scenario {s}")
             observed["notifications"] = sorted(set(gateway.notifications))

@@ -9,6 +9,10 @@
 //! side effect, `tool.upstream_error` for one without; no answer in time → `timeout`, which
 //! core turns UNCERTAIN for a watermarked non-idempotent call. An oversized result is refused
 //! by core's step 11 (`tool.output_invalid`).
+//!
+//! **Relays.** The body finds the live client whose request the call serves (by its session,
+//! run and step) and hands it to the upstream, which relays the call's in-call traffic to it
+//! (SPEC §19.6, [`crate::relay`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +22,7 @@ use airlock_core::ports::{BoxFut, Tool, ToolContext, ToolFailure, ToolSuccess};
 use airlock_core::tool::spec::ToolSpec;
 use airlock_core::vocab::{SideEffectClass, ToolFailureKind};
 
+use crate::relay::Clients;
 use crate::upstream::{CallError, Upstream};
 
 /// JSON-RPC's "invalid params".
@@ -28,14 +33,21 @@ pub struct UpstreamTool {
     spec: ToolSpec,
     upstream_name: String,
     upstream: Arc<Upstream>,
+    clients: Arc<Clients>,
 }
 
 impl UpstreamTool {
-    pub fn new(spec: ToolSpec, upstream_name: String, upstream: Arc<Upstream>) -> UpstreamTool {
+    pub fn new(
+        spec: ToolSpec,
+        upstream_name: String,
+        upstream: Arc<Upstream>,
+        clients: Arc<Clients>,
+    ) -> UpstreamTool {
         UpstreamTool {
             spec,
             upstream_name,
             upstream,
+            clients,
         }
     }
 }
@@ -83,15 +95,18 @@ impl Tool for UpstreamTool {
 
     fn invoke<'a>(
         &'a self,
-        _ctx: &'a ToolContext<'a>,
+        ctx: &'a ToolContext<'a>,
         args: &'a JsonMap,
     ) -> BoxFut<'a, Result<ToolSuccess, ToolFailure>> {
         Box::pin(async move {
             let arguments = args.clone().into_iter().collect();
             let timeout = Duration::from_millis(self.spec.timeout_ms);
+            let client = self
+                .clients
+                .link_of(ctx.session_id, ctx.run_id, ctx.step_number);
             match self
                 .upstream
-                .call(&self.upstream_name, arguments, timeout)
+                .call(&self.upstream_name, arguments, timeout, client)
                 .await
             {
                 Ok(structured) => Ok(ToolSuccess {

@@ -28,6 +28,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::body::UpstreamTool;
 use crate::catalog::{Entry, Unlisted, entries, spec_of};
 use crate::config::GatewayConfig;
+use crate::relay::{Clients, RelayContext};
 use crate::upstream::{Notice, Upstream, UpstreamError};
 
 /// Where the gateway records its process events (the store, in a transaction of its own).
@@ -63,13 +64,15 @@ pub struct Gateway {
     notices: broadcast::Sender<Notice>,
     events: EventSink,
     now: Now,
+    /// The client sessions in-call traffic is relayed to (SPEC §19.6).
+    clients: Arc<Clients>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn process_event(
+pub(crate) fn process_event(
     key: String,
     event_type: EventType,
     payload: Value,
@@ -101,14 +104,24 @@ impl Gateway {
     ) -> (Arc<Gateway>, mpsc::UnboundedReceiver<String>) {
         let (changed_tx, changed_rx) = mpsc::unbounded_channel();
         let (notices, _) = broadcast::channel(64);
+        let clients = Clients::new();
+        let relays = RelayContext {
+            clients: Arc::clone(&clients),
+            events: Arc::clone(&events),
+            now: Arc::clone(&now),
+        };
         let mut connecting = Vec::new();
         for server in config.servers.values() {
             let server = server.clone();
             let changed = changed_tx.clone();
             let notices = notices.clone();
+            let relays = relays.clone();
             connecting.push(tokio::spawn(async move {
                 let id = server.id.clone();
-                (id, Upstream::connect(&server, changed, notices).await)
+                (
+                    id,
+                    Upstream::connect(&server, changed, notices, relays).await,
+                )
             }));
         }
         let mut servers = BTreeMap::new();
@@ -136,6 +149,7 @@ impl Gateway {
             notices,
             events,
             now,
+            clients,
         });
         gateway.refresh_all().await;
         (gateway, changed_rx)
@@ -143,6 +157,11 @@ impl Gateway {
 
     pub fn config(&self) -> &GatewayConfig {
         &self.config
+    }
+
+    /// The client sessions and calls in-call traffic is relayed to.
+    pub fn clients(&self) -> &Arc<Clients> {
+        &self.clients
     }
 
     /// Re-lists every connected upstream.
@@ -258,7 +277,12 @@ impl Gateway {
                     &entry.definition,
                     version,
                 );
-                let tool = UpstreamTool::new(spec, entry.upstream.clone(), Arc::clone(&upstream));
+                let tool = UpstreamTool::new(
+                    spec,
+                    entry.upstream.clone(),
+                    Arc::clone(&upstream),
+                    Arc::clone(&self.clients),
+                );
                 match self.registry.add(Arc::new(tool)) {
                     Ok(()) => {
                         table

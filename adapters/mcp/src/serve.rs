@@ -223,9 +223,16 @@ where
     });
     let session = ClientSession::new(Arc::clone(&gateway), Arc::clone(&live), elicitation)
         .with_session(driver.connection().session_id);
+    // In-call traffic of this session's runs is relayed to this client: attached before the
+    // first request can come, its peer added once the session is up.
+    let session_id = driver.connection().session_id;
+    gateway.clients().attach(session_id, live.id(), None);
     let served = session.serve(transport).await;
     let result = match served {
         Ok(service) => {
+            gateway
+                .clients()
+                .attach(session_id, live.id(), Some(service.peer().clone()));
             // A 2025-11-25 client hears of list changes as plain notifications.
             let peer = service.peer().clone();
             let mut changes = gateway.subscribe_list_changed();
@@ -251,6 +258,7 @@ where
         }
         Err(error) => Err(ServeError::Transport(error.to_string())),
     };
+    gateway.clients().detach(session_id);
     // DISCONNECT, then let the run end (a call in flight finishes and is recorded).
     let closed = driver.disconnect();
     let ended = run_task.await;

@@ -31,12 +31,17 @@
 //! is −32002 (MCP's "resource not found") or −32602. `logging/setLevel` goes to every
 //! upstream that offers logging. Capabilities are declared only for what some upstream offers.
 //!
+//! **In-call traffic** of a forwarded call (SPEC §19.6) is relayed to the client that made it:
+//! each request registers its [`ClientLink`] with the gateway while it is open (see
+//! [`crate::relay`]). The gateway's own parked progress and the upstream's progress share the
+//! client's token, the upstream's counted on from the gateway's.
+//!
 //! **Cancellation.** `notifications/cancelled` for a queued or parked call cancels the run
 //! (§8.5) and nothing is answered (rmcp drops the response of a cancelled request).
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,6 +71,7 @@ use serde_json::{Value, json};
 use crate::catalog::{exposed_name_of, exposed_uri, route_name, route_uri};
 use crate::config::ServerConfig as UpstreamConfig;
 use crate::gateway::Gateway;
+use crate::relay::ClientLink;
 use crate::render;
 use crate::upstream::Notice;
 
@@ -440,15 +446,23 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let key = self.next_key.fetch_add(1, Ordering::SeqCst);
-        let ticket = self.live.submit(
-            key,
-            ClientCall {
-                tool: internal,
-                arguments,
-            },
-        );
         let progress_token = context.meta.get_progress_token();
-        let mut progress = 0u32;
+        let parked_progress = Arc::new(AtomicU32::new(0));
+        // Registered as it is submitted, so the body serving it finds its client.
+        let (ticket, _relays) = self.gateway.clients().register(
+            self.live.id(),
+            key,
+            || {
+                self.live.submit(
+                    key,
+                    ClientCall {
+                        tool: internal,
+                        arguments,
+                    },
+                )
+            },
+            |ticket| ClientLink::new(&context, ticket, Arc::clone(&parked_progress)),
+        );
         let mut last_progress: Option<tokio::time::Instant> = None;
         let mut elicited = false;
         let can_elicit = self.can_elicit(&context);
@@ -481,7 +495,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     }
                     let due = last_progress.is_none_or(|at| at.elapsed() >= PROGRESS_EVERY);
                     if let (Some(token), true) = (&progress_token, due) {
-                        progress += 1;
+                        let progress = parked_progress.fetch_add(1, Ordering::SeqCst) + 1;
                         last_progress = Some(tokio::time::Instant::now());
                         let mut param: ProgressNotificationParam = match serde_json::from_value(json!({
                             "progressToken": token,

@@ -10,20 +10,33 @@
 //! falls back when the server answers the probe with an error, or after 10 s of silence). On a
 //! 2026-07-28 connection, list changes arrive on a `subscriptions/listen` stream the gateway
 //! opens; on an older one, as plain notifications.
+//!
+//! **In-call traffic** (SPEC §19.6) goes through [`UpstreamRelay`]: progress, log messages and
+//! the upstream's sampling, elicitation and roots requests reach the client whose call is in
+//! flight. On 2025-11-25 the upstream sends those requests as server-to-client requests; on
+//! 2026-07-28 as an input-required result of the forwarded call, whose requests the gateway asks
+//! of the call's client and then sends the call again with the answers.
+
+// Sampling, roots and logging are deprecated by SEP-2577 in rmcp; relaying them is the point.
+#![allow(deprecated)]
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResult, Implementation, Prompt, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate,
-    ResourceUpdatedNotificationParam, ServerCapabilities, ServerNotification,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
+    ClientConfig, ClientRequest, CompleteRequestParams, CompleteResult, CreateMessageRequestParams,
+    CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationCapability,
+    FormElicitationCapability, GetPromptRequestParams, GetPromptResult, Implementation,
+    InputResponses, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
+    Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResult, Resource,
+    ResourceTemplate, ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability,
+    ServerCapabilities, ServerNotification, ServerResult, SubscribeRequestParams,
+    SubscriptionFilter, UnsubscribeRequestParams, UrlElicitationCapability,
 };
 use rmcp::service::{
-    ClientLifecycleMode, ClientServiceExt, NotificationContext, RoleClient, RunningService,
-    ServiceError,
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RequestContext,
+    RoleClient, RunningService, ServiceError,
 };
 use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData};
@@ -31,6 +44,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::config::{ServerConfig, Transport};
+use crate::relay::{ClientLink, Forwarding, RelayContext, UpstreamRelay};
 
 /// Why an upstream could not be reached or listed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,12 +86,27 @@ pub struct UpstreamHandler {
     changed: mpsc::UnboundedSender<String>,
     /// Resource and prompt notices; no receiver (no client yet) drops them.
     notices: broadcast::Sender<Notice>,
+    relay: Arc<UpstreamRelay>,
+}
+
+/// What the gateway can relay to a client: declared upstream once for every client (the
+/// connection is shared and opened before any client connects); each relayed request is checked
+/// against what its client declared ([`UpstreamRelay`]).
+fn relayable_capabilities() -> ClientCapabilities {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities.sampling = Some(SamplingCapability::default());
+    capabilities.roots = Some(RootsCapabilities::default());
+    let mut elicitation = ElicitationCapability::new();
+    elicitation.form = Some(FormElicitationCapability::default());
+    elicitation.url = Some(UrlElicitationCapability::default());
+    capabilities.elicitation = Some(elicitation);
+    capabilities
 }
 
 impl ClientHandler for UpstreamHandler {
     fn get_info(&self) -> ClientConfig {
         let mut info = ClientConfig::new(
-            ClientCapabilities::default(),
+            relayable_capabilities(),
             Implementation::new("airlock-gateway", env!("CARGO_PKG_VERSION")),
         );
         info.protocol_version = ProtocolVersion::V_2025_11_25;
@@ -124,12 +153,56 @@ impl ClientHandler for UpstreamHandler {
         });
         std::future::ready(())
     }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.relay.progress(params).await;
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.relay.log(params).await;
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        self.relay
+            .sampling(params, context.meta.get_progress_token())
+            .await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        self.relay
+            .elicitation(params, context.meta.get_progress_token())
+            .await
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        self.relay.roots(context.meta.get_progress_token()).await
+    }
 }
 
 /// A connected upstream server.
 pub struct Upstream {
     server: String,
     service: RunningService<RoleClient, UpstreamHandler>,
+    relay: Arc<UpstreamRelay>,
 }
 
 /// How long the handshake with an upstream, and its `tools/list`, may take.
@@ -156,20 +229,24 @@ where
 
 impl Upstream {
     /// Starts or reaches `config`'s server and negotiates the protocol. `changed` receives the
-    /// server id whenever the server says its tool list changed.
+    /// server id whenever the server says its tool list changed; `relays` carries in-call
+    /// traffic to the gateway's clients.
     pub async fn connect(
         config: &ServerConfig,
         changed: mpsc::UnboundedSender<String>,
         notices: broadcast::Sender<Notice>,
+        relays: RelayContext,
     ) -> Result<Arc<Upstream>, UpstreamError> {
         let fail = |message: String| UpstreamError {
             server: config.id.clone(),
             message,
         };
+        let relay = UpstreamRelay::new(config.id.clone(), relays);
         let handler = UpstreamHandler {
             server: config.id.clone(),
             changed: changed.clone(),
             notices: notices.clone(),
+            relay: Arc::clone(&relay),
         };
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -215,6 +292,7 @@ impl Upstream {
         let upstream = Arc::new(Upstream {
             server: config.id.clone(),
             service,
+            relay,
         });
         upstream.watch_list_changes(changed, notices).await;
         Ok(upstream)
@@ -303,12 +381,14 @@ impl Upstream {
             .collect()
     }
 
-    /// Forwards one `tools/call`; the result comes back as its JSON, unchanged.
+    /// Forwards one `tools/call`; the result comes back as its JSON, unchanged. `client` is the
+    /// live client the call is made for, which its in-call traffic is relayed to.
     pub async fn call(
         &self,
         name: &str,
         arguments: Map<String, Value>,
         timeout: Duration,
+        client: Option<ClientLink>,
     ) -> Result<Value, CallError> {
         if self.service.is_closed() {
             return Err(CallError::NotSent(
@@ -317,13 +397,11 @@ impl Upstream {
         }
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = Some(arguments);
-        let answer = tokio::time::timeout(timeout, self.service.peer().call_tool(params)).await;
-        match answer {
+        // Registered until the answer (or the timeout) drops it: no relay after that.
+        let forwarding = self.relay.begin(client);
+        match tokio::time::timeout(timeout, self.call_rounds(params, &forwarding)).await {
             Err(_) => Err(CallError::TimedOut(timeout)),
-            Ok(Ok(result)) => {
-                serde_json::to_value(&result).map_err(|e| CallError::Lost(e.to_string()))
-            }
-            Ok(Err(error)) => Err(call_error(error)),
+            Ok(answer) => answer,
         }
     }
 
@@ -467,9 +545,97 @@ impl Upstream {
         .await
     }
 
+    /// Sends the call, and on 2026-07-28 answers each input-required round through the call's
+    /// client and sends it again, up to [`MAX_INPUT_ROUNDS`].
+    async fn call_rounds(
+        &self,
+        mut params: CallToolRequestParams,
+        forwarding: &Forwarding,
+    ) -> Result<Value, CallError> {
+        for _ in 0..MAX_INPUT_ROUNDS {
+            let handle = self
+                .service
+                .peer()
+                .send_request_with_option(
+                    ClientRequest::CallToolRequest(CallToolRequest::new(params.clone())),
+                    PeerRequestOptions::no_options(),
+                )
+                .await
+                .map_err(call_error)?;
+            // rmcp gives each request a progress token of its own: the upstream's progress
+            // for this call comes under it.
+            forwarding.sent_with(handle.progress_token.clone());
+            let mut abandoned = Abandoned {
+                peer: Some(self.service.peer().clone()),
+                id: handle.id.clone(),
+            };
+            let answer = handle.await_response().await;
+            abandoned.peer = None;
+            let input = match answer.map_err(call_error)? {
+                ServerResult::CallToolResult(result) => {
+                    return serde_json::to_value(&result)
+                        .map_err(|e| CallError::Lost(e.to_string()));
+                }
+                ServerResult::InputRequiredResult(input) => input,
+                other => {
+                    return Err(CallError::Lost(format!(
+                        "an answer that is not a tool result: {}",
+                        serde_json::to_string(&other).unwrap_or_default()
+                    )));
+                }
+            };
+            let mut responses = InputResponses::new();
+            for (key, request) in input.input_requests.unwrap_or_default() {
+                // An input-required round has no place for an error, and airlock never answers
+                // for the client: a request the client cannot answer ends the call, as a call
+                // whose outcome the gateway does not know (fail closed for a side effect).
+                let answer = self
+                    .relay
+                    .input(forwarding, request)
+                    .await
+                    .map_err(|error| {
+                        CallError::Lost(format!("an input request not relayed: {}", error.message))
+                    })?;
+                responses.insert(key, answer);
+            }
+            params.input_responses = (!responses.is_empty()).then_some(responses);
+            params.request_state = input.request_state;
+        }
+        Err(CallError::Lost(format!(
+            "no final result after {MAX_INPUT_ROUNDS} input-required rounds"
+        )))
+    }
+
     /// Ends the session (a stdio child is killed when its transport drops).
     pub fn close(&self) {
         self.service.cancellation_token().cancel();
+    }
+}
+
+/// How many 2026-07-28 input-required rounds one forwarded call may take.
+const MAX_INPUT_ROUNDS: usize = 8;
+
+/// Tells the upstream a request is abandoned (`notifications/cancelled`) when its wait is dropped
+/// (the tool's timeout), as rmcp's own call helpers do.
+struct Abandoned {
+    peer: Option<rmcp::Peer<RoleClient>>,
+    id: rmcp::model::RequestId,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let param = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("airlock: the tool's timeout passed".into()),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer.notify_cancelled(param).await;
+            });
+        }
     }
 }
 

@@ -1,0 +1,652 @@
+//! In-call relays (SPEC §19.6): while a client's `tools/call` is forwarded, what the upstream
+//! says about that call reaches that client, and what the upstream asks of the client is asked of
+//! that client. Relaying is translation only: whether the call runs is core's, and airlock never
+//! answers an upstream's request itself.
+//!
+//! **Routing.** Upstream connections are shared by every client session of a gateway, so each
+//! forwarded call is registered with its upstream under the `progressToken` the gateway's request
+//! carries upstream (rmcp gives every outgoing request a fresh one of the connection's own):
+//! - `notifications/progress` is routed by that token, exactly, and sent to the client under the
+//!   client's own token (the two token spaces never meet: the client's token never goes upstream,
+//!   the gateway's never reaches the client). While a call was parked the gateway sent its own
+//!   progress on the client's token; the upstream's progress is counted on from there so the
+//!   client sees it only increase.
+//! - `sampling/createMessage`, `elicitation/create` and `roots/list` carry no request
+//!   association on the wire of a 2025-11-25 stdio connection. They go to the call whose gateway
+//!   token the request's `_meta.progressToken` names, else to the only call in flight on that
+//!   upstream. With no call in flight, or several (two clients' calls on the same upstream at
+//!   once), the upstream is answered an error: guessing could hand one client's data to another.
+//!   On 2026-07-28 they come inside the call's own input-required result, so they always go to
+//!   that call's client ([`UpstreamRelay::input`]).
+//! - `notifications/message` follows the same rule; one that comes outside any call goes to the
+//!   gateway's only client if it has exactly one (stdio), and is dropped (logged) otherwise.
+//!
+//! **Capabilities.** The upstream connection is opened before any client connects, so it declares
+//! what the gateway can relay (sampling, form and URL elicitation, roots); each relayed request is
+//! then checked against what the target client declared, and refused with −32601 when it did not
+//! declare it. A 2026-07-28 client cannot be sent server-to-client requests (rmcp refuses them on
+//! that version; its replacement, an input-required result, would end the client's request while
+//! the forwarded call runs), so the upstream is answered −32601 for such a client.
+
+// Sampling, roots and logging are deprecated by SEP-2577 in rmcp; relaying them is the point.
+#![allow(deprecated)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use airlock_core::connection::live::{RequestKey, Ticket, TicketStatus};
+use airlock_core::events::EventType;
+use airlock_core::ids::{ConnectionId, RunId, SessionId};
+use rmcp::model::{
+    ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
+    ElicitResult, ErrorCode, InputRequest, ListRootsResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion,
+};
+use rmcp::service::{RequestContext, RoleServer, ServiceError};
+use rmcp::{ErrorData, Peer};
+use serde_json::{Value, json};
+
+use crate::gateway::{EventSink, Now, process_event};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The client side of one call in flight: where its relays go.
+#[derive(Clone)]
+pub struct ClientLink {
+    peer: Peer<RoleServer>,
+    progress_token: Option<ProgressToken>,
+    ticket: Ticket,
+    /// Progress notifications the gateway itself sent on the client's token while the call was
+    /// parked.
+    parked_progress: Arc<AtomicU32>,
+    /// The protocol version of the client's request (a 2026-07-28 request names it in its
+    /// `_meta`; a 2025-11-25 session negotiated it at `initialize`).
+    version: Option<ProtocolVersion>,
+    /// What the client declared, for this request (2026-07-28) or at `initialize`.
+    capabilities: Option<ClientCapabilities>,
+}
+
+impl ClientLink {
+    pub fn new(
+        context: &RequestContext<RoleServer>,
+        ticket: Ticket,
+        parked_progress: Arc<AtomicU32>,
+    ) -> ClientLink {
+        ClientLink {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            ticket,
+            parked_progress,
+            version: context.protocol_version(),
+            capabilities: context.client_capabilities(),
+        }
+    }
+
+    /// Whether the client asked for progress on this call.
+    pub fn wants_progress(&self) -> bool {
+        self.progress_token.is_some()
+    }
+
+    /// Whether this is the request handed to `run` as step `step`.
+    fn serves(&self, run: RunId, step: u32) -> bool {
+        match self.ticket.status() {
+            TicketStatus::Proposed { run: r, step: s } => r == run && s == step,
+            // A call approved after it parked keeps that status until it is answered.
+            TicketStatus::Parked { run: r, .. } => r == run,
+            TicketStatus::Queued => false,
+        }
+    }
+}
+
+/// The gateway's client sessions and their calls, for the upstream tool bodies to find the
+/// client of the call they serve.
+#[derive(Default)]
+pub struct Clients {
+    sessions: Mutex<BTreeMap<SessionId, Attached>>,
+    calls: Mutex<BTreeMap<(ConnectionId, RequestKey), ClientLink>>,
+}
+
+/// A client session: the connection that plans its runs, and its client.
+struct Attached {
+    connection: ConnectionId,
+    peer: Option<Peer<RoleServer>>,
+}
+
+/// Removes a call's link when its request ends.
+pub struct CallRegistration {
+    clients: Arc<Clients>,
+    key: (ConnectionId, RequestKey),
+}
+
+impl Drop for CallRegistration {
+    fn drop(&mut self) {
+        lock(&self.clients.calls).remove(&self.key);
+    }
+}
+
+impl Clients {
+    pub fn new() -> Arc<Clients> {
+        Arc::new(Clients::default())
+    }
+
+    /// Connection `connection` plans the runs of `session`; `peer` is its client.
+    pub fn attach(
+        &self,
+        session: SessionId,
+        connection: ConnectionId,
+        peer: Option<Peer<RoleServer>>,
+    ) {
+        lock(&self.sessions).insert(session, Attached { connection, peer });
+    }
+
+    pub fn detach(&self, session: SessionId) {
+        lock(&self.sessions).remove(&session);
+    }
+
+    /// Submits a request with `submit` and registers its link in one step, so the body that
+    /// serves it always finds it.
+    pub fn register(
+        self: &Arc<Self>,
+        connection: ConnectionId,
+        key: RequestKey,
+        submit: impl FnOnce() -> Ticket,
+        link: impl FnOnce(Ticket) -> ClientLink,
+    ) -> (Ticket, CallRegistration) {
+        let mut calls = lock(&self.calls);
+        let ticket = submit();
+        calls.insert((connection, key), link(ticket.clone()));
+        (
+            ticket,
+            CallRegistration {
+                clients: Arc::clone(self),
+                key: (connection, key),
+            },
+        )
+    }
+
+    /// The client of the call `session`'s run `run` makes at step `step`; `None` when it is not
+    /// a live client's (a scripted run) or its client went.
+    pub fn link_of(&self, session: SessionId, run: RunId, step: u32) -> Option<ClientLink> {
+        let connection = lock(&self.sessions).get(&session)?.connection;
+        lock(&self.calls)
+            .range((connection, 0)..=(connection, RequestKey::MAX))
+            .map(|(_, link)| link)
+            .find(|link| link.serves(run, step))
+            .cloned()
+    }
+
+    /// The gateway's client when it has exactly one.
+    fn sole_peer(&self) -> Option<Peer<RoleServer>> {
+        let sessions = lock(&self.sessions);
+        match sessions.values().collect::<Vec<_>>().as_slice() {
+            [only] => only.peer.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// Why an upstream's request to a client was not relayed; the upstream is answered this.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotRelayed {
+    #[error("airlock: {method} came while no client call is in flight on this connection")]
+    NoCall { method: &'static str },
+    #[error(
+        "airlock: {method} came while {calls} client calls are in flight on this connection and it names none of them"
+    )]
+    Ambiguous { method: &'static str, calls: usize },
+    #[error("airlock: {method} came during a call that no live client made")]
+    NoClient { method: &'static str },
+    #[error("airlock: the client did not declare the {capability} capability")]
+    NotDeclared { capability: &'static str },
+    #[error(
+        "airlock: the client speaks {version}, which forbids server-to-client requests; {method} cannot be relayed"
+    )]
+    Forbidden {
+        method: &'static str,
+        version: String,
+    },
+    #[error("airlock: the client did not answer {method}: {detail}")]
+    NoAnswer {
+        method: &'static str,
+        detail: String,
+    },
+}
+
+impl From<NotRelayed> for ErrorData {
+    fn from(why: NotRelayed) -> ErrorData {
+        let code = match why {
+            NotRelayed::NotDeclared { .. } | NotRelayed::Forbidden { .. } => {
+                ErrorCode::METHOD_NOT_FOUND
+            }
+            _ => ErrorCode::INTERNAL_ERROR,
+        };
+        ErrorData::new(code, why.to_string(), None)
+    }
+}
+
+/// One forwarded call's registration with its upstream; ends the call's relays when dropped.
+pub struct Forwarding {
+    relay: Arc<UpstreamRelay>,
+    number: u64,
+}
+
+impl Forwarding {
+    /// The progress token the call's request carries upstream (each retry of a 2026-07-28
+    /// input-required round carries a new one).
+    pub fn sent_with(&self, token: ProgressToken) {
+        if let Some(flight) = lock(&self.relay.in_flight).get_mut(&self.number) {
+            flight.upstream_token = Some(token);
+        }
+    }
+}
+
+/// A call in flight on one upstream.
+struct Flight {
+    client: Option<ClientLink>,
+    upstream_token: Option<ProgressToken>,
+    /// Answered: only its late progress is still relayed, nothing is asked for it.
+    ended: bool,
+}
+
+/// How long an answered call's progress token still routes: rmcp hands notifications to the
+/// handler on tasks of their own, so the upstream's last progress, sent just before its answer,
+/// may be handled just after it.
+const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        if let Some(flight) = lock(&self.relay.in_flight).get_mut(&self.number) {
+            flight.ended = true;
+        }
+        let relay = Arc::clone(&self.relay);
+        let number = self.number;
+        let forget = move || {
+            lock(&relay.in_flight).remove(&number);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(LINGER).await;
+                    forget();
+                });
+            }
+            Err(_) => forget(),
+        }
+    }
+}
+
+/// What the gateway's relays need from the process.
+#[derive(Clone)]
+pub struct RelayContext {
+    pub clients: Arc<Clients>,
+    pub events: EventSink,
+    pub now: Now,
+}
+
+/// One upstream connection's calls in flight and their relays.
+pub struct UpstreamRelay {
+    server: String,
+    context: RelayContext,
+    next: AtomicU64,
+    in_flight: Mutex<BTreeMap<u64, Flight>>,
+}
+
+/// Which relayed request: its method and the client capability it needs.
+#[derive(Debug, Clone, Copy)]
+enum Asked {
+    Sampling,
+    Elicitation,
+    Roots,
+}
+
+impl Asked {
+    fn method(self) -> &'static str {
+        match self {
+            Asked::Sampling => "sampling/createMessage",
+            Asked::Elicitation => "elicitation/create",
+            Asked::Roots => "roots/list",
+        }
+    }
+    fn capability(self) -> &'static str {
+        match self {
+            Asked::Sampling => "sampling",
+            Asked::Elicitation => "elicitation",
+            Asked::Roots => "roots",
+        }
+    }
+}
+
+impl UpstreamRelay {
+    pub fn new(server: String, context: RelayContext) -> Arc<UpstreamRelay> {
+        Arc::new(UpstreamRelay {
+            server,
+            context,
+            next: AtomicU64::new(1),
+            in_flight: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Registers a call about to be forwarded; `client` is `None` for a call no live client made.
+    pub fn begin(self: &Arc<Self>, client: Option<ClientLink>) -> Forwarding {
+        let number = self.next.fetch_add(1, Ordering::SeqCst);
+        lock(&self.in_flight).insert(
+            number,
+            Flight {
+                client,
+                upstream_token: None,
+                ended: false,
+            },
+        );
+        Forwarding {
+            relay: Arc::clone(self),
+            number,
+        }
+    }
+
+    /// The call in flight whose request carried `token` upstream.
+    fn named<'m>(
+        in_flight: &'m BTreeMap<u64, Flight>,
+        token: &ProgressToken,
+    ) -> Option<&'m Flight> {
+        in_flight
+            .values()
+            .find(|f| f.upstream_token.as_ref() == Some(token))
+    }
+
+    /// The call a request or notification belongs to: the one its token names, else the only
+    /// one in flight.
+    fn target(
+        &self,
+        token: Option<&ProgressToken>,
+        method: &'static str,
+    ) -> Result<ClientLink, NotRelayed> {
+        let all = lock(&self.in_flight);
+        let open: Vec<&Flight> = all.values().filter(|f| !f.ended).collect();
+        let named = token.and_then(|t| {
+            open.iter()
+                .find(|f| f.upstream_token.as_ref() == Some(t))
+                .copied()
+        });
+        let chosen = match (named, open.as_slice()) {
+            (Some(call), _) => call,
+            (None, []) => return Err(NotRelayed::NoCall { method }),
+            (None, [only]) => only,
+            (None, calls) => {
+                return Err(NotRelayed::Ambiguous {
+                    method,
+                    calls: calls.len(),
+                });
+            }
+        };
+        chosen.client.clone().ok_or(NotRelayed::NoClient { method })
+    }
+
+    /// `notifications/progress`: to the call's client, under the client's token.
+    pub async fn progress(&self, mut param: ProgressNotificationParam) {
+        let link = Self::named(&lock(&self.in_flight), &param.progress_token)
+            .and_then(|flight| flight.client.clone());
+        let Some(link) = link else {
+            tracing::debug!(server = %self.server, "progress for no call of a live client; dropped");
+            return;
+        };
+        let Some(token) = link.progress_token.clone() else {
+            return;
+        };
+        let offset = f64::from(link.parked_progress.load(Ordering::SeqCst));
+        param.progress_token = token;
+        param.progress += offset;
+        param.total = param.total.map(|t| t + offset);
+        // A client that went is noticed by its transport, not here.
+        let _ = link.peer.notify_progress(param).await;
+    }
+
+    /// `notifications/message`: to the call's client; outside a call, to the only client.
+    pub async fn log(&self, param: LoggingMessageNotificationParam) {
+        let peer = match self.target(None, "notifications/message") {
+            Ok(link) => link.peer,
+            Err(NotRelayed::NoCall { .. }) => match self.context.clients.sole_peer() {
+                Some(peer) => peer,
+                None => {
+                    tracing::debug!(server = %self.server, "a log message outside any call, with no single client; dropped");
+                    return;
+                }
+            },
+            Err(why) => {
+                tracing::debug!(server = %self.server, reason = %why, "a log message not relayed");
+                return;
+            }
+        };
+        let _ = peer.notify_logging_message(param).await;
+    }
+
+    /// The client to ask, checked against what it declared; records the relay.
+    fn client_for(
+        &self,
+        asked: Asked,
+        link: Result<ClientLink, NotRelayed>,
+        size: usize,
+    ) -> Result<Peer<RoleServer>, NotRelayed> {
+        let link = link?;
+        if let Some(version) = link.version.as_ref().filter(|v| !v.has_initialize()) {
+            return Err(NotRelayed::Forbidden {
+                method: asked.method(),
+                version: version.to_string(),
+            });
+        }
+        let declared = link.capabilities.as_ref().is_some_and(|c| match asked {
+            Asked::Sampling => c.sampling.is_some(),
+            Asked::Elicitation => c.elicitation.is_some(),
+            Asked::Roots => c.roots.is_some(),
+        });
+        if !declared {
+            return Err(NotRelayed::NotDeclared {
+                capability: asked.capability(),
+            });
+        }
+        if matches!(asked, Asked::Sampling | Asked::Elicitation) {
+            self.record(asked.method(), size);
+        }
+        Ok(link.peer)
+    }
+
+    /// The process event `mcp.upstream.request` of one relayed request.
+    fn record(&self, method: &str, size: usize) {
+        let now = (self.context.now)();
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        let key = format!(
+            "mcp.upstream.request:{}:{}:{}:{n}",
+            self.server,
+            now,
+            std::process::id()
+        );
+        (self.context.events)(process_event(
+            key,
+            EventType::McpUpstreamRequest,
+            json!({"server": self.server, "method": method, "size": size}),
+            now,
+        ));
+    }
+
+    fn answer_error(method: &'static str, error: ServiceError) -> ErrorData {
+        match error {
+            // The client's own refusal goes upstream as it is.
+            ServiceError::McpError(error) => error,
+            other => NotRelayed::NoAnswer {
+                method,
+                detail: other.to_string(),
+            }
+            .into(),
+        }
+    }
+
+    /// `sampling/createMessage`, asked of the call's client.
+    pub async fn sampling(
+        &self,
+        params: CreateMessageRequestParams,
+        token: Option<ProgressToken>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let size = serde_json::to_vec(&params).map_or(0, |b| b.len());
+        let link = self.target(token.as_ref(), Asked::Sampling.method());
+        let peer = self.client_for(Asked::Sampling, link, size)?;
+        peer.create_message(params)
+            .await
+            .map_err(|e| Self::answer_error(Asked::Sampling.method(), e))
+    }
+
+    /// `elicitation/create`, asked of the call's client.
+    pub async fn elicitation(
+        &self,
+        params: ElicitRequestParams,
+        token: Option<ProgressToken>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let size = serde_json::to_vec(&params).map_or(0, |b| b.len());
+        let link = self.target(token.as_ref(), Asked::Elicitation.method());
+        let peer = self.client_for(Asked::Elicitation, link, size)?;
+        peer.create_elicitation(params)
+            .await
+            .map_err(|e| Self::answer_error(Asked::Elicitation.method(), e))
+    }
+
+    /// One input request of a 2026-07-28 input-required result of `forwarding`'s call, asked of
+    /// that call's client; its answer as the JSON the retry carries.
+    pub async fn input(
+        &self,
+        forwarding: &Forwarding,
+        request: InputRequest,
+    ) -> Result<Value, ErrorData> {
+        let asked = match &request {
+            InputRequest::CreateMessage(_) => Asked::Sampling,
+            InputRequest::Elicitation(_) => Asked::Elicitation,
+            InputRequest::ListRoots(_) => Asked::Roots,
+            // A kind this build does not know: nothing is relayed blind.
+            _ => {
+                return Err(ErrorData::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    "airlock: an input request of a kind the gateway does not relay",
+                    None,
+                ));
+            }
+        };
+        let link = lock(&self.in_flight)
+            .get(&forwarding.number)
+            .and_then(|flight| flight.client.clone())
+            .ok_or(NotRelayed::NoClient {
+                method: asked.method(),
+            });
+        let size = match &request {
+            InputRequest::CreateMessage(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
+            InputRequest::Elicitation(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
+            _ => 0,
+        };
+        let peer = self.client_for(asked, link, size)?;
+        let answer = match request {
+            InputRequest::CreateMessage(r) => peer
+                .create_message(r.params)
+                .await
+                .map(serde_json::to_value),
+            InputRequest::Elicitation(r) => peer
+                .create_elicitation(r.params)
+                .await
+                .map(serde_json::to_value),
+            _ => peer.list_roots().await.map(serde_json::to_value),
+        };
+        answer
+            .map_err(|e| Self::answer_error(asked.method(), e))?
+            .map_err(|e| {
+                ErrorData::internal_error(format!("airlock: an unrenderable answer: {e}"), None)
+            })
+    }
+
+    /// `roots/list`, asked of the call's client.
+    pub async fn roots(&self, token: Option<ProgressToken>) -> Result<ListRootsResult, ErrorData> {
+        let link = self.target(token.as_ref(), Asked::Roots.method());
+        let peer = self.client_for(Asked::Roots, link, 0)?;
+        peer.list_roots()
+            .await
+            .map_err(|e| Self::answer_error(Asked::Roots.method(), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use airlock_core::time::Timestamp;
+    use rmcp::model::NumberOrString;
+
+    fn relay() -> Arc<UpstreamRelay> {
+        UpstreamRelay::new(
+            "up".into(),
+            RelayContext {
+                clients: Clients::new(),
+                events: Arc::new(|_| {}),
+                now: Arc::new(|| Timestamp::from_micros(0)),
+            },
+        )
+    }
+
+    fn token(n: i64) -> ProgressToken {
+        ProgressToken(NumberOrString::Number(n))
+    }
+
+    #[test]
+    fn a_request_goes_to_the_only_call_or_the_one_it_names_and_never_guesses() {
+        let relay = relay();
+        let method = "sampling/createMessage";
+        assert_eq!(
+            relay.target(None, method).err(),
+            Some(NotRelayed::NoCall { method })
+        );
+        let first = relay.begin(None);
+        // The only call in flight, made by no live client: refused, never answered by airlock.
+        assert_eq!(
+            relay.target(None, method).err(),
+            Some(NotRelayed::NoClient { method })
+        );
+        let second = relay.begin(None);
+        second.sent_with(token(4));
+        assert_eq!(
+            relay.target(None, method).err(),
+            Some(NotRelayed::Ambiguous { method, calls: 2 }),
+            "two calls in flight and nothing names one: no guess"
+        );
+        // A request naming one of the gateway's tokens is that call's, however many there are.
+        assert_eq!(
+            relay.target(Some(&token(4)), method).err(),
+            Some(NotRelayed::NoClient { method })
+        );
+        assert_eq!(
+            relay.target(Some(&token(99)), method).err(),
+            Some(NotRelayed::Ambiguous { method, calls: 2 }),
+            "a token the gateway did not give is no name"
+        );
+        drop(first);
+        drop(second);
+        assert_eq!(
+            relay.target(None, method).err(),
+            Some(NotRelayed::NoCall { method }),
+            "an answered call relays nothing more"
+        );
+    }
+
+    #[test]
+    fn refusals_say_why_with_the_code_a_client_without_the_capability_would_give() {
+        let error: ErrorData = NotRelayed::NotDeclared {
+            capability: "sampling",
+        }
+        .into();
+        assert_eq!(error.code, ErrorCode::METHOD_NOT_FOUND);
+        assert_eq!(
+            error.message,
+            "airlock: the client did not declare the sampling capability"
+        );
+        let error: ErrorData = NotRelayed::Ambiguous {
+            method: "roots/list",
+            calls: 2,
+        }
+        .into();
+        assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
+    }
+}
