@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod config;
 pub mod fuzzing;
 pub mod gateway;
+pub mod listen;
 pub mod render;
 pub mod serve;
 pub mod server;

@@ -66,6 +66,9 @@ pub struct ClientSession<S: Store> {
     live: Arc<LiveConnection>,
     elicitation: Option<Arc<ElicitedApprovals<S>>>,
     next_key: AtomicU64,
+    /// Whatever must live exactly as long as this server (an HTTP session's connection, which
+    /// closes when the transport drops the server).
+    held: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl<S: Store + 'static> ClientSession<S> {
@@ -79,7 +82,14 @@ impl<S: Store + 'static> ClientSession<S> {
             live,
             elicitation: elicitation.map(Arc::new),
             next_key: AtomicU64::new(1),
+            held: None,
         }
+    }
+
+    /// Keeps `guard` until this server is dropped.
+    pub fn holding(mut self, guard: impl std::any::Any + Send + Sync) -> ClientSession<S> {
+        self.held = Some(Box::new(guard));
+        self
     }
 
     /// Whether this request's client can be asked for an approval.
