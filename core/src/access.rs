@@ -300,6 +300,14 @@ mod tests {
     }
 
     #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_nothing_else_is_a_token() {
+        assert_eq!(bearer_token("Bearer alk_x"), Some("alk_x"));
+        assert_eq!(bearer_token("bearer  alk_x "), Some("alk_x"));
+        assert_eq!(bearer_token("Basic alk_x"), None);
+        assert_eq!(bearer_token("alk_x"), None);
+    }
+
+    #[test]
     fn anything_but_the_token_shape_is_malformed() {
         let good = format!("alk_{}", "0".repeat(64));
         assert!(TokenSecret::parse(&good).is_ok());

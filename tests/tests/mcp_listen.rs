@@ -103,6 +103,10 @@ risk = "medium"
 
     /// A listening gateway: the child and its URL (read from the line on stderr), and the
     /// stderr lines before it.
+    #[allow(
+        clippy::zombie_processes,
+        reason = "the child moves into the Gateway, whose Drop kills and waits for it"
+    )]
     fn listen(&self, flags: &[&str]) -> Gateway {
         let mut command = self.data.command("operator", &["mcp", "serve", "--config"]);
         command
@@ -118,8 +122,12 @@ risk = "medium"
         let mut before = Vec::new();
         loop {
             let mut line = String::new();
-            let read = stderr.read_line(&mut line).unwrap();
-            assert!(read > 0, "mcp serve ended before listening: {before:?}");
+            let read = stderr.read_line(&mut line).unwrap_or(0);
+            if read == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("mcp serve ended before listening: {before:?}");
+            }
             if let Some(url) = line.trim().strip_prefix("airlock mcp serve: listening on ") {
                 // Keep draining stderr so the gateway never blocks on a full pipe.
                 std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));

@@ -281,18 +281,37 @@ pub fn listener<S: Store + 'static>(
     }
 }
 
-/// A plain-text refusal.
-fn refuse(status: StatusCode, message: String) -> Response {
-    let mut response = (status, format!("airlock: {message}\n")).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    response.headers_mut().insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    response
+/// Why the guard refused a request: its status and a plain-text body saying why.
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    message: String,
+}
+
+fn refuse(status: StatusCode, message: String) -> Refusal {
+    Refusal { status, message }
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, format!("airlock: {}\n", self.message)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        headers.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"airlock-mcp\""),
+            );
+        }
+        response
+    }
 }
 
 fn header_text<'r>(request: &'r Request, name: &str) -> Result<Option<&'r str>, ()> {
@@ -303,7 +322,7 @@ fn header_text<'r>(request: &'r Request, name: &str) -> Result<Option<&'r str>, 
 }
 
 /// Step 1 and 2 of the module docs.
-fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result<(), Response> {
+fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result<(), Refusal> {
     let default_port = if settings.tls { 443 } else { 80 };
     let host = header_text(request, "host")
         .ok()
@@ -360,7 +379,7 @@ fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result
 fn caller<S: Store + 'static>(
     guard: &Guard<S>,
     request: &Request,
-) -> Result<SessionPrincipal, Response> {
+) -> Result<SessionPrincipal, Refusal> {
     let config = guard.process.config();
     let presented = match header_text(request, "authorization") {
         Ok(Some(value)) => bearer_token(value).ok_or(AuthError::Missing),
@@ -392,18 +411,13 @@ fn caller<S: Store + 'static>(
     })
 }
 
-fn unauthorized(error: &AuthError) -> Response {
-    let mut response = refuse(
+fn unauthorized(error: &AuthError) -> Refusal {
+    refuse(
         StatusCode::UNAUTHORIZED,
         format!(
             "this MCP listener needs `Authorization: Bearer <token>` (airlock tokens create): {error}"
         ),
-    );
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"airlock-mcp\""),
-    );
-    response
+    )
 }
 
 async fn guard_request<S: Store + 'static>(
@@ -412,11 +426,11 @@ async fn guard_request<S: Store + 'static>(
     next: Next,
 ) -> Response {
     if let Err(refused) = check_host_and_origin(&guard.settings, &request) {
-        return refused;
+        return refused.into_response();
     }
     let who = match caller(&guard, &request) {
         Ok(who) => who,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let session = match header_text(&request, SESSION_HEADER) {
         Ok(session) => session.map(str::to_owned),
@@ -424,7 +438,8 @@ async fn guard_request<S: Store + 'static>(
             return refuse(
                 StatusCode::BAD_REQUEST,
                 "the Mcp-Session-Id header is not text".to_owned(),
-            );
+            )
+            .into_response();
         }
     };
     let request = match &session {
@@ -439,13 +454,14 @@ async fn guard_request<S: Store + 'static>(
                 return refuse(
                     StatusCode::FORBIDDEN,
                     "this MCP session belongs to another principal".to_owned(),
-                );
+                )
+                .into_response();
             }
             request
         }
         None if request.method() == http::Method::POST => match only_initialize(request).await {
             Ok(request) => request,
-            Err(refused) => return refused,
+            Err(refused) => return refused.into_response(),
         },
         None => request,
     };
@@ -470,7 +486,7 @@ async fn guard_request<S: Store + 'static>(
 }
 
 /// Step 5 of the module docs: a POST without a session must be an `initialize`.
-async fn only_initialize(request: Request) -> Result<Request, Response> {
+async fn only_initialize(request: Request) -> Result<Request, Refusal> {
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, MAX_PEEK_BYTES)
         .await
