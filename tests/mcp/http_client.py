@@ -8,6 +8,8 @@ usage: http_client.py SCENARIO --url URL [--token TOKEN] [--airlock BIN --data D
 
 Scenarios:
 - `call`: initialize, list tools, call `test__slow` with 0 seconds.
+- `list_changed`: `test__set_description` changes a definition upstream; the client must hear
+  `notifications/tools/list_changed` (within 20 s) and see the tool still listed.
 - `concurrent`: in one session, `test__append` parks for approval (its SSE stream stays open
   with progress); while it is parked, `tools/list` is asked and answered on a second stream;
   only then is the approval approved from another process, and the parked call answered.
@@ -70,7 +72,14 @@ async def scenario(args):
     async with create_mcp_http_client(headers=headers) as http:
         async with streamable_http_client(args.url, http_client=http) as streams:
             read, write = streams[0], streams[1]
-            async with ClientSession(read, write) as session:
+            heard = []
+
+            async def on_message(message):
+                method = getattr(message, "method", None)
+                if method is not None:
+                    heard.append(method)
+
+            async with ClientSession(read, write, message_handler=on_message) as session:
                 init = await session.initialize()
                 observed["protocol_version"] = init.protocol_version
                 observed["server"] = init.server_info.name
@@ -78,6 +87,12 @@ async def scenario(args):
                 observed["tools"] = sorted(t.name for t in listed.tools)
                 if args.scenario == "call":
                     observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+                elif args.scenario == "list_changed":
+                    observed["set"] = await call(session, "test__set_description", {"text": "changed over http"})
+                    with anyio.move_on_after(20):
+                        while "notifications/tools/list_changed" not in heard:
+                            await anyio.sleep(0.1)
+                    observed["notifications"] = sorted(set(heard))
                 elif args.scenario == "concurrent":
                     parked = []
                     order = []

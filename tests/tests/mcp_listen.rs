@@ -327,6 +327,18 @@ fn an_allowed_call_passes_over_http_as_the_tokens_principal_and_a_parked_call_ke
         std::fs::read_to_string(&scene.ledger).unwrap(),
         "over http\n"
     );
+
+    // A definition changed upstream reaches the HTTP client as a list change.
+    let changed = scene.client(&gateway, "list_changed", Some(&token));
+    assert_eq!(changed["set"]["text"], "changed", "{changed}");
+    assert!(
+        changed["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == "notifications/tools/list_changed"),
+        "{changed}"
+    );
     assert_eq!(gateway.stop(), Some(0));
 }
 

@@ -259,7 +259,7 @@ pub fn listener<S: Store + 'static>(
                 .map_err(|_| std::io::Error::other("a session opened outside the guard"))?;
             let (session, connection) = process.open(&who).map_err(std::io::Error::other)?;
             count.open.fetch_add(1, Ordering::SeqCst);
-            Ok(session.holding(ConnectionGuard {
+            Ok(session.forwarding_list_changed().holding(ConnectionGuard {
                 connection: Some(connection),
                 count: Arc::clone(&count),
             }))

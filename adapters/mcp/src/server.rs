@@ -69,6 +69,9 @@ pub struct ClientSession<S: Store> {
     /// Whatever must live exactly as long as this server (an HTTP session's connection, which
     /// closes when the transport drops the server).
     held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Set by [`ClientSession::forwarding_list_changed`]: the task that forwards list changes
+    /// once the client has initialized, aborted when this server is dropped.
+    forwarder: Option<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
 }
 
 impl<S: Store + 'static> ClientSession<S> {
@@ -83,7 +86,16 @@ impl<S: Store + 'static> ClientSession<S> {
             elicitation: elicitation.map(Arc::new),
             next_key: AtomicU64::new(1),
             held: None,
+            forwarder: None,
         }
+    }
+
+    /// Tells this client of list changes as `notifications/tools/list_changed` once it has
+    /// initialized (2025-11-25). For transports whose peer only the handler sees (an HTTP
+    /// session); stdio's [`crate::serve`] forwards them itself.
+    pub fn forwarding_list_changed(mut self) -> ClientSession<S> {
+        self.forwarder = Some(std::sync::Mutex::new(None));
+        self
     }
 
     /// Keeps `guard` until this server is dropped.
@@ -178,7 +190,37 @@ async fn elicit<S: Store + 'static>(
     }
 }
 
+impl<S: Store> Drop for ClientSession<S> {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.forwarder
+            && let Some(task) = slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            task.abort();
+        }
+    }
+}
+
 impl<S: Store + 'static> ServerHandler for ClientSession<S> {
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        let Some(slot) = &self.forwarder else {
+            return;
+        };
+        let peer = context.peer.clone();
+        let mut changes = self.gateway.subscribe_list_changed();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = changes.recv().await
+                {
+                    return;
+                }
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+    }
+
     fn get_info(&self) -> ServerConfig {
         let mut info = ServerConfig::new(
             ServerCapabilities::builder()
