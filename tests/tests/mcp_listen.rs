@@ -435,4 +435,13 @@ fn listen_no_auth_is_loopback_only_warns_and_serves_the_files_principal() {
     let called = scene.client(&gateway, "call", None);
     assert_eq!(called["slow"]["text"], "slept 0.0", "{called}");
     assert_eq!(scene.run_principals(), ["alice"]);
+    // A token, when sent, is still checked; so is any other Authorization.
+    let host = gateway.authority.clone();
+    for bad in [
+        format!("Bearer alk_{}", "0".repeat(64)),
+        "Basic YWxpY2U6".to_owned(),
+    ] {
+        let (status, body) = gateway.raw_initialize(&[("Host", &host), ("Authorization", &bad)]);
+        assert_eq!(status, 401, "{bad}: {body}");
+    }
 }

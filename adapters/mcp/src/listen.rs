@@ -382,9 +382,11 @@ fn caller<S: Store + 'static>(
 ) -> Result<SessionPrincipal, Refusal> {
     let config = guard.process.config();
     let presented = match header_text(request, "authorization") {
-        Ok(Some(value)) => bearer_token(value).ok_or(AuthError::Missing),
+        // An Authorization header that is not a bearer token is refused even under
+        // --listen-no-auth: whoever sent it meant to authenticate.
+        Ok(Some(value)) => bearer_token(value).ok_or(AuthError::Malformed),
         Ok(None) => Err(AuthError::Missing),
-        Err(()) => Err(AuthError::Missing),
+        Err(()) => Err(AuthError::Malformed),
     };
     let presented = match (presented, guard.settings.auth) {
         (Ok(token), _) => token,
@@ -412,6 +414,12 @@ fn caller<S: Store + 'static>(
 }
 
 fn unauthorized(error: &AuthError) -> Refusal {
+    if let AuthError::Storage(detail) = error {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the store could not check the token: {detail}"),
+        );
+    }
     refuse(
         StatusCode::UNAUTHORIZED,
         format!(

@@ -12,6 +12,10 @@
 //! When the client goes (end of its stream), the connection is closed (DISCONNECT): a parked or
 //! queued call's run is cancelled, a call in flight finishes and is recorded (its answer is
 //! dropped), and the process exits once the run has ended.
+//!
+//! [`GatewayProcess`] is what the process's connections share; [`GatewayProcess::open`] opens one
+//! connection (the stdio client's here, each HTTP session's in [`crate::listen`]) as its
+//! [`SessionPrincipal`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

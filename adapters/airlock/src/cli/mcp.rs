@@ -29,7 +29,8 @@ const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum McpCommand {
-    /// Serve MCP over stdio to one client, in front of the file's upstream servers.
+    /// Serve MCP over stdio to one client, in front of the file's upstream servers (with
+    /// --listen, also over Streamable HTTP to any number of clients).
     Serve(ServeArgs),
     /// Connect to every upstream and print each tool's names, hash, class and listing (JSON).
     Tools(ToolsArgs),
