@@ -30,6 +30,13 @@ pub const TOKEN_SECRET_BYTES: usize = 32;
 /// The longest label, in characters.
 pub const MAX_LABEL_CHARS: usize = 256;
 
+/// The token of an `Authorization` header value `Bearer …` (scheme case-insensitive, RFC
+/// 9110), shared by every HTTP surface that takes §20 tokens so they read the header alike.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    let (scheme, token) = authorization.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
 /// One row of `api_tokens`. Rows are never deleted: a revoked or expired token stays as the
 /// record of who could act, and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,6 +297,14 @@ mod tests {
             "1b820a844790e775ab0a625b2f727a9608fba48f60814a0b894da9057f6e5cab"
         );
         assert_eq!(format!("{secret:?}"), "TokenSecret(alk_…)");
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive_and_nothing_else_is_a_token() {
+        assert_eq!(bearer_token("Bearer alk_x"), Some("alk_x"));
+        assert_eq!(bearer_token("bearer  alk_x "), Some("alk_x"));
+        assert_eq!(bearer_token("Basic alk_x"), None);
+        assert_eq!(bearer_token("alk_x"), None);
     }
 
     #[test]

@@ -29,9 +29,7 @@ impl FromRequestParts<AppState> for Caller {
 
 /// The token of an `Authorization: Bearer …` header (scheme case-insensitive, RFC 9110).
 fn bearer(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    airlock_core::access::bearer_token(parts.headers.get(header::AUTHORIZATION)?.to_str().ok()?)
 }
 
 /// One id from the path, in the only spelling SPEC §2.2 allows; anything else is a 400.

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod config;
 pub mod fuzzing;
 pub mod gateway;
+pub mod listen;
 pub mod relay;
 pub mod render;
 pub mod serve;

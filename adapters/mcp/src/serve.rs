@@ -12,6 +12,10 @@
 //! When the client goes (end of its stream), the connection is closed (DISCONNECT): a parked or
 //! queued call's run is cancelled, a call in flight finishes and is recorded (its answer is
 //! dropped), and the process exits once the run has ended.
+//!
+//! [`GatewayProcess`] is what the process's connections share; [`GatewayProcess::open`] opens one
+//! connection (the stdio client's here, each HTTP session's in [`crate::listen`]) as its
+//! [`SessionPrincipal`].
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -103,10 +107,10 @@ pub fn run_template(config: &GatewayConfig) -> RunTemplate {
     }
 }
 
-/// The principal elicited approvals resolve as: the file's principal, with the scopes to read
-/// and resolve approvals that `approve_via_elicitation = true` grants.
-pub fn elicitation_principal(config: &GatewayConfig) -> Principal {
-    let mut scopes = config.scopes.clone();
+/// The principal elicited approvals resolve as: the session's principal, with the scopes to
+/// read and resolve approvals that `approve_via_elicitation = true` grants.
+pub fn elicitation_principal(config: &GatewayConfig, who: &SessionPrincipal) -> Principal {
+    let mut scopes = who.scopes.clone();
     for scope in ["approval.read", "approval.resolve"] {
         if let Ok(scope) = Scope::parse(scope) {
             scopes.insert(scope);
@@ -114,7 +118,7 @@ pub fn elicitation_principal(config: &GatewayConfig) -> Principal {
     }
     Principal {
         tenant_id: config.tenant_id.clone(),
-        principal_id: config.principal_id.clone(),
+        principal_id: who.principal_id.clone(),
         scopes,
     }
 }
@@ -166,6 +170,171 @@ async fn maintain<S: Store + 'static>(worker: Arc<Worker<S>>, control: ControlSe
     }
 }
 
+/// Who one client connection's airlock session belongs to: the tenant is always the file's;
+/// the principal and scopes are the file's for stdio (and `--listen-no-auth`), and the token's
+/// principal with the token's scopes intersected with the file's for an authenticated HTTP
+/// client (so a token never widens what the file grants, nor the file what the token grants).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPrincipal {
+    pub principal_id: String,
+    pub scopes: airlock_core::scope::ScopeSet,
+}
+
+impl SessionPrincipal {
+    /// The file's own principal and scopes.
+    pub fn of_file(config: &GatewayConfig) -> SessionPrincipal {
+        SessionPrincipal {
+            principal_id: config.principal_id.clone(),
+            scopes: config.scopes.clone(),
+        }
+    }
+}
+
+/// What one process shares between its client connections: the upstreams and tool table, the
+/// live planners, the worker that drives connection runs, and the maintenance loop.
+pub struct GatewayProcess<S: Store> {
+    config: GatewayConfig,
+    env: Env<S>,
+    gateway: Arc<Gateway>,
+    planners: Arc<LivePlanners<S>>,
+    worker: Arc<Worker<S>>,
+    maintenance: tokio::task::JoinHandle<()>,
+}
+
+impl<S: Store + 'static> GatewayProcess<S> {
+    /// Starts the upstreams and the maintenance loop over `env`'s store.
+    pub async fn start(
+        config: GatewayConfig,
+        mut env: Env<S>,
+        settings: WorkerSettings,
+    ) -> Arc<GatewayProcess<S>> {
+        let gateway = start_gateway(config.clone(), &env, &settings.worker_id).await;
+        let planners = LivePlanners::new(Arc::clone(&env.store));
+        env.planners = Arc::clone(&planners) as Arc<dyn PlannerFactory>;
+        let worker = Worker::new(env.clone(), settings);
+        let control = ControlService::new(
+            env.clone(),
+            Arc::new(DriverPolls),
+            Some(worker.tokens().clone()),
+        );
+        let maintenance = tokio::spawn(maintain(Arc::clone(&worker), control));
+        Arc::new(GatewayProcess {
+            config,
+            env,
+            gateway,
+            planners,
+            worker,
+            maintenance,
+        })
+    }
+
+    pub fn config(&self) -> &GatewayConfig {
+        &self.config
+    }
+
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// A control service on this process's store (tokens, approvals).
+    pub fn control(&self) -> ControlService<S> {
+        ControlService::new(
+            self.env.clone(),
+            Arc::new(DriverPolls),
+            Some(self.worker.tokens().clone()),
+        )
+    }
+
+    /// Opens one client connection as `who`: a new airlock session whose runs this process
+    /// drives, and the MCP server the client talks to. Close it with [`OpenConnection::close`].
+    pub fn open(
+        &self,
+        who: &SessionPrincipal,
+    ) -> Result<(ClientSession<S>, OpenConnection<S>), TxError> {
+        let live = LiveConnection::new(
+            ConnectionId(self.env.new_uuid()),
+            self.config.origin_trust == TrustLevel::User,
+        );
+        let mut template = run_template(&self.config);
+        template.principal_scopes = who.scopes.clone();
+        let driver = Arc::new(ConnectionDriver::open(
+            Arc::clone(&self.worker),
+            Arc::clone(&live),
+            &self.config.tenant_id,
+            &who.principal_id,
+            template,
+        )?);
+        self.planners
+            .add(driver.connection().session_id, Arc::clone(&live));
+        let running = Arc::clone(&driver);
+        let run_task = tokio::spawn(async move { running.run().await });
+        let renewing = Arc::clone(&driver);
+        let renew_task = tokio::spawn(async move { renewing.keep_alive().await });
+        let elicitation = self
+            .config
+            .approve_via_elicitation
+            .then(|| ElicitedApprovals {
+                control: self.control(),
+                principal: elicitation_principal(&self.config, who),
+            });
+        let session_id = driver.connection().session_id;
+        // In-call traffic of this session's runs is relayed to its client: attached before the
+        // first request can come, its peer added once the session is up (serve_connection for
+        // stdio, ClientSession::on_initialized for an HTTP session).
+        self.gateway.clients().attach(session_id, live.id(), None);
+        let session = ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
+            .with_session(session_id)
+            .with_scopes(who.scopes.clone());
+        Ok((
+            session,
+            OpenConnection {
+                driver,
+                run_task,
+                renew_task,
+                gateway: Arc::clone(&self.gateway),
+            },
+        ))
+    }
+
+    /// Stops the maintenance loop and the upstreams (after every connection has closed).
+    pub async fn shutdown(&self) {
+        self.maintenance.abort();
+        self.gateway.shutdown().await;
+    }
+}
+
+/// One open client connection's driver and tasks.
+pub struct OpenConnection<S: Store> {
+    driver: Arc<ConnectionDriver<S>>,
+    run_task: tokio::task::JoinHandle<Result<(), TxError>>,
+    renew_task: tokio::task::JoinHandle<()>,
+    /// Where its session is attached for relays (detached on close).
+    gateway: Arc<Gateway>,
+}
+
+impl<S: Store + 'static> OpenConnection<S> {
+    /// DISCONNECT, then lets the run end (a call in flight finishes and is recorded).
+    pub fn session_id(&self) -> SessionId {
+        self.driver.connection().session_id
+    }
+
+    pub fn connection_id(&self) -> ConnectionId {
+        self.driver.connection().id
+    }
+
+    pub async fn close(self) -> Result<(), TxError> {
+        self.gateway.clients().detach(self.session_id());
+        let closed = self.driver.disconnect();
+        let ended = self.run_task.await;
+        self.renew_task.abort();
+        closed?;
+        match ended {
+            Ok(Err(error)) => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Serves one client over stdio until it goes; see the module docs.
 pub async fn serve_stdio<S: Store + 'static>(
     config: GatewayConfig,
@@ -175,10 +344,17 @@ pub async fn serve_stdio<S: Store + 'static>(
     serve_on(config, env, settings, rmcp::transport::stdio()).await
 }
 
+/// Serves one stdio client of an already running `process` (beside an HTTP listener).
+pub async fn serve_stdio_connection<S: Store + 'static>(
+    process: &GatewayProcess<S>,
+) -> Result<(), ServeError> {
+    serve_connection(process, rmcp::transport::stdio()).await
+}
+
 /// [`serve_stdio`] over any byte transport (a benchmark's in-memory pipe, say).
 pub async fn serve_on<S, T, E, A>(
     config: GatewayConfig,
-    mut env: Env<S>,
+    env: Env<S>,
     settings: WorkerSettings,
     transport: T,
 ) -> Result<(), ServeError>
@@ -187,52 +363,33 @@ where
     T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let gateway = start_gateway(config.clone(), &env, &settings.worker_id).await;
-    let planners = LivePlanners::new(Arc::clone(&env.store));
-    env.planners = Arc::clone(&planners) as Arc<dyn PlannerFactory>;
-    let worker = Worker::new(env.clone(), settings);
-    let control = || {
-        ControlService::new(
-            env.clone(),
-            Arc::new(DriverPolls),
-            Some(worker.tokens().clone()),
-        )
-    };
-    let maintenance = tokio::spawn(maintain(Arc::clone(&worker), control()));
+    let process = GatewayProcess::start(config, env, settings).await;
+    let result = serve_connection(&process, transport).await;
+    process.shutdown().await;
+    result
+}
 
-    let live = LiveConnection::new(
-        ConnectionId(env.new_uuid()),
-        config.origin_trust == TrustLevel::User,
-    );
-    let driver = Arc::new(ConnectionDriver::open(
-        Arc::clone(&worker),
-        Arc::clone(&live),
-        &config.tenant_id,
-        &config.principal_id,
-        run_template(&config),
-    )?);
-    planners.add(driver.connection().session_id, Arc::clone(&live));
-    let running = Arc::clone(&driver);
-    let run_task = tokio::spawn(async move { running.run().await });
-    let renewing = Arc::clone(&driver);
-    let renew_task = tokio::spawn(async move { renewing.keep_alive().await });
-
-    let elicitation = config.approve_via_elicitation.then(|| ElicitedApprovals {
-        control: control(),
-        principal: elicitation_principal(&config),
-    });
-    let session = ClientSession::new(Arc::clone(&gateway), Arc::clone(&live), elicitation)
-        .with_session(driver.connection().session_id);
-    // In-call traffic of this session's runs is relayed to this client: attached before the
-    // first request can come, its peer added once the session is up.
-    let session_id = driver.connection().session_id;
-    gateway.clients().attach(session_id, live.id(), None);
+/// Serves one client of `process` over `transport` as the file's principal until it goes,
+/// then closes its connection (the process keeps running).
+pub async fn serve_connection<S, T, E, A>(
+    process: &GatewayProcess<S>,
+    transport: T,
+) -> Result<(), ServeError>
+where
+    S: Store + 'static,
+    T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let (session, connection) = process.open(&SessionPrincipal::of_file(process.config()))?;
+    let gateway = Arc::clone(process.gateway());
+    let session_id = connection.session_id();
+    let connection_id = connection.connection_id();
     let served = session.serve(transport).await;
     let result = match served {
         Ok(service) => {
             gateway
                 .clients()
-                .attach(session_id, live.id(), Some(service.peer().clone()));
+                .attach(session_id, connection_id, Some(service.peer().clone()));
             // A 2025-11-25 client hears of list changes as plain notifications.
             let peer = service.peer().clone();
             let mut changes = gateway.subscribe_list_changed();
@@ -258,16 +415,6 @@ where
         }
         Err(error) => Err(ServeError::Transport(error.to_string())),
     };
-    gateway.clients().detach(session_id);
-    // DISCONNECT, then let the run end (a call in flight finishes and is recorded).
-    let closed = driver.disconnect();
-    let ended = run_task.await;
-    renew_task.abort();
-    maintenance.abort();
-    gateway.shutdown().await;
-    closed?;
-    match ended {
-        Ok(Err(error)) => Err(ServeError::Storage(error)),
-        _ => result,
-    }
+    connection.close().await?;
+    result
 }

@@ -51,6 +51,7 @@ use airlock_core::connection::read::{OutsideRead, ReadContext, ReadKind, ReadRef
 use airlock_core::control::ControlService;
 use airlock_core::ids::{ApprovalId, SessionId};
 use airlock_core::principal::Principal;
+use airlock_core::scope::ScopeSet;
 use airlock_core::store::Store;
 use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
@@ -106,6 +107,15 @@ pub struct ClientSession<S: Store> {
     session: Option<SessionId>,
     /// The exposed URIs this client subscribed to (`resources/subscribe`).
     subscriptions: Arc<Mutex<BTreeSet<String>>>,
+    /// Whatever must live exactly as long as this server (an HTTP session's connection, which
+    /// closes when the transport drops the server).
+    held: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// Set by [`ClientSession::forwarding_list_changed`]: the task that forwards list changes
+    /// once the client has initialized, aborted when this server is dropped.
+    forwarder: Option<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
+    /// The session principal's scopes when they are not the file's (an HTTP client's token
+    /// narrows them, SPEC §19.6): reads are gated and listed with these.
+    scopes: Option<ScopeSet>,
 }
 
 impl<S: Store + 'static> ClientSession<S> {
@@ -121,6 +131,9 @@ impl<S: Store + 'static> ClientSession<S> {
             next_key: AtomicU64::new(1),
             session: None,
             subscriptions: Arc::new(Mutex::new(BTreeSet::new())),
+            held: None,
+            forwarder: None,
+            scopes: None,
         }
     }
 
@@ -157,7 +170,7 @@ impl<S: Store + 'static> ClientSession<S> {
             tenant_id: &config.tenant_id,
             session_id: self.session.map_or(uuid::Uuid::nil(), |s| s.as_uuid()),
             action_id: uuid::Uuid::new_v4(),
-            principal_scopes: &config.scopes,
+            principal_scopes: self.scopes.as_ref().unwrap_or(&config.scopes),
             origin_trust,
             now: self.gateway.now(),
         };
@@ -176,7 +189,10 @@ impl<S: Store + 'static> ClientSession<S> {
 
     /// Whether the principal may see `server`'s resources and prompts listed.
     fn lists(&self, server: &UpstreamConfig) -> bool {
-        self.gateway.config().scopes.contains(&server.read_scope)
+        self.scopes
+            .as_ref()
+            .unwrap_or(&self.gateway.config().scopes)
+            .contains(&server.read_scope)
     }
 
     fn timeout(server: &UpstreamConfig) -> Duration {
@@ -190,6 +206,26 @@ impl<S: Store + 'static> ClientSession<S> {
         self.gateway.upstream(&server.id).ok_or_else(|| {
             McpError::internal_error(format!("upstream '{}' is not connected", server.id), None)
         })
+    }
+
+    /// Tells this client of list changes as `notifications/tools/list_changed` once it has
+    /// initialized (2025-11-25). For transports whose peer only the handler sees (an HTTP
+    /// session); stdio's [`crate::serve`] forwards them itself.
+    pub fn forwarding_list_changed(mut self) -> ClientSession<S> {
+        self.forwarder = Some(std::sync::Mutex::new(None));
+        self
+    }
+
+    /// Keeps `guard` until this server is dropped.
+    pub fn holding(mut self, guard: impl std::any::Any + Send + Sync) -> ClientSession<S> {
+        self.held = Some(Box::new(guard));
+        self
+    }
+
+    /// Gates and lists reads with `scopes` instead of the file's (the session principal's).
+    pub fn with_scopes(mut self, scopes: ScopeSet) -> ClientSession<S> {
+        self.scopes = Some(scopes);
+        self
     }
 
     /// Whether this request's client can be asked for an approval.
@@ -360,7 +396,50 @@ async fn elicit<S: Store + 'static>(
     }
 }
 
+impl<S: Store> Drop for ClientSession<S> {
+    fn drop(&mut self) {
+        if let Some(slot) = &self.forwarder
+            && let Some(task) = slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+        {
+            task.abort();
+        }
+    }
+}
+
 impl<S: Store + 'static> ServerHandler for ClientSession<S> {
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Resource and prompt notices of the upstreams reach every initialized client (§19.6).
+        tokio::spawn(relay_notices(
+            Arc::clone(&self.gateway),
+            Arc::clone(&self.subscriptions),
+            context.peer.clone(),
+        ));
+        let Some(slot) = &self.forwarder else {
+            return;
+        };
+        // An HTTP session's peer is known only here: in-call traffic of its runs is relayed
+        // to it from now on (stdio's serve_connection attaches its own peer).
+        if let Some(session) = self.session {
+            self.gateway
+                .clients()
+                .attach(session, self.live.id(), Some(context.peer.clone()));
+        }
+        let peer = context.peer.clone();
+        let mut changes = self.gateway.subscribe_list_changed();
+        let task = tokio::spawn(async move {
+            loop {
+                if let Err(tokio::sync::broadcast::error::RecvError::Closed) = changes.recv().await
+                {
+                    return;
+                }
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+    }
+
     fn get_info(&self) -> ServerConfig {
         // Declared only for what some connected upstream offers (§19.6).
         let mut capabilities = json!({"tools": {"listChanged": true}});
@@ -511,14 +590,6 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         }
-    }
-
-    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        tokio::spawn(relay_notices(
-            Arc::clone(&self.gateway),
-            Arc::clone(&self.subscriptions),
-            context.peer,
-        ));
     }
 
     async fn list_resources(

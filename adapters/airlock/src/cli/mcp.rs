@@ -5,17 +5,21 @@
 //! the error object on stdout and a line on stderr. `mcp serve` speaks MCP on stdout, so
 //! nothing else is ever printed there once it serves; its logs go to stderr (`RUST_LOG`).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::worker::WorkerSettings;
+use airlock_http::server::{Exposure, exposure, load_tls};
 use airlock_mcp::config::GatewayConfig;
 use airlock_mcp::gateway::Gateway;
-use airlock_mcp::serve::{ServeError, serve_stdio};
+use airlock_mcp::listen::{AllowedHosts, ListenAuth, ListenSettings, MCP_PATH, listener};
+use airlock_mcp::serve::{GatewayProcess, ServeError, serve_stdio, serve_stdio_connection};
 
 use super::Globals;
-use super::output::{line, policy_error, print};
+use super::output::{invalid_argument, line, policy_error, print};
 use crate::exit::{Exit, error_json};
 use crate::input_file::{FileKind, read_bounded};
 use crate::policy_source::load_ruleset;
@@ -25,7 +29,8 @@ const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum McpCommand {
-    /// Serve MCP over stdio to one client, in front of the file's upstream servers.
+    /// Serve MCP over stdio to one client, in front of the file's upstream servers (with
+    /// --listen, also over Streamable HTTP to any number of clients).
     Serve(ServeArgs),
     /// Connect to every upstream and print each tool's names, hash, class and listing (JSON).
     Tools(ToolsArgs),
@@ -43,6 +48,28 @@ pub struct ServeArgs {
     /// This gateway's id in the store (default: a fresh one).
     #[arg(long)]
     pub gateway_id: Option<String>,
+    /// Also serve MCP over Streamable HTTP at http://ADDR/mcp (port 0: any free port; the
+    /// URL is printed on stderr). Each request needs `Authorization: Bearer <token>` of the
+    /// file's tenant (airlock tokens create). The process then serves until SIGINT/SIGTERM.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Let HTTP clients without a token in as the file's principal. Loopback --listen only.
+    #[arg(long, requires = "listen")]
+    pub listen_no_auth: bool,
+    /// Another host name (or host:port) HTTP clients reach --listen by, accepted in `Host`
+    /// and `Origin` besides the listen address itself (repeatable).
+    #[arg(long, value_name = "HOST", requires = "listen")]
+    pub listen_host: Vec<String>,
+    /// PEM certificate chain for HTTPS on --listen (with --tls-key).
+    #[arg(long, requires = "listen")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for HTTPS on --listen (with --tls-cert).
+    #[arg(long, requires = "listen")]
+    pub tls_key: Option<PathBuf>,
+    /// Listen on a non-loopback address without TLS: tokens then cross the network in clear
+    /// text. Prints a warning.
+    #[arg(long, requires = "listen")]
+    pub insecure_remote: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -74,6 +101,55 @@ fn load(path: &Path) -> Result<GatewayConfig, Exit> {
     GatewayConfig::parse(&text).map_err(|e| config_error(&format!("{}: {e}", path.display())))
 }
 
+/// What `--listen` resolved to before anything is opened.
+struct ListenPlan {
+    addr: SocketAddr,
+    auth: ListenAuth,
+    exposure: Exposure,
+    tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+fn refuse(message: &str) -> Exit {
+    eprintln!("error: {message}");
+    invalid_argument(message)
+}
+
+/// Checks the listener's flags (exit 2): `--listen-no-auth` only on a loopback address; a
+/// non-loopback address needs TLS or `--insecure-remote`, as for `airlock serve` (§20).
+fn listen_plan(args: &ServeArgs) -> Result<Option<ListenPlan>, Exit> {
+    let Some(addr) = args.listen else {
+        return Ok(None);
+    };
+    if args.listen_no_auth && !addr.ip().is_loopback() {
+        return Err(refuse(&format!(
+            "--listen-no-auth is accepted only with a loopback --listen address (127.0.0.1, [::1]); \
+             {addr} is reachable from other machines, whose clients must send a token"
+        )));
+    }
+    let tls_files = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
+        (None, None) => None,
+        _ => return Err(refuse("--tls-cert and --tls-key go together")),
+    };
+    let exposure = exposure(addr, tls_files.is_some(), args.insecure_remote)
+        .map_err(|e| refuse(&e.to_string()))?;
+    let tls = match &tls_files {
+        Some((cert, key)) => Some(load_tls(cert, key).map_err(|e| config_error(&e.to_string()))?),
+        None => None,
+    };
+    let auth = if args.listen_no_auth {
+        ListenAuth::NoneOnLoopback
+    } else {
+        ListenAuth::Token
+    };
+    Ok(Some(ListenPlan {
+        addr,
+        auth,
+        exposure,
+        tls,
+    }))
+}
+
 async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     if let Err(exit) = super::check_lease_ms(args.lease_ms) {
         return exit;
@@ -81,6 +157,10 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     if let Err(exit) = super::check_id_flag("--gateway-id", args.gateway_id.as_deref()) {
         return exit;
     }
+    let plan = match listen_plan(&args) {
+        Ok(plan) => plan,
+        Err(exit) => return exit,
+    };
     let config = match load(&args.config) {
         Ok(config) => config,
         Err(exit) => return exit,
@@ -91,11 +171,23 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     };
     let mut settings = WorkerSettings::new(
         args.gateway_id
+            .clone()
             .unwrap_or_else(|| format!("mcp-{}", uuid::Uuid::new_v4())),
     );
     settings.lease_ms = args.lease_ms;
     settings.reclaim_every_ms = settings.reclaim_every_ms.min(args.lease_ms);
-    match serve_stdio(config, app.env.clone(), settings).await {
+    let served = match plan {
+        None => serve_stdio(config, app.env.clone(), settings).await,
+        Some(plan) => {
+            return serve_listening(config, app.env.clone(), settings, plan, &args.listen_host)
+                .await;
+        }
+    };
+    served_exit(served)
+}
+
+fn served_exit(served: Result<(), ServeError>) -> Exit {
+    match served {
         Ok(()) => Exit::Ok,
         Err(ServeError::Storage(e)) => {
             eprintln!("error: storage: {e}");
@@ -105,6 +197,77 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
             eprintln!("error: {e}");
             Exit::InvalidInput
         }
+    }
+}
+
+/// How long shutdown waits for the HTTP clients' runs to end.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+/// Serves the stdio client and the HTTP listener until SIGINT or SIGTERM. The stdio client's
+/// end (or an stdin with no client) ends only its connection.
+async fn serve_listening<S: airlock_core::store::Store + 'static>(
+    config: airlock_mcp::config::GatewayConfig,
+    env: airlock_core::env::Env<S>,
+    settings: WorkerSettings,
+    plan: ListenPlan,
+    extra_hosts: &[String],
+) -> Exit {
+    let socket = match tokio::net::TcpListener::bind(plan.addr).await {
+        Ok(socket) => socket,
+        Err(e) => return config_error(&format!("cannot listen on {}: {e}", plan.addr)),
+    };
+    let bound = socket.local_addr().unwrap_or(plan.addr);
+    let hosts = match AllowedHosts::new(bound, extra_hosts) {
+        Ok(hosts) => hosts,
+        Err(e) => return refuse(&e.to_string()),
+    };
+    let process = GatewayProcess::start(config, env, settings).await;
+    let listening = listener(
+        Arc::clone(&process),
+        ListenSettings {
+            hosts,
+            auth: plan.auth,
+            tls: plan.tls.is_some(),
+        },
+    );
+    let scheme = if plan.tls.is_some() { "https" } else { "http" };
+    if plan.exposure == Exposure::RemoteInsecure {
+        eprintln!(
+            "warning: serving MCP on {bound} without TLS (--insecure-remote): bearer tokens \
+             cross the network in clear text"
+        );
+    }
+    if plan.auth == ListenAuth::NoneOnLoopback {
+        eprintln!(
+            "warning: --listen-no-auth: any local process that reaches {bound} is served as \
+             principal '{}' of tenant '{}' without a token",
+            process.config().principal_id,
+            process.config().tenant_id
+        );
+    }
+    eprintln!("airlock mcp serve: listening on {scheme}://{bound}{MCP_PATH}");
+
+    let stopping = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_signal = Arc::new(tokio::sync::Notify::new());
+    super::serve::spawn_signal_listener(stopping, Arc::clone(&stop_signal));
+    let stdio_process = Arc::clone(&process);
+    let stdio = tokio::spawn(async move {
+        if let Err(error) = serve_stdio_connection(&stdio_process).await {
+            tracing::info!(%error, "no stdio client, or it ended with an error");
+        }
+    });
+    let shutdown = {
+        let stop_signal = Arc::clone(&stop_signal);
+        async move { stop_signal.notified().await }
+    };
+    let served =
+        airlock_http::server::serve(listening.router.clone(), socket, plan.tls, shutdown).await;
+    listening.close(CLOSE_WAIT).await;
+    stdio.abort();
+    process.shutdown().await;
+    match served {
+        Ok(()) => Exit::Ok,
+        Err(e) => config_error(&format!("server: {e}")),
     }
 }
 

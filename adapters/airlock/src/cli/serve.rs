@@ -145,7 +145,10 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
 
 /// SIGINT or SIGTERM: stop claiming, end the event streams, stop accepting; in-flight runs end
 /// or park and open requests finish before the process exits.
-fn spawn_signal_listener(stopping: Arc<AtomicBool>, stop_signal: Arc<tokio::sync::Notify>) {
+pub(super) fn spawn_signal_listener(
+    stopping: Arc<AtomicBool>,
+    stop_signal: Arc<tokio::sync::Notify>,
+) {
     tokio::spawn(async move {
         let terminate = async {
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {

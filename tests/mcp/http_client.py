@@ -1,0 +1,137 @@
+"""The MCP client of the Streamable HTTP listener's tests (SPEC §19.6, tests/tests/mcp_listen.rs):
+the Python `mcp` SDK over Streamable HTTP to `airlock mcp serve --listen`. Each scenario prints
+one JSON object of what it observed on stdout; the Rust test asserts on it. Nothing here
+decides pass or fail. (A file of its own beside client.py, which drives stdio, so the two
+transports' scenarios do not tangle.)
+
+usage: http_client.py SCENARIO --url URL [--token TOKEN] [--airlock BIN --data DIR]
+
+Scenarios:
+- `call`: initialize, list tools, call `test__slow` with 0 seconds.
+- `list_changed`: `test__set_description` changes a definition upstream; the client must hear
+  `notifications/tools/list_changed` (within 20 s) and see the tool still listed.
+- `concurrent`: in one session, `test__append` parks for approval (its SSE stream stays open
+  with progress); while it is parked, `tools/list` is asked and answered on a second stream;
+  only then is the approval approved from another process, and the parked call answered.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+
+import anyio
+import mcp_types as types
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+
+APPROVAL = re.compile(r"approval ([0-9a-f-]{36})")
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("scenario")
+    p.add_argument("--url", required=True)
+    p.add_argument("--token")
+    p.add_argument("--airlock")
+    p.add_argument("--data")
+    p.add_argument("--policy-dir")
+    return p.parse_args()
+
+
+def result_json(result):
+    if isinstance(result, types.CallToolResult):
+        return {
+            "is_error": bool(result.is_error),
+            "text": "".join(c.text for c in result.content if isinstance(c, types.TextContent)),
+        }
+    return {"other": repr(result)}
+
+
+async def call(session, name, arguments, on_progress=None):
+    try:
+        return result_json(await session.call_tool(name, arguments, progress_callback=on_progress))
+    except MCPError as e:
+        return {"error_code": e.error.code, "error_message": e.error.message}
+
+
+def approve(args, approval):
+    argv = [args.airlock, "--data-dir", args.data, "--tenant", "acme"]
+    if args.policy_dir:
+        argv += ["--policy-dir", args.policy_dir]
+    argv += ["approvals", "approve", approval, "--reason", "checked by ci"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return out.returncode
+
+
+async def scenario(args):
+    observed = {}
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+    async with create_mcp_http_client(headers=headers) as http:
+        async with streamable_http_client(args.url, http_client=http) as streams:
+            read, write = streams[0], streams[1]
+            heard = []
+
+            async def on_message(message):
+                method = getattr(message, "method", None)
+                if method is not None:
+                    heard.append(method)
+
+            async with ClientSession(read, write, message_handler=on_message) as session:
+                init = await session.initialize()
+                observed["protocol_version"] = init.protocol_version
+                observed["server"] = init.server_info.name
+                listed = await session.list_tools()
+                observed["tools"] = sorted(t.name for t in listed.tools)
+                if args.scenario == "call":
+                    observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+                elif args.scenario == "list_changed":
+                    observed["set"] = await call(session, "test__set_description", {"text": "changed over http"})
+                    with anyio.move_on_after(20):
+                        while "notifications/tools/list_changed" not in heard:
+                            await anyio.sleep(0.1)
+                    observed["notifications"] = sorted(set(heard))
+                elif args.scenario == "concurrent":
+                    parked = []
+                    order = []
+
+                    async def on_progress(value, total, message):
+                        match = APPROVAL.search(message or "")
+                        if match and not parked:
+                            parked.append(match.group(1))
+
+                    with anyio.move_on_after(60) as scope:
+                        async with anyio.create_task_group() as tg:
+
+                            async def first():
+                                observed["parked_call"] = await call(
+                                    session, "test__append", {"text": "over http"}, on_progress
+                                )
+                                order.append("parked_call")
+
+                            tg.start_soon(first)
+                            while not parked:
+                                await anyio.sleep(0.1)
+                            # The parked call's stream is open; a second request on its own
+                            # stream must be answered now, not after the first.
+                            again = await session.list_tools()
+                            observed["listed_while_parked"] = sorted(t.name for t in again.tools)
+                            order.append("list")
+                            observed["approve_exit"] = await anyio.to_thread.run_sync(approve, args, parked[0])
+                    observed["timed_out"] = scope.cancelled_caught
+                    observed["approval"] = parked[0] if parked else None
+                    observed["order"] = order
+                else:
+                    raise SystemExit(f"unknown scenario {args.scenario}")
+    return observed
+
+
+def main():
+    args = parse_args()
+    print(json.dumps(anyio.run(scenario, args)))
+
+
+if __name__ == "__main__":
+    main()

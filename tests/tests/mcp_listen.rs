@@ -1,0 +1,447 @@
+//! `airlock mcp serve --listen` (SPEC §19.1, §19.6): MCP over Streamable HTTP to the real binary,
+//! with the Python `mcp` SDK as the client (`tests/mcp/http_client.py`) and the project's own
+//! test server (`tests/mcp/airlock_test_server.py`) upstream; the guard's refusals with raw
+//! HTTP requests.
+//!
+//! The SDK is installed by `.ci/mcp.sh` into `.ci/.venv`; without it every scenario here is
+//! skipped with a line on stderr; under `CI=true` a missing SDK fails the test instead.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use airlock_e2e::*;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// CI's virtual environment's Python with the `mcp` SDK, or `None` (skip; a failure in CI).
+fn python(test: &str) -> Option<PathBuf> {
+    let python = repo().join(".ci/.venv/bin/python");
+    let ok = python.exists()
+        && Command::new(&python)
+            .args(["-c", "import mcp"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    skip::skip_or_fail(
+        &format!(
+            "mcp_listen::{test} skipped: missing the Python mcp SDK in .ci/.venv (run `bash .ci/mcp.sh install`)"
+        ),
+        "under CI=true the MCP peers are required",
+    );
+    None
+}
+
+/// A data dir with a gateway file in front of the project's test server only.
+struct Scene {
+    data: DataDir,
+    config: PathBuf,
+    ledger: PathBuf,
+    python: PathBuf,
+}
+
+impl Scene {
+    fn new(python: PathBuf) -> Scene {
+        let data = DataDir::new();
+        let ledger = data.path().join("ledger.txt");
+        let config = data.path().join("gateway.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"schema_version = 1
+tenant_id = "acme"
+principal_id = "alice"
+scopes = ["mcp.test.call"]
+origin_trust = "user"
+
+[servers.test]
+command = "{python}"
+args = ["{server}"]
+env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
+default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
+
+[servers.test.tools.append]
+side_effect = "external_write"
+idempotency = "non_idempotent"
+risk = "medium"
+"#,
+                python = python.display(),
+                server = repo().join("tests/mcp/airlock_test_server.py").display(),
+                ledger = ledger.display(),
+            ),
+        )
+        .unwrap();
+        Scene {
+            data,
+            config,
+            ledger,
+            python,
+        }
+    }
+
+    /// `airlock mcp serve --config FILE` with `flags`, to its end (for refusals at start).
+    fn serve_output(&self, flags: &[&str]) -> Output {
+        let mut command = self.data.command("operator", &["mcp", "serve", "--config"]);
+        command.arg(&self.config).args(flags);
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_within(&mut child, Duration::from_secs(30), "mcp serve")
+    }
+
+    /// A listening gateway: the child and its URL (read from the line on stderr), and the
+    /// stderr lines before it.
+    #[allow(
+        clippy::zombie_processes,
+        reason = "the child moves into the Gateway, whose Drop kills and waits for it"
+    )]
+    fn listen(&self, flags: &[&str]) -> Gateway {
+        let mut command = self.data.command("operator", &["mcp", "serve", "--config"]);
+        command
+            .arg(&self.config)
+            .args(["--lease-ms", "2000", "--listen", "127.0.0.1:0"])
+            .args(flags);
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut before = Vec::new();
+        loop {
+            let mut line = String::new();
+            let read = stderr.read_line(&mut line).unwrap_or(0);
+            if read == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("mcp serve ended before listening: {before:?}");
+            }
+            if let Some(url) = line.trim().strip_prefix("airlock mcp serve: listening on ") {
+                // Keep draining stderr so the gateway never blocks on a full pipe.
+                std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+                let url = url.to_owned();
+                let authority = url
+                    .trim_start_matches("http://")
+                    .trim_end_matches("/mcp")
+                    .to_owned();
+                return Gateway {
+                    child,
+                    url,
+                    authority,
+                    before,
+                };
+            }
+            before.push(line);
+        }
+    }
+
+    /// `airlock tokens create` for `tenant`/`principal`: the token text.
+    fn token(&self, tenant: &str, principal: &str) -> String {
+        let made = self.data.json(
+            "operator",
+            &[
+                "tokens",
+                "create",
+                "--tenant",
+                tenant,
+                "--principal",
+                principal,
+                "--scopes",
+                "mcp.test.call",
+            ],
+        );
+        made["token"].as_str().unwrap().to_owned()
+    }
+
+    /// Runs `http_client.py SCENARIO` against `gateway`; its JSON observations.
+    fn client(&self, gateway: &Gateway, scenario: &str, token: Option<&str>) -> Value {
+        let mut command = Command::new(&self.python);
+        command
+            .arg(repo().join("tests/mcp/http_client.py"))
+            .arg(scenario)
+            .args(["--url", &gateway.url])
+            .arg("--airlock")
+            .arg(airlock_bin())
+            .arg("--data")
+            .arg(self.data.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        let mut child = command.spawn().unwrap();
+        let output = wait_within(&mut child, Duration::from_secs(120), scenario);
+        assert!(
+            output.status.success(),
+            "http_client.py {scenario} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "http_client.py {scenario} printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        })
+    }
+
+    /// The principals of the runs, oldest first.
+    fn run_principals(&self) -> Vec<String> {
+        let conn = db(&self.data);
+        let mut statement = conn
+            .prepare("SELECT principal_id FROM runs ORDER BY created_at")
+            .unwrap();
+        statement
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+}
+
+struct Gateway {
+    child: Child,
+    url: String,
+    /// `127.0.0.1:PORT`.
+    authority: String,
+    /// stderr lines printed before the listening line (warnings).
+    before: Vec<String>,
+}
+
+impl Gateway {
+    /// One raw HTTP/1.1 `initialize` POST with `headers` (the Host header is the caller's):
+    /// the status code and the body.
+    fn raw_initialize(&self, headers: &[(&str, &str)]) -> (u16, String) {
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+        let mut request = String::from("POST /mcp HTTP/1.1\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!(
+            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        let mut stream = TcpStream::connect(&self.authority).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        // An SSE answer stays open: the status line and the first bytes are enough.
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&chunk[..n]);
+            let headers_read = answer.windows(4).any(|w| w == b"\r\n\r\n");
+            if headers_read && answer.starts_with(b"HTTP/1.1 200") {
+                break;
+            }
+        }
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// SIGTERM, then the exit code.
+    fn stop(mut self) -> Option<i32> {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the gateway did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_allowed_call_passes_over_http_as_the_tokens_principal_and_a_parked_call_keeps_its_stream_while_another_is_answered()
+ {
+    let Some(python) = python("pass_through") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&[]);
+    let token = scene.token("acme", "bob");
+
+    let called = scene.client(&gateway, "call", Some(&token));
+    assert_eq!(called["server"], "airlock", "{called}");
+    assert_eq!(called["protocol_version"], "2025-11-25", "{called}");
+    assert_eq!(called["slow"]["is_error"], false, "{called}");
+    assert_eq!(called["slow"]["text"], "slept 0.0", "{called}");
+    // The session's principal is the token's, not the file's.
+    assert_eq!(scene.run_principals(), ["bob"]);
+
+    // Two SSE streams at once in one session: a parked call's, and a tools/list answered
+    // while it is parked; the approval comes only after the list was answered.
+    let concurrent = scene.client(&gateway, "concurrent", Some(&token));
+    assert_eq!(concurrent["timed_out"], false, "{concurrent}");
+    assert_eq!(
+        concurrent["order"],
+        serde_json::json!(["list", "parked_call"]),
+        "{concurrent}"
+    );
+    assert_eq!(concurrent["approve_exit"], 0, "{concurrent}");
+    assert_eq!(
+        concurrent["parked_call"]["text"], "appended",
+        "{concurrent}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&scene.ledger).unwrap(),
+        "over http\n"
+    );
+
+    // A definition changed upstream reaches the HTTP client as a list change.
+    let changed = scene.client(&gateway, "list_changed", Some(&token));
+    assert_eq!(changed["set"]["text"], "changed", "{changed}");
+    assert!(
+        changed["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m == "notifications/tools/list_changed"),
+        "{changed}"
+    );
+    assert_eq!(gateway.stop(), Some(0));
+}
+
+#[test]
+fn requests_without_a_valid_token_of_the_files_tenant_or_from_a_foreign_host_or_origin_are_refused()
+{
+    let Some(python) = python("refusals") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&[]);
+    let token = scene.token("acme", "alice");
+    let bearer = format!("Bearer {token}");
+    let host = gateway.authority.clone();
+
+    let (status, body) = gateway.raw_initialize(&[("Host", &host)]);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    let (status, body) = gateway.raw_initialize(&[
+        ("Host", &host),
+        ("Authorization", &format!("Bearer alk_{}", "0".repeat(64))),
+    ]);
+    assert_eq!(status, 401, "{body}");
+    let other_tenant = format!("Bearer {}", scene.token("globex", "alice"));
+    let (status, body) =
+        gateway.raw_initialize(&[("Host", &host), ("Authorization", &other_tenant)]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("another tenant"), "{body}");
+
+    // DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1.
+    let port = host.rsplit_once(':').unwrap().1;
+    let (status, body) = gateway.raw_initialize(&[
+        ("Host", &format!("evil.example:{port}")),
+        ("Authorization", &bearer),
+    ]);
+    assert_eq!(status, 421, "{body}");
+    assert!(body.contains("DNS rebinding"), "{body}");
+    let (status, body) = gateway.raw_initialize(&[
+        ("Host", &host),
+        ("Origin", "http://evil.example"),
+        ("Authorization", &bearer),
+    ]);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("Origin"), "{body}");
+
+    // The same request from this listener's own origin, with the token, is served.
+    let (status, body) = gateway.raw_initialize(&[
+        ("Host", &format!("localhost:{port}")),
+        ("Origin", &format!("http://localhost:{port}")),
+        ("Authorization", &bearer),
+    ]);
+    assert_eq!(status, 200, "{body}");
+    // Nothing was opened for the refused requests: one connection (and the stdio one, whose
+    // stdin is empty).
+    assert_eq!(
+        scene
+            .data
+            .count("SELECT COUNT(*) FROM connections WHERE principal_id = 'alice'"),
+        2
+    );
+}
+
+#[test]
+fn listen_no_auth_is_loopback_only_warns_and_serves_the_files_principal() {
+    let Some(python) = python("no_auth") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let refused = scene.serve_output(&["--listen", "0.0.0.0:0", "--listen-no-auth"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("--listen-no-auth is accepted only with a loopback --listen address"),
+        "{stderr}"
+    );
+    // A non-loopback listener without TLS follows `airlock serve`'s rule.
+    let refused = scene.serve_output(&["--listen", "0.0.0.0:0"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--tls-cert and --tls-key"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+
+    let gateway = scene.listen(&["--listen-no-auth"]);
+    assert!(
+        gateway
+            .before
+            .iter()
+            .any(|l| l.starts_with("warning: --listen-no-auth")),
+        "{:?}",
+        gateway.before
+    );
+    let called = scene.client(&gateway, "call", None);
+    assert_eq!(called["slow"]["text"], "slept 0.0", "{called}");
+    assert_eq!(scene.run_principals(), ["alice"]);
+    // A token, when sent, is still checked; so is any other Authorization.
+    let host = gateway.authority.clone();
+    for bad in [
+        format!("Bearer alk_{}", "0".repeat(64)),
+        "Basic YWxpY2U6".to_owned(),
+    ] {
+        let (status, body) = gateway.raw_initialize(&[("Host", &host), ("Authorization", &bad)]);
+        assert_eq!(status, 401, "{bad}: {body}");
+    }
+}
