@@ -12,79 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock_e2e::mcp::{Need, Peers, repo};
 use airlock_e2e::*;
 use serde_json::Value;
 
-/// Where `.ci/mcp.sh` installs the npm peers.
-fn npm_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/.mcp/npm")
-}
-
-/// CI's one virtual environment (`.ci/lib.sh`), which holds the Python `mcp` SDK.
-fn venv_python() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/.venv/bin/python")
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-struct Peers {
-    python: PathBuf,
-    filesystem: PathBuf,
-    everything: PathBuf,
-    test_server: PathBuf,
-    client: PathBuf,
-}
-
-/// The installed peers, or `None` (with a note on stderr) when they are missing; a panic under
-/// `CI=true`, where `.ci/mcp.sh` must have installed them.
+/// The peers every scenario here needs (SDK, Node.js, both npm servers).
 fn peers(test: &str) -> Option<Peers> {
-    let modules = npm_root().join("node_modules/@modelcontextprotocol");
-    let peers = Peers {
-        python: venv_python(),
-        filesystem: modules.join("server-filesystem/dist/index.js"),
-        everything: modules.join("server-everything/dist/index.js"),
-        test_server: repo().join("tests/mcp/airlock_test_server.py"),
-        client: repo().join("tests/mcp/client.py"),
-    };
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let mcp = peers.python.exists()
-        && Command::new(&peers.python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    let missing: Vec<&str> = [
-        ("node", node),
-        ("the Python mcp SDK in .ci/.venv", mcp),
-        (
-            "server-filesystem in .ci/.mcp/npm",
-            peers.filesystem.exists(),
-        ),
-        (
-            "server-everything in .ci/.mcp/npm",
-            peers.everything.exists(),
-        ),
-    ]
-    .iter()
-    .filter(|(_, present)| !present)
-    .map(|(what, _)| *what)
-    .collect();
-    if missing.is_empty() {
-        return Some(peers);
-    }
-    let message = format!(
-        "mcp_gateway::{test} skipped: missing {} (run `bash .ci/mcp.sh` to install the pinned peers)",
-        missing.join(", ")
-    );
-    airlock_e2e::skip::skip_or_fail(&message, "under CI=true the MCP peers are required");
-    None
+    airlock_e2e::mcp::peers(&format!("mcp_gateway::{test}"), Need::SdkAndNpmServers)
 }
 
 /// One scenario's files: a data dir, a sandbox for the filesystem server, a ledger.

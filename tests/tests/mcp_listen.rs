@@ -8,38 +8,17 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use airlock_e2e::mcp::{Need, repo};
 use airlock_e2e::*;
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repository root")
-}
-
 /// CI's virtual environment's Python with the `mcp` SDK, or `None` (skip; a failure in CI).
 fn python(test: &str) -> Option<PathBuf> {
-    let python = repo().join(".ci/.venv/bin/python");
-    let ok = python.exists()
-        && Command::new(&python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(python);
-    }
-    skip::skip_or_fail(
-        &format!(
-            "mcp_listen::{test} skipped: missing the Python mcp SDK in .ci/.venv (run `bash .ci/mcp.sh install`)"
-        ),
-        "under CI=true the MCP peers are required",
-    );
-    None
+    airlock_e2e::mcp::peers(&format!("mcp_listen::{test}"), Need::Sdk).map(|peers| peers.python)
 }
 
 /// A data dir with a gateway file in front of the project's test server only.

@@ -9,54 +9,16 @@
 //! The peers are the ones of `mcp_gateway.rs` (installed by `.ci/mcp.sh`); without them the test is
 //! skipped with a line on stderr, and under `CI=true` it fails instead.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use airlock_e2e::mcp::{Need, Peers, repo};
 use airlock_e2e::*;
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-struct Peers {
-    python: PathBuf,
-    everything: PathBuf,
-    client: PathBuf,
-}
-
+/// The peers the relay scenarios need (server-everything and the SDK).
 fn peers(test: &str) -> Option<Peers> {
-    let root = repo();
-    let peers = Peers {
-        python: root.join(".ci/.venv/bin/python"),
-        everything: root.join(
-            ".ci/.mcp/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-        ),
-        client: root.join("tests/mcp/client.py"),
-    };
-    let node = Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let mcp = peers.python.exists()
-        && Command::new(&peers.python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if node && mcp && peers.everything.exists() {
-        return Some(peers);
-    }
-    airlock_e2e::skip::skip_or_fail(
-        &format!(
-            "mcp_relays::{test} skipped: node, the Python mcp SDK in .ci/.venv or server-everything in .ci/.mcp/npm is missing (run `bash .ci/mcp.sh`)"
-        ),
-        "under CI=true the MCP peers are required",
-    );
-    None
+    airlock_e2e::mcp::peers(&format!("mcp_relays::{test}"), Need::SdkAndNpmServers)
 }
 
 /// Runs `scenario` of client.py against a gateway fronting server-everything and the project's

@@ -1,0 +1,92 @@
+//! The MCP gateway's real peers for the end-to-end tests (SPEC §19.5, §19.6), as `.ci/mcp.sh`
+//! installs them: the Python `mcp` SDK in CI's virtual environment `.ci/.venv`, and
+//! server-filesystem and server-everything in the npm prefix `.ci/.mcp/npm`; plus the project's
+//! own test server and client scripts under `tests/mcp/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The repository's root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// Where the peers are.
+pub struct Peers {
+    /// `.ci/.venv`'s Python, which has the SDK.
+    pub python: PathBuf,
+    pub filesystem: PathBuf,
+    pub everything: PathBuf,
+    /// `tests/mcp/airlock_test_server.py`.
+    pub test_server: PathBuf,
+    /// `tests/mcp/client.py` (stdio scenarios).
+    pub client: PathBuf,
+    /// `tests/mcp/http_client.py` (Streamable HTTP scenarios).
+    pub http_client: PathBuf,
+}
+
+/// What a test needs besides the SDK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The SDK only (the project's own test server is Python).
+    Sdk,
+    /// The SDK, Node.js and both npm servers.
+    SdkAndNpmServers,
+}
+
+/// The installed peers, or `None` after a line on stderr naming what is missing and
+/// `{test}` (a failure under `CI=true`, where `.ci/mcp.sh` must have installed them).
+pub fn peers(test: &str, need: Need) -> Option<Peers> {
+    let root = repo();
+    let modules = root.join(".ci/.mcp/npm/node_modules/@modelcontextprotocol");
+    let peers = Peers {
+        python: root.join(".ci/.venv/bin/python"),
+        filesystem: modules.join("server-filesystem/dist/index.js"),
+        everything: modules.join("server-everything/dist/index.js"),
+        test_server: root.join("tests/mcp/airlock_test_server.py"),
+        client: root.join("tests/mcp/client.py"),
+        http_client: root.join("tests/mcp/http_client.py"),
+    };
+    let sdk = peers.python.exists()
+        && Command::new(&peers.python)
+            .args(["-c", "import mcp"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    let mut checks = vec![("the Python mcp SDK in .ci/.venv", sdk)];
+    if need == Need::SdkAndNpmServers {
+        let node = Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        checks.extend([
+            ("node", node),
+            (
+                "server-filesystem in .ci/.mcp/npm",
+                peers.filesystem.exists(),
+            ),
+            (
+                "server-everything in .ci/.mcp/npm",
+                peers.everything.exists(),
+            ),
+        ]);
+    }
+    let missing: Vec<&str> = checks
+        .iter()
+        .filter(|(_, present)| !present)
+        .map(|(what, _)| *what)
+        .collect();
+    if missing.is_empty() {
+        return Some(peers);
+    }
+    crate::skip::skip_or_fail(
+        &format!(
+            "{test} skipped: missing {} (run `bash .ci/mcp.sh` to install the pinned peers)",
+            missing.join(", ")
+        ),
+        "under CI=true the MCP peers are required",
+    );
+    None
+}
