@@ -884,45 +884,18 @@ impl StoreTx for TxProbe<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::fixtures::{event, run};
+    use crate::checks::fixtures::{event, pending_batch, run};
     use airlock_core::events::Actor;
     use airlock_core::ids::ParallelGroupId;
-    use airlock_core::ports::ProposedCall;
-    use airlock_core::run::checkpoint::{CheckpointState, PendingBatch, PinnedCall};
-    use airlock_core::vocab::CheckpointTrigger;
     use serde_json::json;
 
     /// A run whose latest checkpoint holds step 1's parallel batch of `c1` and `c2`, both
     /// refused (so settled).
     fn parallel_step_refused() -> MemSnapshot {
-        let call = |id: &str| PinnedCall {
-            call: ProposedCall {
-                call_id: id.to_owned(),
-                tool: "sim.missing".to_owned(),
-                version: None,
-                arguments: json!({}),
-                argument_trust: Default::default(),
-            },
-            pinned_version: None,
-        };
-        let mut snapshot = MemSnapshot::default();
-        snapshot.checkpoints.insert(
-            (run(), 1),
-            Checkpoint {
-                run_id: run(),
-                version: 1,
-                trigger: CheckpointTrigger::ToolPending,
-                state: CheckpointState {
-                    pending: Some(PendingBatch {
-                        step: 1,
-                        calls: vec![call("c1"), call("c2")],
-                        admission: Admission::Parallel {
-                            parallel_group: ParallelGroupId(uuid::Uuid::from_u128(9)),
-                        },
-                    }),
-                    ..CheckpointState::default()
-                },
-                created_at: Timestamp::from_micros(1),
+        let mut snapshot = pending_batch(
+            1,
+            Admission::Parallel {
+                parallel_group: ParallelGroupId(uuid::Uuid::from_u128(9)),
             },
         );
         for call_id in ["c1", "c2"] {

@@ -123,14 +123,10 @@ pub fn parallel_groups_kept(world: &World<'_>) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::checks::Observations;
-    use crate::checks::fixtures::{commit, event, run};
+    use crate::checks::fixtures::{commit, event, pending_batch, run};
     use crate::plan::Plan;
     use airlock_core::events::Actor;
     use airlock_core::mem_store::MemSnapshot;
-    use airlock_core::ports::ProposedCall;
-    use airlock_core::run::checkpoint::{Checkpoint, CheckpointState, PinnedCall};
-    use airlock_core::time::Timestamp;
-    use airlock_core::vocab::CheckpointTrigger;
     use serde_json::json;
 
     fn refusal(call_id: &str) -> Event {
@@ -145,36 +141,7 @@ mod tests {
     }
 
     fn snapshot(admission: Admission) -> MemSnapshot {
-        let call = |id: &str| PinnedCall {
-            call: ProposedCall {
-                call_id: id.to_owned(),
-                tool: "sim.missing".to_owned(),
-                version: None,
-                arguments: json!({}),
-                argument_trust: Default::default(),
-            },
-            pinned_version: None,
-        };
-        let mut snapshot = MemSnapshot::default();
-        snapshot.checkpoints.insert(
-            (run(), 2),
-            Checkpoint {
-                run_id: run(),
-                version: 2,
-                trigger: CheckpointTrigger::ToolPending,
-                state: CheckpointState {
-                    step: 0,
-                    pending: Some(PendingBatch {
-                        step: 1,
-                        calls: vec![call("c1"), call("c2")],
-                        admission,
-                    }),
-                    ..CheckpointState::default()
-                },
-                created_at: Timestamp::from_micros(1),
-            },
-        );
-        snapshot
+        pending_batch(2, admission)
     }
 
     #[test]

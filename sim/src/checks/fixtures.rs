@@ -3,8 +3,13 @@
 
 use airlock_core::events::{Actor, Event, EventType};
 use airlock_core::ids::{RunId, SessionId};
+use airlock_core::mem_store::MemSnapshot;
+use airlock_core::ports::ProposedCall;
+use airlock_core::run::checkpoint::{
+    Admission, Checkpoint, CheckpointState, PendingBatch, PinnedCall,
+};
 use airlock_core::time::Timestamp;
-use airlock_core::vocab::RunStatus;
+use airlock_core::vocab::{CheckpointTrigger, RunStatus};
 
 use crate::store::{CommitRecord, Moment, RunView};
 
@@ -55,4 +60,38 @@ pub fn commit(seq: usize, events: Vec<Event>) -> CommitRecord {
         heartbeats: Vec::new(),
         runs: Vec::new(),
     }
+}
+
+/// A snapshot whose checkpoint `version` of [`run`] holds step 1's pending batch of `c1` and
+/// `c2` (a tool no catalog has), admitted as `admission`.
+pub fn pending_batch(version: u32, admission: Admission) -> MemSnapshot {
+    let call = |id: &str| PinnedCall {
+        call: ProposedCall {
+            call_id: id.to_owned(),
+            tool: "sim.missing".to_owned(),
+            version: None,
+            arguments: serde_json::json!({}),
+            argument_trust: Default::default(),
+        },
+        pinned_version: None,
+    };
+    let mut snapshot = MemSnapshot::default();
+    snapshot.checkpoints.insert(
+        (run(), version),
+        Checkpoint {
+            run_id: run(),
+            version,
+            trigger: CheckpointTrigger::ToolPending,
+            state: CheckpointState {
+                pending: Some(PendingBatch {
+                    step: 1,
+                    calls: vec![call("c1"), call("c2")],
+                    admission,
+                }),
+                ..CheckpointState::default()
+            },
+            created_at: Timestamp::from_micros(1),
+        },
+    );
+    snapshot
 }
