@@ -208,6 +208,45 @@ impl<S: Store + 'static> ClientSession<S> {
         })
     }
 
+    /// One listing across the upstreams (§19.6): every connected upstream that `offers` it and
+    /// whose read scope the principal holds is asked with `list`; each item's `key` is renamed
+    /// by `expose` (an item it returns `None` for is not listed); a server whose listing fails is
+    /// left out with a warning, so one broken upstream does not hide the others.
+    async fn gather<T, F>(
+        &self,
+        method: &str,
+        key: &str,
+        offers: impl Fn(&ServerCapabilities) -> bool,
+        list: impl Fn(Arc<crate::upstream::Upstream>, Duration) -> F,
+        expose: impl Fn(&UpstreamConfig, &str) -> Option<String>,
+    ) -> Result<Vec<Value>, McpError>
+    where
+        T: serde::Serialize,
+        F: std::future::Future<Output = Result<Vec<T>, McpError>>,
+    {
+        let mut items = Vec::new();
+        for (server, upstream) in self.gateway.connected() {
+            if !offers(&upstream.capabilities()) || !self.lists(&server) {
+                continue;
+            }
+            match list(upstream, Self::timeout(&server)).await {
+                Ok(listed) => {
+                    for item in listed {
+                        if let Some(value) =
+                            map_key(to_json(&item)?, key, |name| expose(&server, name))
+                        {
+                            items.push(value);
+                        }
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(server = %server.id, error = %error.message, "{method} failed; that server's items are left out");
+                }
+            }
+        }
+        Ok(items)
+    }
+
     /// Tells this client of list changes as `notifications/tools/list_changed` once it has
     /// initialized (2025-11-25). For transports whose peer only the handler sees (an HTTP
     /// session); stdio's [`crate::serve`] forwards them itself.
@@ -597,26 +636,15 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let mut resources = Vec::new();
-        for (server, upstream) in self.gateway.connected() {
-            if upstream.capabilities().resources.is_none() || !self.lists(&server) {
-                continue;
-            }
-            match upstream.list_resources(Self::timeout(&server)).await {
-                Ok(listed) => {
-                    for resource in listed {
-                        if let Some(value) = map_key(to_json(&resource)?, "uri", |uri| {
-                            Some(exposed_uri(&server, uri))
-                        }) {
-                            resources.push(value);
-                        }
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(server = %server.id, error = %error.message, "resources/list failed; that server's resources are left out");
-                }
-            }
-        }
+        let resources = self
+            .gather(
+                "resources/list",
+                "uri",
+                |offered| offered.resources.is_some(),
+                |upstream, timeout| async move { upstream.list_resources(timeout).await },
+                |server, uri| Some(exposed_uri(server, uri)),
+            )
+            .await?;
         from_json(json!({"resources": resources, "resultType": "complete"}))
     }
 
@@ -625,29 +653,15 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        let mut templates = Vec::new();
-        for (server, upstream) in self.gateway.connected() {
-            if upstream.capabilities().resources.is_none() || !self.lists(&server) {
-                continue;
-            }
-            match upstream
-                .list_resource_templates(Self::timeout(&server))
-                .await
-            {
-                Ok(listed) => {
-                    for template in listed {
-                        if let Some(value) = map_key(to_json(&template)?, "uriTemplate", |uri| {
-                            Some(exposed_uri(&server, uri))
-                        }) {
-                            templates.push(value);
-                        }
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(server = %server.id, error = %error.message, "resources/templates/list failed; that server's templates are left out");
-                }
-            }
-        }
+        let templates = self
+            .gather(
+                "resources/templates/list",
+                "uriTemplate",
+                |offered| offered.resources.is_some(),
+                |upstream, timeout| async move { upstream.list_resource_templates(timeout).await },
+                |server, uri| Some(exposed_uri(server, uri)),
+            )
+            .await?;
         from_json(json!({"resourceTemplates": templates, "resultType": "complete"}))
     }
 
@@ -732,27 +746,16 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        let mut prompts = Vec::new();
-        for (server, upstream) in self.gateway.connected() {
-            if upstream.capabilities().prompts.is_none() || !self.lists(&server) {
-                continue;
-            }
-            match upstream.list_prompts(Self::timeout(&server)).await {
-                Ok(listed) => {
-                    for prompt in listed {
-                        // A name that does not fit is not listed.
-                        if let Some(value) = map_key(to_json(&prompt)?, "name", |name| {
-                            exposed_name_of(&server, name)
-                        }) {
-                            prompts.push(value);
-                        }
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(server = %server.id, error = %error.message, "prompts/list failed; that server's prompts are left out");
-                }
-            }
-        }
+        // A name that does not fit is not listed.
+        let prompts = self
+            .gather(
+                "prompts/list",
+                "name",
+                |offered| offered.prompts.is_some(),
+                |upstream, timeout| async move { upstream.list_prompts(timeout).await },
+                exposed_name_of,
+            )
+            .await?;
         from_json(json!({"prompts": prompts, "resultType": "complete"}))
     }
 
