@@ -90,3 +90,25 @@ pub fn peers(test: &str, need: Need) -> Option<Peers> {
     );
     None
 }
+
+/// The `[servers.test]` tables of a gateway file: the project's test server, read-only unless
+/// configured, whose `append` is a non-idempotent external write of one line per call to
+/// `ledger`.
+pub fn test_server_tables(python: &Path, ledger: &Path) -> String {
+    format!(
+        r#"[servers.test]
+command = "{python}"
+args = ["{server}"]
+env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
+default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
+
+[servers.test.tools.append]
+side_effect = "external_write"
+idempotency = "non_idempotent"
+risk = "medium"
+"#,
+        python = python.display(),
+        server = repo().join("tests/mcp/airlock_test_server.py").display(),
+        ledger = ledger.display(),
+    )
+}

@@ -45,17 +45,7 @@ principal_id = "alice"
 scopes = ["mcp.test.call", "mcp.files.read", "mcp.files.write", "mcp.everything.call", "mcp.everything.read", "mcp.web.call"]
 origin_trust = "user"
 {extra_top}
-[servers.test]
-command = "{python}"
-args = ["{test_server}"]
-env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
-default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
-
-[servers.test.tools.append]
-side_effect = "external_write"
-idempotency = "non_idempotent"
-risk = "medium"
-
+{test_tables}
 [servers.files]
 command = "node"
 args = ["{filesystem}", "{sandbox}"]
@@ -96,9 +86,7 @@ risk = "low"
             ""
         },
         extra = extra.replace("approve_via_elicitation = true", ""),
-        python = peers.python.display(),
-        test_server = peers.test_server.display(),
-        ledger = ledger.display(),
+        test_tables = airlock_e2e::mcp::test_server_tables(&peers.python, &ledger),
         filesystem = peers.filesystem.display(),
         sandbox = sandbox.display(),
         everything = peers.everything.display(),

@@ -43,20 +43,8 @@ principal_id = "alice"
 scopes = ["mcp.test.call"]
 origin_trust = "user"
 
-[servers.test]
-command = "{python}"
-args = ["{server}"]
-env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
-default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
-
-[servers.test.tools.append]
-side_effect = "external_write"
-idempotency = "non_idempotent"
-risk = "medium"
-"#,
-                python = python.display(),
-                server = repo().join("tests/mcp/airlock_test_server.py").display(),
-                ledger = ledger.display(),
+{test_tables}"#,
+                test_tables = airlock_e2e::mcp::test_server_tables(&python, &ledger),
             ),
         )
         .unwrap();

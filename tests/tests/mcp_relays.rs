@@ -12,7 +12,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use airlock_e2e::mcp::{Need, Peers, repo};
+use airlock_e2e::mcp::{Need, Peers};
 use airlock_e2e::*;
 use serde_json::Value;
 
@@ -39,16 +39,12 @@ command = "node"
 args = ["{everything}"]
 default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
 
-[servers.test]
-command = "{python}"
-args = ["{test_server}"]
-env = {{ AIRLOCK_TEST_LEDGER = "{ledger}" }}
-default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
-"#,
+{test_tables}"#,
             everything = peers.everything.display(),
-            python = peers.python.display(),
-            test_server = repo().join("tests/mcp/airlock_test_server.py").display(),
-            ledger = data.path().join("ledger.txt").display(),
+            test_tables = airlock_e2e::mcp::test_server_tables(
+                &peers.python,
+                &data.path().join("ledger.txt")
+            ),
         ),
     )
     .unwrap();
