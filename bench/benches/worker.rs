@@ -3,7 +3,9 @@
 //! measured in the same run; an allowed call in a one-call step costs at most 2.2 commits,
 //! counted by the store: the `tx/call` column).
 //!
-//! Each line submits run scripts of `workspace.write_text` calls (32 per run; 1 or 8 per step)
+//! Each line submits run scripts of one tool's calls (32 per run; 1 or 8 per step): first
+//! `math.calculate`, which has no side effect of its own (the durable path alone), then
+//! `workspace.write_text`, which adds a file create and its fsync per call,
 //! into a fresh data directory and runs one `Worker` with `concurrency = N` until every run is
 //! terminal; it then checks that every call SUCCEEDED and reports calls per second of wall time
 //! (see `airlock_bench::worker_calls`). The raw limit (single-row INSERTs, WAL,
@@ -16,12 +18,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use airlock_bench::durable::{bench_dir, raw_limit};
-use airlock_bench::worker_calls::{POLL_MS, WorkerLoad, WorkerReport, measure};
+use airlock_bench::worker_calls::{BenchTool, POLL_MS, WorkerLoad, WorkerReport, measure};
 
 const CONCURRENT_RUNS: [usize; 4] = [1, 4, 8, 16];
 /// One call per step (a planner that calls one tool per turn), and 8 (a turn that fans out).
 const CALLS_PER_STEP: [u32; 2] = [1, 8];
 const CALLS_PER_RUN: u32 = 32;
+/// The durable path alone first, then with the cheapest real side effect.
+const TOOLS: [BenchTool; 2] = [BenchTool::Calculate, BenchTool::WriteText];
 /// Calls per line (over all slots), so each line takes a few seconds whatever its concurrency.
 const CALLS_PER_LINE: usize = 1024;
 const REPEATS: usize = 3;
@@ -32,9 +36,10 @@ fn median(mut reports: Vec<WorkerReport>) -> WorkerReport {
     reports[reports.len() / 2]
 }
 
-fn line(dir: &Path, calls_per_step: u32, concurrent_runs: usize) -> WorkerReport {
+fn line(dir: &Path, tool: BenchTool, calls_per_step: u32, concurrent_runs: usize) -> WorkerReport {
     let runs_per_slot = (CALLS_PER_LINE / (CALLS_PER_RUN as usize * concurrent_runs)).max(1);
     let load = WorkerLoad {
+        tool,
         concurrent_runs,
         runs_per_slot,
         calls_per_run: CALLS_PER_RUN,
@@ -43,7 +48,8 @@ fn line(dir: &Path, calls_per_step: u32, concurrent_runs: usize) -> WorkerReport
     let reports = (0..REPEATS)
         .map(|repeat| {
             let data_dir = dir.join(format!(
-                "worker-{calls_per_step}-{concurrent_runs}-{repeat}"
+                "worker-{}-{calls_per_step}-{concurrent_runs}-{repeat}",
+                tool.name()
             ));
             measure(&data_dir, load).unwrap_or_else(|e| panic!("{concurrent_runs} runs: {e}"))
         })
@@ -58,20 +64,21 @@ fn main() {
     let raw_time = Duration::from_secs(if quick { 1 } else { RAW_SECONDS });
     let before = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
     let mut lines = Vec::new();
-    for per_step in CALLS_PER_STEP {
-        for runs in CONCURRENT_RUNS {
-            if quick && (per_step != 1 || runs != 4) {
-                continue;
+    for tool in TOOLS {
+        for per_step in CALLS_PER_STEP {
+            for runs in CONCURRENT_RUNS {
+                if quick && (per_step != 1 || runs != 4) {
+                    continue;
+                }
+                lines.push((tool, per_step, runs, line(dir.path(), tool, per_step, runs)));
             }
-            lines.push((per_step, runs, line(dir.path(), per_step, runs)));
         }
     }
     let after = raw_limit(&dir.path().join("raw.sqlite3"), raw_time).per_second();
     let limit = (before + after) / 2.0;
 
     println!(
-        "tool calls through the worker: workspace.write_text, {CALLS_PER_RUN} per run, poll \
-         {POLL_MS} ms, median of {REPEATS}, in {}",
+        "tool calls through the worker: {CALLS_PER_RUN} per run, poll {POLL_MS} ms, median of {REPEATS}, in {}",
         dir.path().display()
     );
     println!(
@@ -84,7 +91,8 @@ fn main() {
          every core would be busy"
     );
     println!(
-        "{:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10} {:>13} {:>24}",
+        "{:>20} {:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10} {:>13} {:>24}",
+        "tool",
         "calls/step",
         "runs",
         "calls",
@@ -96,11 +104,12 @@ fn main() {
         "CPU ms/call",
         "CPU ceiling/(limit/3)"
     );
-    for (per_step, runs, report) in lines {
+    for (tool, per_step, runs, report) in lines {
         let per_second = report.calls.per_second();
         println!(
-            "{per_step:>10} {runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2} \
+            "{:>20} {per_step:>10} {runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2} \
              {:>13.2} {:>24.2}",
+            tool.name(),
             report.calls.operations,
             per_second / (limit / 3.0),
             report.per_call(report.transactions),

@@ -1,11 +1,12 @@
 //! One row of the worker benchmark, for profilers (`perf record`, `strace -c`) that should see
 //! the worker and nothing else: `cargo run --release --example worker_row -- <calls/step> <runs>
-//! [runs per slot]`. Prints calls/s, the group-commit counters and CPU time per call; no raw
+//! [runs per slot] [write|calc]` (the tool: `workspace.write_text`, the default, or
+//! `math.calculate`). Prints calls/s, the group-commit counters and CPU time per call; no raw
 //! limit is measured. With `KEEP=1` the data directory stays (its path goes to stderr), for
 //! reading the WAL or the database afterwards.
 
 use airlock_bench::durable::bench_dir;
-use airlock_bench::worker_calls::{WorkerLoad, measure};
+use airlock_bench::worker_calls::{BenchTool, WorkerLoad, measure};
 
 fn arg(n: usize, default: usize) -> usize {
     std::env::args()
@@ -22,7 +23,16 @@ fn main() {
         concat!(env!("CARGO_MANIFEST_DIR"), "/target/tmp"),
         "airlock-worker-row-",
     );
+    let tool = match std::env::args().nth(4).as_deref() {
+        Some("calc") => BenchTool::Calculate,
+        None | Some("write") => BenchTool::WriteText,
+        Some(other) => {
+            eprintln!("worker row: unknown tool {other:?}; expected write or calc");
+            std::process::exit(2);
+        }
+    };
     let load = WorkerLoad {
+        tool,
         concurrent_runs,
         runs_per_slot,
         calls_per_run: 32,
@@ -34,8 +44,9 @@ fn main() {
     }
     match result {
         Ok(report) => println!(
-            "{calls_per_step} calls/step, {concurrent_runs} runs: {} calls, {:.0} calls/s, \
+            "{}, {calls_per_step} calls/step, {concurrent_runs} runs: {} calls, {:.0} calls/s, \
              {:.1} tx/call, {:.2} tx/COMMIT, {:.2} CPU ms/call",
+            tool.name(),
             report.calls.operations,
             report.calls.per_second(),
             report.per_call(report.transactions),

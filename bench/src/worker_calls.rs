@@ -1,5 +1,5 @@
-//! The full tool-call workload of the durable benchmark: run scripts of `workspace.write_text`
-//! calls submitted through the control service and executed by core's `Worker` on the tokio
+//! The full tool-call workload of the durable benchmark: run scripts of one builtin tool's calls
+//! ([`BenchTool`]) submitted through the control service and executed by core's `Worker` on the tokio
 //! host, over `SqliteStore` in a data directory (SPEC §17.3).
 //!
 //! Unlike [`crate::durable::ToolCallRun`], which replays the pipeline's transactions by hand,
@@ -7,6 +7,11 @@
 //! gate, step checkpoints, the watermark, the contained workspace write, the outcome and the
 //! run's end. The figure is completed `workspace.write_text` calls per second of wall time from
 //! the worker's start to the moment every submitted run is terminal.
+//!
+//! Two tools, because a call's cost is the durable path plus the tool's own work:
+//! `math.calculate` has no side effect of its own, so its figure is the durable path alone (the
+//! tool that issue 12's fsync count uses); `workspace.write_text` adds a contained file create
+//! and its fsync per call, the cheapest real side effect.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,14 +30,48 @@ use serde_json::json;
 use crate::cpu::process_cpu;
 use crate::durable::Rate;
 
+/// The builtin tool every call of a measurement invokes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchTool {
+    /// `workspace.write_text` of a few bytes, each call to its own file: the durable path plus
+    /// a file create and an fsync in the run's workspace.
+    WriteText,
+    /// `math.calculate` of a short expression: the durable path and nothing else.
+    Calculate,
+}
+
+impl BenchTool {
+    /// The tool's registered name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchTool::WriteText => "workspace.write_text",
+            BenchTool::Calculate => "math.calculate",
+        }
+    }
+
+    /// The `i`th call of a run script.
+    fn call(self, i: u32) -> serde_json::Value {
+        match self {
+            BenchTool::WriteText => json!({"call_id": format!("w{i}"), "tool": self.name(),
+                "arguments": {"path": format!("out/{i}.txt"), "content": format!("line {i}\n")},
+                "argument_trust": {"path": "user", "content": "user"}}),
+            BenchTool::Calculate => json!({"call_id": format!("c{i}"), "tool": self.name(),
+                "arguments": {"expression": format!("{i} * 17 + 3")},
+                "argument_trust": {"expression": "user"}}),
+        }
+    }
+}
+
 /// How much work one measurement submits.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerLoad {
+    /// The tool every call invokes.
+    pub tool: BenchTool,
     /// Runs executing at once: the worker's `concurrency`.
     pub concurrent_runs: usize,
     /// Runs submitted per concurrency slot; slots refill as runs end.
     pub runs_per_slot: usize,
-    /// `workspace.write_text` calls per run.
+    /// Calls per run.
     pub calls_per_run: u32,
     /// Calls per step (a planner turn): 1 is an agent calling one tool at a time; more share
     /// the step's checkpoints and reads. `calls_per_run` must be a multiple of it.
@@ -42,7 +81,7 @@ pub struct WorkerLoad {
 /// What one measurement did.
 #[derive(Debug, Clone, Copy)]
 pub struct WorkerReport {
-    /// Completed `workspace.write_text` calls over the wall time.
+    /// Completed calls over the wall time.
     pub calls: Rate,
     /// Write transactions (`transact`) during the measurement. Reads (`Store::read`) run on
     /// the store's read connections and are not counted.
@@ -96,12 +135,14 @@ pub fn bench_principal() -> Principal {
 /// A run script of `calls` trusted `workspace.write_text` calls, each to its own file,
 /// `per_step` to a step (the last step takes the remainder).
 pub fn write_script(calls: u32, per_step: u32) -> String {
+    tool_script(BenchTool::WriteText, calls, per_step)
+}
+
+/// A run script of `calls` trusted calls of `tool`, `per_step` to a step (the last step takes
+/// the remainder).
+pub fn tool_script(tool: BenchTool, calls: u32, per_step: u32) -> String {
     let per_step = per_step.max(1);
-    let call = |i: u32| {
-        json!({"call_id": format!("w{i}"), "tool": "workspace.write_text",
-            "arguments": {"path": format!("out/{i}.txt"), "content": format!("line {i}\n")},
-            "argument_trust": {"path": "user", "content": "user"}})
-    };
+    let call = |i: u32| tool.call(i);
     let steps: Vec<_> = (0..calls)
         .step_by(per_step as usize)
         .map(|first| {
@@ -136,7 +177,7 @@ pub enum WorkerBenchError {
     Worker(String),
     #[error("run {run} ended {status}, not COMPLETED")]
     RunNotSucceeded { run: RunId, status: RunStatus },
-    #[error("{succeeded} of {expected} write calls SUCCEEDED")]
+    #[error("{succeeded} of {expected} calls SUCCEEDED")]
     MissingCalls { succeeded: u64, expected: u64 },
 }
 
@@ -162,7 +203,7 @@ async fn measure_async(
         .map_err(|e| WorkerBenchError::Open(e.to_string()))?;
     let principal = bench_principal();
     let control = app.control(None);
-    let script = write_script(load.calls_per_run, load.calls_per_step);
+    let script = tool_script(load.tool, load.calls_per_run, load.calls_per_step);
     let mut runs = Vec::new();
     for _ in 0..load.concurrent_runs * load.runs_per_slot {
         let submitted = control
@@ -196,7 +237,7 @@ async fn measure_async(
     let cpu = process_cpu().saturating_sub(cpu_before);
     let stats_after = store.group_stats();
 
-    let succeeded = count_succeeded_writes(&app, &runs)?;
+    let succeeded = count_succeeded_calls(&app, &runs, load.tool)?;
     let expected = runs.len() as u64 * u64::from(load.calls_per_run);
     if succeeded != expected {
         return Err(WorkerBenchError::MissingCalls {
@@ -212,8 +253,12 @@ async fn measure_async(
     })
 }
 
-/// SUCCEEDED `workspace.write_text` invocations of `runs`; fails if a run did not complete.
-fn count_succeeded_writes(app: &App, runs: &[RunId]) -> Result<u64, WorkerBenchError> {
+/// SUCCEEDED invocations of `tool` in `runs`; fails if a run did not complete.
+fn count_succeeded_calls(
+    app: &App,
+    runs: &[RunId],
+    tool: BenchTool,
+) -> Result<u64, WorkerBenchError> {
     let mut succeeded = 0;
     for &run_id in runs {
         let (status, writes) = app
@@ -225,8 +270,7 @@ fn count_succeeded_writes(app: &App, runs: &[RunId]) -> Result<u64, WorkerBenchE
                     .invocations_of_run(run_id)?
                     .iter()
                     .filter(|i| {
-                        i.tool_name == "workspace.write_text"
-                            && i.status == InvocationStatus::Succeeded
+                        i.tool_name == tool.name() && i.status == InvocationStatus::Succeeded
                     })
                     .count() as u64;
                 Ok((run.map(|r| r.status()), writes))

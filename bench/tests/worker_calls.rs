@@ -1,12 +1,13 @@
 //! The worker benchmark's workload does what it claims: every submitted call runs through the
 //! worker to SUCCEEDED, the report counts exactly those calls, and group commit was in play.
 
-use airlock_bench::worker_calls::{WorkerLoad, measure, write_script};
+use airlock_bench::worker_calls::{BenchTool, WorkerLoad, measure, tool_script, write_script};
 
 #[test]
 fn every_call_of_the_load_succeeds_and_is_counted() {
     let dir = tempfile::tempdir().expect("temp dir");
     let load = WorkerLoad {
+        tool: BenchTool::WriteText,
         concurrent_runs: 3,
         runs_per_slot: 2,
         calls_per_run: 4,
@@ -32,6 +33,32 @@ fn every_call_of_the_load_succeeds_and_is_counted() {
         .filter(|p| p.extension().is_some_and(|e| e == "txt"))
         .count();
     assert_eq!(written, 3 * 2 * 4, "one file per write_text call");
+}
+
+#[test]
+fn calculate_calls_succeed_and_write_no_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let load = WorkerLoad {
+        tool: BenchTool::Calculate,
+        concurrent_runs: 2,
+        runs_per_slot: 2,
+        calls_per_run: 3,
+        calls_per_step: 1,
+    };
+    let report = measure(dir.path(), load).expect("the load runs to completion");
+    assert_eq!(report.calls.operations, 2 * 2 * 3, "calls counted");
+    let written = walk(dir.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .count();
+    assert_eq!(written, 0, "math.calculate writes nothing");
+    let script: serde_json::Value =
+        serde_json::from_str(&tool_script(BenchTool::Calculate, 2, 1)).expect("JSON");
+    assert_eq!(script["steps"][1]["calls"][0]["tool"], "math.calculate");
+    assert_eq!(
+        script["steps"][1]["calls"][0]["arguments"]["expression"],
+        "1 * 17 + 3"
+    );
 }
 
 #[test]
