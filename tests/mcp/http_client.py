@@ -10,6 +10,8 @@ Scenarios:
 - `call`: initialize, list tools, call `test__slow` with 0 seconds.
 - `list_changed`: `test__set_description` changes a definition upstream; the client must hear
   `notifications/tools/list_changed` (within 20 s) and see the tool still listed.
+- `scopes`: list tools, then call `test__slow` with 0 seconds and `test__note`, whatever the
+  listing showed (the test decides which the token's scopes should reach).
 - `concurrent`: in one session, `test__append` parks for approval (its SSE stream stays open
   with progress); while it is parked, `tools/list` is asked and answered on a second stream;
   only then is the approval approved from another process, and the parked call answered.
@@ -87,6 +89,9 @@ async def scenario(args):
                 observed["tools"] = sorted(t.name for t in listed.tools)
                 if args.scenario == "call":
                     observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+                elif args.scenario == "scopes":
+                    observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+                    observed["note"] = await call(session, "test__note", {})
                 elif args.scenario == "list_changed":
                     observed["set"] = await call(session, "test__set_description", {"text": "changed over http"})
                     with anyio.move_on_after(20):

@@ -31,6 +31,11 @@ struct Scene {
 
 impl Scene {
     fn new(python: PathBuf) -> Scene {
+        Scene::with(python, &["mcp.test.call"], "")
+    }
+
+    /// A scene whose file holds `scopes`, with `extra` TOML appended to the server tables.
+    fn with(python: PathBuf, scopes: &[&str], extra: &str) -> Scene {
         let data = DataDir::new();
         let ledger = data.path().join("ledger.txt");
         let config = data.path().join("gateway.toml");
@@ -40,10 +45,10 @@ impl Scene {
                 r#"schema_version = 1
 tenant_id = "acme"
 principal_id = "alice"
-scopes = ["mcp.test.call"]
+scopes = {scopes:?}
 origin_trust = "user"
 
-{test_tables}"#,
+{test_tables}{extra}"#,
                 test_tables = airlock_e2e::mcp::test_server_tables(&python, &ledger),
             ),
         )
@@ -116,6 +121,11 @@ origin_trust = "user"
 
     /// `airlock tokens create` for `tenant`/`principal`: the token text.
     fn token(&self, tenant: &str, principal: &str) -> String {
+        self.token_with(tenant, principal, "mcp.test.call")
+    }
+
+    /// The same with `scopes` (comma-separated).
+    fn token_with(&self, tenant: &str, principal: &str, scopes: &str) -> String {
         let made = self.data.json(
             "operator",
             &[
@@ -126,7 +136,7 @@ origin_trust = "user"
                 "--principal",
                 principal,
                 "--scopes",
-                "mcp.test.call",
+                scopes,
             ],
         );
         made["token"].as_str().unwrap().to_owned()
@@ -411,4 +421,73 @@ fn listen_no_auth_is_loopback_only_warns_and_serves_the_files_principal() {
         let (status, body) = gateway.raw_initialize(&[("Host", &host), ("Authorization", &bad)]);
         assert_eq!(status, 401, "{bad}: {body}");
     }
+}
+
+/// An HTTP session's scopes are its token's intersected with the file's (SPEC §19.6, §20): a
+/// token can narrow what the gateway's file grants, never widen it; and tools/list shows the
+/// session what its scopes reach, not what the file's would.
+#[test]
+fn a_tokens_scopes_narrow_the_files_for_listing_and_calling_and_never_widen_them() {
+    let Some(python) = python("token_scopes") else {
+        return;
+    };
+    // `slow` needs a scope the file holds; `note` one the file does not hold.
+    let scene = Scene::with(
+        python,
+        &["mcp.test.call", "mcp.test.slow"],
+        &["slow", "note"]
+            .map(|tool| {
+                format!(
+                    "\n[servers.test.tools.{tool}]\nside_effect = \"none\"\n\
+                     idempotency = \"read_only\"\nrisk = \"low\"\nscope = \"mcp.test.{tool}\"\n"
+                )
+            })
+            .concat(),
+    );
+    let gateway = scene.listen(&[]);
+    // bob's token holds `note` (the file does not) and lacks `slow` (the file holds it).
+    let bob = scene.token_with("acme", "bob", "mcp.test.call,mcp.test.note");
+    let carol = scene.token_with("acme", "carol", "mcp.test.call,mcp.test.slow");
+
+    let narrowed = scene.client(&gateway, "scopes", Some(&bob));
+    let listed: Vec<&str> = narrowed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(listed.contains(&"test__append"), "{narrowed}");
+    assert!(
+        !listed.contains(&"test__slow"),
+        "bob's token lacks mcp.test.slow, so tools/list must not offer it: {narrowed}"
+    );
+    assert!(
+        !listed.contains(&"test__note"),
+        "no session is offered a tool whose scope the file does not hold: {narrowed}"
+    );
+    // Called anyway (a client may call what it was not offered), both are denied by the gate.
+    let denied_for_scope = |answer: &Value| {
+        answer["is_error"] == true
+            && answer["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("policy.scope.missing"))
+    };
+    assert!(denied_for_scope(&narrowed["slow"]), "{narrowed}");
+    assert!(
+        denied_for_scope(&narrowed["note"]),
+        "a token scope the file does not hold must not widen the session: {narrowed}"
+    );
+
+    let granted = scene.client(&gateway, "scopes", Some(&carol));
+    assert!(
+        granted["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t == "test__slow"),
+        "{granted}"
+    );
+    assert_eq!(granted["slow"]["text"], "slept 0.0", "{granted}");
+    assert!(denied_for_scope(&granted["note"]), "{granted}");
+    assert_eq!(gateway.stop(), Some(0));
 }

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use airlock_core::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::policy::Ruleset;
+use airlock_core::scope::{Scope, ScopeSet};
 use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::tool::spec::ToolVersion;
@@ -363,14 +364,18 @@ impl Gateway {
         self.list_changed.subscribe()
     }
 
-    /// The listed tools, as the client sees them (`name` is the exposed name).
-    pub fn listed(&self) -> Vec<Value> {
+    /// The listed tools, as a client whose principal holds `scopes` sees them (`name` is the
+    /// exposed name). The table is built with the file's scopes; an HTTP session's are its
+    /// token's intersected with the file's, so a tool the file reaches but the token does not
+    /// is left out here: a listing offers only what the session could call (SPEC §19.2).
+    pub fn listed(&self, scopes: &ScopeSet) -> Vec<Value> {
         let table = lock(&self.table);
         table
             .entries
             .values()
             .flatten()
             .filter(|e| e.listed())
+            .filter(|e| Scope::parse(&e.scope).is_ok_and(|s| scopes.contains(&s)))
             .filter_map(|e| {
                 let mut tool = e.definition.clone();
                 tool.as_object_mut()?

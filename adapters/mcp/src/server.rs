@@ -170,7 +170,7 @@ impl<S: Store + 'static> ClientSession<S> {
             tenant_id: &config.tenant_id,
             session_id: self.session.map_or(uuid::Uuid::nil(), |s| s.as_uuid()),
             action_id: uuid::Uuid::new_v4(),
-            principal_scopes: self.scopes.as_ref().unwrap_or(&config.scopes),
+            principal_scopes: self.principal_scopes(),
             origin_trust,
             now: self.gateway.now(),
         };
@@ -187,12 +187,16 @@ impl<S: Store + 'static> ClientSession<S> {
         self.live.note_read_content(server.output_trust);
     }
 
-    /// Whether the principal may see `server`'s resources and prompts listed.
-    fn lists(&self, server: &UpstreamConfig) -> bool {
+    /// The session principal's scopes: the file's, or an HTTP token's narrowed by them.
+    fn principal_scopes(&self) -> &ScopeSet {
         self.scopes
             .as_ref()
             .unwrap_or(&self.gateway.config().scopes)
-            .contains(&server.read_scope)
+    }
+
+    /// Whether the principal may see `server`'s resources and prompts listed.
+    fn lists(&self, server: &UpstreamConfig) -> bool {
+        self.principal_scopes().contains(&server.read_scope)
     }
 
     fn timeout(server: &UpstreamConfig) -> Duration {
@@ -544,7 +548,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         self.gateway.refresh_all().await;
         let tools: Vec<Tool> = self
             .gateway
-            .listed()
+            .listed(self.principal_scopes())
             .into_iter()
             .filter_map(|tool| serde_json::from_value(tool).ok())
             .collect();
