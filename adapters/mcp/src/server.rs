@@ -113,6 +113,10 @@ pub struct ClientSession<S: Store> {
     /// Set by [`ClientSession::forwarding_list_changed`]: the task that forwards list changes
     /// once the client has initialized, aborted when this server is dropped.
     forwarder: Option<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
+    /// The task relaying resource and prompt notices ([`relay_notices`]), started when the
+    /// client has initialized and aborted when this server is dropped: it would otherwise
+    /// live on after an HTTP session closed, until an upstream's next notice failed to send.
+    notice_relay: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
     /// The session principal's scopes when they are not the file's (an HTTP client's token
     /// narrows them, SPEC §19.6): reads are gated and listed with these.
     scopes: Option<ScopeSet>,
@@ -133,6 +137,7 @@ impl<S: Store + 'static> ClientSession<S> {
             subscriptions: Arc::new(Mutex::new(BTreeSet::new())),
             held: None,
             forwarder: None,
+            notice_relay: std::sync::Mutex::new(None),
             scopes: None,
         }
     }
@@ -446,17 +451,34 @@ impl<S: Store> Drop for ClientSession<S> {
         {
             task.abort();
         }
+        if let Some(task) = self
+            .notice_relay
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            task.abort();
+        }
     }
 }
 
 impl<S: Store + 'static> ServerHandler for ClientSession<S> {
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // Resource and prompt notices of the upstreams reach every initialized client (§19.6).
-        tokio::spawn(relay_notices(
+        let relay = tokio::spawn(relay_notices(
             Arc::clone(&self.gateway),
             Arc::clone(&self.subscriptions),
             context.peer.clone(),
         ));
+        if let Some(previous) = self
+            .notice_relay
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(relay.abort_handle())
+        {
+            // A second `initialized` notification: one relay per client is enough.
+            previous.abort();
+        }
         let Some(slot) = &self.forwarder else {
             return;
         };
