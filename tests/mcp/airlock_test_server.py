@@ -9,6 +9,12 @@ Tools:
 - `set_description(text)`: changes `mutable`'s description and tells clients the tool list
   changed (`notifications/tools/list_changed`; on 2026-07-28 through `subscriptions/listen`).
 - `note()`: returns a fixed text, as a stand-in for untrusted content.
+- `announce_lists()`: tells clients the resource and prompt lists changed
+  (`notifications/resources/list_changed`, `notifications/prompts/list_changed`; on
+  2026-07-28 through `subscriptions/listen`).
+
+Resources and prompts (so that their list changes are declared): the resource
+`test://status` and the prompt `greet(name)`.
 - `ask(prompt)`: asks the client's model (`sampling/createMessage`) and answers with what it
   said: a server-to-client request on 2025-11-25, an input-required result on 2026-07-28.
 
@@ -66,6 +72,31 @@ async def set_description(text: str, ctx: Context) -> str:
     except Exception:  # noqa: BLE001 - a 2026-07-28 session has no unsolicited notifications
         pass
     return "changed"
+
+
+@server.resource("test://status", description="The test server's status.")
+def status() -> str:
+    return "ok"
+
+
+@server.prompt(description="Greet someone.")
+def greet(name: str) -> str:
+    return f"Hello {name}"
+
+
+@server.tool(description="Announce that the resource and prompt lists changed.")
+async def announce_lists(ctx: Context) -> str:
+    try:
+        await ctx.notify_resources_changed()
+        await ctx.notify_prompts_changed()
+    except Exception:  # noqa: BLE001 - no subscription stream on this connection
+        pass
+    try:
+        await ctx.session.send_resource_list_changed()
+        await ctx.session.send_prompt_list_changed()
+    except Exception:  # noqa: BLE001 - a 2026-07-28 session has no unsolicited notifications
+        pass
+    return "announced"
 
 
 @server.tool(description="Return a note found on the internet.")

@@ -307,6 +307,13 @@ async def scenario(args):
                 observed["answer"] = await call(session, "test__append", {"text": args.arg, "delay_seconds": 60})
             elif s == "repeat":
                 observed["answer"] = await call(session, "test__append", {"text": args.arg, "delay_seconds": 60})
+            elif s == "list_notices":
+                # The upstream announces resource and prompt list changes; the client must hear
+                # both (SPEC 19.6), relayed outside any call.
+                observed["announce"] = await call(session, "test__announce_lists", {})
+                observed["resources_seen"] = await wait_for(gateway, "notifications/resources/list_changed")
+                observed["prompts_seen"] = await wait_for(gateway, "notifications/prompts/list_changed")
+                observed["notifications"] = sorted(set(gateway.notifications))
             elif s == "pin":
                 observed["before"] = await call(session, "test__mutable", {})
                 observed["set"] = await call(session, "test__set_description", {"text": "now with a new purpose"})

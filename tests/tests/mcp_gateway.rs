@@ -908,3 +908,18 @@ fn one_upstream_is_exposed_unprefixed_and_two_refuse_the_key() {
         "{stderr}"
     );
 }
+
+/// An upstream's resource and prompt list changes reach the client as notifications, outside
+/// any call (SPEC §19.6).
+#[test]
+fn resource_and_prompt_list_changes_of_an_upstream_reach_the_client() {
+    let Some(peers) = peers("resource_and_prompt_list_changes_of_an_upstream_reach_the_client")
+    else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let seen = scene.client(&peers, "list_notices", "legacy", "");
+    assert_eq!(text(&seen["announce"]), "announced", "{seen}");
+    assert_eq!(seen["resources_seen"], true, "{seen}");
+    assert_eq!(seen["prompts_seen"], true, "{seen}");
+}
