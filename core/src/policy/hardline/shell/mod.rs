@@ -79,11 +79,12 @@ pub fn read_argv<S: AsRef<str>>(words: &[S], prefilter: Prefilter) -> ShellReadi
     reader.finish()
 }
 
-/// The parse of `text`: the plain-word fast path when it applies (and the pre-filter is on),
-/// else the parser.
+/// The parse of `text`: the word fast path when it applies (and the pre-filter is on), else
+/// the parser.
 fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
-    if prefilter == Prefilter::On && text.chars().all(is_plain_char) {
-        let words: Vec<&str> = text.split([' ', '\t']).filter(|w| !w.is_empty()).collect();
+    if prefilter == Prefilter::On
+        && let Some(words) = simple_words(text)
+    {
         if words.iter().any(|w| RESERVED.contains(w)) {
             return parser::parse(text);
         }
@@ -103,6 +104,76 @@ fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
         });
     }
     parser::parse(text)
+}
+
+/// The raw words of `text` when it is one simple command of blank-separated words made of
+/// plain characters and quoted runs, which bash splits at the unquoted blanks and nowhere
+/// else; `None` for anything else (the parser reads it).
+///
+/// A quoted run is `'…'` or `"…"` of printable ASCII, the double-quoted kind without `$`,
+/// `` ` ``, `\` and `!` (the characters that expand or escape inside double quotes). The
+/// words keep their quotes, as the parser's do: quote removal is [`word::expand`]'s, the same
+/// for both paths. A string with quotes also passes the parser's own guards first, so that a
+/// string the parser would refuse is refused here too. Agents' commands quote their arguments
+/// (`grep -rn 'fn main' src`, `git commit -m "fix the build"`); this path reads them about ten
+/// times faster than the parser.
+fn simple_words(text: &str) -> Option<Vec<&str>> {
+    let bytes = text.as_bytes();
+    let mut quoted = false;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\'' | b'"' => {
+                let quote = bytes[i];
+                let close = bytes[i + 1..].iter().position(|b| *b == quote)? + i + 1;
+                let inside = &bytes[i + 1..close];
+                let allowed = |b: &u8| {
+                    (0x20..0x7f).contains(b)
+                        && (quote == b'\'' || !matches!(*b, b'$' | b'`' | b'\\' | b'!'))
+                };
+                if !inside.iter().all(allowed) {
+                    return None;
+                }
+                quoted = true;
+                i = close + 1;
+            }
+            b if b.is_ascii() && is_plain_char(char::from(b)) => i += 1,
+            _ => return None,
+        }
+    }
+    if quoted && !parser::within_guards(text) {
+        return None;
+    }
+    Some(split_unquoted_blanks(text))
+}
+
+/// `text` split at blanks outside quotes (quotes already known to be balanced), empty words
+/// dropped.
+fn split_unquoted_blanks(text: &str) -> Vec<&str> {
+    let mut words = Vec::new();
+    let mut start = None;
+    let mut quote = None;
+    for (i, b) in text.bytes().enumerate() {
+        match (quote, b) {
+            (Some(open), b) if b == open => quote = None,
+            (Some(_), _) => {}
+            (None, b' ' | b'\t') => {
+                if let Some(from) = start.take() {
+                    words.push(&text[from..i]);
+                }
+            }
+            (None, b) => {
+                if matches!(b, b'\'' | b'"') {
+                    quote = Some(b);
+                }
+                start.get_or_insert(i);
+            }
+        }
+    }
+    if let Some(from) = start {
+        words.push(&text[from..]);
+    }
+    words
 }
 
 /// `NAME=value` split at the first `=`, if `NAME` is a shell name.
@@ -859,11 +930,25 @@ mod tests {
             "X=1 cmd a=b",
             "dd if=/etc/shadow of=/dev/null",
             "a  b\tc",
+            "python -c 'print(1)'",
+            "git commit -m \"fix the build\"",
+            "grep -rn 'fn main' src",
+            "X='a b' cat $X",
+            "cat '/etc/'passwd",
+            "'rm' -rf /",
+            "r''m -rf \"/\"",
+            "echo 'it''s' \"a;b|c\" '$HOME'",
+            "X=\"/etc\"'/shadow' cat",
+            "'if' x",
         ] {
             let fast = script_of(text, Prefilter::On);
             let parsed = parser::parse(text);
             assert_eq!(fast, parsed, "{text}");
         }
+        // Quoted brackets deeper than the parser's guard: refused by both paths alike.
+        let deep = format!("python -c '{}'", "(".repeat(parser::MAX_NESTING + 1));
+        assert_eq!(script_of(&deep, Prefilter::On), None);
+        assert_eq!(parser::parse(&deep), None);
     }
 
     use proptest::prelude::*;
@@ -888,6 +973,59 @@ mod tests {
                 .filter(|c| is_plain_char(*c))
                 .collect()
         })
+    }
+
+    /// Strings of plain words and quoted runs: the quoted-word fast path's alphabet, with
+    /// characters inside quotes that would be operators, expansions or escapes outside them
+    /// (or inside double quotes), and unbalanced quotes.
+    fn quoted_text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            plain_text(),
+            "'[ -~]{0,8}'",
+            "\"[ -~]{0,8}\"",
+            proptest::sample::select(
+                &[
+                    "'",
+                    "\"",
+                    "''",
+                    "\"\"",
+                    "'a b'",
+                    "\"$X\"",
+                    "\"a\\\"b\"",
+                    "'it'\\''s'",
+                    "X='/etc'",
+                    "X+=\"/shadow\"",
+                    "'X'=1",
+                    "\"{a,b}\"",
+                    "'(((('",
+                    "rm",
+                    " ",
+                    "/"
+                ][..]
+            )
+            .prop_map(str::to_owned),
+        ];
+        proptest::collection::vec(piece, 0..6).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 4096,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x7175_6f74_6564),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// SPEC §21.1: the quoted-word fast path reads every string it takes as the parser
+        /// does (the strings it does not take go to the parser on both sides).
+        #[test]
+        fn the_quoted_word_fast_path_reads_as_the_parser(text in quoted_text()) {
+            prop_assert_eq!(
+                read_shell(&text, Prefilter::On),
+                read_shell(&text, Prefilter::Off),
+                "{:?}", text
+            );
+        }
     }
 
     proptest! {

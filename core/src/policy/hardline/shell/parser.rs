@@ -94,9 +94,14 @@ pub fn parse(text: &str) -> Option<Script> {
     any.then_some(script)
 }
 
+/// Whether `text` passes the guards [`parse`] applies before calling the parser on it whole.
+pub fn within_guards(text: &str) -> bool {
+    nesting_depth(text) <= MAX_NESTING && estimated_tokens(text) <= MAX_TOKENS
+}
+
 /// One call of the parser on the whole of `text`, behind the guards.
 fn parse_whole(text: &str) -> Option<Script> {
-    if nesting_depth(text) > MAX_NESTING || estimated_tokens(text) > MAX_TOKENS {
+    if !within_guards(text) {
         return None;
     }
     let options = options();

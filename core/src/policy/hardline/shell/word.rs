@@ -73,6 +73,29 @@ pub struct Expansion {
 
 /// Expands one raw word with the variables known so far.
 pub fn expand(raw: &str, variables: &Variables) -> Expansion {
+    if !raw.is_empty() && !raw.contains(['\\', '\'', '"', '`', '$', '{']) {
+        return Expansion {
+            readings: vec![vec![literal_word(raw)]],
+            substitutions: Vec::new(),
+        };
+    }
+    expand_pieces(raw, variables)
+}
+
+/// A non-empty raw word with nothing to remove or expand (no quote, escape, `$`, backtick or
+/// `{`): the word is its own text, and its own pattern when it holds `*`, `?` or `[`. This is
+/// what [`expand_pieces`] makes of it (every character an unquoted [`Piece::Char`], no brace
+/// and no split), without building the pieces: most words of real commands are like this.
+fn literal_word(raw: &str) -> Word {
+    Word::Known {
+        text: raw.to_owned(),
+        glob: raw.contains(['*', '?', '[']).then(|| raw.to_owned()),
+    }
+}
+
+/// The general expansion: quote removal, escapes, parameters, substitutions, braces and `$IFS`
+/// splitting, character by character.
+fn expand_pieces(raw: &str, variables: &Variables) -> Expansion {
     let mut pieces = Vec::new();
     let mut substitutions = Vec::new();
     let chars: Vec<char> = raw.chars().collect();
@@ -729,5 +752,30 @@ mod tests {
                 glob: Some("/[e]tc/\\[".into())
             }]
         );
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 4096,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(0x6c69_7465_7261),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// The literal-word shortcut of `expand` gives what the piece-by-piece expansion gives,
+        /// on words with and without the characters that send them the long way.
+        #[test]
+        fn the_literal_word_shortcut_expands_as_the_pieces_do(
+            raw in "[a-z/.*?\\[\\]{},$'\"`\\\\ -]{0,10}",
+            known in proptest::bool::ANY,
+        ) {
+            let mut variables = Variables::new();
+            if known {
+                variables.insert("X".into(), "/etc".into());
+            }
+            prop_assert_eq!(expand(&raw, &variables), expand_pieces(&raw, &variables), "{:?}", raw);
+        }
     }
 }
