@@ -28,11 +28,11 @@ fn every_call_of_the_load_succeeds_and_is_counted() {
         report.groups
     );
     // The files the calls wrote exist in the runs' workspaces.
-    let written = walk(dir.path())
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-        .count();
-    assert_eq!(written, 3 * 2 * 4, "one file per write_text call");
+    assert_eq!(
+        txt_files(dir.path()),
+        3 * 2 * 4,
+        "one file per write_text call"
+    );
 }
 
 #[test]
@@ -47,11 +47,7 @@ fn calculate_calls_succeed_and_write_no_file() {
     };
     let report = measure(dir.path(), load).expect("the load runs to completion");
     assert_eq!(report.calls.operations, 2 * 2 * 3, "calls counted");
-    let written = walk(dir.path())
-        .into_iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
-        .count();
-    assert_eq!(written, 0, "math.calculate writes nothing");
+    assert_eq!(txt_files(dir.path()), 0, "math.calculate writes nothing");
     let script: serde_json::Value =
         serde_json::from_str(&tool_script(BenchTool::Calculate, 2, 1)).expect("JSON");
     assert_eq!(script["steps"][1]["calls"][0]["tool"], "math.calculate");
@@ -82,6 +78,14 @@ fn the_script_groups_writes_into_steps_and_fits_its_limits() {
     assert_eq!(sizes, vec![2, 2, 1]);
     assert_eq!(grouped["limits"]["max_steps"], 4);
     assert_eq!(grouped["steps"][2]["calls"][0]["call_id"], "w4");
+}
+
+/// The `.txt` files below `dir` (what `workspace.write_text` calls of the load write).
+fn txt_files(dir: &std::path::Path) -> usize {
+    walk(dir)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "txt"))
+        .count()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
