@@ -115,8 +115,8 @@ fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
 /// words keep their quotes, as the parser's do: quote removal is [`word::expand`]'s, the same
 /// for both paths. A string with quotes also passes the parser's own guards first, so that a
 /// string the parser would refuse is refused here too. Agents' commands quote their arguments
-/// (`grep -rn 'fn main' src`, `git commit -m "fix the build"`); this path reads them about ten
-/// times faster than the parser.
+/// (`grep -rn 'fn main' src`, `git commit -m "fix the build"`), and this path spares them the
+/// tokenizer and the grammar (BENCHMARKS.md, "Hardline v2", run E).
 fn simple_words(text: &str) -> Option<Vec<&str>> {
     let bytes = text.as_bytes();
     let mut quoted = false;
