@@ -18,6 +18,8 @@ Resources and prompts (so that their list changes are declared): the resource
 - `ask(prompt)`: asks the client's model (`sampling/createMessage`) and answers with what it
   said: a server-to-client request on 2025-11-25, an input-required result on 2026-07-28.
 
+Each process appends its pid to `$AIRLOCK_TEST_LEDGER.pids` when it starts.
+
 Run: `python airlock_test_server.py` (stdio) or `python airlock_test_server.py --http PORT`
 (Streamable HTTP at http://127.0.0.1:PORT/mcp).
 """
@@ -121,6 +123,10 @@ async def ask(prompt: str, ctx: Context):
 
 
 if __name__ == "__main__":
+    # Each process appends its pid beside the ledger, so a test can see it end with the gateway.
+    if os.environ.get("AIRLOCK_TEST_LEDGER"):
+        with open(os.environ["AIRLOCK_TEST_LEDGER"] + ".pids", "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

@@ -174,6 +174,33 @@ origin_trust = "user"
         })
     }
 
+    /// Every test-server process the gateway started has ended (the server writes its pid
+    /// beside the ledger): a stopped gateway leaves no upstream behind. A zombie counts as
+    /// ended: its parent is gone, and reaping is init's.
+    fn assert_upstreams_ended(&self) {
+        let pids = std::fs::read_to_string(self.ledger.with_extension("txt.pids"))
+            .expect("the test server wrote its pid");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for pid in pids.lines().filter(|l| !l.is_empty()) {
+            loop {
+                let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|stat| {
+                        stat.rsplit_once(") ")
+                            .and_then(|(_, rest)| rest.chars().next())
+                    });
+                if matches!(state, None | Some('Z' | 'X')) {
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "upstream test server {pid} outlived the gateway (state {state:?})"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
     /// The principals of the runs, oldest first.
     fn run_principals(&self) -> Vec<String> {
         let conn = db(&self.data);
@@ -317,6 +344,7 @@ fn an_allowed_call_passes_over_http_as_the_tokens_principal_and_a_parked_call_ke
         "{changed}"
     );
     assert_eq!(gateway.stop(), Some(0));
+    scene.assert_upstreams_ended();
 }
 
 #[test]
