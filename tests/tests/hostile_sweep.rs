@@ -124,6 +124,12 @@ fn item_01_a_failed_outbox_append_leaves_no_torn_record_for_the_next_one_to_glue
 
 // ----- 2. Storage errors reach the user -----
 
+/// Steps of the runs that must still be executing when the test takes the write lock. 150 was
+/// once enough; a clean-clone CI run on 2026-12-04 saw such a run finish between the test
+/// seeing it RUNNING and taking the lock (a test thread descheduled on a loaded machine). The
+/// runs end in a storage error while the lock is held, so more steps cost no time.
+const LONG_RUN_STEPS: usize = 900;
+
 /// A run of `steps` single-call steps, long enough to be mid-way when the lock is taken.
 fn long_script(steps: usize) -> Value {
     let steps: Vec<Value> = (0..steps)
@@ -194,7 +200,7 @@ fn lease_expires_at(data: &DataDir, run: &str) -> i64 {
 #[test]
 fn item_02_inline_execution_reports_a_storage_error_and_gives_the_lease_back() {
     let data = DataDir::new();
-    let path = data.script("long", &long_script(150));
+    let path = data.script("long", &long_script(LONG_RUN_STEPS));
     let inline = data
         .command(
             "alice",
@@ -237,7 +243,7 @@ fn item_02_inline_execution_reports_a_storage_error_and_gives_the_lease_back() {
 #[test]
 fn item_02_a_worker_logs_the_run_and_cause_of_an_abandoned_execution() {
     let data = DataDir::new();
-    data.submit(&long_script(150));
+    data.submit(&long_script(LONG_RUN_STEPS));
     // One run at a time: with its only slot taken the worker does not try to claim while the
     // lock is held, so the transaction that meets the lock is the executor's (a blocked claim
     // would hold the store's writer for its five seconds and the executor would wait behind it
