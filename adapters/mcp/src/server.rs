@@ -111,12 +111,12 @@ pub struct ClientSession<S: Store> {
     /// closes when the transport drops the server).
     held: Option<Box<dyn std::any::Any + Send + Sync>>,
     /// Set by [`ClientSession::forwarding_list_changed`]: the task that forwards list changes
-    /// once the client has initialized, aborted when this server is dropped.
-    forwarder: Option<std::sync::Mutex<Option<tokio::task::AbortHandle>>>,
+    /// once the client has initialized.
+    forwarder: Option<TaskSlot>,
     /// The task relaying resource and prompt notices ([`relay_notices`]), started when the
-    /// client has initialized and aborted when this server is dropped: it would otherwise
-    /// live on after an HTTP session closed, until an upstream's next notice failed to send.
-    notice_relay: std::sync::Mutex<Option<tokio::task::AbortHandle>>,
+    /// client has initialized. Without the slot it would live on after an HTTP session
+    /// closed, until an upstream's next notice failed to send.
+    notice_relay: TaskSlot,
     /// The session principal's scopes when they are not the file's (an HTTP client's token
     /// narrows them, SPEC §19.6): reads are gated and listed with these.
     scopes: Option<ScopeSet>,
@@ -137,7 +137,7 @@ impl<S: Store + 'static> ClientSession<S> {
             subscriptions: Arc::new(Mutex::new(BTreeSet::new())),
             held: None,
             forwarder: None,
-            notice_relay: std::sync::Mutex::new(None),
+            notice_relay: TaskSlot::default(),
             scopes: None,
         }
     }
@@ -260,7 +260,7 @@ impl<S: Store + 'static> ClientSession<S> {
     /// initialized (2025-11-25). For transports whose peer only the handler sees (an HTTP
     /// session); stdio's [`crate::serve`] forwards them itself.
     pub fn forwarding_list_changed(mut self) -> ClientSession<S> {
-        self.forwarder = Some(std::sync::Mutex::new(None));
+        self.forwarder = Some(TaskSlot::default());
         self
     }
 
@@ -444,19 +444,27 @@ async fn elicit<S: Store + 'static>(
     }
 }
 
-impl<S: Store> Drop for ClientSession<S> {
-    fn drop(&mut self) {
-        if let Some(slot) = &self.forwarder
-            && let Some(task) = slot.lock().unwrap_or_else(|p| p.into_inner()).take()
-        {
-            task.abort();
-        }
-        if let Some(task) = self
-            .notice_relay
+/// A task that lives exactly as long as its client's server: aborted when another takes its
+/// place (a second `initialized` notification) or when the slot is dropped with the server.
+#[derive(Default)]
+struct TaskSlot(std::sync::Mutex<Option<tokio::task::AbortHandle>>);
+
+impl TaskSlot {
+    fn set(&self, task: tokio::task::AbortHandle) {
+        let previous = self
+            .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+            .replace(task);
+        if let Some(previous) = previous {
+            previous.abort();
+        }
+    }
+}
+
+impl Drop for TaskSlot {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.lock().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();
         }
     }
@@ -470,15 +478,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             Arc::clone(&self.subscriptions),
             context.peer.clone(),
         ));
-        if let Some(previous) = self
-            .notice_relay
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .replace(relay.abort_handle())
-        {
-            // A second `initialized` notification: one relay per client is enough.
-            previous.abort();
-        }
+        self.notice_relay.set(relay.abort_handle());
         let Some(slot) = &self.forwarder else {
             return;
         };
@@ -502,7 +502,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         });
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+        slot.set(task.abort_handle());
     }
 
     fn get_info(&self) -> ServerConfig {
@@ -997,5 +997,44 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 Err(_) => return Ok(()),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::TaskSlot;
+
+    /// A task that never ends on its own.
+    fn endless() -> tokio::task::JoinHandle<()> {
+        tokio::spawn(std::future::pending::<()>())
+    }
+
+    /// Whether `task` ends cancelled within a second (a planted bug fails, not hangs).
+    async fn cancelled(task: tokio::task::JoinHandle<()>) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), task).await,
+            Ok(Err(e)) if e.is_cancelled()
+        )
+    }
+
+    #[tokio::test]
+    async fn a_slot_aborts_its_task_when_replaced_and_when_dropped() {
+        let slot = TaskSlot::default();
+        let first = endless();
+        slot.set(first.abort_handle());
+        let second = endless();
+        slot.set(second.abort_handle());
+        assert!(
+            cancelled(first).await,
+            "a second `initialized` aborts the first task"
+        );
+        assert!(!second.is_finished(), "the task in the slot runs on");
+        drop(slot);
+        assert!(
+            cancelled(second).await,
+            "dropping the slot (with its server) aborts its task"
+        );
     }
 }
