@@ -246,6 +246,11 @@ pub fn scope_of(server: &ServerConfig, upstream: &str) -> String {
         )
 }
 
+/// Whether `scopes` hold the scope a tool's entry names (an unparsable one is held by nobody).
+pub fn holds(scopes: &ScopeSet, scope: &str) -> bool {
+    Scope::parse(scope).is_ok_and(|s| scopes.contains(&s))
+}
+
 /// Builds the entries of every tool `server` listed, in the server's order. `denied` says
 /// whether the policy matrix denies a side-effect class unconditionally; `scopes` are the
 /// principal's.
@@ -273,7 +278,7 @@ pub fn entries(
                 Some(Unlisted::NameDoesNotFit)
             } else if let Some(pin) = pin.filter(|pin| *pin != hash) {
                 Some(Unlisted::PinMismatch { pin })
-            } else if !Scope::parse(&scope).is_ok_and(|s| scopes.contains(&s)) {
+            } else if !holds(scopes, &scope) {
                 Some(Unlisted::ScopeNotHeld(scope.clone()))
             } else if denied(class.side_effect) {
                 Some(Unlisted::DeniedByPolicy)

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use airlock_core::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::policy::Ruleset;
-use airlock_core::scope::{Scope, ScopeSet};
+use airlock_core::scope::ScopeSet;
 use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::tool::spec::ToolVersion;
@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::body::UpstreamTool;
-use crate::catalog::{Entry, Unlisted, entries, spec_of};
+use crate::catalog::{Entry, Unlisted, entries, holds, spec_of};
 use crate::config::GatewayConfig;
 use crate::relay::{Clients, RelayContext};
 use crate::upstream::{Notice, Upstream, UpstreamError};
@@ -375,7 +375,7 @@ impl Gateway {
             .values()
             .flatten()
             .filter(|e| e.listed())
-            .filter(|e| Scope::parse(&e.scope).is_ok_and(|s| scopes.contains(&s)))
+            .filter(|e| holds(scopes, &e.scope))
             .filter_map(|e| {
                 let mut tool = e.definition.clone();
                 tool.as_object_mut()?
