@@ -3,11 +3,10 @@
 //! measured in the same run; an allowed call in a one-call step costs at most 2.2 commits,
 //! counted by the store: the `tx/call` column).
 //!
-//! Each line submits run scripts of one tool's calls (32 per run; 1 or 8 per step): first
-//! `math.calculate`, which has no side effect of its own (the durable path alone), then
-//! `workspace.write_text`, which adds a file create and its fsync per call,
-//! into a fresh data directory and runs one `Worker` with `concurrency = N` until every run is
-//! terminal; it then checks that every call SUCCEEDED and reports calls per second of wall time
+//! Each line submits run scripts of one tool's calls (32 per run; 1 or 8 per step) into a fresh
+//! data directory: first `math.calculate`, which has no side effect of its own (the durable path
+//! alone), then `workspace.write_text`, which adds a file create and its fsync per call. It runs
+//! one `Worker` with `concurrency = N` until every run is terminal; it then checks that every call SUCCEEDED and reports calls per second of wall time
 //! (see `airlock_bench::worker_calls`). The raw limit (single-row INSERTs, WAL,
 //! `synchronous=FULL`) is measured in the same directory before and after the worker lines, and
 //! the ratios use the mean. Each line runs `REPEATS` times; the table shows the median.

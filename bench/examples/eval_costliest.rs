@@ -6,22 +6,20 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use airlock_bench::{cases_path, v2_cases_path};
+use airlock_bench::{action_lines, cases_path, v2_cases_path};
 use airlock_core::action::ProposedAction;
 use airlock_core::policy::{Ruleset, evaluate};
 
 fn main() {
     let ruleset = Ruleset::shipped().expect("the shipped policy loads");
-    let mut actions = Vec::new();
-    for path in [cases_path(), v2_cases_path()] {
-        let text = std::fs::read_to_string(&path).expect("conformance file");
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            let case: serde_json::Value = serde_json::from_str(line).expect("JSON");
-            let json = case["action"].to_string();
-            let action = ProposedAction::from_json(&json).expect("action parses");
-            actions.push((json, action));
-        }
-    }
+    let actions: Vec<(String, ProposedAction)> = [cases_path(), v2_cases_path()]
+        .iter()
+        .flat_map(|path| action_lines(path))
+        .map(|json| {
+            let action = ProposedAction::from_json(&json).expect("a conformance action parses");
+            (json, action)
+        })
+        .collect();
     let mut costs: Vec<(Duration, Duration, usize)> = actions
         .iter()
         .enumerate()

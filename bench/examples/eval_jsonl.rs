@@ -23,30 +23,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use airlock_bench::cpu::children_cpu;
-use airlock_bench::{cases_path, v2_cases_path};
+use airlock_bench::{action_lines, cases_path, v2_cases_path};
 use airlock_core::action::ProposedAction;
 use airlock_core::policy::{Ruleset, evaluate};
 
 fn arg(n: usize) -> Option<String> {
     std::env::args().nth(n)
-}
-
-/// The compact action JSON of every line of a conformance file.
-fn actions_of(path: &Path) -> Vec<String> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e} (the bench needs shared/ beside the repository)",
-            path.display()
-        )
-    });
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| {
-            let case: serde_json::Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
-            case["action"].to_string()
-        })
-        .collect()
 }
 
 /// One run: (CPU, wall time) of the child; panics unless it answered every line and exited 0.
@@ -111,8 +93,8 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let mut actions = actions_of(&cases_path());
-    actions.extend(actions_of(&v2_cases_path()));
+    let mut actions = action_lines(&cases_path());
+    actions.extend(action_lines(&v2_cases_path()));
     let copies = wanted.div_ceil(actions.len()).max(1);
     let lines = copies * actions.len();
 

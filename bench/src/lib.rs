@@ -50,6 +50,25 @@ pub fn v2_cases_path() -> PathBuf {
 /// The hardline file as SPEC §7.3 lists it for v1, kept by core's tests.
 pub const HARDLINE_V1: &[u8] = include_bytes!("../../core/tests/data/hardline-v1.toml");
 
+/// The compact action JSON of every line of a conformance file (as a client would send it to
+/// `airlock policy eval`). Panics, naming the file, if it is missing or a line is not JSON.
+pub fn action_lines(path: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e} (the bench needs shared/ beside the repository)",
+            path.display()
+        )
+    });
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let case: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: not JSON: {e}", path.display()));
+            case["action"].to_string()
+        })
+        .collect()
+}
+
 /// Reads every case of the conformance file. Panics, naming the file, if it is missing or any
 /// line does not parse: the benchmark must never run on a silently shrunken mix.
 pub fn load_cases() -> Vec<Case> {
