@@ -113,67 +113,51 @@ fn script_of(text: &str, prefilter: Prefilter) -> Option<Script> {
 /// A quoted run is `'…'` or `"…"` of printable ASCII, the double-quoted kind without `$`,
 /// `` ` ``, `\` and `!` (the characters that expand or escape inside double quotes). The
 /// words keep their quotes, as the parser's do: quote removal is [`word::expand`]'s, the same
-/// for both paths. A string with quotes also passes the parser's own guards first, so that a
+/// for both paths. A string with quotes must also pass the parser's own guards, so that a
 /// string the parser would refuse is refused here too. Agents' commands quote their arguments
 /// (`grep -rn 'fn main' src`, `git commit -m "fix the build"`), and this path spares them the
 /// tokenizer and the grammar (BENCHMARKS.md, "Hardline v2", run E).
 fn simple_words(text: &str) -> Option<Vec<&str>> {
     let bytes = text.as_bytes();
+    let mut words = Vec::new();
+    let mut start = None;
     let mut quoted = false;
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'\'' | b'"' => {
-                let quote = bytes[i];
+            b' ' | b'\t' => {
+                if let Some(from) = start.take() {
+                    words.push(&text[from..i]);
+                }
+                i += 1;
+            }
+            quote @ (b'\'' | b'"') => {
                 let close = bytes[i + 1..].iter().position(|b| *b == quote)? + i + 1;
-                let inside = &bytes[i + 1..close];
                 let allowed = |b: &u8| {
                     (0x20..0x7f).contains(b)
                         && (quote == b'\'' || !matches!(*b, b'$' | b'`' | b'\\' | b'!'))
                 };
-                if !inside.iter().all(allowed) {
+                if !bytes[i + 1..close].iter().all(allowed) {
                     return None;
                 }
                 quoted = true;
+                start.get_or_insert(i);
                 i = close + 1;
             }
-            b if b.is_ascii() && is_plain_char(char::from(b)) => i += 1,
-            _ => return None,
-        }
-    }
-    if quoted && !parser::within_guards(text) {
-        return None;
-    }
-    Some(split_unquoted_blanks(text))
-}
-
-/// `text` split at blanks outside quotes (quotes already known to be balanced), empty words
-/// dropped.
-fn split_unquoted_blanks(text: &str) -> Vec<&str> {
-    let mut words = Vec::new();
-    let mut start = None;
-    let mut quote = None;
-    for (i, b) in text.bytes().enumerate() {
-        match (quote, b) {
-            (Some(open), b) if b == open => quote = None,
-            (Some(_), _) => {}
-            (None, b' ' | b'\t') => {
-                if let Some(from) = start.take() {
-                    words.push(&text[from..i]);
-                }
-            }
-            (None, b) => {
-                if matches!(b, b'\'' | b'"') {
-                    quote = Some(b);
-                }
+            b if is_plain_char(char::from(b)) => {
                 start.get_or_insert(i);
+                i += 1;
             }
+            _ => return None,
         }
     }
     if let Some(from) = start {
         words.push(&text[from..]);
     }
-    words
+    if quoted && !parser::within_guards(text) {
+        return None;
+    }
+    Some(words)
 }
 
 /// `NAME=value` split at the first `=`, if `NAME` is a shell name.
