@@ -140,15 +140,11 @@ mod tests {
         }
     }
 
-    fn snapshot(admission: Admission) -> MemSnapshot {
-        pending_batch(2, admission)
-    }
-
     #[test]
     fn a_sequential_call_that_begins_before_its_predecessor_ended_is_caught() {
         let plan = Plan::new(1);
         let observations = Observations::default();
-        let snapshot = snapshot(Admission::Sequential);
+        let snapshot = pending_batch(2, Admission::Sequential);
         let in_order = vec![
             commit(0, vec![refusal("c1")]),
             commit(1, vec![refusal("c2")]),
@@ -176,16 +172,19 @@ mod tests {
     }
 
     fn snapshot_parallel() -> MemSnapshot {
-        snapshot(Admission::Parallel {
-            parallel_group: airlock_core::ids::ParallelGroupId(uuid::Uuid::from_u128(9)),
-        })
+        pending_batch(
+            2,
+            Admission::Parallel {
+                parallel_group: airlock_core::ids::ParallelGroupId(uuid::Uuid::from_u128(9)),
+            },
+        )
     }
 
     #[test]
     fn a_batch_that_changes_between_checkpoints_is_caught() {
         let plan = Plan::new(1);
         let observations = Observations::default();
-        let mut snapshot = snapshot(Admission::Sequential);
+        let mut snapshot = pending_batch(2, Admission::Sequential);
         let kept = |snapshot: &MemSnapshot| {
             parallel_groups_kept(&World {
                 plan: &plan,
