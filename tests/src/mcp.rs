@@ -112,3 +112,16 @@ risk = "medium"
         ledger = ledger.display(),
     )
 }
+
+/// The pids of every test-server process started with `ledger` as its ledger: each appends
+/// its pid to `{ledger}.pids` when it starts (`tests/mcp/airlock_test_server.py`).
+pub fn test_server_pids(ledger: &Path) -> Vec<String> {
+    let mut pids = ledger.as_os_str().to_owned();
+    pids.push(".pids");
+    std::fs::read_to_string(&pids)
+        .unwrap_or_else(|e| panic!("no test server wrote its pid to {pids:?}: {e}"))
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}

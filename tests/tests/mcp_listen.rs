@@ -178,10 +178,8 @@ origin_trust = "user"
     /// beside the ledger): a stopped gateway leaves no upstream behind. A zombie counts as
     /// ended: its parent is gone, and reaping is init's.
     fn assert_upstreams_ended(&self) {
-        let pids = std::fs::read_to_string(self.ledger.with_extension("txt.pids"))
-            .expect("the test server wrote its pid");
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        for pid in pids.lines().filter(|l| !l.is_empty()) {
+        for pid in airlock_e2e::mcp::test_server_pids(&self.ledger) {
             loop {
                 let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
                     .ok()
