@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use airlock::app::App;
-use airlock_bench::worker_calls::{bench_principal, write_script};
+use airlock_bench::worker_calls::{BenchTool, bench_principal, tool_script};
 use airlock_core::store::Store;
 use airlock_core::vocab::RunStatus;
 use airlock_core::worker::WorkerSettings;
@@ -57,7 +57,7 @@ async fn submit(data_dir: &Path, store: Option<&str>) -> App {
         .await
         .expect("open the store");
     let control = app.control(None);
-    let script = write_script(CALLS, 1);
+    let script = tool_script(BenchTool::WriteText, CALLS, 1);
     for _ in 0..RUNS {
         control
             .submit_run(&bench_principal(), &script)

@@ -4,9 +4,9 @@
 //!
 //! Unlike [`crate::durable::ToolCallRun`], which replays the pipeline's transactions by hand,
 //! this goes through everything a call costs in production: claim, lease heartbeats, the policy
-//! gate, step checkpoints, the watermark, the contained workspace write, the outcome and the
-//! run's end. The figure is completed `workspace.write_text` calls per second of wall time from
-//! the worker's start to the moment every submitted run is terminal.
+//! gate, step checkpoints, the watermark, the tool's body, the outcome and the run's end. The
+//! figure is completed calls per second of wall time from the worker's start to the moment
+//! every submitted run is terminal.
 //!
 //! Two tools, because a call's cost is the durable path plus the tool's own work:
 //! `math.calculate` has no side effect of its own, so its figure is the durable path alone (the
@@ -130,12 +130,6 @@ pub fn bench_principal() -> Principal {
         principal_id: "bench".to_owned(),
         scopes,
     }
-}
-
-/// A run script of `calls` trusted `workspace.write_text` calls, each to its own file,
-/// `per_step` to a step (the last step takes the remainder).
-pub fn write_script(calls: u32, per_step: u32) -> String {
-    tool_script(BenchTool::WriteText, calls, per_step)
 }
 
 /// A run script of `calls` trusted calls of `tool`, `per_step` to a step (the last step takes

@@ -1,7 +1,7 @@
 //! The worker benchmark's workload does what it claims: every submitted call runs through the
 //! worker to SUCCEEDED, the report counts exactly those calls, and group commit was in play.
 
-use airlock_bench::worker_calls::{BenchTool, WorkerLoad, measure, tool_script, write_script};
+use airlock_bench::worker_calls::{BenchTool, WorkerLoad, measure, tool_script};
 
 #[test]
 fn every_call_of_the_load_succeeds_and_is_counted() {
@@ -59,7 +59,8 @@ fn calculate_calls_succeed_and_write_no_file() {
 
 #[test]
 fn the_script_groups_writes_into_steps_and_fits_its_limits() {
-    let one: serde_json::Value = serde_json::from_str(&write_script(5, 1)).expect("JSON");
+    let one: serde_json::Value =
+        serde_json::from_str(&tool_script(BenchTool::WriteText, 5, 1)).expect("JSON");
     assert_eq!(one["steps"].as_array().map(Vec::len), Some(5));
     assert_eq!(
         one["limits"]["max_steps"], 6,
@@ -68,7 +69,8 @@ fn the_script_groups_writes_into_steps_and_fits_its_limits() {
     assert_eq!(one["limits"]["max_tool_calls"], 5);
     assert_eq!(one["steps"][4]["calls"][0]["tool"], "workspace.write_text");
 
-    let grouped: serde_json::Value = serde_json::from_str(&write_script(5, 2)).expect("JSON");
+    let grouped: serde_json::Value =
+        serde_json::from_str(&tool_script(BenchTool::WriteText, 5, 2)).expect("JSON");
     let sizes: Vec<usize> = grouped["steps"]
         .as_array()
         .expect("steps")
