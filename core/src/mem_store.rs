@@ -43,7 +43,9 @@ use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
-use crate::store::{ApprovalCursor, Store, StoreTx, TxError, guards};
+use crate::store::{
+    ApprovalCursor, CallIdentity, Store, StoreTx, Twin, TwinScope, TxError, guards,
+};
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -679,6 +681,37 @@ impl StoreTx for MemTx<'_> {
         check_invocation_row(next)?;
         self.tables.rows.invocations.insert(next.id, next.clone());
         Ok(())
+    }
+
+    fn twins(
+        &mut self,
+        identity: &CallIdentity<'_>,
+        scope: TwinScope,
+    ) -> Result<Vec<Twin>, TxError> {
+        let tables = &*self.tables;
+        let mut rows: Vec<Twin> = tables
+            .rows
+            .invocations
+            .values()
+            .filter(|i| {
+                matches!(
+                    i.status,
+                    InvocationStatus::Running | InvocationStatus::Uncertain
+                ) && i.tenant_id == identity.tenant_id
+                    && i.tool_name == identity.tool_name
+                    && i.effective_arguments_hash == identity.effective_arguments_hash
+                    && match scope {
+                        TwinScope::Run(run) => i.run_id == run,
+                        TwinScope::Tenant => true,
+                    }
+            })
+            .map(|i| Twin {
+                invocation: i.clone(),
+                settled: tables.settlement_by_invocation.contains_key(&i.id),
+            })
+            .collect();
+        rows.sort_by_key(|t| (t.invocation.created_at, t.invocation.id));
+        Ok(rows)
     }
 
     fn uncertain_invocations(

@@ -38,6 +38,34 @@ pub struct ApprovalCursor {
     pub id: ApprovalId,
 }
 
+/// The identity a new call shares with its twins (SPEC §9.2 step 5, §19.3, §19.7): its
+/// tenant, tool name and effective arguments hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallIdentity<'a> {
+    pub tenant_id: &'a str,
+    pub tool_name: &'a str,
+    pub effective_arguments_hash: &'a str,
+}
+
+/// Whose invocations the repeat check compares a new call with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TwinScope {
+    /// The run's own (a scripted run: SPEC §9.2 step 5).
+    Run(RunId),
+    /// The whole tenant's (a gateway run: an agent restarted after a crash is a new run,
+    /// §19.3, §19.7). Proposals of one identity on different runs must then be ordered.
+    Tenant,
+}
+
+/// An invocation with the identity of a new call whose outcome is not (yet) known: it is
+/// `RUNNING` or `UNCERTAIN`. Core decides from these whether the new call may run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Twin {
+    pub invocation: Invocation,
+    /// Whether a human recorded a settlement for it (SPEC §9.5); only an `UNCERTAIN` row has one.
+    pub settled: bool,
+}
+
 /// A store: a sequence of atomic transactions. Core uses it as a generic parameter.
 pub trait Store: Send + Sync {
     /// One atomic write transaction (SQLite: `BEGIN IMMEDIATE … COMMIT`); an `Err` from `f` or
@@ -174,6 +202,20 @@ pub trait StoreTx {
         tenant: &str,
         include_settled: bool,
     ) -> Result<Vec<Invocation>, TxError>;
+
+    /// The `RUNNING` and `UNCERTAIN` invocations of this identity in `scope`, by `(created_at,
+    /// id)`, each with whether it is settled: what the repeat check of §9.2 step 5 compares a new
+    /// call with, inside the call's first transaction. For [`TwinScope::Tenant`] in a write
+    /// transaction, a store whose write transactions run side by side (PostgreSQL) first takes
+    /// a lock on the identity that is held until the transaction ends, so that of two
+    /// transactions proposing identical calls at once the later one sees the earlier one's
+    /// START (§19.7: two gateways on one store cannot both pass the check); a store that runs
+    /// one writer at a time needs no lock, and one run's calls are ordered by its lease.
+    fn twins(
+        &mut self,
+        identity: &CallIdentity<'_>,
+        scope: TwinScope,
+    ) -> Result<Vec<Twin>, TxError>;
 
     // Approvals.
     /// `Conflict` on a duplicate id or `action_id`.

@@ -21,7 +21,7 @@ use airlock_core::mem_store::{MemSnapshot, MemStore, is_rule_breach};
 use airlock_core::run::checkpoint::{Admission, Checkpoint, ResultRef, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
-use airlock_core::store::{ApprovalCursor, Store, StoreTx, TxError};
+use airlock_core::store::{ApprovalCursor, CallIdentity, Store, StoreTx, Twin, TwinScope, TxError};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -778,6 +778,13 @@ impl StoreTx for TxProbe<'_> {
         include_settled: bool,
     ) -> Result<Vec<Invocation>, TxError> {
         self.inner.uncertain_invocations(tenant, include_settled)
+    }
+    fn twins(
+        &mut self,
+        identity: &CallIdentity<'_>,
+        scope: TwinScope,
+    ) -> Result<Vec<Twin>, TxError> {
+        self.inner.twins(identity, scope)
     }
     fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError> {
         self.inner.insert_approval(approval)

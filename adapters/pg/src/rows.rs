@@ -288,6 +288,14 @@ pub(crate) const INVOCATION_COLUMNS: &str = "id, run_id, session_id, tenant_id, 
      policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
      output_bytes, outcome, result_item, outcome_status, reason_code, updated_at";
 
+/// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
+pub(crate) const INVOCATION_COLUMN_COUNT: usize = 33;
+
+/// Whether a `twins` row is settled: the column after [`INVOCATION_COLUMNS`].
+pub(crate) fn settled_after_invocation(row: &Row) -> Result<bool, TxError> {
+    get(row, INVOCATION_COLUMN_COUNT)
+}
+
 pub(crate) fn invocation(row: &Row) -> Result<Invocation, TxError> {
     let suspended_kind: Option<String> = get(row, 24)?;
     let suspended_approval = match suspended_kind.as_deref() {

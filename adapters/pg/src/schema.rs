@@ -35,11 +35,17 @@ const V2: (&str, &str) = (
     include_str!("../migrations/V2__connections_api_tokens_event_order.sql"),
 );
 
+/// V3: the partial index the repeat check of every call reads (§19.7).
+const V3: (&str, &str) = (
+    "V3__call_twins",
+    include_str!("../migrations/V3__call_twins.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

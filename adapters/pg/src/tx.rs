@@ -54,7 +54,9 @@ use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
-use airlock_core::store::{ApprovalCursor, StoreTx, TxError, guards};
+use airlock_core::store::{
+    ApprovalCursor, CallIdentity, StoreTx, Twin, TwinScope, TxError, guards,
+};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -984,6 +986,57 @@ impl StoreTx for PgTx<'_> {
             ),
             &[&tenant],
             rows::invocation,
+        )
+    }
+
+    /// For [`TwinScope::Tenant`] in a write transaction, first an advisory transaction lock on
+    /// the identity (a 64-bit key hashed from the schema, tenant, tool and arguments hash; that
+    /// key space does not overlap the two-key locks of the event writers): READ COMMITTED
+    /// alone would let two transactions proposing identical calls on different runs both find
+    /// no twin and both START (§19.7). The second waits for the first to end, and its SELECT,
+    /// a new snapshot, sees the first's START. A hash collision only makes two unrelated
+    /// proposals wait for each other. One run's proposals are already ordered by its row lock.
+    fn twins(
+        &mut self,
+        identity: &CallIdentity<'_>,
+        scope: TwinScope,
+    ) -> Result<Vec<Twin>, TxError> {
+        let run = match scope {
+            TwinScope::Run(run) => Some(run.to_string()),
+            TwinScope::Tenant => None,
+        };
+        if run.is_none() && self.wire.access == Access::Write {
+            self.wire.row(
+                "SELECT pg_advisory_xact_lock(hashtextextended(\
+                   current_schema() || chr(31) || $1 || chr(31) || $2 || chr(31) || $3, 0))",
+                &[
+                    &identity.tenant_id,
+                    &identity.tool_name,
+                    &identity.effective_arguments_hash,
+                ],
+            )?;
+        }
+        self.all(
+            &format!(
+                "SELECT {}, EXISTS (SELECT 1 FROM uncertain_settlements s \
+                   WHERE s.invocation_id = tool_invocations.id) \
+                 FROM tool_invocations WHERE tenant_id = $1 AND tool_name = $2 \
+                 AND effective_arguments_hash = $3 AND status IN ('RUNNING', 'UNCERTAIN') \
+                 AND ($4::text IS NULL OR run_id = $4) ORDER BY created_at, id",
+                rows::INVOCATION_COLUMNS
+            ),
+            &[
+                &identity.tenant_id,
+                &identity.tool_name,
+                &identity.effective_arguments_hash,
+                &run,
+            ],
+            |row| {
+                Ok(Twin {
+                    invocation: rows::invocation(row)?,
+                    settled: rows::settled_after_invocation(row)?,
+                })
+            },
         )
     }
 

@@ -8,9 +8,9 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use airlock_core::store::{Store, TxError};
+use airlock_core::store::{CallIdentity, Store, TwinScope, TxError};
 use airlock_core::testing::fixtures::*;
-use airlock_core::vocab::RunStatus;
+use airlock_core::vocab::{InvocationStatus, RunStatus};
 use airlock_pg::{PgError, PgSettings, PgStore, SchemaAction};
 use serde_json::json;
 
@@ -79,8 +79,11 @@ fn open_refuses_a_schema_it_does_not_know() {
     common::execute(
         &url,
         &newer,
-        "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) \
-         VALUES (3, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+        &format!(
+            "INSERT INTO refinery_schema_history (version, name, applied_on, checksum) \
+             VALUES ({}, 'from_the_future', '2030-01-01T00:00:00Z', '1')",
+            airlock_pg::SCHEMA_VERSION + 1
+        ),
     )
     .expect("history row");
     for action in [SchemaAction::RequireCurrent, SchemaAction::Migrate] {
@@ -582,5 +585,64 @@ fn a_cancel_request_is_not_overwritten_by_a_workers_stale_copy_of_the_run() {
         stored.cancel_requested_at,
         Some(at(60)),
         "the cancel request survived the worker's write"
+    );
+}
+
+#[test]
+fn identical_proposals_on_two_runs_are_ordered_by_the_twins_lock() {
+    // SPEC §19.7: two gateways proposing the identical call at once must not both find no
+    // twin. A transaction that read the tenant's twins and STARTed its call holds the
+    // identity's lock until it commits; the second transaction's read waits, then sees the
+    // first's RUNNING row. Without the lock, READ COMMITTED would show it nothing.
+    let Some(url) = common::server("identical_proposals_on_two_runs_are_ordered") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("twins");
+    cleanup.add(&schema);
+    let store = std::sync::Arc::new(common::store_in(&url, &schema));
+    let first_run = seed_run(store.as_ref(), 1, RunStatus::Running);
+    seed_run(store.as_ref(), 2, RunStatus::Running);
+    let row = sample_invocation(1, &first_run, 1, "c1", InvocationStatus::Running);
+    let identity = || CallIdentity {
+        tenant_id: TENANT,
+        tool_name: TOOL,
+        effective_arguments_hash: &row.effective_arguments_hash,
+    };
+    let (started, wait_for_start) = mpsc::channel();
+    let second = {
+        let store = std::sync::Arc::clone(&store);
+        let row = row.clone();
+        std::thread::spawn(move || {
+            wait_for_start.recv().expect("the first proposal started");
+            let identity = CallIdentity {
+                tenant_id: TENANT,
+                tool_name: TOOL,
+                effective_arguments_hash: &row.effective_arguments_hash,
+            };
+            let began = std::time::Instant::now();
+            let seen = store.transact(|tx| tx.twins(&identity, TwinScope::Tenant));
+            (seen, began.elapsed())
+        })
+    };
+    store
+        .transact(|tx| {
+            assert!(tx.twins(&identity(), TwinScope::Tenant)?.is_empty());
+            tx.insert_invocation(&row)?;
+            started.send(()).expect("the second proposal waits");
+            std::thread::sleep(Duration::from_millis(400));
+            Ok(())
+        })
+        .expect("the first proposal commits");
+    let (seen, waited) = second.join().expect("the second proposal");
+    let seen = seen.expect("the second read");
+    assert_eq!(
+        seen.iter().map(|t| t.invocation.id).collect::<Vec<_>>(),
+        vec![row.id],
+        "the later proposal sees the earlier one's START"
+    );
+    assert!(
+        waited >= Duration::from_millis(200),
+        "the second read waited for the first commit ({waited:?})"
     );
 }

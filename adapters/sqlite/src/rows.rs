@@ -311,6 +311,9 @@ pub(super) const INVOCATION_COLUMNS: &str = "id, run_id, session_id, tenant_id, 
      policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
      output_bytes, outcome, result_item, outcome_status, reason_code, updated_at";
 
+/// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
+pub(super) const INVOCATION_COLUMN_COUNT: usize = 33;
+
 pub(super) fn invocation(row: &Row<'_>) -> rusqlite::Result<Invocation> {
     let suspended_kind: Option<String> = row.get(24)?;
     let suspended_approval = match suspended_kind.as_deref() {

@@ -1,8 +1,9 @@
 //! The SQLite schema of SPEC §14, applied as migrations through `rusqlite_migration` (which
 //! keeps `PRAGMA user_version` equal to the number of migrations applied: a fully migrated store
-//! reports 4). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
+//! reports 5). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
 //! records, copies the history that earlier checkpoints carried into them, and indexes
-//! invocations by run and status; M3 (§19.4) adds gateway connections; M4 (§20) the API tokens.
+//! invocations by run and status; M3 (§19.4) adds gateway connections; M4 (§20) the API
+//! tokens; M5 (§19.7) indexes the invocations the repeat check compares a new call with.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
 //! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
@@ -372,11 +373,26 @@ CREATE TRIGGER api_tokens_no_delete BEFORE DELETE ON api_tokens
 BEGIN SELECT RAISE(ABORT, 'api_tokens are kept: revoke a token instead'); END;
 "#;
 
+/// M5 (SPEC §19.7): the repeat check of every call (`StoreTx::twins`) looks up the tenant's
+/// `RUNNING` and `UNCERTAIN` invocations of one tool and effective arguments hash inside the
+/// call's first transaction; a partial index keeps that lookup to those rows, however long the
+/// tenant's history grows.
+const M_TWINS: &str = r#"
+CREATE INDEX ix_tool_invocations_twins ON tool_invocations
+    (tenant_id, tool_name, effective_arguments_hash) WHERE status IN ('RUNNING', 'UNCERTAIN');
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
-const MIGRATIONS: &[M<'static>] = &[M::up(M1), M::up(M2), M::up(M3), M::up(M_API_TOKENS)];
+const MIGRATIONS: &[M<'static>] = &[
+    M::up(M1),
+    M::up(M2),
+    M::up(M3),
+    M::up(M_API_TOKENS),
+    M::up(M_TWINS),
+];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -34,7 +34,9 @@ use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
-use airlock_core::store::{ApprovalCursor, StoreTx, TxError, guards};
+use airlock_core::store::{
+    ApprovalCursor, CallIdentity, StoreTx, Twin, TwinScope, TxError, guards,
+};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -848,6 +850,41 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![tenant],
             rows::invocation,
+        )
+    }
+
+    /// `BEGIN IMMEDIATE` already serializes every writer, so no lock is taken; the partial
+    /// index `ix_tool_invocations_twins` (M5) holds only `RUNNING` and `UNCERTAIN` rows.
+    fn twins(
+        &mut self,
+        identity: &CallIdentity<'_>,
+        scope: TwinScope,
+    ) -> Result<Vec<Twin>, TxError> {
+        let run = match scope {
+            TwinScope::Run(run) => Some(run.to_string()),
+            TwinScope::Tenant => None,
+        };
+        self.all(
+            &format!(
+                "SELECT {}, EXISTS (SELECT 1 FROM uncertain_settlements s \
+                   WHERE s.invocation_id = tool_invocations.id) \
+                 FROM tool_invocations WHERE tenant_id = ?1 AND tool_name = ?2 \
+                 AND effective_arguments_hash = ?3 AND status IN ('RUNNING', 'UNCERTAIN') \
+                 AND (?4 IS NULL OR run_id = ?4) ORDER BY created_at, id",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![
+                identity.tenant_id,
+                identity.tool_name,
+                identity.effective_arguments_hash,
+                run
+            ],
+            |row| {
+                Ok(Twin {
+                    invocation: rows::invocation(row)?,
+                    settled: row.get(rows::INVOCATION_COLUMN_COUNT)?,
+                })
+            },
         )
     }
 

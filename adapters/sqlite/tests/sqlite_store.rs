@@ -48,8 +48,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 4,
-        "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections) and M4 (§20 api_tokens)"
+        SCHEMA_VERSION, 5,
+        "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens) and M5 \
+         (§19.7 the repeat check's index)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -756,5 +757,39 @@ fn the_tenant_event_tail_walks_events_by_id() {
         "{text}"
     );
     assert!(!text.contains("TEMP B-TREE"), "{text}");
+    drop(store);
+}
+
+#[test]
+fn the_repeat_check_reads_only_the_open_rows_of_its_identity() {
+    // Every call's first transaction runs `twins` (SPEC §19.7): its plan must search the
+    // partial index of RUNNING and UNCERTAIN rows by identity, never the tenant's history.
+    let (dir, store) = fresh();
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id FROM tool_invocations WHERE tenant_id = ?1 \
+             AND tool_name = ?2 AND effective_arguments_hash = ?3 \
+             AND status IN ('RUNNING', 'UNCERTAIN') AND (?4 IS NULL OR run_id = ?4) \
+             ORDER BY created_at, id",
+        )
+        .expect("plan")
+        .query_map(
+            [
+                &"acme" as &dyn rusqlite::ToSql,
+                &"demo.tool",
+                &"h",
+                &None::<String>,
+            ],
+            |row| row.get::<_, String>(3),
+        )
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("plan rows");
+    let text = plan.join("\n");
+    assert!(
+        text.contains("SEARCH tool_invocations USING INDEX ix_tool_invocations_twins"),
+        "{text}"
+    );
     drop(store);
 }

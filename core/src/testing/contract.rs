@@ -16,7 +16,7 @@ use crate::approval::Approval;
 use crate::events::{Actor, EventType, keys};
 use crate::invocation::Invocation;
 use crate::run::{Lease, Run, RunGuard, RunState};
-use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
+use crate::store::{ApprovalCursor, CallIdentity, Store, StoreTx, TwinScope, TxError};
 use crate::testing::fixtures::*;
 use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -46,6 +46,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     terminal_invocations_never_change(&make());
     invocation_row_checks(&make());
     uncertain_invocations_filter_and_order(&make());
+    twins_are_the_open_rows_of_one_identity(&make());
     approval_action_id_is_unique(&make());
     approvals_of_run_by_creation_then_id(&make());
     approval_updates_are_guarded_by_status(&make());
@@ -1441,6 +1442,68 @@ fn uncertain_invocations_filter_and_order<S: Store>(store: &S) {
         vec![foreign.id],
         "uncertain_invocations: per tenant"
     );
+}
+
+/// `twins` (SPEC §9.2 step 5, §19.7): the RUNNING and UNCERTAIN rows of one tenant, tool and
+/// effective arguments hash, of one run or the whole tenant, by `(created_at, id)`, each with
+/// whether it is settled.
+fn twins_are_the_open_rows_of_one_identity<S: Store>(store: &S) {
+    let run1 = seed_run(store, 1, RunStatus::Running);
+    let run2 = seed_run(store, 2, RunStatus::Running);
+    let foreign_run = seed_run_of_tenant(store, 3, RunStatus::Running, "other");
+    let hash = "h".repeat(64);
+    let row = |n: u128, run: &Run, status: InvocationStatus, created: i64| {
+        let mut row = sample_invocation(n, run, 1, &format!("c{n}"), status);
+        row.effective_arguments_hash = hash.clone();
+        row.created_at = at(created);
+        row
+    };
+    let flying = seed_invocation(store, row(1, &run1, InvocationStatus::Running, 5));
+    let unknown = seed_invocation(store, row(2, &run2, InvocationStatus::Uncertain, 3));
+    seed_invocation(store, row(3, &run1, InvocationStatus::Succeeded, 1));
+    seed_invocation(
+        store,
+        row(4, &run2, InvocationStatus::WaitingForApproval, 1),
+    );
+    let mut other_hash = row(5, &run1, InvocationStatus::Running, 1);
+    other_hash.effective_arguments_hash = "g".repeat(64);
+    seed_invocation(store, other_hash);
+    let mut other_tool = row(6, &run2, InvocationStatus::Uncertain, 1);
+    other_tool.tool_name = "demo.other".to_owned();
+    seed_invocation(store, other_tool);
+    seed_invocation(store, row(7, &foreign_run, InvocationStatus::Uncertain, 1));
+    commit(store, "settle the uncertain twin", |tx| {
+        tx.insert_settlement(&sample_settlement(1, &unknown))
+    });
+
+    let identity = CallIdentity {
+        tenant_id: TENANT,
+        tool_name: &flying.tool_name,
+        effective_arguments_hash: &hash,
+    };
+    let found = |scope: TwinScope| {
+        read(store, |tx| tx.twins(&identity, scope))
+            .into_iter()
+            .map(|t| (t.invocation.id, t.settled))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        found(TwinScope::Tenant),
+        vec![(unknown.id, true), (flying.id, false)],
+        "twins: the tenant's RUNNING and UNCERTAIN rows of the identity, by created_at"
+    );
+    assert_eq!(
+        found(TwinScope::Run(run1.id)),
+        vec![(flying.id, false)],
+        "twins: one run's"
+    );
+    let whole = read(store, |tx| tx.twins(&identity, TwinScope::Tenant));
+    assert_eq!(whole[1].invocation, flying, "twins: the whole row");
+    // In a write transaction too (a store may lock the identity there).
+    let written = commit(store, "twins in a write transaction", |tx| {
+        tx.twins(&identity, TwinScope::Tenant)
+    });
+    assert_eq!(written.len(), 2, "twins: in a write transaction");
 }
 
 // ----- approvals -----------------------------------------------------------------------------
