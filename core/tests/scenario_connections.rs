@@ -389,6 +389,107 @@ async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs(
     assert_eq!(h.ledger.count("test.gated_write"), 1);
 }
 
+/// §19.7: the host restarts after a gateway crash and retries at once, while the first
+/// invocation is still RUNNING under its unexpired lease. The retry is refused
+/// `policy.uncertain.in_flight`, naming the twin, and nothing is sent; once recovery made the
+/// twin UNCERTAIN, the same retry is refused `policy.uncertain.repeat`.
+#[tokio::test(start_paused = true)]
+async fn a_retry_racing_recovery_is_refused_in_flight_then_repeat() {
+    let gate = Gate {
+        entered: Arc::new(tokio::sync::Notify::new()),
+        release: Arc::new(tokio::sync::Notify::new()),
+    };
+    let ledger = Arc::new(Ledger::default());
+    let parts = (gate.clone(), Arc::clone(&ledger));
+    let h = Harness::over_with_ledger(
+        Arc::new(MemStore::new()),
+        airlock_core::policy::Ruleset::shipped().unwrap(),
+        ledger,
+        move |tools| {
+            let mut spec = test_spec(
+                "test.gated_write",
+                airlock_core::vocab::SideEffectClass::WorkspaceWrite,
+                airlock_core::vocab::IdempotencyClass::NonIdempotent,
+                false,
+            );
+            spec.timeout_ms = 120_000;
+            tools.push(Arc::new(GatedTool {
+                spec,
+                gate: parts.0,
+                ledger: parts.1,
+            }));
+        },
+    );
+    let g = gateway(&h, "gateway-a");
+    let arguments = json!({"path": "notes/a.txt", "text": "x"});
+    let call = || ClientCall {
+        tool: "test.gated_write".into(),
+        arguments: arguments.clone(),
+    };
+    let ticket = g.live.submit(1, call());
+    gate.entered.notified().await;
+    let run = session_runs(&h, &g)[0].id;
+    let twin = h.invocations(run)[0].id;
+    g.kill();
+    drop(ticket);
+    // At once, before any lease ran out: a new gateway on the same store, the same call.
+    let g2 = gateway(&h, "gateway-b");
+    let retry = g2.live.submit(1, call());
+    match answer(&retry).await {
+        TicketEnd::Answered(CallAnswer::Denied {
+            reason_code,
+            message,
+        }) => {
+            assert_eq!(reason_code, "policy.uncertain.in_flight");
+            assert!(message.contains(&twin.to_string()), "{message}");
+        }
+        other => panic!("expected an in-flight refusal, got {other:?}"),
+    }
+    assert_eq!(h.ledger.count("test.gated_write"), 1, "not sent again");
+    assert_eq!(h.invocations(run)[0].status, InvocationStatus::Running);
+    // Recovery ends the dead gateway's run; the twin is UNCERTAIN now.
+    settle_for(4).await;
+    let sweeper = h.worker("plain-worker");
+    sweeper.tick(&TokioSpawner, &h.control).await.expect("tick");
+    assert_eq!(h.invocations(run)[0].status, InvocationStatus::Uncertain);
+    let again = g2.live.submit(2, call());
+    match answer(&again).await {
+        TicketEnd::Answered(CallAnswer::Denied { reason_code, .. }) => {
+            assert_eq!(reason_code, "policy.uncertain.repeat")
+        }
+        other => panic!("expected a repeat refusal, got {other:?}"),
+    }
+    assert_eq!(h.ledger.count("test.gated_write"), 1);
+}
+
+/// §19.7: a twin that has an outcome refuses nothing; an identical call is a new call.
+#[tokio::test(start_paused = true)]
+async fn an_identical_call_after_its_twin_finished_is_a_new_call() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        answer(&first).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    let g2 = gateway(&h, "gateway-b");
+    let second = g2.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&second).await;
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .unwrap();
+    assert!(matches!(
+        answer(&second).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+}
+
 /// §19.3 Trust: with `origin_trust = "user"` the client's arguments are the user's until the
 /// run is tainted; once a result carried untrusted content they are no longer labelled `user`.
 #[tokio::test(start_paused = true)]

@@ -4,6 +4,7 @@ pub mod gate;
 pub mod outcome;
 pub mod pipeline;
 pub mod recovery;
+pub mod repeat;
 
 use std::collections::BTreeMap;
 

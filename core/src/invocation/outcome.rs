@@ -27,6 +27,7 @@ pub mod codes {
     pub const REVALIDATION_CHANGED: &str = "policy.revalidation.changed";
     pub const REVALIDATION_ESCALATED: &str = "policy.revalidation.escalated";
     pub const UNCERTAIN_REPEAT: &str = "policy.uncertain.repeat";
+    pub const UNCERTAIN_IN_FLIGHT: &str = "policy.uncertain.in_flight";
     pub const APPROVAL_DENIED: &str = "approval.denied";
     pub const APPROVAL_EXPIRED: &str = "approval.expired";
     pub const APPROVAL_CANCELLED: &str = "approval.cancelled";
@@ -56,6 +57,9 @@ pub fn message_for(reason_code: &str) -> &'static str {
         codes::REVALIDATION_ESCALATED => "Not performed. Policy changed before execution.",
         codes::UNCERTAIN_REPEAT => {
             "Not performed. An identical earlier call has an unknown outcome."
+        }
+        codes::UNCERTAIN_IN_FLIGHT => {
+            "Not performed. An identical earlier call is still in flight; its outcome is not known yet."
         }
         codes::APPROVAL_DENIED => "Not performed. Approval was required and was denied.",
         codes::APPROVAL_EXPIRED => "Not performed. The approval expired.",

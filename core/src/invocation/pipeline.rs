@@ -13,6 +13,7 @@ use crate::action::{JsonMap, PolicyDecision, ProposedAction, Target};
 use crate::approval::revalidate::{ActionIdentity, Revalidation, revalidate};
 use crate::approval::{Approval, redact::redact};
 use crate::canonical::{IdempotencyKeyInput, arguments_hash, idempotency_key, to_canonical_string};
+use crate::connection::live::MCP_PLANNER_KIND;
 use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, ParallelGroupId};
@@ -20,6 +21,7 @@ use crate::invocation::Invocation;
 use crate::invocation::gate::{Authority, authorize};
 use crate::invocation::outcome::{Outcome, ResultItem, codes, is_tool_reason_code, message_for};
 use crate::invocation::recovery::recovery_action;
+use crate::invocation::repeat::{self, Repeat};
 use crate::policy::evaluate;
 use crate::ports::{Tool, ToolContext, ToolFailure, ToolSuccess};
 use crate::run::cancel::CancelToken;
@@ -28,7 +30,7 @@ use crate::run::state::{close_invocation, close_with_code, update_fields};
 use crate::run::step_writes::{Folded, StepLedger};
 use crate::run::{Lease, Run};
 use crate::scope::{missing_scopes, missing_scopes_message};
-use crate::store::{Store, StoreTx, TxError};
+use crate::store::{CallIdentity, Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::tool::spec::ToolSpec;
 use crate::vocab::{
@@ -127,6 +129,88 @@ struct Prepared {
     idempotency_key: String,
 }
 
+/// Step 5 (SPEC §9.2, §19.3, §19.7), inside PROPOSE's transaction: whether an identical call
+/// whose outcome is unknown refuses `row`'s. A gateway run compares with the whole tenant.
+fn repeat_in_tx(
+    tx: &mut dyn StoreTx,
+    site: &CallSite<'_>,
+    row: &Invocation,
+) -> Result<Option<Repeat>, TxError> {
+    let across_runs = site.run.planner_kind == MCP_PLANNER_KIND;
+    let twins = tx.twins(
+        &identity_of(row),
+        repeat::scope_for(site.run.id, across_runs),
+    )?;
+    let repeat = repeat::repeat_of(&twins, site.run.id);
+    #[cfg(feature = "mutants")]
+    let repeat = repeat.filter(|r| {
+        !(crate::testing::mutants::no_in_flight_check() && matches!(r, Repeat::InFlight(_)))
+    });
+    Ok(repeat)
+}
+
+fn identity_of(row: &Invocation) -> CallIdentity<'_> {
+    CallIdentity {
+        tenant_id: &row.tenant_id,
+        tool_name: &row.tool_name,
+        effective_arguments_hash: &row.effective_arguments_hash,
+    }
+}
+
+/// REFUSE's writes, inside the caller's transaction after its lease guard and the step's
+/// PENDING: the refusal event (no row) with its result item, and the step's BATCH when this is
+/// its armed last call (SPEC §9.2, §17.1 F4).
+fn refusal_writes(
+    tx: &mut dyn StoreTx,
+    site: &CallSite<'_>,
+    status: OutcomeStatus,
+    reason_code: &str,
+    message: Option<String>,
+    raw_hash: String,
+    now: Timestamp,
+) -> Result<CallResult, TxError> {
+    let call = &site.call.call;
+    let outcome = match message {
+        Some(message) => Outcome::with_message(status, &call.tool, reason_code, message),
+        None => Outcome::new(status, &call.tool, reason_code),
+    };
+    let item = ResultItem::from_outcome(&call.call_id, &outcome, TrustLevel::InternalTool);
+    let key = keys::refused(site.run.id, site.step, &call.call_id);
+    let event_type = if status == OutcomeStatus::Failed {
+        EventType::ToolCallFailed
+    } else {
+        EventType::ToolCallDenied
+    };
+    tx.append_event(&NewEvent {
+        session_id: site.run.session_id,
+        run_id: Some(site.run.id),
+        event_type,
+        actor: worker_actor(site),
+        payload: json!({
+            "invocation_id": Value::Null,
+            "name": call.tool,
+            "call_id": call.call_id,
+            "reason_code": reason_code,
+            "result_item": item.to_canonical(),
+        }),
+        derivation_key: Some(key.clone()),
+        created_at: now,
+    })?;
+    let result = CallResult {
+        reference: ResultRef::Refusal {
+            derivation_key: key,
+        },
+        item,
+        status,
+        reason_code: reason_code.to_owned(),
+        arguments_hash: raw_hash,
+    };
+    if let Some(ledger) = site.ledger {
+        ledger.stage_closing(tx, &result, now)?;
+    }
+    Ok(result)
+}
+
 fn worker_actor(site: &CallSite<'_>) -> Actor {
     Actor::worker(site.worker_id)
 }
@@ -163,6 +247,13 @@ enum Proposed {
     Row(Box<Invocation>),
     /// The observation point fired: the row was closed DENIED with the sweep's code.
     Halted(Halt),
+}
+
+/// What a call's first transaction committed: PROPOSE, or the REFUSE of step 5.
+enum FirstCommit {
+    Proposed(Proposed),
+    /// Step 5 found an identical call whose outcome is unknown: REFUSE committed instead.
+    Refused(CallResult),
 }
 
 /// `invoke` outcome, before classification.
@@ -285,49 +376,16 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             arguments_hash: hash,
             idempotency_key: key,
         };
-        // Step 5: never repeat a call whose identical twin has an unknown outcome.
-        let repeats_uncertain = self.env.read(|tx| {
-            tx.guard_lease(site.lease)?;
-            let twin = |i: &Invocation| {
-                i.tool_name == prepared.spec.name
-                    && i.effective_arguments_hash == prepared.arguments_hash
-            };
-            if tx
-                .invocations_of_run_in(site.run.id, InvocationStatus::Uncertain)?
-                .iter()
-                .any(twin)
-            {
-                return Ok(true);
-            }
-            // A gateway's client may be a restarted agent repeating what its previous run left
-            // unknown: its runs check the tenant's unsettled UNCERTAIN calls too (SPEC §19.3).
-            if tx.connection_by_session(site.run.session_id)?.is_some() {
-                return Ok(tx
-                    .uncertain_invocations(&site.run.tenant_id, false)?
-                    .iter()
-                    .any(twin));
-            }
-            Ok(false)
-        })?;
-        if repeats_uncertain {
-            return Ok(Begun::Ended(
-                self.refuse(
-                    site,
-                    OutcomeStatus::Denied,
-                    codes::UNCERTAIN_REPEAT,
-                    None,
-                    raw_hash,
-                )
-                .await,
-            ));
-        }
+        // Step 5, never repeating an identical call whose outcome is unknown, is decided inside
+        // PROPOSE's transaction (`propose`), so two processes cannot both pass it (§19.7).
         // Step 6: the pure gate.
         let invocation_id = InvocationId(self.env.new_uuid());
         let now = self.env.clock.now();
         let action = self.action(site, &prepared, invocation_id, now);
         let decision = evaluate(&action, &self.env.ruleset);
-        // Step 7: PROPOSE (with step 8 and START folded in for an `allow`).
-        let (proposed, folded) = self.propose(site, &prepared, &action, decision, now);
+        // Step 7: PROPOSE (with step 5 before it, and step 8 and START folded in for an
+        // `allow`).
+        let (proposed, folded) = self.propose(site, &prepared, &action, decision, raw_hash, now);
         let proposed = match proposed {
             Ok(proposed) => proposed,
             Err(TxError::Conflict(_)) => {
@@ -339,6 +397,14 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 }));
             }
             Err(_) => return Err(Halt::Abandon),
+        };
+        let proposed = match proposed {
+            FirstCommit::Refused(result) => {
+                self.reached_folded(folded, &[CrashPoint::AfterRefuse])
+                    .await;
+                return Ok(Begun::Ended(Ok(CallEnd::Done(result))));
+            }
+            FirstCommit::Proposed(proposed) => proposed,
         };
         match proposed {
             Proposed::Halted(halt) => {
@@ -529,54 +595,15 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         message: Option<String>,
         raw_hash: String,
     ) -> Result<CallEnd, Halt> {
-        let call = &site.call.call;
-        let outcome = match message {
-            Some(message) => Outcome::with_message(status, &call.tool, reason_code, message),
-            None => Outcome::new(status, &call.tool, reason_code),
-        };
-        let item = ResultItem::from_outcome(&call.call_id, &outcome, TrustLevel::InternalTool);
-        let key = keys::refused(site.run.id, site.step, &call.call_id);
-        let event_type = if status == OutcomeStatus::Failed {
-            EventType::ToolCallFailed
-        } else {
-            EventType::ToolCallDenied
-        };
-        let result = CallResult {
-            reference: ResultRef::Refusal {
-                derivation_key: key.clone(),
-            },
-            item: item.clone(),
-            status,
-            reason_code: reason_code.to_owned(),
-            arguments_hash: raw_hash,
-        };
         let now = self.env.clock.now();
         let (committed, folded) = self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
             if let Some(ledger) = site.ledger {
                 ledger.stage_opening(tx, now)?;
             }
-            tx.append_event(&NewEvent {
-                session_id: site.run.session_id,
-                run_id: Some(site.run.id),
-                event_type,
-                actor: worker_actor(site),
-                payload: json!({
-                    "invocation_id": Value::Null,
-                    "name": call.tool,
-                    "call_id": call.call_id,
-                    "reason_code": reason_code,
-                    "result_item": item.to_canonical(),
-                }),
-                derivation_key: Some(key.clone()),
-                created_at: now,
-            })?;
-            if let Some(ledger) = site.ledger {
-                ledger.stage_closing(tx, &result, now)?;
-            }
-            Ok(())
+            refusal_writes(tx, site, status, reason_code, message, raw_hash, now)
         });
-        committed?;
+        let result = committed?;
         self.reached_folded(folded, &[CrashPoint::AfterRefuse])
             .await;
         Ok(CallEnd::Done(result))
@@ -704,19 +731,22 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         }
     }
 
-    /// PROPOSE: the row is inserted already carrying its decision (SPEC §9.1). For an `allow`
-    /// the same transaction reads observation point 3 and the deadline (step 8) and then STARTs
-    /// the call (§17.1 F2); if the observation fires the row is closed DENIED with the code the
-    /// terminal sweep would give it, and the caller halts. A denial closes the call here, so
-    /// the step's BATCH folds in when it is the last call (F4).
+    /// PROPOSE: the row is inserted already carrying its decision (SPEC §9.1). First, in the
+    /// same transaction, step 5: an identical call whose outcome is unknown (`repeat`) makes
+    /// this a REFUSE instead, so no second transaction can pass the check between it and the
+    /// START (§19.7). For an `allow` the same transaction reads observation point 3 and the
+    /// deadline (step 8) and then STARTs the call (§17.1 F2); if the observation fires the row
+    /// is closed DENIED with the code the terminal sweep would give it, and the caller halts. A
+    /// denial closes the call here, so the step's BATCH folds in when it is the last call (F4).
     fn propose(
         &self,
         site: &CallSite<'_>,
         prepared: &Prepared,
         action: &ProposedAction,
         decision: PolicyDecision,
+        raw_hash: String,
         now: Timestamp,
-    ) -> (Result<Proposed, TxError>, Folded) {
+    ) -> (Result<FirstCommit, TxError>, Folded) {
         let Proposal {
             row,
             approval,
@@ -731,6 +761,18 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             tx.guard_lease(site.lease)?;
             if let Some(ledger) = ledger {
                 ledger.stage_opening(tx, now)?;
+            }
+            if let Some(repeat) = repeat_in_tx(tx, site, &row)? {
+                return refusal_writes(
+                    tx,
+                    site,
+                    OutcomeStatus::Denied,
+                    repeat.reason_code(),
+                    Some(repeat.message()),
+                    raw_hash,
+                    now,
+                )
+                .map(FirstCommit::Refused);
             }
             tx.insert_invocation(&row)?;
             if let Some(approval) = &approval {
@@ -767,7 +809,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                     ) {
                         ledger.stage_closing(tx, &crate::testing::mutants::provisional_result(started), now)?;
                     }
-                    Ok(proposed)
+                    Ok(FirstCommit::Proposed(proposed))
                 }
                 (InvocationStatus::Denied, Some(reason_code)) => {
                     tx.append_event(&event(
@@ -782,9 +824,9 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                         keys::result(id),
                     ))?;
                     stage_closing_row(tx, site, &row, now)?;
-                    Ok(Proposed::Row(Box::new(row.clone())))
+                    Ok(FirstCommit::Proposed(Proposed::Row(Box::new(row.clone()))))
                 }
-                _ => Ok(Proposed::Row(Box::new(row.clone()))),
+                _ => Ok(FirstCommit::Proposed(Proposed::Row(Box::new(row.clone())))),
             }
         })
     }
@@ -938,6 +980,9 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         let spec = tool.spec();
         let arguments: JsonMap = serde_json::from_str(&row.arguments)
             .map_err(|_| Halt::Fail(FailureReason::InternalError))?;
+        self.lease_still_held(site)?;
+        // No await between the check above and the body's first poll: `invoke` runs straight
+        // into it.
         let invoked = self
             .invoke(site, &row, tool.as_ref(), &arguments, replay)
             .await;
@@ -968,6 +1013,25 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         self.reached_folded(folded, &[CrashPoint::AfterFinish])
             .await;
         Ok(CallEnd::Done(result_of_row(&closed)?))
+    }
+
+    /// Before a body is entered (SPEC §8.2, §16 #13): a worker paused for longer than its
+    /// lease may wake here, after another worker reclaimed the run and replayed the call (a
+    /// conditionally idempotent key sent twice without the replay flag) or settled it. While a
+    /// commit of this execution holds the lease past now, nothing is read; otherwise the lease
+    /// guard is read, and a lost lease fences the execution instead of sending anything.
+    fn lease_still_held(&self, site: &CallSite<'_>) -> Result<(), Halt> {
+        if !site.token.lease_may_have_run_out(self.env.clock.now()) {
+            return Ok(());
+        }
+        match self.env.read(|tx| tx.guard_lease(site.lease)) {
+            Ok(()) => Ok(()),
+            Err(TxError::Fenced) => {
+                site.token.cancel(CancelReason::Fenced);
+                Err(Halt::Abandon)
+            }
+            Err(_) => Err(Halt::Abandon),
+        }
     }
 
     async fn invoke(

@@ -63,7 +63,8 @@ pub const NAMES: [&str; 14] = [
 /// | mutant | hook | rule it breaks |
 /// |---|---|---|
 /// | `disconnect_not_recorded` | `connection::close_in_tx` | §19.4: a client's DISCONNECT commits nothing (the gateway only stops reading it), so its connection stays open and an approved call of the gone client is claimed, revalidated and sent |
-pub const CONNECTION_NAMES: [&str; 1] = ["disconnect_not_recorded"];
+/// | `no_in_flight_check` | pipeline step 5 | §19.7: the repeat check sees only `UNCERTAIN` twins, so a host's retry after a gateway crash, sent while the first invocation is still `RUNNING` under its unexpired lease, repeats the effect |
+pub const CONNECTION_NAMES: [&str; 2] = ["disconnect_not_recorded", "no_in_flight_check"];
 
 /// 0: none; `i + 1`: `NAMES[i]`; `NAMES.len() + j + 1`: `CONNECTION_NAMES[j]`.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
@@ -99,6 +100,11 @@ fn every_name() -> impl Iterator<Item = &'static str> {
 /// `disconnect_not_recorded`: whether a close for `reason` commits nothing.
 pub fn disconnect_not_recorded(reason: crate::connection::CloseReason) -> bool {
     active("disconnect_not_recorded") && reason == crate::connection::CloseReason::Disconnected
+}
+
+/// `no_in_flight_check`: whether step 5 ignores twins in flight.
+pub fn no_in_flight_check() -> bool {
+    active("no_in_flight_check")
 }
 
 /// Whether the mutant called `name` is active.
