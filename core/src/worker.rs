@@ -223,6 +223,12 @@ impl<S: Store + 'static> Worker<S> {
         if run.cancel_requested_at.is_some() {
             token.cancel(CancelReason::Requested);
         }
+        if let crate::run::RunState::Running {
+            lease_expires_at, ..
+        } = &run.state
+        {
+            token.hold_lease_until(*lease_expires_at);
+        }
         let watched = Arc::new(Watched::new(Arc::clone(&self.env.store)));
         let env = self.env.with_store(Arc::clone(&watched));
         let switch = HeartbeatSwitch::default();
@@ -288,6 +294,7 @@ impl<S: Store + 'static> Worker<S> {
                         .cancel_epoch(lease.run_id, lease.lease_epoch, CancelReason::Fenced)
                 }
                 Ok(Some(observed)) if observed.cancel_requested_at.is_some() => {
+                    token.hold_lease_until(until);
                     #[cfg(feature = "mutants")]
                     if crate::testing::mutants::ignore_heartbeat_cancel() {
                         continue;
@@ -298,8 +305,9 @@ impl<S: Store + 'static> Worker<S> {
                         CancelReason::Requested,
                     )
                 }
+                Ok(Some(_)) => token.hold_lease_until(until),
                 // A transient storage error: the next beat tries again before the lease runs out.
-                Ok(Some(_)) | Err(_) => {}
+                Err(_) => {}
             }
         }
     }

@@ -27,6 +27,22 @@ const REGRESSION_SEEDS: &[(u64, &str)] = &[
         107985,
         "inv_38: two executions of one read claim different trust",
     ),
+    // Issue 25: a worker paused past its lease between START and the tool body woke after
+    // another worker had reclaimed the run and replayed the conditionally idempotent call, and
+    // sent the key again without the replay flag (a core bug; a worker whose lease may have run
+    // out now reads its lease guard before entering a body, and a lost lease fences it).
+    (
+        50090575,
+        "inv_13: a zombie enters the body after its successor replayed the key",
+    ),
+    // Issue 25: a resumed parallel batch recovered its first call alone, to the end of its
+    // tool call, before the other calls began; one of those, approved meanwhile, STARTed after
+    // the execution knew of a cancel (a core bug; a resumed batch now begins every call at
+    // once, as §8.5's single observation before a parallel batch assumes).
+    (
+        50090518,
+        "inv_33: a resumed parallel batch STARTs a call after a known cancel",
+    ),
 ];
 
 #[test]

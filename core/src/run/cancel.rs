@@ -7,11 +7,23 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::ids::RunId;
+use crate::time::Timestamp;
 use crate::vocab::CancelReason;
 
-/// One execution's view of its cancellation.
+/// One execution's view of its cancellation, and of how long its lease is known to hold.
+///
+/// The lease part serves one check (SPEC §8.2, issue 25): a worker paused for longer than its
+/// lease (a zombie) can wake between START and entering the tool body, after another worker
+/// reclaimed the run and replayed or settled the call. The execution records the expiry it
+/// claimed with and every expiry a heartbeat committed; before a body is entered, a lease that
+/// ran out by this process's clock is checked against the store, and a lost one is `Fenced`.
 #[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<Mutex<Option<CancelReason>>>);
+pub struct CancelToken {
+    reason: Arc<Mutex<Option<CancelReason>>>,
+    /// The latest lease expiry this execution committed (CLAIM, then each heartbeat); `None`
+    /// for an execution that has no heartbeat (tests driving the executor directly).
+    lease_held_until: Arc<Mutex<Option<Timestamp>>>,
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere cannot leave a reason half-written; keep going with the inner value.
@@ -20,15 +32,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl CancelToken {
     pub fn reason(&self) -> Option<CancelReason> {
-        *lock(&self.0)
+        *lock(&self.reason)
     }
 
     /// Sets the reason unless one is already set.
     pub fn cancel(&self, reason: CancelReason) {
-        let mut slot = lock(&self.0);
+        let mut slot = lock(&self.reason);
         if slot.is_none() {
             *slot = Some(reason);
         }
+    }
+
+    /// Records a lease expiry this execution committed; an earlier one never replaces a later.
+    pub fn hold_lease_until(&self, until: Timestamp) {
+        let mut slot = lock(&self.lease_held_until);
+        if slot.is_none_or(|held| held < until) {
+            *slot = Some(until);
+        }
+    }
+
+    /// Whether, at `now`, the lease may have run out: no commit of this execution holds it
+    /// past `now`. Always false without a recorded expiry.
+    pub fn lease_may_have_run_out(&self, now: Timestamp) -> bool {
+        lock(&self.lease_held_until).is_some_and(|held| now >= held)
     }
 }
 
@@ -115,6 +141,22 @@ mod tests {
         registry.cancel_epoch(run, 2, CancelReason::Requested);
         assert_eq!(newer.reason(), Some(CancelReason::Requested));
         assert!(registry.contains(run));
+    }
+
+    #[test]
+    fn the_lease_is_held_until_the_latest_recorded_expiry() {
+        let token = CancelToken::default();
+        let at = Timestamp::from_micros;
+        assert!(
+            !token.lease_may_have_run_out(at(i64::MAX)),
+            "nothing recorded"
+        );
+        token.hold_lease_until(at(3_000));
+        token.hold_lease_until(at(2_000));
+        assert!(!token.lease_may_have_run_out(at(2_999)));
+        assert!(token.lease_may_have_run_out(at(3_000)));
+        token.hold_lease_until(at(4_000));
+        assert!(!token.lease_may_have_run_out(at(3_500)));
     }
 
     #[test]

@@ -605,18 +605,26 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 let Some((first, rest)) = sites.split_first() else {
                     return Ok(Dispatched::Results(Vec::new()));
                 };
-                let first_end: BoxFut<'_, Result<CallEnd, Halt>> = match pipeline
-                    .begin_call(first)
-                    .await
-                {
-                    Begun::Ended(Err(halt)) => return Err(halt),
-                    Begun::Ended(Ok(end)) => Box::pin(std::future::ready(Ok(end))),
-                    Begun::Started { row, tool } => {
-                        let pipeline = &pipeline;
-                        Box::pin(async move { pipeline.finish_started(first, *row, &tool).await })
-                    }
-                };
-                let mut calls: Vec<BoxFut<'_, Result<CallEnd, Halt>>> = vec![first_end];
+                let mut calls: Vec<BoxFut<'_, Result<CallEnd, Halt>>> = Vec::new();
+                if ledger.pending_unwritten() {
+                    calls.push(match pipeline.begin_call(first).await {
+                        Begun::Ended(Err(halt)) => return Err(halt),
+                        Begun::Ended(Ok(end)) => Box::pin(std::future::ready(Ok(end))),
+                        Begun::Started { row, tool } => {
+                            let pipeline = &pipeline;
+                            Box::pin(
+                                async move { pipeline.finish_started(first, *row, &tool).await },
+                            )
+                        }
+                    });
+                } else {
+                    // A resumed batch (its PENDING committed earlier) has rows to recover, and
+                    // recovering the first call alone would run it to its end before the
+                    // others begin: an approval resolved meanwhile would START its call after
+                    // a cancel the execution already knew of (§8.5: a parallel batch observes
+                    // once, before it begins). Every call begins at once instead.
+                    calls.push(Box::pin(pipeline.run_call(first)));
+                }
                 calls.extend(
                     rest.iter()
                         .map(|site| -> BoxFut<'_, Result<CallEnd, Halt>> {
