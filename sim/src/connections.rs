@@ -11,13 +11,25 @@
 //! approvals after a drawn delay, often after the client left. A fault hook waits a drawn time
 //! after each CLAIM, so a disconnect can land between a resumed run's claim and its REVALIDATE.
 //!
+//! After a crash the agent host may restart (SPEC §19.7, issue 25): a new gateway node opens a
+//! new connection after a drawn pause (often none) and sends every call of the dead one that
+//! was never answered again, with identical arguments, as a host that saw no answer does. Some
+//! crashes are aimed: the gateway dies right after a service took the effect of its
+//! non-idempotent call, while the invocation is still RUNNING under an unexpired lease.
+//!
 //! After the seed: every S invariant (`testing::invariants::check`), every connection closed,
-//! every run terminal (liveness), and the rule this world exists for, checked at each commit:
-//! **no call of a disconnected client is sent after the disconnect committed**, that is, no
-//! `tool.call.started` of a session commits after the commit that closed its connection, and no
-//! service sees a request of a session whose connection had closed before the call STARTed.
+//! every run terminal (liveness), and the two rules this world exists for:
+//! - **no call of a disconnected client is sent after the disconnect committed**, checked at
+//!   each commit: no `tool.call.started` of a session commits after the commit that closed its
+//!   connection, and no service sees a request of a session whose connection had closed before
+//!   the call STARTed;
+//! - **no effect of a non-idempotent call happens twice, across runs and connections**: of two
+//!   effects of identical calls (tenant, tool, effective arguments hash) taken by different
+//!   invocations, the later invocation STARTed only after the earlier one's known outcome
+//!   (SUCCEEDED or FAILED) had committed (§19.7: once the twin has an outcome, an identical
+//!   call is a new call).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -25,6 +37,7 @@ use std::time::Duration;
 use airlock_core::action::JsonMap;
 use airlock_core::connection::live::{
     ClientCall, ConnectionDriver, LiveConnection, LivePlanner, MCP_PLANNER_KIND, RunTemplate,
+    Ticket, TicketEnd,
 };
 use airlock_core::control::ControlService;
 use airlock_core::env::Env;
@@ -41,7 +54,7 @@ use airlock_core::scope::{ScopeSet, platform_scopes};
 use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::testing::invariants::{Effect, Violation, check};
 use airlock_core::tool::registry::ToolRegistry;
-use airlock_core::vocab::{ApprovalResolution, CrashPoint, TrustLevel};
+use airlock_core::vocab::{ApprovalResolution, CrashPoint, IdempotencyClass, TrustLevel};
 use airlock_core::worker::{Worker, WorkerSettings};
 use madsim::runtime::Handle;
 use madsim::time::{Instant, sleep};
@@ -74,6 +87,13 @@ struct ClientPlan {
     cancel: Option<usize>,
     fate: Fate,
     fate_at: Duration,
+    /// For a crash: the gateway dies as soon as a service took the effect of one of its
+    /// non-idempotent calls, if that comes before `fate_at`.
+    crash_after_effect: bool,
+    /// For a crash: the host restarts after this pause and sends the unanswered calls again.
+    retry_after: Option<Duration>,
+    /// How long the restarted host stays connected before it disconnects.
+    retry_stays: Duration,
 }
 
 /// The seed's plan, drawn before the world starts.
@@ -103,14 +123,29 @@ impl ConnectionPlan {
                 let cancel = rng
                     .chance(0.2)
                     .then(|| rng.below(calls.len() as u64) as usize);
+                let fate = if rng.chance(0.3) {
+                    Fate::Crash
+                } else {
+                    Fate::Disconnect
+                };
+                let fate_at = Duration::from_millis(rng.range(200, 25_000));
+                let crash_after_effect = fate == Fate::Crash && rng.chance(0.5);
+                // At once, soon (the twin is still in flight), or after recovery made it
+                // UNCERTAIN (a lease plus a sweep).
+                let retry_after = (fate == Fate::Crash && rng.chance(0.7)).then(|| {
+                    Duration::from_millis(match rng.below(6) {
+                        0 | 1 => 0,
+                        2 => rng.range(1, 2_000),
+                        _ => rng.range(LEASE_MS + 1_000, 3 * LEASE_MS),
+                    })
+                });
                 ClientPlan {
                     cancel,
-                    fate: if rng.chance(0.3) {
-                        Fate::Crash
-                    } else {
-                        Fate::Disconnect
-                    },
-                    fate_at: Duration::from_millis(rng.range(200, 25_000)),
+                    fate,
+                    fate_at,
+                    crash_after_effect,
+                    retry_after,
+                    retry_stays: Duration::from_millis(rng.range(5_000, 20_000)),
                     calls,
                 }
             })
@@ -133,6 +168,9 @@ impl ConnectionPlan {
                 "cancel": c.cancel,
                 "fate": format!("{:?}", c.fate),
                 "fate_at_ms": c.fate_at.as_millis() as u64,
+                "crash_after_effect": c.crash_after_effect,
+                "retry_after_ms": c.retry_after.map(|d| d.as_millis() as u64),
+                "retry_stays_ms": c.retry_stays.as_millis() as u64,
             })).collect::<Vec<_>>(),
             "approve_after_ms": [self.approve_after_ms.0, self.approve_after_ms.1],
             "deny_rate": self.deny_rate,
@@ -151,6 +189,9 @@ pub struct ConnectionStore {
     commits: AtomicU64,
     /// Per session, the commit that closed its connection.
     closed_at: Mutex<BTreeMap<SessionId, u64>>,
+    /// Per invocation, the commit of its START and of its known outcome (SUCCEEDED or FAILED).
+    started_in: Mutex<BTreeMap<String, u64>>,
+    known_in: Mutex<BTreeMap<String, u64>>,
     violations: Mutex<Vec<String>>,
 }
 
@@ -160,6 +201,8 @@ impl ConnectionStore {
             inner: SimStore::new(),
             commits: AtomicU64::new(0),
             closed_at: Mutex::new(BTreeMap::new()),
+            started_in: Mutex::new(BTreeMap::new()),
+            known_in: Mutex::new(BTreeMap::new()),
             violations: Mutex::new(Vec::new()),
         }
     }
@@ -188,6 +231,16 @@ impl Store for ConnectionStore {
             let mut closed_at = lock(&self.closed_at);
             self.inner.inspect(|s| {
                 for event in &s.events[before..] {
+                    let invocation = event.payload["invocation_id"].as_str().map(str::to_owned);
+                    match (event.event_type, invocation) {
+                        (EventType::ToolCallStarted, Some(id)) => {
+                            lock(&self.started_in).entry(id).or_insert(commit);
+                        }
+                        (EventType::ToolCallCompleted | EventType::ToolCallFailed, Some(id)) => {
+                            lock(&self.known_in).entry(id).or_insert(commit);
+                        }
+                        _ => {}
+                    }
                     if event.event_type != EventType::ToolCallStarted {
                         continue;
                     }
@@ -239,12 +292,19 @@ struct ConnectionWorld {
     clock: SimClock,
     effects: Mutex<Vec<Effect>>,
     rng: Mutex<SimRng>,
+    /// Every call a first gateway's client sent, by `(client, call index)`: a restarted host
+    /// sends again those never answered.
+    tickets: Mutex<BTreeMap<(usize, usize), Ticket>>,
+    /// Clients whose gateway a service asked to die right after an effect.
+    crash_requests: Mutex<BTreeSet<usize>>,
 }
 
 /// A simulated service: records the request (the effect happens), waits, answers.
 struct Service {
     spec: ToolSpec,
     world: Arc<ConnectionWorld>,
+    /// The first gateway of this client, whose plan may crash it right after an effect.
+    client: Option<usize>,
 }
 
 impl Tool for Service {
@@ -277,6 +337,14 @@ impl Tool for Service {
                 transaction_open_at_entry: store.transaction_open(),
                 started_at_entry: started,
             });
+            if let Some(client) = self.client
+                && self.spec.idempotency == IdempotencyClass::NonIdempotent
+                && self.world.plan.clients[client].crash_after_effect
+            {
+                // The supervisor kills this gateway: the answer never comes.
+                lock(&self.world.crash_requests).insert(client);
+                std::future::pending::<()>().await;
+            }
             let ms = lock(&self.world.rng).range(10, 1_500);
             sleep(Duration::from_millis(ms)).await;
             Ok(ToolSuccess {
@@ -340,13 +408,19 @@ fn settings(id: &str) -> WorkerSettings {
 }
 
 impl ConnectionWorld {
-    fn env(self: &Arc<Self>, salt: u64, planners: Arc<dyn PlannerFactory>) -> Env<ConnectionStore> {
+    fn env(
+        self: &Arc<Self>,
+        salt: u64,
+        client: Option<usize>,
+        planners: Arc<dyn PlannerFactory>,
+    ) -> Env<ConnectionStore> {
         let mut tools = ToolRegistry::new();
         for (spec, _) in catalog::tools() {
             if TOOLS.contains(&spec.name.as_str()) {
                 let service = Service {
                     spec,
                     world: Arc::clone(self),
+                    client,
                 };
                 if let Err(error) = tools.register(Arc::new(service)) {
                     panic!("the catalog's services register: {error}");
@@ -368,11 +442,21 @@ impl ConnectionWorld {
         }
     }
 
-    /// A gateway process with one client.
-    async fn gateway_main(self: Arc<Self>, index: usize) {
-        let plan = self.plan.clients[index].clone();
+    /// Starts a gateway process's parts: its worker, one connection (its driver, renewal and
+    /// sweeps running); returns the driver, the live connection and its session.
+    fn open_gateway(
+        self: &Arc<Self>,
+        salt: u64,
+        connection: u64,
+        client: Option<usize>,
+        name: &str,
+    ) -> (
+        Arc<ConnectionDriver<ConnectionStore>>,
+        Arc<LiveConnection>,
+        SessionId,
+    ) {
         let live = LiveConnection::new(
-            airlock_core::ids::ConnectionId(SeqIds::new(1_000 + index as u64, 0).new_uuid()),
+            airlock_core::ids::ConnectionId(SeqIds::new(connection, 0).new_uuid()),
             true,
         );
         // The session is known once the driver opened it; the factory needs it first.
@@ -386,8 +470,8 @@ impl ConnectionWorld {
                 }
             }
         }
-        let env = self.env(10 + index as u64, Arc::new(Late(Arc::clone(&placeholder))));
-        let worker = Worker::new(env, settings(&format!("gw{index}")));
+        let env = self.env(salt, client, Arc::new(Late(Arc::clone(&placeholder))));
+        let worker = Worker::new(env, settings(name));
         let scopes: ScopeSet = platform_scopes();
         let template = RunTemplate {
             principal_scopes: scopes,
@@ -428,6 +512,18 @@ impl ConnectionWorld {
                 let _ = sweeping.reclaim().await;
             }
         });
+        (driver, live, session)
+    }
+
+    /// A gateway process with one client.
+    async fn gateway_main(self: Arc<Self>, index: usize) {
+        let plan = self.plan.clients[index].clone();
+        let (driver, live, session) = self.open_gateway(
+            10 + index as u64,
+            1_000 + index as u64,
+            Some(index),
+            &format!("gw{index}"),
+        );
         // The client.
         let started = Instant::now();
         let mut tickets = Vec::new();
@@ -464,6 +560,7 @@ impl ConnectionWorld {
                     }
                 });
             }
+            lock(&self.tickets).insert((index, n), ticket.clone());
             tickets.push(ticket);
         }
         sleep(plan.fate_at.saturating_sub(started.elapsed())).await;
@@ -478,9 +575,44 @@ impl ConnectionWorld {
         }
     }
 
+    /// The host of client `index` restarted after its gateway died: a new gateway and
+    /// connection, and every call of the dead one that was never answered (and not cancelled
+    /// by the client) sent again at once, with identical arguments.
+    async fn retry_main(self: Arc<Self>, index: usize) {
+        let plan = self.plan.clients[index].clone();
+        let (driver, live, session) = self.open_gateway(
+            50 + index as u64,
+            2_000 + index as u64,
+            None,
+            &format!("gw{index}r"),
+        );
+        let unanswered: Vec<usize> = lock(&self.tickets)
+            .iter()
+            .filter(|((client, n), ticket)| {
+                *client == index
+                    && plan.cancel != Some(*n)
+                    && !matches!(ticket.end(), Some(TicketEnd::Answered(_)))
+            })
+            .map(|((_, n), _)| *n)
+            .collect();
+        for n in unanswered {
+            live.submit(
+                n as u64,
+                ClientCall {
+                    tool: TOOLS[plan.calls[n].1].to_owned(),
+                    arguments: json!({"text": format!("c{index}-{n}")}),
+                },
+            );
+        }
+        sleep(plan.retry_stays).await;
+        let _ = driver.disconnect();
+        self.store.client_left(session);
+        std::future::pending::<()>().await;
+    }
+
     /// Resolves pending approvals after a drawn delay, whether or not the client is still there.
     async fn approver_main(self: Arc<Self>) {
-        let env = self.env(3, Arc::new(NoPlanner));
+        let env = self.env(3, None, Arc::new(NoPlanner));
         let control = ControlService::new(env, Arc::new(NoDispatch), None);
         let bob = Principal {
             tenant_id: "acme".into(),
@@ -517,12 +649,74 @@ impl ConnectionWorld {
 
     /// An `airlock worker` process: sweeps, RECLAIM, approval expiry, orphan claims.
     async fn worker_main(self: Arc<Self>) {
-        let env = self.env(2, Arc::new(NoPlanner));
+        let env = self.env(2, None, Arc::new(NoPlanner));
         let worker = Worker::new(env.clone(), settings("w"));
         let control = ControlService::new(env, Arc::new(NoDispatch), None);
         let never = || false;
         let _ = worker.run(&SimSpawner, &control, &never).await;
     }
+}
+
+/// §19.7 over the ground truth: the services' effects in the order they were taken. Two
+/// effects of identical non-idempotent calls (tenant, tool, effective arguments hash) taken by
+/// different invocations are one effect repeated unless the earlier invocation's known outcome
+/// committed before the later one's START (then the later call was a new call).
+fn effects_once_across_runs(
+    snapshot: &MemSnapshot,
+    effects: &[Effect],
+    started_in: &BTreeMap<String, u64>,
+    known_in: &BTreeMap<String, u64>,
+) -> Vec<String> {
+    let by_key: BTreeMap<&str, &airlock_core::invocation::Invocation> = snapshot
+        .invocations
+        .values()
+        .map(|i| (i.idempotency_key.as_str(), i))
+        .collect();
+    let mut first_of: BTreeMap<(&str, &str, &str), &airlock_core::invocation::Invocation> =
+        BTreeMap::new();
+    let mut failures = Vec::new();
+    for effect in effects
+        .iter()
+        .filter(|e| e.idempotency == IdempotencyClass::NonIdempotent)
+    {
+        let Some(row) = by_key.get(effect.idempotency_key.as_str()).copied() else {
+            failures.push(format!(
+                "an effect of {} has no invocation (key {})",
+                effect.tool_name, effect.idempotency_key
+            ));
+            continue;
+        };
+        let identity = (
+            row.tenant_id.as_str(),
+            row.tool_name.as_str(),
+            row.effective_arguments_hash.as_str(),
+        );
+        let Some(earlier) = first_of.insert(identity, row) else {
+            continue;
+        };
+        if earlier.id == row.id {
+            continue;
+        }
+        let known = known_in.get(&earlier.id.to_string());
+        let started = started_in.get(&row.id.to_string());
+        let new_call = matches!((known, started), (Some(known), Some(started)) if known < started);
+        if !new_call {
+            failures.push(format!(
+                "{} {}: invocation {} (run {}) took the effect of invocation {} (run {}) again; \
+                 the earlier outcome was {} when the later one STARTed (commit {:?}, known in {:?})",
+                row.tool_name,
+                row.arguments,
+                row.id,
+                row.run_id,
+                earlier.id,
+                earlier.run_id,
+                if known.is_some() { "not yet known" } else { "never known" },
+                started,
+                known,
+            ));
+        }
+    }
+    failures
 }
 
 /// What one seed found.
@@ -533,6 +727,9 @@ pub struct ConnectionReport {
     pub calls: usize,
     pub effects: usize,
     pub connections: usize,
+    /// Calls of a restarted host refused `policy.uncertain.in_flight` / `.repeat` (§19.7).
+    pub refused_in_flight: usize,
+    pub refused_repeat: usize,
     pub plan: Value,
 }
 
@@ -574,8 +771,19 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     let (snapshot, effects, mut violations) = runtime.block_on(simulate(plan));
     violations.extend(check(&snapshot, &effects, 3));
     violations.extend(liveness(&snapshot));
+    let refused = |code: &str| {
+        snapshot
+            .events
+            .iter()
+            .filter(|e| {
+                e.event_type == EventType::ToolCallDenied && e.payload["reason_code"] == code
+            })
+            .count()
+    };
     ConnectionReport {
         seed,
+        refused_in_flight: refused("policy.uncertain.in_flight"),
+        refused_repeat: refused("policy.uncertain.repeat"),
         runs: snapshot.runs.len(),
         calls: snapshot.invocations.len(),
         effects: effects.len(),
@@ -592,6 +800,8 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         clock: SimClock::starting_now(),
         effects: Mutex::new(Vec::new()),
         rng: Mutex::new(SimRng::new(seed, 20)),
+        tickets: Mutex::new(BTreeMap::new()),
+        crash_requests: Mutex::new(BTreeSet::new()),
         plan,
     });
     let handle = Handle::current();
@@ -617,20 +827,34 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         .name("approver")
         .init(move || Arc::clone(&w).approver_main())
         .build();
-    // Crashes at their drawn times.
+    // Crashes at their drawn times, or right after a service took an aimed effect; then the
+    // host's restart, if it has one.
     let started = Instant::now();
-    let mut crashes: Vec<(Duration, usize)> = world
-        .plan
-        .clients
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.fate == Fate::Crash)
-        .map(|(i, c)| (c.fate_at, i))
-        .collect();
-    crashes.sort();
-    for (at, index) in crashes {
-        sleep(at.saturating_sub(started.elapsed())).await;
-        handle.kill(gateways[index]);
+    let restarts = Arc::new(Mutex::new(Vec::new()));
+    for (index, client) in world.plan.clients.iter().enumerate() {
+        if client.fate != Fate::Crash {
+            continue;
+        }
+        let (w, node, fate_at) = (Arc::clone(&world), gateways[index], client.fate_at);
+        let restarts = Arc::clone(&restarts);
+        let handle = handle.clone();
+        madsim::task::spawn(async move {
+            while started.elapsed() < fate_at && !lock(&w.crash_requests).contains(&index) {
+                sleep(Duration::from_millis(5)).await;
+            }
+            handle.kill(node);
+            let Some(pause) = w.plan.clients[index].retry_after else {
+                return;
+            };
+            sleep(pause).await;
+            let host = Arc::clone(&w);
+            let node = handle
+                .create_node()
+                .name(format!("gw{index}r"))
+                .init(move || Arc::clone(&host).retry_main(index))
+                .build();
+            lock(&restarts).push(node.id());
+        });
     }
     sleep(WORKLOAD.saturating_sub(started.elapsed())).await;
     // Quiet: no new calls (every client has met its fate); wait until every run is terminal
@@ -646,7 +870,12 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         }
         sleep(Duration::from_millis(500)).await;
     }
-    for id in gateways.into_iter().chain([worker.id(), approver.id()]) {
+    let restarted: Vec<_> = lock(&restarts).clone();
+    for id in gateways
+        .into_iter()
+        .chain(restarted)
+        .chain([worker.id(), approver.id()])
+    {
         handle.kill(id);
     }
     let snapshot = world.store.inner.snapshot();
@@ -658,6 +887,19 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
             detail,
         })
         .collect();
+    violations.extend(
+        effects_once_across_runs(
+            &snapshot,
+            &effects,
+            &lock(&world.store.started_in),
+            &lock(&world.store.known_in),
+        )
+        .into_iter()
+        .map(|detail| Violation {
+            invariant: "§19.7 no effect of a non-idempotent call happens twice, across runs and connections",
+            detail,
+        }),
+    );
     let log = world.store.inner.log();
     for detail in log.violations.iter().chain(log.refused.iter()) {
         violations.push(Violation {
