@@ -2,7 +2,7 @@
 `airlock mcp serve` over stdio. Each scenario prints one JSON object of what it observed on
 stdout; tests/tests/mcp_gateway.rs asserts on it. Nothing here decides pass or fail.
 
-usage: client.py SCENARIO --airlock BIN --data DIR --config FILE [--policy-dir DIR]
+usage: client.py SCENARIO --airlock BIN --data DIR --config FILE [--policy-dir DIR] [--store URL]
                  [--mode legacy|modern] [--ledger FILE] [--pidfile FILE] [--arg VALUE]
 """
 
@@ -35,6 +35,9 @@ def parse_args():
     p.add_argument("--pidfile")
     p.add_argument("--arg", default="")
     p.add_argument("--lease-ms", default="30000")
+    # A store other than the data dir's SQLite file (a PostgreSQL URL): passed as --store, since
+    # the SDK starts the gateway with a minimal environment that has no AIRLOCK_STORE.
+    p.add_argument("--store")
     return p.parse_args()
 
 
@@ -51,6 +54,8 @@ class Gateway:
 
     def params(self):
         argv = [self.args.airlock, "--data-dir", self.args.data]
+        if self.args.store:
+            argv += ["--store", self.args.store]
         if self.args.policy_dir:
             argv += ["--policy-dir", self.args.policy_dir]
         argv += ["mcp", "serve", "--config", self.args.config, "--lease-ms", self.args.lease_ms]
@@ -72,6 +77,8 @@ class Gateway:
 
 def airlock(args, *command):
     argv = [args.airlock, "--data-dir", args.data, "--tenant", "acme"]
+    if args.store:
+        argv += ["--store", args.store]
     if args.policy_dir:
         argv += ["--policy-dir", args.policy_dir]
     out = subprocess.run(argv + list(command), capture_output=True, text=True, check=False)

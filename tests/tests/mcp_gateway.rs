@@ -32,7 +32,11 @@ struct Scene {
 
 /// The gateway file of the scenarios; `extra` is appended (more tables).
 fn scene_with(peers: &Peers, extra: &str) -> Scene {
-    let data = DataDir::new();
+    scene_on(DataDir::new(), peers, extra)
+}
+
+/// [`scene_with`] on the store of `data` (SQLite in its directory, or a PostgreSQL schema).
+fn scene_on(data: DataDir, peers: &Peers, extra: &str) -> Scene {
     let sandbox = data.path().join("sandbox");
     std::fs::create_dir_all(&sandbox).unwrap();
     std::fs::write(sandbox.join("a.txt"), "hello\n").unwrap();
@@ -137,6 +141,9 @@ impl Scene {
             .stderr(Stdio::piped());
         if let Some(dir) = &self.policy_dir {
             command.args(["--policy-dir", dir]);
+        }
+        if let Some(store) = self.data.store_url() {
+            command.args(["--store", store]);
         }
         if let Some(pidfile) = pidfile {
             command.arg("--pidfile").arg(pidfile);
@@ -441,6 +448,119 @@ fn kill_9_during_append_leaves_it_uncertain_and_a_retry_is_refused() {
         "airlock denied this call (policy.uncertain.repeat): Not performed. An identical earlier call has an unknown outcome."
     );
     assert_eq!(scene.ledger(), ["once"]);
+}
+
+/// The pid a gateway wrote to `pidfile` once it started.
+fn gateway_pid(pidfile: &Path) -> Option<i32> {
+    std::fs::read_to_string(pidfile).ok()?.trim().parse().ok()
+}
+
+/// SPEC §19.7 (issue 25): two hosts send the identical non-idempotent call at once through
+/// two gateway processes on one store; one call takes the effect and waits 60 s for its
+/// answer, the other is refused `policy.uncertain.in_flight`. The first gateway is killed
+/// with -9 after the effect and before the answer, and the host restarts it and sends the
+/// identical call again at once, while the dead gateway's invocation is still RUNNING under
+/// an unexpired lease: refused `policy.uncertain.in_flight` again, naming the invocation. Once
+/// a worker's recovery made that invocation UNCERTAIN, the retry is refused
+/// `policy.uncertain.repeat`. The ledger holds one line throughout.
+fn a_retry_racing_recovery_never_repeats_the_effect(mut scene: Scene, peers: &Peers) {
+    scene.allow_external_writes();
+    let pidfiles = [
+        scene.data.path().join("gateway-a.pid"),
+        scene.data.path().join("gateway-b.pid"),
+    ];
+    let mut clients: Vec<Option<Child>> = pidfiles
+        .iter()
+        .map(|pidfile| Some(scene.spawn_client(peers, "kill", "legacy", "once", Some(pidfile))))
+        .collect();
+    // One of the two is refused at once; the other takes the effect and waits.
+    let started = Instant::now();
+    let mut refused = None;
+    while refused.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "neither identical call was refused"
+        );
+        for (index, slot) in clients.iter_mut().enumerate() {
+            let exited = slot
+                .as_mut()
+                .is_some_and(|child| child.try_wait().expect("poll the client").is_some());
+            if exited && let Some(child) = slot.take() {
+                let output = child.wait_with_output().expect("client output");
+                refused = Some((index, parse_observations(&output, "kill")));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (refused_index, seen) = refused.expect("a refusal");
+    let in_flight = "airlock denied this call (policy.uncertain.in_flight): Not performed. \
+                     An identical earlier call (invocation ";
+    assert!(text(&seen["answer"]).starts_with(in_flight), "{seen}");
+    assert_eq!(seen["answer"]["is_error"], true, "{seen}");
+    while scene.ledger().is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "append never ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let running = 1 - refused_index;
+    let pid = gateway_pid(&pidfiles[running]).expect("the running gateway's pid");
+    // SAFETY: kill(2) on the gateway's pid, which this test's client started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    if let Some(child) = clients[running].take() {
+        drop(wait_within_output(child, Duration::from_secs(60), "kill"));
+    }
+    // The host restarts the gateway and retries at once: the lease (2 s) has not run out.
+    let seen = scene.client(peers, "repeat", "legacy", "once");
+    let answer = text(&seen["answer"]);
+    assert!(answer.starts_with(in_flight), "{seen}");
+    assert_eq!(
+        scene.ledger(),
+        ["once"],
+        "the retry did not repeat the effect"
+    );
+    // Any airlock process ends the dead gateway's run within a lease plus a sweep.
+    let worker = scene.data.worker_until_idle(2_000);
+    assert_eq!(worker.status.code(), Some(0));
+    let items = scene.airlock(&["invocations", "uncertain"])["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(items.len(), 1, "{items:?}");
+    let twin = items[0]["id"].as_str().expect("the invocation's id");
+    assert!(
+        answer.contains(twin),
+        "the refusal names its twin: {answer}"
+    );
+    let seen = scene.client(peers, "repeat", "legacy", "once");
+    assert_eq!(
+        text(&seen["answer"]),
+        "airlock denied this call (policy.uncertain.repeat): Not performed. An identical earlier call has an unknown outcome."
+    );
+    assert_eq!(scene.ledger(), ["once"], "one effect, ever");
+}
+
+#[test]
+fn a_retry_at_once_after_kill_9_is_refused_in_flight_and_never_repeats_the_effect() {
+    let Some(peers) = peers("a_retry_at_once_after_kill_9_is_refused_in_flight") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    a_retry_racing_recovery_never_repeats_the_effect(scene, &peers);
+}
+
+#[test]
+fn on_postgresql_two_gateways_and_a_retry_at_once_never_repeat_the_effect() {
+    let test = "on_postgresql_two_gateways_and_a_retry_at_once_never_repeat_the_effect";
+    let Some(peers) = peers(test) else {
+        return;
+    };
+    let Some(server) = airlock_e2e::pg::server(&format!("mcp_gateway::{test}")) else {
+        return;
+    };
+    let scene = scene_on(DataDir::on_postgres(&server), &peers, "");
+    a_retry_racing_recovery_never_repeats_the_effect(scene, &peers);
 }
 
 /// The definition hash `mcp tools` reports for `exposed`.
