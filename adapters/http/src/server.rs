@@ -9,13 +9,20 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use axum::Router;
-use hyper_util::rt::TokioIo;
+use axum::http::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
 
 /// How the server is exposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,21 +105,30 @@ pub fn load_tls(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, Se
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `router` on `listener` until `shutdown` resolves: plain HTTP/1.1, or TLS when a
-/// configuration is given. Open connections are not waited for once the listener closes in
-/// the TLS case; the caller bounds its own wait.
+/// How long a client may take to send a request's headers, counted from when the connection
+/// waits for them (a new connection, or a kept-alive one after its last response): a
+/// connection that sends half its headers, or nothing, is closed after this.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a client may take to send a request's whole body, counted from when its headers
+/// arrived. A body still incomplete then fails to read (the handler answers 400 and the
+/// connection closes). Bodies are at most a few MiB (§20: 1 MiB; the MCP listener: 4 MiB), so
+/// this only ever stops a client that trickles.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `router` on `listener` until `shutdown` resolves: HTTP/1.1, plain or over TLS when a
+/// configuration is given, every connection with [`HEADER_READ_TIMEOUT`] and every request
+/// body with [`BODY_READ_TIMEOUT`], so a slow client holds a connection no longer than these.
+/// On shutdown the listener closes; plain connections finish their requests first (as
+/// `axum::serve` did), TLS ones are not waited for and the caller bounds its own wait.
 pub async fn serve(
     router: Router,
     listener: TcpListener,
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    let Some(config) = tls else {
-        return axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown)
-            .await;
-    };
-    let acceptor = TlsAcceptor::from(config);
+    let acceptor = tls.map(TlsAcceptor::from);
+    let graceful = GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -125,26 +141,118 @@ pub async fn serve(
                     continue;
                 }
             },
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => break,
         };
-        let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(tls), service)
-                .with_upgrades();
-            if let Err(error) = connection.await {
-                tracing::debug!(%peer, %error, "connection ended with an error");
+        let service = TowerToHyperService::new(with_body_deadline(router.clone()));
+        match &acceptor {
+            None => {
+                let connection = graceful
+                    .watch(connection_builder().serve_connection(TokioIo::new(stream), service));
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%peer, %error, "connection ended with an error");
+                    }
+                });
             }
-        });
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                        .await
+                    {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let connection =
+                        connection_builder().serve_connection(TokioIo::new(tls), service);
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%peer, %error, "connection ended with an error");
+                    }
+                });
+            }
+        }
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// HTTP/1.1 with the header read timeout (hyper needs a timer for it).
+fn connection_builder() -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    builder
+}
+
+/// `router` with every request body bounded by [`BODY_READ_TIMEOUT`].
+fn with_body_deadline(
+    router: Router,
+) -> impl tower::Service<
+    Request<Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<axum::response::Response, std::convert::Infallible>>
+             + Send
+             + 'static,
+> + Clone
++ Send
++ 'static {
+    tower::service_fn(move |request: Request<Incoming>| {
+        let router = router.clone();
+        let request = request.map(|body| DeadlineBody::new(body, BODY_READ_TIMEOUT));
+        router.oneshot(request)
+    })
+}
+
+/// A request body that fails once its deadline passes before its last frame arrived.
+struct DeadlineBody {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl DeadlineBody {
+    fn new(inner: Incoming, within: Duration) -> DeadlineBody {
+        DeadlineBody {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+/// The error a body past its deadline reads as.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {} s", BODY_READ_TIMEOUT.as_secs())]
+struct BodyTooSlow;
+
+impl hyper::body::Body for DeadlineBody {
+    type Data = hyper::body::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match self.deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTooSlow)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
