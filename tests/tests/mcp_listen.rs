@@ -267,6 +267,58 @@ impl Gateway {
         (status, body)
     }
 
+    /// One raw HTTP/1.1 request to `/mcp` with `headers` (Host is added), read to the end of
+    /// its answer (`connection: close`; an SSE answer ends with its request's response).
+    fn raw(&self, method: &str, headers: &[(&str, &str)], body: &str) -> RawAnswer {
+        let mut request = format!("{method} /mcp HTTP/1.1\r\nhost: {}\r\n", self.authority);
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str(&format!(
+            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        let mut stream = TcpStream::connect(&self.authority).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        RawAnswer::parse(&String::from_utf8_lossy(&answer))
+    }
+
+    /// `GET /mcp` (the session's event stream) with `headers`: its status, and a channel that
+    /// receives once the server ends the stream.
+    fn open_stream(&self, headers: &[(&str, &str)]) -> (u16, std::sync::mpsc::Receiver<()>) {
+        let mut request = format!(
+            "GET /mcp HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\nconnection: close\r\n",
+            self.authority
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        let mut stream = TcpStream::connect(&self.authority).unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut status_line = String::new();
+        reader.read_line(&mut status_line).unwrap();
+        let status = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let (ended, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = reader.read_to_end(&mut sink);
+            let _ = ended.send(());
+        });
+        (status, receiver)
+    }
+
     /// SIGTERM, then the exit code.
     fn stop(mut self) -> Option<i32> {
         let pid = i32::try_from(self.child.id()).unwrap();
@@ -285,6 +337,45 @@ impl Gateway {
         }
     }
 }
+
+/// A raw answer: status, headers (names lower-cased) and body.
+struct RawAnswer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl RawAnswer {
+    fn parse(text: &str) -> RawAnswer {
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        RawAnswer {
+            status,
+            headers,
+            body: body.to_owned(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+const INITIALIZED: &str = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
 
 impl Drop for Gateway {
     fn drop(&mut self) {
@@ -516,4 +607,176 @@ fn a_tokens_scopes_narrow_the_files_for_listing_and_calling_and_never_widen_them
     assert_eq!(granted["slow"]["text"], "slept 0.0", "{granted}");
     assert!(denied_for_scope(&granted["note"]), "{granted}");
     assert_eq!(gateway.stop(), Some(0));
+}
+
+/// Issue 26, items 1 and 2: a session belongs to the token that opened it. Another token of
+/// the same principal is refused on it (403, nothing served); revoking the opening token ends
+/// the session: its event stream closes within a few seconds (the listener rechecks every 2 s)
+/// and the token's next request is 401.
+#[test]
+fn a_session_belongs_to_its_token_and_ends_with_it() {
+    let Some(python) = python("session_token") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&[]);
+    let opening = scene.data.json(
+        "operator",
+        &[
+            "tokens",
+            "create",
+            "--tenant",
+            "acme",
+            "--principal",
+            "alice",
+            "--scopes",
+            "mcp.test.call",
+        ],
+    );
+    let opening_id = opening["id"].as_str().unwrap().to_owned();
+    let bearer = format!("Bearer {}", opening["token"].as_str().unwrap());
+    let other = format!("Bearer {}", scene.token("acme", "alice"));
+
+    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let mine = [
+        ("authorization", bearer.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    let theirs = [
+        ("authorization", other.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    assert_eq!(gateway.raw("POST", &mine, INITIALIZED).status, 202);
+
+    let refused = gateway.raw("POST", &theirs, TOOLS_LIST);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("token that opened it"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        !refused.body.contains("test__append"),
+        "nothing served: {}",
+        refused.body
+    );
+    let (status, _) = gateway.open_stream(&theirs);
+    assert_eq!(status, 403, "nor its event stream");
+
+    let listed = gateway.raw("POST", &mine, TOOLS_LIST);
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.body.contains("test__append"), "{}", listed.body);
+
+    let (status, ended) = gateway.open_stream(&mine);
+    assert_eq!(status, 200);
+    assert!(
+        ended.recv_timeout(Duration::from_secs(3)).is_err(),
+        "the stream stays open while the token works"
+    );
+    let revoked = std::time::Instant::now();
+    scene.data.json(
+        "operator",
+        &["tokens", "revoke", &opening_id, "--tenant", "acme"],
+    );
+    ended
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the revoked token's event stream closed");
+    assert!(revoked.elapsed() < Duration::from_secs(10));
+    assert_eq!(gateway.raw("POST", &mine, TOOLS_LIST).status, 401);
+    // The session's connection was closed (DISCONNECT), as for a client that left.
+    let open = scene
+        .data
+        .count("SELECT COUNT(*) FROM connections WHERE principal_id = 'alice' AND status = 'open'");
+    assert!(open <= 1, "only the stdio connection may stay open: {open}");
+}
+
+/// Issue 26, items 4 and 8: every token failure gets the same 401 body; a body that is not
+/// JSON gets 400 with the JSON-RPC parse error; with `--listen-max-sessions-per-token 3` one
+/// token may hold 3 open sessions and its next `initialize` is 429 with Retry-After, and with
+/// `--listen-max-sessions 4` the fifth session of any token is 503.
+#[test]
+fn uniform_refusals_parse_errors_and_the_session_cap_per_token() {
+    let Some(python) = python("uniform_refusals") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&[
+        "--listen-max-sessions-per-token",
+        "3",
+        "--listen-max-sessions",
+        "4",
+    ]);
+    let revoked = scene.data.json(
+        "operator",
+        &[
+            "tokens",
+            "create",
+            "--tenant",
+            "acme",
+            "--principal",
+            "alice",
+            "--scopes",
+            "mcp.test.call",
+        ],
+    );
+    scene.data.json(
+        "operator",
+        &[
+            "tokens",
+            "revoke",
+            revoked["id"].as_str().unwrap(),
+            "--tenant",
+            "acme",
+        ],
+    );
+    let revoked = format!("Bearer {}", revoked["token"].as_str().unwrap());
+    let unknown = format!("Bearer alk_{}", "0".repeat(64));
+    let mut bodies = Vec::new();
+    for headers in [
+        vec![],
+        vec![("authorization", "Bearer nonsense")],
+        vec![("authorization", unknown.as_str())],
+        vec![("authorization", revoked.as_str())],
+    ] {
+        let answer = gateway.raw("POST", &headers, INITIALIZE);
+        assert_eq!(answer.status, 401, "{}", answer.body);
+        bodies.push(answer.body);
+    }
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
+    for word in ["revoked", "unknown", "malformed", "expired"] {
+        assert!(!bodies[0].contains(word), "{}", bodies[0]);
+    }
+
+    let bearer = format!("Bearer {}", scene.token("acme", "alice"));
+    let not_json = gateway.raw("POST", &[("authorization", &bearer)], "{not json");
+    assert_eq!(not_json.status, 400, "{}", not_json.body);
+    let error: Value = serde_json::from_str(&not_json.body).expect("a JSON-RPC error");
+    assert_eq!(error["error"]["code"], -32700, "{error}");
+
+    for n in 0..3 {
+        let answer = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+        assert_eq!(answer.status, 200, "session {n}: {}", answer.body);
+    }
+    let over = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(over.status, 429, "{}", over.body);
+    assert!(over.header("retry-after").is_some(), "{:?}", over.headers);
+    // Another token still opens its own, up to the listener's limit.
+    let second = format!("Bearer {}", scene.token("acme", "alice"));
+    let answer = gateway.raw("POST", &[("authorization", &second)], INITIALIZE);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let full = gateway.raw("POST", &[("authorization", &second)], INITIALIZE);
+    assert_eq!(full.status, 503, "{}", full.body);
+    assert!(full.header("retry-after").is_some(), "{:?}", full.headers);
+    // A session that ends (DELETE) makes room again.
+    let session = answer.header("mcp-session-id").unwrap().to_owned();
+    let deleted = gateway.raw(
+        "DELETE",
+        &[("authorization", &second), ("mcp-session-id", &session)],
+        "",
+    );
+    assert!(deleted.status < 300, "{} {}", deleted.status, deleted.body);
+    let again = gateway.raw("POST", &[("authorization", &second)], INITIALIZE);
+    assert_eq!(again.status, 200, "{}", again.body);
 }

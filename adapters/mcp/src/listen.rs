@@ -16,16 +16,33 @@
 //! 2. **Origin**, when present, must be `http(s)://` one of those authorities: otherwise 403.
 //! 3. **Token** (§20): `Authorization: Bearer alk_…`, checked against the store like every
 //!    `/v1` request (`ControlService::authenticate`: only hashes are stored); missing, unknown,
-//!    expired or revoked → 401. The token's tenant must be the file's (403 otherwise: no
+//!    expired or revoked → 401, with one body for all of them (as `/v1`: a caller learns only
+//!    that its token does not work); a store that cannot check it → 503 without the store's
+//!    text (that goes to the log). The token's tenant must be the file's (403 otherwise: no
 //!    tenant crossing). The session's principal is the token's, with the token's scopes
 //!    intersected with the file's. With `--listen-no-auth` (loopback only; the binary
 //!    enforces that) a request without a token is the file's principal; a token, if sent, is
 //!    still checked.
-//! 4. **Session owner**: a request naming a session opened by another principal is 403.
-//! 5. **Sessionless requests** other than `initialize` are 400: 2026-07-28's sessionless mode
+//! 4. **Session owner**: a session belongs to the token that opened it (under
+//!    `--listen-no-auth` without a token, to the tokenless caller). A request naming it with
+//!    any other credential is 403 and nothing is served, even for a token of the same
+//!    principal: the session's scopes are the opening token's, and revoking that token must
+//!    end what it opened.
+//! 5. **Body**: a POST body that is not JSON is answered 400 with the JSON-RPC error −32700.
+//! 6. **Sessionless requests** other than `initialize` are 400: 2026-07-28's sessionless mode
 //!    would make every request its own airlock session, and a run's taint would not reach the
 //!    next call (an untrusted read, then an effect with no approval). Over HTTP the gateway
 //!    therefore serves 2025-11-25 sessions; stdio serves both versions.
+//! 7. **Session caps**: an `initialize` beyond [`ListenSettings::max_sessions_per_credential`]
+//!    open sessions of its token (default [`DEFAULT_MAX_SESSIONS_PER_CREDENTIAL`]) is 429,
+//!    beyond [`ListenSettings::max_sessions`] in all (default [`DEFAULT_MAX_SESSIONS`]) 503,
+//!    both with `Retry-After`.
+//!
+//! Sessions end when their token stops working: every [`TOKEN_RECHECK`] the listener checks
+//! the token of each open session against the store (`ControlService::authenticate_id`), and
+//! closes the session of a revoked, expired or deleted one, which ends its event streams and
+//! its connection (DISCONNECT), as `/v1/events/stream` does. Idle sessions end after
+//! [`SESSION_IDLE`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -34,6 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use airlock_core::access::{AuthError, bearer_token};
+use airlock_core::ids::ApiTokenId;
 use airlock_core::store::Store;
 use axum::Router;
 use axum::body::Body;
@@ -41,6 +59,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -55,8 +74,24 @@ pub const MCP_PATH: &str = "/mcp";
 /// it keeps its session; one without a `progressToken` may not outlive this.
 pub const SESSION_IDLE: Duration = Duration::from_secs(300);
 
-/// The largest sessionless body the guard reads to see whether it is an `initialize`.
+/// The largest POST body the guard reads (to check that it is JSON, and whether a
+/// sessionless one is an `initialize`).
 const MAX_PEEK_BYTES: usize = 4 * 1024 * 1024;
+
+/// Open sessions one token (or the tokenless caller of `--listen-no-auth`) may hold, unless
+/// the operator says otherwise (`--listen-max-sessions-per-token`). An agent host opens one
+/// session per server it uses, so this leaves room for many hosts sharing a token.
+pub const DEFAULT_MAX_SESSIONS_PER_CREDENTIAL: usize = 64;
+
+/// Open sessions the listener holds in all, unless the operator says otherwise
+/// (`--listen-max-sessions`). Each is an airlock connection with its renewal.
+pub const DEFAULT_MAX_SESSIONS: usize = 512;
+
+/// How often the token behind each open session is checked again.
+pub const TOKEN_RECHECK: Duration = Duration::from_secs(2);
+
+/// What a refused `initialize` over a cap is told to wait.
+const RETRY_AFTER_SECONDS: u64 = 30;
 
 /// The `Mcp-Session-Id` header.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -162,6 +197,10 @@ pub struct ListenSettings {
     pub auth: ListenAuth,
     /// Whether it is served over TLS (an `Origin` without a port then means 443).
     pub tls: bool,
+    /// Open sessions one credential may hold (step 7 of the module docs).
+    pub max_sessions_per_credential: usize,
+    /// Open sessions in all.
+    pub max_sessions: usize,
 }
 
 tokio::task_local! {
@@ -206,11 +245,91 @@ impl<S: Store + 'static> Drop for ConnectionGuard<S> {
     }
 }
 
+/// What a caller authenticated with: a session belongs to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Credential {
+    Token(ApiTokenId),
+    /// `--listen-no-auth` without a token: the file's principal.
+    Tokenless,
+}
+
+/// The open sessions and the `initialize` requests on their way to opening one.
+#[derive(Default)]
+struct SessionTable {
+    owners: BTreeMap<String, Credential>,
+    opening: BTreeMap<Credential, usize>,
+}
+
+impl SessionTable {
+    fn held_by(&self, credential: Credential) -> usize {
+        self.owners.values().filter(|c| **c == credential).count()
+            + self.opening.get(&credential).copied().unwrap_or(0)
+    }
+
+    fn total(&self) -> usize {
+        self.owners.len() + self.opening.values().sum::<usize>()
+    }
+
+    fn done_opening(&mut self, credential: Credential) {
+        if let Some(count) = self.opening.get_mut(&credential) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.opening.remove(&credential);
+            }
+        }
+    }
+}
+
 struct Guard<S: Store + 'static> {
     process: Arc<GatewayProcess<S>>,
     settings: ListenSettings,
-    /// Which principal opened each session.
-    owners: Mutex<BTreeMap<String, String>>,
+    sessions: Mutex<SessionTable>,
+    manager: Arc<LocalSessionManager>,
+}
+
+impl<S: Store + 'static> Guard<S> {
+    fn table(&self) -> std::sync::MutexGuard<'_, SessionTable> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One pass of the token recheck (see the module docs): forgets sessions rmcp no longer
+    /// has (idle, deleted), and closes those whose token stopped working. A store that cannot
+    /// answer closes nothing: the next pass asks again.
+    async fn recheck_tokens(&self) {
+        let open: Vec<(String, Credential)> = self
+            .table()
+            .owners
+            .iter()
+            .map(|(id, c)| (id.clone(), *c))
+            .collect();
+        for (id, credential) in open {
+            let session_id: rmcp::transport::common::server_side_http::SessionId =
+                id.clone().into();
+            let alive = self.manager.has_session(&session_id).await.unwrap_or(true);
+            let token_works = match credential {
+                Credential::Tokenless => true,
+                Credential::Token(token) => match self.process.control().authenticate_id(token) {
+                    Ok(_) => true,
+                    Err(AuthError::Storage(error)) => {
+                        tracing::warn!(%error, "the store could not recheck a session's token");
+                        true
+                    }
+                    Err(_) => false,
+                },
+            };
+            if alive && token_works {
+                continue;
+            }
+            if alive {
+                tracing::info!(session = %id, "the token of an MCP session stopped working: the session ends");
+                if let Err(error) = self.manager.close_session(&session_id).await {
+                    tracing::warn!(%error, session = %id, "closing an MCP session failed");
+                    continue;
+                }
+            }
+            self.table().owners.remove(&id);
+        }
+    }
 }
 
 /// The listener: its router, and what shutting it down needs.
@@ -265,12 +384,26 @@ pub fn listener<S: Store + 'static>(
             }))
         }
     };
-    let service = StreamableHttpService::new(factory, Arc::new(sessions), config);
+    let manager = Arc::new(sessions);
+    let service = StreamableHttpService::new(factory, Arc::clone(&manager), config);
     let guard = Arc::new(Guard {
         process,
         settings,
-        owners: Mutex::new(BTreeMap::new()),
+        sessions: Mutex::new(SessionTable::default()),
+        manager,
     });
+    {
+        let guard = Arc::clone(&guard);
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = cancel.cancelled() => return,
+                    () = tokio::time::sleep(TOKEN_RECHECK) => guard.recheck_tokens().await,
+                }
+            }
+        });
+    }
     let router = Router::new()
         .route_service(MCP_PATH, service)
         .layer(middleware::from_fn_with_state(guard, guard_request::<S>));
@@ -286,10 +419,30 @@ pub fn listener<S: Store + 'static>(
 struct Refusal {
     status: StatusCode,
     message: String,
+    retry_after: Option<u64>,
 }
 
 fn refuse(status: StatusCode, message: String) -> Refusal {
-    Refusal { status, message }
+    Refusal {
+        status,
+        message,
+        retry_after: None,
+    }
+}
+
+/// 400 with the JSON-RPC parse error: the body is not JSON.
+fn parse_error() -> Response {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": -32700, "message": "Parse error: the body is not JSON"},
+    });
+    let mut response = (StatusCode::BAD_REQUEST, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 impl IntoResponse for Refusal {
@@ -300,6 +453,9 @@ impl IntoResponse for Refusal {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
+        if let Some(seconds) = self.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
         headers.insert(
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
@@ -375,11 +531,11 @@ fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result
     Ok(())
 }
 
-/// Step 3 of the module docs: the session principal of the request.
+/// Step 3 of the module docs: the session principal of the request, and its credential.
 fn caller<S: Store + 'static>(
     guard: &Guard<S>,
     request: &Request,
-) -> Result<SessionPrincipal, Refusal> {
+) -> Result<(SessionPrincipal, Credential), Refusal> {
     let config = guard.process.config();
     let presented = match header_text(request, "authorization") {
         // An Authorization header that is not a bearer token is refused even under
@@ -391,7 +547,7 @@ fn caller<S: Store + 'static>(
     let presented = match (presented, guard.settings.auth) {
         (Ok(token), _) => token,
         (Err(AuthError::Missing), ListenAuth::NoneOnLoopback) => {
-            return Ok(SessionPrincipal::of_file(config));
+            return Ok((SessionPrincipal::of_file(config), Credential::Tokenless));
         }
         (Err(error), _) => return Err(unauthorized(&error)),
     };
@@ -400,6 +556,7 @@ fn caller<S: Store + 'static>(
         .control()
         .authenticate(presented)
         .map_err(|e| unauthorized(&e))?;
+    let credential = Credential::Token(authenticated.token.id);
     let token = authenticated.principal;
     if token.tenant_id != config.tenant_id {
         return Err(refuse(
@@ -407,24 +564,30 @@ fn caller<S: Store + 'static>(
             "this token belongs to another tenant than this gateway's".to_owned(),
         ));
     }
-    Ok(SessionPrincipal {
-        principal_id: token.principal_id,
-        scopes: token.scopes.intersection(&config.scopes).cloned().collect(),
-    })
+    Ok((
+        SessionPrincipal {
+            principal_id: token.principal_id,
+            scopes: token.scopes.intersection(&config.scopes).cloned().collect(),
+        },
+        credential,
+    ))
 }
 
+/// 401 with one body whatever the token's fault (missing, malformed, unknown, expired,
+/// revoked), as `/v1` answers; 503 when the store could not check it, its error logged only.
 fn unauthorized(error: &AuthError) -> Refusal {
     if let AuthError::Storage(detail) = error {
+        tracing::error!(error = %detail, "the store could not check an MCP listener token");
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("the store could not check the token: {detail}"),
+            "the store is unavailable; see the server log".to_owned(),
         );
     }
     refuse(
         StatusCode::UNAUTHORIZED,
-        format!(
-            "this MCP listener needs `Authorization: Bearer <token>` (airlock tokens create): {error}"
-        ),
+        "a valid bearer token is required (`Authorization: Bearer <token>`; airlock tokens \
+         create)"
+            .to_owned(),
     )
 }
 
@@ -436,8 +599,8 @@ async fn guard_request<S: Store + 'static>(
     if let Err(refused) = check_host_and_origin(&guard.settings, &request) {
         return refused.into_response();
     }
-    let who = match caller(&guard, &request) {
-        Ok(who) => who,
+    let (who, credential) = match caller(&guard, &request) {
+        Ok(caller) => caller,
         Err(refused) => return refused.into_response(),
     };
     let session = match header_text(&request, SESSION_HEADER) {
@@ -450,71 +613,118 @@ async fn guard_request<S: Store + 'static>(
             .into_response();
         }
     };
-    let request = match &session {
-        Some(id) => {
-            let owner = guard
-                .owners
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(id)
-                .cloned();
-            if owner.is_some_and(|owner| owner != who.principal_id) {
-                return refuse(
-                    StatusCode::FORBIDDEN,
-                    "this MCP session belongs to another principal".to_owned(),
-                )
-                .into_response();
-            }
-            request
+    if let Some(id) = &session {
+        let owner = guard.table().owners.get(id).copied();
+        if owner.is_some_and(|owner| owner != credential) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "this MCP session belongs to the token that opened it; send that token".to_owned(),
+            )
+            .into_response();
         }
-        None if request.method() == http::Method::POST => match only_initialize(request).await {
+    }
+    let request = if request.method() == http::Method::POST {
+        match read_json_body(request, session.is_none()).await {
             Ok(request) => request,
-            Err(refused) => return refused.into_response(),
-        },
-        None => request,
+            Err(BodyRefusal::NotJson) => return parse_error(),
+            Err(BodyRefusal::Refused(refused)) => return refused.into_response(),
+        }
+    } else {
+        request
     };
+    let opening = session.is_none() && request.method() == http::Method::POST;
+    if opening && let Err(refused) = reserve_session(&guard, credential) {
+        return refused.into_response();
+    }
     let deleting = request.method() == http::Method::DELETE;
-    let response = CALLER.scope(who.clone(), next.run(request)).await;
+    let response = CALLER.scope(who, next.run(request)).await;
     let opened = response
         .headers()
         .get(SESSION_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let mut owners = guard.owners.lock().unwrap_or_else(|p| p.into_inner());
+    let mut table = guard.table();
+    if opening {
+        table.done_opening(credential);
+    }
     match (opened, session) {
         (Some(opened), None) => {
-            owners.insert(opened, who.principal_id);
+            table.owners.insert(opened, credential);
         }
         (_, Some(closed)) if deleting && response.status().is_success() => {
-            owners.remove(&closed);
+            table.owners.remove(&closed);
         }
         _ => {}
     }
     response
 }
 
-/// Step 5 of the module docs: a POST without a session must be an `initialize`.
-async fn only_initialize(request: Request) -> Result<Request, Refusal> {
+/// Step 7 of the module docs: room for one more session of `credential`, held until the
+/// `initialize` is answered.
+fn reserve_session<S: Store + 'static>(
+    guard: &Guard<S>,
+    credential: Credential,
+) -> Result<(), Refusal> {
+    let (per_credential, in_all) = (
+        guard.settings.max_sessions_per_credential,
+        guard.settings.max_sessions,
+    );
+    let mut table = guard.table();
+    let over = if table.held_by(credential) >= per_credential {
+        Some((
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this token already holds {per_credential} open MCP sessions; end one (DELETE) \
+                 or let one idle out"
+            ),
+        ))
+    } else if table.total() >= in_all {
+        Some((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("this listener holds {in_all} open MCP sessions, its limit"),
+        ))
+    } else {
+        None
+    };
+    if let Some((status, message)) = over {
+        return Err(Refusal {
+            status,
+            message,
+            retry_after: Some(RETRY_AFTER_SECONDS),
+        });
+    }
+    *table.opening.entry(credential).or_default() += 1;
+    Ok(())
+}
+
+/// Why a POST body was not let through.
+enum BodyRefusal {
+    NotJson,
+    Refused(Refusal),
+}
+
+/// Steps 5 and 6 of the module docs: a POST body must be JSON, and a sessionless one an
+/// `initialize`.
+async fn read_json_body(request: Request, sessionless: bool) -> Result<Request, BodyRefusal> {
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, MAX_PEEK_BYTES)
         .await
         .map_err(|_| {
-            refuse(
+            BodyRefusal::Refused(refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("the body is not readable or larger than {MAX_PEEK_BYTES} bytes"),
-            )
+            ))
         })?;
-    let method = serde_json::from_slice::<serde_json::Value>(&bytes)
-        .ok()
-        .and_then(|v| v.get("method").and_then(|m| m.as_str()).map(str::to_owned));
-    if method.as_deref() != Some("initialize") {
-        return Err(refuse(
+    let message =
+        serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|_| BodyRefusal::NotJson)?;
+    if sessionless && message.get("method").and_then(|m| m.as_str()) != Some("initialize") {
+        return Err(BodyRefusal::Refused(refuse(
             StatusCode::BAD_REQUEST,
             "this listener serves MCP sessions: send `initialize` first, then every request \
              with its Mcp-Session-Id (a sessionless request would be an airlock session of its \
              own, and a run's taint would not reach the next call)"
                 .to_owned(),
-        ));
+        )));
     }
     Ok(Request::from_parts(parts, Body::from(bytes)))
 }
@@ -530,6 +740,51 @@ mod tests {
 
     fn allows(hosts: &AllowedHosts, text: &str) -> bool {
         parse_authority(text, 80).is_some_and(|a| hosts.allows(&a))
+    }
+
+    #[test]
+    fn token_failures_share_one_body_and_a_store_failure_hides_its_text() {
+        let bodies: Vec<String> = [
+            AuthError::Missing,
+            AuthError::Malformed,
+            AuthError::Unknown,
+            AuthError::Expired,
+            AuthError::Revoked,
+        ]
+        .iter()
+        .map(|e| {
+            let refusal = unauthorized(e);
+            assert_eq!(refusal.status, StatusCode::UNAUTHORIZED);
+            refusal.message
+        })
+        .collect();
+        assert!(bodies.windows(2).all(|w| w[0] == w[1]), "{bodies:?}");
+        let storage = unauthorized(&AuthError::Storage(
+            "database disk image is malformed".to_owned(),
+        ));
+        assert_eq!(storage.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            !storage.message.contains("malformed"),
+            "{}",
+            storage.message
+        );
+    }
+
+    #[test]
+    fn the_session_table_counts_open_and_opening_sessions_per_credential() {
+        let token = Credential::Token(ApiTokenId(uuid::Uuid::from_u128(1)));
+        let mut table = SessionTable::default();
+        table.owners.insert("s1".to_owned(), token);
+        table.owners.insert("s2".to_owned(), Credential::Tokenless);
+        *table.opening.entry(token).or_default() += 2;
+        assert_eq!(table.held_by(token), 3);
+        assert_eq!(table.held_by(Credential::Tokenless), 1);
+        assert_eq!(table.total(), 4);
+        table.done_opening(token);
+        table.done_opening(token);
+        table.done_opening(token);
+        assert_eq!(table.held_by(token), 1);
+        assert!(table.opening.is_empty());
     }
 
     #[test]

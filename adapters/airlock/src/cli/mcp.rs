@@ -70,6 +70,17 @@ pub struct ServeArgs {
     /// text. Prints a warning.
     #[arg(long, requires = "listen")]
     pub insecure_remote: bool,
+    /// Open MCP sessions one token may hold on --listen; the next `initialize` is 429 with
+    /// Retry-After.
+    #[arg(long, value_name = "N", requires = "listen",
+          default_value_t = airlock_mcp::listen::DEFAULT_MAX_SESSIONS_PER_CREDENTIAL as u32,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub listen_max_sessions_per_token: u32,
+    /// Open MCP sessions on --listen in all; the next `initialize` is 503 with Retry-After.
+    #[arg(long, value_name = "N", requires = "listen",
+          default_value_t = airlock_mcp::listen::DEFAULT_MAX_SESSIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub listen_max_sessions: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -107,6 +118,8 @@ struct ListenPlan {
     auth: ListenAuth,
     exposure: Exposure,
     tls: Option<Arc<rustls::ServerConfig>>,
+    max_sessions_per_credential: usize,
+    max_sessions: usize,
 }
 
 fn refuse(message: &str) -> Exit {
@@ -147,6 +160,8 @@ fn listen_plan(args: &ServeArgs) -> Result<Option<ListenPlan>, Exit> {
         auth,
         exposure,
         tls,
+        max_sessions_per_credential: args.listen_max_sessions_per_token as usize,
+        max_sessions: args.listen_max_sessions as usize,
     }))
 }
 
@@ -228,6 +243,8 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
             hosts,
             auth: plan.auth,
             tls: plan.tls.is_some(),
+            max_sessions_per_credential: plan.max_sessions_per_credential,
+            max_sessions: plan.max_sessions,
         },
     );
     let scheme = if plan.tls.is_some() { "https" } else { "http" };
