@@ -3,10 +3,12 @@
 //! The tokio host (SPEC §2.2, §8.2, Appendix A): the production implementations of core's clock,
 //! id, spawner, fault-hook and dispatcher ports, a store wrapper that keeps blocking store work
 //! off the async executor, the contained local workspace (§12), the builtin tool bodies and the
-//! outbox. It knows no store: whatever implements core's `Store` port plugs in, and the binary
+//! outbox, and the Host and Origin allow-list both HTTP servers check (`authority`). It knows
+//! no store: whatever implements core's `Store` port plugs in, and the binary
 //! crate picks one. The builtin bodies' file effects pass through one fault-injection seam
 //! (`file_faults`), inert in production, that tests arm with short writes, `ENOSPC` and `EIO`.
 
+pub mod authority;
 pub mod crash;
 pub mod file_faults;
 pub mod tools;

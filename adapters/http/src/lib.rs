@@ -5,8 +5,8 @@
 //! console session) names and as nothing the request says. Approval, run and settlement state
 //! change only inside core; this crate maps answers to status codes, problem+json bodies,
 //! Server-Sent Events and escaped HTML. It knows no store: whatever implements core's `Store`
-//! port plugs in through [`service::Control`], and it depends on core alone among airlock's
-//! crates (structural test).
+//! port plugs in through [`service::Control`]; among airlock's crates it depends on core and
+//! on the host crate's Host and Origin allow-list (structural test).
 //!
 //! - [`api`]: the `/v1` routes, [`stream`]: the event stream, [`openapi`]: their document.
 //! - [`console`]: the server-rendered console, every asset embedded in the binary.
@@ -34,6 +34,8 @@ use axum::{Router, middleware};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 
+use airlock_host::authority::{AllowedHosts, host_allowed};
+
 use crate::problem::{PROBLEM_JSON, Problem};
 use crate::service::SharedControl;
 
@@ -51,6 +53,11 @@ pub struct Settings {
     /// Whether the console is served over TLS: its cookie is then `Secure` and the origin
     /// it expects is `https://`.
     pub tls: bool,
+    /// The names this server answers to: a request with another `Host` is 421 (DNS
+    /// rebinding), and a console form's `Origin` must be one of them. `airlock serve` always
+    /// sets it (the listen address and `--listen-host`); `None` only for a router driven in
+    /// process, where a form's `Origin` is compared with its own `Host`.
+    pub hosts: Option<AllowedHosts>,
 }
 
 impl Default for Settings {
@@ -59,6 +66,7 @@ impl Default for Settings {
             stream_poll: Duration::from_millis(500),
             stream_reauthenticate: Duration::from_secs(5),
             tls: false,
+            hosts: None,
         }
     }
 }
@@ -108,6 +116,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(api::openapi));
     api.merge(console::routes())
         .fallback(|| async { Problem::no_route() })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            this_server_only,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT_BYTES))
         .layer(middleware::map_response(problems_for_bare_errors))
@@ -145,6 +157,35 @@ pub fn router(state: AppState) -> Router {
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; \
     style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; \
     frame-ancestors 'none'; base-uri 'none'";
+
+/// 421 for a request whose `Host` names another server (see [`Settings::hosts`]).
+async fn this_server_only(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: middleware::Next,
+) -> Response {
+    if let Some(hosts) = &state.settings.hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()));
+        let default_port = if state.settings.tls { 443 } else { 80 };
+        if !host_allowed(hosts, host, default_port) {
+            return Problem::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected_request",
+                format!(
+                    "this server answers to {}, not to the Host this request names (refused \
+                     against DNS rebinding; airlock serve --listen-host adds a name)",
+                    hosts.listing()
+                ),
+            )
+            .into_response();
+        }
+    }
+    next.run(request).await
+}
 
 /// Errors produced below the handlers (the body-limit layer's 413, the router's 405) arrive
 /// without a body; they get the same problem+json as every other error.

@@ -95,6 +95,7 @@ impl Problem {
             "already_resolved_differently" => "Already resolved differently",
             "expired" => "Expired",
             "payload_too_large" => "Payload too large",
+            "misdirected_request" => "Misdirected request",
             "method_not_allowed" => "Method not allowed",
             "storage" => "Storage unavailable",
             _ => "Error",

@@ -44,8 +44,7 @@
 //! its connection (DISCONNECT), as `/v1/events/stream` does. Idle sessions end after
 //! [`SESSION_IDLE`].
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,6 +52,7 @@ use std::time::Duration;
 use airlock_core::access::{AuthError, bearer_token};
 use airlock_core::ids::ApiTokenId;
 use airlock_core::store::Store;
+use airlock_host::authority::{AllowedHosts, host_allowed, origin_allowed};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -103,91 +103,6 @@ pub enum ListenAuth {
     Token,
     /// `--listen-no-auth`: a request without a token is the file's principal.
     NoneOnLoopback,
-}
-
-/// One `host` + `port` a client may name in `Host` or `Origin`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Authority {
-    host: String,
-    port: u16,
-}
-
-impl std::fmt::Display for Authority {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// Reads `host[:port]` (brackets around IPv6), lower-cased; `default_port` when absent.
-fn parse_authority(text: &str, default_port: u16) -> Option<Authority> {
-    let authority: http::uri::Authority = text.parse().ok()?;
-    if text.contains('@') {
-        return None;
-    }
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_ascii_lowercase();
-    Some(Authority {
-        host,
-        port: authority.port_u16().unwrap_or(default_port),
-    })
-}
-
-/// The Host and Origin authorities this listener answers to.
-#[derive(Debug, Clone)]
-pub struct AllowedHosts(BTreeSet<Authority>);
-
-/// A `--listen-host` value that is not a host name or `host:port`.
-#[derive(Debug, thiserror::Error)]
-#[error("--listen-host '{0}' is not a host name or host:port")]
-pub struct BadListenHost(pub String);
-
-impl AllowedHosts {
-    /// The bound address (its real port), and the operator's extra names (`host` takes the
-    /// bound port, `host:port` its own).
-    pub fn new(bound: SocketAddr, extra: &[String]) -> Result<AllowedHosts, BadListenHost> {
-        let port = bound.port();
-        let mut set = BTreeSet::new();
-        let ip = bound.ip();
-        if !ip.is_unspecified() {
-            set.insert(Authority {
-                host: ip.to_string(),
-                port,
-            });
-        }
-        if ip.is_loopback() || ip.is_unspecified() {
-            for host in ["localhost", "127.0.0.1", "::1"] {
-                set.insert(Authority {
-                    host: host.to_owned(),
-                    port,
-                });
-            }
-        }
-        for name in extra {
-            let authority =
-                parse_authority(name, port).ok_or_else(|| BadListenHost(name.clone()))?;
-            set.insert(authority);
-        }
-        Ok(AllowedHosts(set))
-    }
-
-    fn allows(&self, authority: &Authority) -> bool {
-        self.0.contains(authority)
-    }
-
-    fn listing(&self) -> String {
-        self.0
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 /// The listener's settings.
@@ -484,10 +399,7 @@ fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result
         .ok()
         .flatten()
         .or_else(|| request.uri().authority().map(http::uri::Authority::as_str));
-    let allowed = host
-        .and_then(|h| parse_authority(h, default_port))
-        .is_some_and(|a| settings.hosts.allows(&a));
-    if !allowed {
+    if !host_allowed(&settings.hosts, host, default_port) {
         return Err(refuse(
             StatusCode::MISDIRECTED_REQUEST,
             format!(
@@ -507,18 +419,7 @@ fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result
             ));
         }
     };
-    let allowed = origin
-        .split_once("://")
-        .and_then(|(scheme, rest)| {
-            let port = match scheme.to_ascii_lowercase().as_str() {
-                "http" => 80,
-                "https" => 443,
-                _ => return None,
-            };
-            parse_authority(rest, port)
-        })
-        .is_some_and(|a| settings.hosts.allows(&a));
-    if !allowed {
+    if !origin_allowed(&settings.hosts, origin) {
         return Err(refuse(
             StatusCode::FORBIDDEN,
             format!(
@@ -733,15 +634,6 @@ async fn read_json_body(request: Request, sessionless: bool) -> Result<Request, 
 mod tests {
     use super::*;
 
-    fn hosts(listen: &str, extra: &[&str]) -> AllowedHosts {
-        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
-        AllowedHosts::new(listen.parse().expect("addr"), &extra).expect("hosts")
-    }
-
-    fn allows(hosts: &AllowedHosts, text: &str) -> bool {
-        parse_authority(text, 80).is_some_and(|a| hosts.allows(&a))
-    }
-
     #[test]
     fn token_failures_share_one_body_and_a_store_failure_hides_its_text() {
         let bodies: Vec<String> = [
@@ -785,44 +677,5 @@ mod tests {
         table.done_opening(token);
         assert_eq!(table.held_by(token), 1);
         assert!(table.opening.is_empty());
-    }
-
-    #[test]
-    fn a_loopback_listener_answers_to_its_loopback_names_on_its_port_only() {
-        let h = hosts("127.0.0.1:8931", &[]);
-        for ok in [
-            "127.0.0.1:8931",
-            "localhost:8931",
-            "LOCALHOST:8931",
-            "[::1]:8931",
-        ] {
-            assert!(allows(&h, ok), "{ok}");
-        }
-        for bad in [
-            "evil.example:8931",
-            "127.0.0.1:8932",
-            "localhost",
-            "127.0.0.1",
-            "user@127.0.0.1:8931",
-            "",
-        ] {
-            assert!(!allows(&h, bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_specific_address_answers_to_itself_and_the_named_hosts() {
-        let h = hosts(
-            "10.1.2.3:443",
-            &["mcp.example.com", "proxy.example.com:8443"],
-        );
-        assert!(allows(&h, "10.1.2.3:443"));
-        assert!(allows(&h, "mcp.example.com:443"));
-        assert!(allows(&h, "proxy.example.com:8443"));
-        assert!(!allows(&h, "localhost:443"));
-        assert!(!allows(&h, "proxy.example.com:443"));
-        assert!(
-            AllowedHosts::new("10.1.2.3:443".parse().expect("addr"), &["a b".to_owned()]).is_err()
-        );
     }
 }

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::worker::WorkerSettings;
+use airlock_host::authority::AllowedHosts;
 use airlock_http::server::{Exposure, exposure, load_tls};
 use airlock_mcp::config::GatewayConfig;
 use airlock_mcp::gateway::Gateway;
-use airlock_mcp::listen::{AllowedHosts, ListenAuth, ListenSettings, MCP_PATH, listener};
+use airlock_mcp::listen::{ListenAuth, ListenSettings, MCP_PATH, listener};
 use airlock_mcp::serve::{GatewayProcess, ServeError, serve_stdio, serve_stdio_connection};
 
 use super::Globals;

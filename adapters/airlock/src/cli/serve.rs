@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_core::worker::WorkerSettings;
 use airlock_host::TokioSpawner;
+use airlock_host::authority::AllowedHosts;
 use airlock_http::server::{Exposure, exposure, load_tls, serve};
 use airlock_http::{AppState, Settings, router};
 
@@ -38,6 +39,12 @@ pub struct ServeArgs {
     /// Runs the worker executes at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
+    /// Another host name (or host:port) browsers and clients reach this server by, accepted
+    /// in `Host` and a console form's `Origin` besides the listen address itself (for a
+    /// loopback address also localhost, 127.0.0.1 and [::1]); repeatable. Any other `Host`
+    /// is 421, against DNS rebinding.
+    #[arg(long, value_name = "HOST")]
+    pub listen_host: Vec<String>,
 }
 
 pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
@@ -54,6 +61,10 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         Ok(exposed) => exposed,
         Err(e) => return invalid_argument(&e.to_string()),
     };
+    // The names are checked now; the port is known once the socket is bound.
+    if let Err(e) = AllowedHosts::new(args.listen, &args.listen_host) {
+        return invalid_argument(&e.to_string());
+    }
     let tls = match &tls_files {
         Some((cert, key)) => match load_tls(cert, key) {
             Ok(config) => Some(config),
@@ -73,13 +84,6 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
     // PostgreSQL: any process's queued run wakes this server's worker at once (SPEC §18).
     let _listening = worker.as_ref().and_then(|_| app.wake_on_queued_runs());
     let control = Arc::new(app.control(worker.as_ref().map(|w| w.tokens().clone())));
-    let state = AppState::new(
-        control.clone(),
-        Settings {
-            tls: tls.is_some(),
-            ..Settings::default()
-        },
-    );
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -90,6 +94,18 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         }
     };
     let bound = listener.local_addr().unwrap_or(args.listen);
+    let hosts = match AllowedHosts::new(bound, &args.listen_host) {
+        Ok(hosts) => hosts,
+        Err(e) => return invalid_argument(&e.to_string()),
+    };
+    let state = AppState::new(
+        control.clone(),
+        Settings {
+            tls: tls.is_some(),
+            hosts: Some(hosts),
+            ..Settings::default()
+        },
+    );
     let scheme = if tls.is_some() { "https" } else { "http" };
     if exposed == Exposure::RemoteInsecure {
         eprintln!(

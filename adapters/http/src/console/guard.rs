@@ -1,9 +1,12 @@
 //! Cross-site request checks for every console form POST (SPEC §20): the request must say it
 //! comes from this origin. `Sec-Fetch-Site`, when sent, must be `same-origin`; `Origin`, when
-//! sent, must be this server's own origin; a POST with neither is refused, since every browser
+//! sent, must be one of this server's own origins (its allow-list of names, never merely the
+//! request's own `Host`, which a DNS-rebinding page controls); a POST with neither is refused,
+//! since every browser
 //! that could carry the session cookie sends at least one of them. The SameSite=Strict cookie
 //! and the per-session form token are further layers, not replacements.
 
+use airlock_host::authority::{AllowedHosts, origin_allowed};
 use axum::http::{HeaderMap, header};
 
 /// Why a form POST was refused.
@@ -17,8 +20,13 @@ pub enum CrossSite {
     Unknown,
 }
 
-/// Checks a form POST's provenance against this server's origin (`http[s]://` + its `Host`).
-pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), CrossSite> {
+/// Checks a form POST's provenance against this server's origins: those of `hosts`, or,
+/// for a router driven in process without one, `http[s]://` + the request's `Host`.
+pub fn same_origin(
+    headers: &HeaderMap,
+    tls: bool,
+    hosts: Option<&AllowedHosts>,
+) -> Result<(), CrossSite> {
     let fetch_site = headers
         .get("sec-fetch-site")
         .map(|v| v.to_str().unwrap_or_default());
@@ -31,12 +39,20 @@ pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), CrossSite> {
         .get(header::ORIGIN)
         .map(|v| v.to_str().unwrap_or_default());
     if let Some(origin) = origin {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .ok_or(CrossSite::Origin)?;
         let scheme = if tls { "https" } else { "http" };
-        if !origin.eq_ignore_ascii_case(&format!("{scheme}://{host}")) {
+        let ours = match hosts {
+            Some(hosts) => {
+                origin
+                    .get(..scheme.len() + 3)
+                    .is_some_and(|s| s.eq_ignore_ascii_case(&format!("{scheme}://")))
+                    && origin_allowed(hosts, origin)
+            }
+            None => headers
+                .get(header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|host| origin.eq_ignore_ascii_case(&format!("{scheme}://{host}"))),
+        };
+        if !ours {
             return Err(CrossSite::Origin);
         }
     }
@@ -49,6 +65,35 @@ pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), CrossSite> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_an_allow_list_the_origin_must_be_one_of_its_names_whatever_the_host_says() {
+        let hosts = AllowedHosts::new("127.0.0.1:8080".parse().expect("addr"), &[]).expect("hosts");
+        // DNS rebinding: the page's Host and Origin agree, and both are the attacker's.
+        let rebound = headers(&[
+            ("host", "evil.example:8080"),
+            ("origin", "http://evil.example:8080"),
+        ]);
+        assert_eq!(
+            same_origin(&rebound, false, None),
+            Ok(()),
+            "the old rule passed it"
+        );
+        assert_eq!(
+            same_origin(&rebound, false, Some(&hosts)),
+            Err(CrossSite::Origin)
+        );
+        let ours = headers(&[
+            ("host", "localhost:8080"),
+            ("origin", "http://localhost:8080"),
+        ]);
+        assert_eq!(same_origin(&ours, false, Some(&hosts)), Ok(()));
+        let wrong_scheme = headers(&[("origin", "https://127.0.0.1:8080")]);
+        assert_eq!(
+            same_origin(&wrong_scheme, false, Some(&hosts)),
+            Err(CrossSite::Origin)
+        );
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
@@ -71,7 +116,7 @@ mod tests {
             ]),
         ];
         for h in &ok {
-            assert_eq!(same_origin(h, false), Ok(()), "{h:?}");
+            assert_eq!(same_origin(h, false, None), Ok(()), "{h:?}");
         }
         let refused = [
             (headers(&[host]), CrossSite::Unknown),
@@ -106,12 +151,13 @@ mod tests {
             ),
         ];
         for (h, why) in &refused {
-            assert_eq!(same_origin(h, false), Err(*why), "{h:?}");
+            assert_eq!(same_origin(h, false, None), Err(*why), "{h:?}");
         }
         assert_eq!(
             same_origin(
                 &headers(&[host, ("origin", "https://127.0.0.1:8080")]),
-                true
+                true,
+                None
             ),
             Ok(())
         );

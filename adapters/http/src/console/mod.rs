@@ -148,7 +148,8 @@ fn viewer_or_401(state: &AppState, headers: &HeaderMap) -> Result<Viewer, Refusa
 
 /// The checks of a form POST, in order: origin, session, form token.
 fn form_viewer(state: &AppState, headers: &HeaderMap, csrf: &str) -> Result<Viewer, Refusal> {
-    guard::same_origin(headers, state.settings.tls).map_err(Refusal::CrossSite)?;
+    guard::same_origin(headers, state.settings.tls, state.settings.hosts.as_ref())
+        .map_err(Refusal::CrossSite)?;
     let viewer = viewer_or_401(state, headers)?;
     if !viewer.session.csrf_matches(csrf) {
         return Err(Refusal::BadFormToken);
@@ -392,7 +393,8 @@ async fn login(
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, Refusal> {
-    guard::same_origin(&headers, state.settings.tls).map_err(Refusal::CrossSite)?;
+    guard::same_origin(&headers, state.settings.tls, state.settings.hosts.as_ref())
+        .map_err(Refusal::CrossSite)?;
     let Ok(Form(form)) = form else {
         return Err(Refusal::BadRequest(
             "the sign-in form was incomplete".into(),

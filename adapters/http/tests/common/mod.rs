@@ -114,6 +114,7 @@ impl World {
             stream_poll: std::time::Duration::from_millis(20),
             stream_reauthenticate: std::time::Duration::from_millis(50),
             tls: false,
+            hosts: None,
         };
         let state = AppState::new(control.clone(), settings);
         let app = router(state.clone());
@@ -126,6 +127,24 @@ impl World {
             state,
             app,
         }
+    }
+
+    /// The same world served as `airlock serve --listen 127.0.0.1:8080` serves it: with the
+    /// Host allow-list of that address.
+    pub fn listening_on_127_0_0_1_8080(mut self) -> World {
+        let hosts = airlock_host::authority::AllowedHosts::new(
+            "127.0.0.1:8080".parse().expect("addr"),
+            &[],
+        )
+        .expect("hosts");
+        let mut settings = (*self.state.settings).clone();
+        settings.hosts = Some(hosts);
+        self.state = AppState {
+            settings: Arc::new(settings),
+            ..self.state.clone()
+        };
+        self.app = router(self.state.clone());
+        self
     }
 
     /// A token for `tenant`/`principal` with `scopes` (the platform scopes if `None`).
