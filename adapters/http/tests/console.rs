@@ -526,3 +526,27 @@ async fn a_rebound_host_is_misdirected_and_signs_nobody_in() {
     assert_eq!(ours.status, StatusCode::SEE_OTHER, "{}", ours.text);
     assert!(ours.headers.get("set-cookie").is_some());
 }
+
+/// Issue 26, item 6: an argument beginning with U+202E (right-to-left override) or holding a
+/// zero-width space is shown with the character escaped and marked, on the approval card and
+/// in the run's timeline, never raw, so nothing reorders or hides what a reviewer reads.
+#[tokio::test]
+async fn invisible_and_direction_changing_characters_in_arguments_are_marked() {
+    let world = World::new();
+    let hostile = "\u{202e}gpj.exe to pay\u{200b}pal";
+    let (run, _approval) = world.parked_run("acme", "alice", hostile).await;
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    for path in ["/".to_owned(), format!("/runs/{run}")] {
+        let shown = page(&world, &path, &browser.cookie).await;
+        assert_eq!(shown.status, StatusCode::OK, "{path}");
+        let html = &shown.text;
+        assert!(!html.contains('\u{202e}'), "{path}: raw U+202E");
+        assert!(!html.contains('\u{200b}'), "{path}: raw U+200B");
+        assert!(
+            html.contains(r#"<span class="hidden-char" title="an invisible or direction-changing character (U+202E) in this text">\u202e</span>"#),
+            "{path}: {html}"
+        );
+        assert!(html.contains(r"\u200b</span>"), "{path}");
+    }
+}

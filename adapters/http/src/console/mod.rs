@@ -11,6 +11,7 @@ pub mod assets;
 pub mod guard;
 pub mod session;
 pub mod views;
+pub mod visible;
 
 use airlock_core::access::Authenticated;
 use airlock_core::control::ServiceError;

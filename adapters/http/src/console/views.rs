@@ -16,6 +16,8 @@ use airlock_core::session::Settlement;
 use airlock_core::time::Timestamp;
 use maud::{DOCTYPE, Markup, html};
 
+use super::visible::visible;
+
 /// Which page is shown, for the navigation and the live-update wiring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Page {
@@ -278,12 +280,12 @@ fn approval_card(
                     (time_left(frame.now, a.expires_at))
                 }
             }
-            p.summary { (a.action_summary) }
+            p.summary { (visible(&a.action_summary)) }
             dl.facts {
                 dt { "Reason" }
                 dd {
                     code { (a.policy_reason) }
-                    @if let Some(explanation) = explanation { " — " (explanation) }
+                    @if let Some(explanation) = explanation { " — " (visible(explanation)) }
                 }
                 dt { "Policy" }
                 dd { code { (a.policy_version) } " · decision " code { (a.policy_decision.as_str()) } }
@@ -298,7 +300,7 @@ fn approval_card(
             }
             details.args open {
                 summary { "Arguments (redacted)" }
-                pre { (pretty(&a.arguments)) }
+                pre { (visible(&pretty(&a.arguments))) }
             }
             form.resolve method="post" {
                 input type="hidden" name="csrf" value=(frame.csrf);
@@ -369,12 +371,12 @@ fn review_card(i: &Invocation, settlement: Option<&Settlement>, frame: &Frame<'_
             }
             details.args open {
                 summary { "Arguments (redacted)" }
-                pre { (pretty(&arguments)) }
+                pre { (visible(&pretty(&arguments))) }
             }
             @if let Some(s) = settlement {
                 p.settled {
                     "Settled " strong { (s.outcome.as_str()) } " by " (s.settled_by) " at "
-                    (time_tag(s.settled_at)) ": " q { (s.note) }
+                    (time_tag(s.settled_at)) ": " q { (visible(&s.note)) }
                 }
             } @else {
                 form.settle method="post" action=(format!("/invocations/{}/settle", i.id)) {
@@ -420,9 +422,9 @@ pub fn run_fragment(
                 dt { "Created" } dd { (time_tag(run.created_at)) " · updated " (time_tag(run.updated_at)) }
                 @if let Some(deadline) = run.deadline_at { dt { "Deadline" } dd { (time_tag(deadline)) } }
                 @match &run.state {
-                    RunState::Completed { final_message } => { dt { "Final message" } dd { q { (final_message) } } }
+                    RunState::Completed { final_message } => { dt { "Final message" } dd { q { (visible(final_message)) } } }
                     RunState::Failed { failure } => {
-                        dt { "Failure" } dd { code { (failure.reason.as_str()) } " — " (failure.message) }
+                        dt { "Failure" } dd { code { (failure.reason.as_str()) } " — " (visible(&failure.message)) }
                     }
                     _ => {}
                 }
@@ -445,7 +447,7 @@ pub fn run_fragment(
                         }
                         details {
                             summary { "payload" }
-                            pre { (pretty(&event.payload)) }
+                            pre { (visible(&pretty(&event.payload))) }
                         }
                     }
                 }
