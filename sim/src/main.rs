@@ -34,7 +34,13 @@ enum Command {
 
 const USAGE: &str = "usage:
   airlock-sim run --seed N [--count K] [--check-determinism] [--jobs J] [--keep-going] [--mutant NAME] [--verbose]
-  airlock-sim mutants [--seeds 1000] [--start 1] [--jobs J] [--only NAME]";
+  airlock-sim mutants [--seeds 1000] [--start 1] [--jobs J] [--only NAME]
+  airlock-sim help | --help | -h        (also after a command: airlock-sim run --help)
+
+run: seeds N..N+K of the run world, each checked against every invariant; progress on stderr
+(a bar on a terminal, a line every 10 s otherwise) and a summary line at the end; exit 1 if a
+seed failed, printing how to reproduce it. mutants: each planted bug must be caught.
+Needs a madsim build: RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim cargo run --release -p airlock-sim -- ...";
 
 fn number<T: std::str::FromStr>(flag: &str, value: Option<&String>) -> Result<T, String> {
     value
@@ -63,6 +69,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
                     "--mutant" => {
                         mutant = Some(rest.next().ok_or("--mutant needs a name")?.clone())
                     }
+                    "--help" | "-h" => return Ok(Command::Help),
                     other => return Err(format!("unknown flag {other}")),
                 }
             }
@@ -87,6 +94,7 @@ fn parse(args: &[String]) -> Result<Command, String> {
                     "--start" => start = number(flag, rest.next())?,
                     "--jobs" => jobs = Some(number(flag, rest.next())?),
                     "--only" => only = Some(rest.next().ok_or("--only needs a name")?.clone()),
+                    "--help" | "-h" => return Ok(Command::Help),
                     other => return Err(format!("unknown flag {other}")),
                 }
             }
@@ -149,13 +157,35 @@ mod sweep {
 
     use super::Command;
 
+    /// How a sweep shows its progress on stderr.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Progress {
+        /// A bar redrawn in place (stderr is a terminal).
+        Bar,
+        /// A line every [`PROGRESS_EVERY`] (stderr is a log).
+        Lines,
+        None,
+    }
+
+    const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+    impl Progress {
+        fn for_stderr() -> Progress {
+            if std::io::stderr().is_terminal() {
+                Progress::Bar
+            } else {
+                Progress::Lines
+            }
+        }
+    }
+
     struct Sweep {
         start: u64,
         count: u64,
         jobs: usize,
         check_determinism: bool,
         stop_at_first_failure: bool,
-        progress: bool,
+        progress: Progress,
     }
 
     fn default_jobs() -> usize {
@@ -218,15 +248,22 @@ mod sweep {
                 stop.store(true, Ordering::SeqCst);
             }
             on_report(&report);
-            if config.progress && (last_draw.elapsed() > Duration::from_millis(100)) {
-                last_draw = Instant::now();
-                draw_progress(&summary, config.count, began.elapsed());
+            match config.progress {
+                Progress::Bar if last_draw.elapsed() > Duration::from_millis(100) => {
+                    last_draw = Instant::now();
+                    draw_progress(&summary, config.count, began.elapsed());
+                }
+                Progress::Lines if last_draw.elapsed() >= PROGRESS_EVERY => {
+                    last_draw = Instant::now();
+                    eprintln!("{}", summary.progress_line(config.count, began.elapsed()));
+                }
+                _ => {}
             }
         }
         for thread in threads {
             let _ = thread.join();
         }
-        if config.progress {
+        if config.progress == Progress::Bar {
             eprint!("\r\x1b[2K");
         }
         (summary, began.elapsed())
@@ -297,7 +334,11 @@ mod sweep {
                     jobs: jobs.unwrap_or_else(default_jobs).min(count as usize),
                     check_determinism,
                     stop_at_first_failure: !keep_going,
-                    progress: !single && !verbose && std::io::stderr().is_terminal(),
+                    progress: if single || verbose {
+                        Progress::None
+                    } else {
+                        Progress::for_stderr()
+                    },
                 };
                 let mutant_flag = mutant
                     .as_deref()
@@ -321,7 +362,7 @@ mod sweep {
                         failures += 1;
                         if failures <= 3 {
                             let args = format!("run --seed {}{mutant_flag}", report.seed);
-                            if config.progress {
+                            if config.progress == Progress::Bar {
                                 eprint!("\r\x1b[2K");
                             }
                             println!("{}", render_failure(report, &reproduce_command(&args)));
@@ -366,7 +407,7 @@ mod sweep {
                         jobs: jobs.unwrap_or_else(default_jobs),
                         check_determinism: false,
                         stop_at_first_failure: true,
-                        progress: std::io::stderr().is_terminal(),
+                        progress: Progress::for_stderr(),
                     };
                     let mut caught: Option<(u64, &'static str, String)> = None;
                     let (summary, wall) = sweep(&config, |report| {
@@ -444,5 +485,15 @@ mod tests {
         assert!(parse(&args("run --seed x")).is_err());
         assert!(parse(&args("frobnicate")).is_err());
         assert_eq!(parse(&[]), Ok(Command::Help));
+        for help in [
+            "run --help",
+            "run -h",
+            "mutants --help",
+            "mutants -h",
+            "--help",
+            "help",
+        ] {
+            assert_eq!(parse(&args(help)), Ok(Command::Help), "{help}");
+        }
     }
 }

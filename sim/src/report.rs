@@ -103,7 +103,33 @@ impl Summary {
             self.simulated.as_secs_f64(),
             self.simulated.as_secs_f64() / wall_s
         );
+        let _ = writeln!(out, "{}", self.summary_line(wall));
         out
+    }
+
+    /// The sweep in one line, last: what a reader (or a script) needs to know it ran.
+    pub fn summary_line(&self, wall: Duration) -> String {
+        format!(
+            "summary: seeds={} runs={} calls={} faults={} uncertain_calls={} failed={} seconds={:.1}",
+            self.seeds,
+            self.runs,
+            self.calls,
+            self.faults_total(),
+            self.outcomes.get("call.UNCERTAIN").copied().unwrap_or(0),
+            self.failed,
+            wall.as_secs_f64()
+        )
+    }
+
+    /// A progress line for a log (stderr that is not a terminal): seeds done of `total`, the
+    /// rate, failures so far and the time left at that rate.
+    pub fn progress_line(&self, total: u64, wall: Duration) -> String {
+        let rate = self.seeds as f64 / wall.as_secs_f64().max(1e-9);
+        let left = total.saturating_sub(self.seeds) as f64 / rate.max(1e-9);
+        format!(
+            "progress: {}/{total} seeds  {rate:.1} seeds/s  failed {}  about {left:.0} s left",
+            self.seeds, self.failed
+        )
     }
 }
 
@@ -231,5 +257,13 @@ mod tests {
         assert!(text.contains("seeds: 1"), "{text}");
         assert!(text.contains("faults injected: 2"), "{text}");
         assert!(text.contains("simulated/wall: 30x"), "{text}");
+        assert_eq!(
+            text.lines().last(),
+            Some("summary: seeds=1 runs=3 calls=7 faults=2 uncertain_calls=0 failed=0 seconds=2.0")
+        );
+        assert_eq!(
+            summary.progress_line(5, Duration::from_secs(2)),
+            "progress: 1/5 seeds  0.5 seeds/s  failed 0  about 8 s left"
+        );
     }
 }

@@ -20,8 +20,22 @@ fn flag(args: &[String], name: &str, default: u64) -> Result<u64, String> {
     }
 }
 
+const USAGE: &str = "usage:
+  airlock-sim-mcp run --seed N [--count K]     # seeds N..N+K; exit 1 on the first violation
+  airlock-sim-mcp mutants [--seeds 1000]       # each connection mutant must be caught
+  airlock-sim-mcp help | --help | -h           (also after a command)
+Needs a madsim build: RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim cargo run --release -p airlock-sim --bin airlock-sim-mcp -- ...";
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty()
+        || args
+            .iter()
+            .any(|a| matches!(a.as_str(), "help" | "--help" | "-h"))
+    {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let parsed = (|| -> Result<(String, u64, u64, u64), String> {
         let command = args.first().cloned().unwrap_or_default();
         Ok((
@@ -56,7 +70,17 @@ fn execute(command: &str, seed: u64, count: u64, seeds: u64) -> ExitCode {
         "run" => {
             let (mut runs, mut calls, mut effects) = (0, 0, 0);
             let (mut in_flight, mut repeat) = (0, 0);
-            for seed in seed..seed.saturating_add(count) {
+            let began = std::time::Instant::now();
+            let mut last_line = began;
+            for (done, seed) in (seed..seed.saturating_add(count)).enumerate() {
+                if last_line.elapsed() >= std::time::Duration::from_secs(10) {
+                    last_line = std::time::Instant::now();
+                    let rate = done as f64 / began.elapsed().as_secs_f64().max(1e-9);
+                    eprintln!(
+                        "progress: {done}/{count} seeds  {rate:.1} seeds/s  failed 0  about {:.0} s left",
+                        (count - done as u64) as f64 / rate.max(1e-9)
+                    );
+                }
                 let report = run_seed(seed);
                 runs += report.runs;
                 calls += report.calls;
@@ -75,6 +99,10 @@ fn execute(command: &str, seed: u64, count: u64, seeds: u64) -> ExitCode {
             println!(
                 "connection world: {count} seeds from {seed} passed ({runs} runs, {calls} calls, \
                  {effects} effects; retries refused in flight {in_flight}, as repeats {repeat})"
+            );
+            println!(
+                "summary: seeds={count} runs={runs} calls={calls} effects={effects} failed=0 seconds={:.1}",
+                began.elapsed().as_secs_f64()
             );
             ExitCode::SUCCESS
         }
