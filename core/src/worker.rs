@@ -2,6 +2,7 @@
 //! and sweeps due approvals. Hosts run [`Worker::run`] (or drive [`Worker::tick`] themselves);
 //! the simulator runs exactly this code.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -76,6 +77,36 @@ pub struct TickReport {
     pub closed: usize,
 }
 
+/// How this worker's executions ended, for a host's summary (`worker --until-idle`). One
+/// execution is one CLAIM: a run resumed after its approval is claimed, and counted, again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecutionTally {
+    pub executions: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    /// Parked for approval (`WAITING_FOR_APPROVAL`).
+    pub parked: u64,
+    /// Fenced, or given back after a failed transaction: RECLAIM recovers the run.
+    pub abandoned: u64,
+    /// Every run it executed.
+    pub runs: BTreeSet<RunId>,
+}
+
+impl ExecutionTally {
+    fn record(&mut self, run: RunId, end: ExecutionEnd) {
+        self.executions += 1;
+        self.runs.insert(run);
+        match end {
+            ExecutionEnd::Finished(RunStatus::Completed) => self.completed += 1,
+            ExecutionEnd::Finished(RunStatus::Cancelled) => self.cancelled += 1,
+            ExecutionEnd::Finished(_) => self.failed += 1,
+            ExecutionEnd::Parked => self.parked += 1,
+            ExecutionEnd::Abandoned => self.abandoned += 1,
+        }
+    }
+}
+
 /// One worker process's state: its settings, token registry and in-flight count.
 pub struct Worker<S: Store> {
     env: Env<S>,
@@ -84,6 +115,7 @@ pub struct Worker<S: Store> {
     in_flight: Arc<AtomicUsize>,
     last_reclaim: std::sync::Mutex<Option<Timestamp>>,
     last_sweep: std::sync::Mutex<Option<Timestamp>>,
+    tally: std::sync::Mutex<ExecutionTally>,
 }
 
 /// Expired leases read per RECLAIM page.
@@ -134,7 +166,13 @@ impl<S: Store + 'static> Worker<S> {
             in_flight: Arc::new(AtomicUsize::new(0)),
             last_reclaim: std::sync::Mutex::new(None),
             last_sweep: std::sync::Mutex::new(None),
+            tally: std::sync::Mutex::new(ExecutionTally::default()),
         })
+    }
+
+    /// How this worker's executions ended so far.
+    pub fn tally(&self) -> ExecutionTally {
+        self.tally.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn settings(&self) -> &WorkerSettings {
@@ -244,6 +282,10 @@ impl<S: Store + 'static> Worker<S> {
             // The heartbeat loop never ends by itself; if it did, the executor still owns the run.
             Either::Right(((), execution)) => execution.await,
         };
+        self.tally
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(run.id, end);
         let cause = match end {
             ExecutionEnd::Abandoned => watched.latest_failure(),
             ExecutionEnd::Parked | ExecutionEnd::Finished(_) => None,

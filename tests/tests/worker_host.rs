@@ -128,3 +128,28 @@ fn sigterm_stops_claiming_and_exits_0_once_the_in_flight_run_ends() {
 fn sigint_stops_claiming_and_exits_0_once_the_in_flight_run_ends() {
     graceful_shutdown_on("-INT");
 }
+
+/// Issue 27: `worker --until-idle` ends with one JSON line saying what it did, so a person sees
+/// that a run parked (and a script can read it): one run completed, one parked for approval.
+#[test]
+fn until_idle_ends_with_a_summary_of_what_the_worker_did() {
+    let data = DataDir::new();
+    data.submit(&script(json!([[workspace_write("w1", "a.txt", "one")]])));
+    data.submit(&script(json!([[external_write("x", "needs a human")]])));
+    let worker = data.worker_until_idle(2_000);
+    assert_eq!(worker.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&worker.stdout);
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("no summary line ({e}): {stdout}"));
+    assert_eq!(summary["claims"], 2, "{summary}");
+    assert_eq!(summary["runs"], 2, "{summary}");
+    assert_eq!(summary["completed"], 1, "{summary}");
+    assert_eq!(summary["parked_for_approval"], 1, "{summary}");
+    assert_eq!(summary["failed"], 0, "{summary}");
+    assert_eq!(summary["calls_uncertain"], 0, "{summary}");
+    assert!(
+        summary["worker_id"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("worker-"))
+    );
+}

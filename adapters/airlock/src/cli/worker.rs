@@ -4,10 +4,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use airlock_core::worker::WorkerSettings;
+use airlock_core::vocab::InvocationStatus;
+use airlock_core::worker::{ExecutionTally, WorkerSettings};
 
 use super::Globals;
-use super::output::{invalid_argument, service_error};
+use super::output::{invalid_argument, line, service_error};
 use crate::exit::Exit;
 use airlock_host::TokioSpawner;
 
@@ -16,7 +17,9 @@ pub struct WorkerArgs {
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
-    /// Exit once nothing is in flight and no run is QUEUED or RUNNING.
+    /// Exit once nothing is in flight and no run is QUEUED or RUNNING, printing one JSON line:
+    /// claims, runs, completed, failed, cancelled, parked_for_approval, abandoned and the
+    /// runs' calls_uncertain.
     #[arg(long)]
     pub until_idle: bool,
     /// This worker's lease owner id (default: a fresh one).
@@ -63,13 +66,48 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     };
     // Fail-stop: a storage error in the loop (a claim, reclaim or sweep) stops claiming, lets the
     // runs in flight finish, and then ends the process with exit 4 rather than retrying blind.
-    match worker
+    let ran = worker
         .run_with_hints(&TokioSpawner, &control, &stop, &*app.dispatcher)
-        .await
-    {
+        .await;
+    if until_idle {
+        print_summary(&app.env, &worker.settings().worker_id, &worker.tally());
+    }
+    match ran {
         Ok(()) => Exit::Ok,
         Err(e) => service_error(&e.into()),
     }
+}
+
+/// `--until-idle`'s one JSON line on stdout: how this worker's executions ended, and how many
+/// calls of the runs it executed are UNCERTAIN and wait for a human (`invocations uncertain`).
+/// A store that cannot be read for the count reports it as null.
+fn print_summary<S: airlock_core::store::Store>(
+    env: &airlock_core::env::Env<S>,
+    worker_id: &str,
+    tally: &ExecutionTally,
+) {
+    let uncertain = env
+        .read(|tx| {
+            let mut count = 0usize;
+            for run in &tally.runs {
+                count += tx
+                    .invocations_of_run_in(*run, InvocationStatus::Uncertain)?
+                    .len();
+            }
+            Ok(count)
+        })
+        .ok();
+    line(serde_json::json!({
+        "worker_id": worker_id,
+        "claims": tally.executions,
+        "runs": tally.runs.len(),
+        "completed": tally.completed,
+        "failed": tally.failed,
+        "cancelled": tally.cancelled,
+        "parked_for_approval": tally.parked,
+        "abandoned": tally.abandoned,
+        "calls_uncertain": uncertain,
+    }));
 }
 
 /// SIGINT or SIGTERM: stop claiming; in-flight runs end or park before the process exits.
