@@ -212,3 +212,82 @@ fn interrupted_effect_enters_the_review_queue_and_can_be_settled() {
     );
     assert_eq!(conflict.status.code(), Some(1));
 }
+
+/// Issue 27: what a person types. `approvals list --output table` and `invocations uncertain
+/// --output table` print aligned columns with short ids; `approvals approve` and `invocations
+/// settle` take those as prefixes (8 or more hex digits); a shorter one is invalid (exit 2), one
+/// that names nothing pending is `not_found` (exit 1).
+#[test]
+fn tables_for_people_and_id_prefixes() {
+    let data = DataDir::new();
+    let run = data.submit(&script(json!([[external_write("x", "once")]])));
+    data.worker_until_idle(1_000);
+    let id = data.first_pending_id(&run);
+    let table = data.run("operator", &["approvals", "list", "--output", "table"]);
+    assert_eq!(table.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for (header, cell) in [
+        ("ID", &id[..8]),
+        ("TOOL", "demo.external_write"),
+        ("RISK", "high"),
+        ("RUN", &run[..8]),
+    ] {
+        let at = lines[0]
+            .find(header)
+            .unwrap_or_else(|| panic!("{header}: {text}"));
+        assert_eq!(
+            lines[1].get(at..at + cell.len()),
+            Some(cell),
+            "{header} column: {text}"
+        );
+    }
+    assert!(
+        lines[1].contains("59m") || lines[1].contains("58m"),
+        "{text}"
+    );
+
+    let short = data.run("operator", &["approvals", "approve", &id[..7]]);
+    assert_eq!(short.status.code(), Some(2));
+    let elsewhere = data.run("operator", &["approvals", "approve", "00000000"]);
+    assert_eq!(elsewhere.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&elsewhere.stdout).contains("not_found"));
+    let approved = data.json("operator", &["approvals", "approve", &id[..8]]);
+    assert_eq!(approved["approval"]["id"], id.as_str());
+    assert_eq!(approved["state"], "applied");
+
+    let crashed = data
+        .spawn_worker(1_000, Some("after_invoke"))
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(crashed.status.code(), None, "the worker aborted");
+    data.worker_until_idle(1_000);
+    let call = data.json("operator", &["invocations", "uncertain"])["items"][0].clone();
+    let call_id = call["id"].as_str().unwrap();
+    let queue = data.run(
+        "operator",
+        &["invocations", "uncertain", "--output", "table"],
+    );
+    let text = String::from_utf8_lossy(&queue.stdout);
+    assert!(text.starts_with("ID        TOOL"), "{text}");
+    assert!(
+        text.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with(&call_id[..8])),
+        "{text}"
+    );
+    let settled = data.json(
+        "operator",
+        &[
+            "invocations",
+            "settle",
+            &call_id[..10],
+            "--outcome",
+            "succeeded",
+            "--note",
+            "checked the outbox",
+        ],
+    );
+    assert_eq!(settled["invocation_id"], call_id);
+}

@@ -5,7 +5,10 @@ use airlock_core::vocab::SettlementOutcome;
 use clap::Subcommand;
 use serde_json::json;
 
-use super::output::{print, service_error};
+use super::approvals::unresolved_exit;
+use super::id_arg::IdArg;
+use super::output::{line, print, service_error};
+use super::table::{self, OutputFormat};
 use super::{Globals, json};
 use crate::exit::Exit;
 
@@ -16,10 +19,15 @@ pub enum InvocationsCommand {
         /// Include settled invocations.
         #[arg(long)]
         all: bool,
+        /// `table`: aligned columns for a person (short id, tool, risk, sent, run, settled);
+        /// JSON by default.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Json)]
+        output: OutputFormat,
     },
-    /// Record a finding about an UNCERTAIN invocation (it stays UNCERTAIN).
+    /// Record a finding about an UNCERTAIN invocation (it stays UNCERTAIN). ID: the
+    /// invocation's id, or a prefix of at least 8 hex digits of an UNCERTAIN one's.
     Settle {
-        id: InvocationId,
+        id: IdArg,
         #[arg(long)]
         outcome: SettlementOutcome,
         #[arg(long)]
@@ -40,8 +48,33 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
     match command {
         // Each item is the invocation record plus `settlement` (the finding, or null), so
         // `--all` shows which calls a human already settled.
-        InvocationsCommand::Uncertain { all } => {
+        InvocationsCommand::Uncertain { all, output } => {
             match control.list_uncertain_with_settlements(&principal, all) {
+                Ok(items) if output == OutputFormat::Table => {
+                    let now = app.env.clock.now();
+                    let rows: Vec<Vec<String>> = items
+                        .iter()
+                        .map(|(i, settlement)| {
+                            vec![
+                                table::short(i.id),
+                                i.tool_name.clone(),
+                                i.risk.as_str().to_owned(),
+                                i.effect_sent_at.map_or("-".to_owned(), |at| {
+                                    format!("{} ago", table::age(now, at))
+                                }),
+                                table::short(i.run_id),
+                                settlement
+                                    .as_ref()
+                                    .map_or("-".to_owned(), |s| s.outcome.as_str().to_owned()),
+                            ]
+                        })
+                        .collect();
+                    line(table::render(
+                        &["ID", "TOOL", "RISK", "SENT", "RUN", "SETTLED"],
+                        &rows,
+                    ));
+                    Exit::Ok
+                }
                 Ok(items) => {
                     let items: Vec<_> = items
                         .iter()
@@ -59,6 +92,18 @@ pub async fn run(globals: &Globals, command: InvocationsCommand) -> Exit {
             }
         }
         InvocationsCommand::Settle { id, outcome, note } => {
+            let candidates = if id.is_prefix() {
+                match control.list_uncertain_with_settlements(&principal, true) {
+                    Ok(items) => items.iter().map(|(i, _)| i.id.as_uuid()).collect(),
+                    Err(e) => return service_error(&e),
+                }
+            } else {
+                Vec::new()
+            };
+            let id = match id.resolve(&candidates) {
+                Ok(id) => InvocationId(id),
+                Err(unresolved) => return unresolved_exit(&unresolved, "UNCERTAIN invocation"),
+            };
             match control.settle(&principal, id, outcome, &note).await {
                 Ok(settlement) => print(&json::settlement(&settlement)),
                 Err(e) => service_error(&e),

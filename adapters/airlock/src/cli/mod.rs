@@ -3,6 +3,7 @@
 
 mod approvals;
 mod demo;
+mod id_arg;
 mod invocations;
 mod json;
 mod mcp;
@@ -10,6 +11,7 @@ mod output;
 mod policy;
 mod runs;
 mod serve;
+mod table;
 mod tokens;
 mod worker;
 
