@@ -122,7 +122,7 @@ mod tests {
             table,
             "ID        TOOL                 RISK\n\
              0a1b2c3d  demo.external_write  high\n\
-             ffee0011  a\\nb\\u{1b}[2J         low"
+             ffee0011  a\\nb\\u{1b}[2J        low"
         );
         assert_eq!(render(&["ID"], &[]), "ID\n(none)");
     }
