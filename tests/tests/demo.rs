@@ -188,6 +188,13 @@ fn demo_without_a_data_dir_uses_a_new_temporary_one_and_prints_it() {
     );
     assert!(dir.join("airlock.sqlite3").is_file());
     assert!(dir.join("outbox.jsonl").is_file());
+    // It says, last, that the directory stays and how to remove it.
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.contains(&format!("data dir stays at {printed}"))
+            && last.contains(&format!("rm -rf {printed}")),
+        "{last}"
+    );
 }
 
 #[test]
@@ -201,10 +208,15 @@ fn demo_json_prints_event_envelopes_only() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
         .collect();
+    let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(
-        String::from_utf8_lossy(&output.stderr).trim(),
+        stderr.lines().next().unwrap_or_default(),
         format!("airlock demo: data dir {}", data.path().display()),
         "with stdout kept for events, the data dir is named on stderr"
+    );
+    assert!(
+        stderr.contains(&format!("data dir stays at {}", data.path().display())),
+        "{stderr}"
     );
     let types: Vec<&str> = events
         .iter()

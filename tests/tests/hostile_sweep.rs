@@ -743,3 +743,64 @@ fn item_11_a_script_over_the_size_limit_is_invalid_input() {
     );
     assert_eq!(accepted["status"], "QUEUED");
 }
+
+/// Issue 27: a bad run script is answered with the file's name and the real cause; the size
+/// flag is named only when the size is the cause. Nothing is created for any of them.
+#[test]
+fn a_bad_script_names_its_file_and_the_real_cause() {
+    let data = DataDir::new();
+    let dir = data.path().join("scripts");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let write = |name: &str, text: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        path.to_str().expect("utf-8").to_owned()
+    };
+    let missing = dir.join("missing.json").to_str().expect("utf-8").to_owned();
+    let cases = [
+        (
+            missing.clone(),
+            vec![],
+            format!("cannot read '{missing}': No such file or directory"),
+        ),
+        (
+            write("bad.json", b"{bad"),
+            vec![],
+            format!("'{}': invalid JSON", dir.join("bad.json").display()),
+        ),
+        (
+            write("latin1.json", b"{\"a\": \"\xe9\"}"),
+            vec![],
+            format!("'{}' is not UTF-8 text", dir.join("latin1.json").display()),
+        ),
+        (
+            write("big.json", &[b' '; 100]),
+            vec!["--max-script-bytes", "10"],
+            format!(
+                "'{}' is larger than the limit of 10 bytes (raise it with --max-script-bytes)",
+                dir.join("big.json").display()
+            ),
+        ),
+    ];
+    for (path, flags, expected) in cases {
+        let mut args = vec!["run", "submit", path.as_str()];
+        args.extend(flags.iter().copied());
+        let output = data.run("alice", &args);
+        assert_eq!(output.status.code(), Some(2), "{path}");
+        let message = error_of(&output)["message"]
+            .as_str()
+            .expect("message")
+            .to_owned();
+        assert!(
+            message.starts_with(&expected),
+            "{message}\nexpected: {expected}"
+        );
+        if !expected.contains("--max-script-bytes") {
+            assert!(!message.contains("--max-script-bytes"), "{message}");
+        }
+    }
+    assert!(
+        !data.path().join("airlock.sqlite3").exists(),
+        "nothing was created"
+    );
+}

@@ -159,7 +159,20 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
         ));
         line("");
     }
-    match demo.walkthrough(globals).await {
+    let ended = demo.walkthrough(globals).await;
+    // The directory is the demo's record: it stays, for the commands the walkthrough printed.
+    let stays = format!(
+        "The demo's data dir stays at {dir}: look around with `airlock --data-dir {dir} --tenant \
+         acme approvals list --output table` or `… runs show RUN`; remove it with `rm -rf {dir}`.",
+        dir = data_dir.display()
+    );
+    if demo.json {
+        eprintln!("airlock demo: {stays}");
+    } else {
+        line("");
+        line(&stays);
+    }
+    match ended {
         Ok(()) => Exit::Ok,
         Err(e) => {
             eprintln!("demo failed: {e}");

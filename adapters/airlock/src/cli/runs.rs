@@ -14,7 +14,7 @@ use serde_json::json;
 use super::output::{invalid_argument, line, print, service_error};
 use super::{Globals, json};
 use crate::exit::Exit;
-use crate::input_file::{FileKind, read_bounded};
+use crate::input_file::{FileKind, InputFileError, read_bounded};
 
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
@@ -61,28 +61,43 @@ fn inline_failure(error: TxError) -> ServiceError {
     ))
 }
 
+/// An I/O error as a person says it: the OS's message without its `(os error N)` suffix.
+fn io_cause(error: &std::io::Error) -> String {
+    let text = error.to_string();
+    match text.rsplit_once(" (os error ") {
+        Some((cause, _)) => cause.to_owned(),
+        None => text,
+    }
+}
+
 pub async fn submit(
     globals: &Globals,
     script: &Path,
     inline: bool,
     max_script_bytes: usize,
 ) -> Exit {
-    // Bounded: a huge file (or `/dev/zero`) is refused without being read whole.
-    let text = read_bounded(script, FileKind::Readable, max_script_bytes as u64)
-        .map_err(|e| e.to_string())
-        .and_then(|bytes| String::from_utf8(bytes).map_err(|e| e.to_string()));
-    let text = match text {
-        Ok(text) => text,
-        Err(e) => {
+    // Bounded: a huge file (or `/dev/zero`) is refused without being read whole. Each message
+    // names the file and the real cause; the flag only when the limit is the cause.
+    let shown = script.display().to_string().escape_default().to_string();
+    let text = match read_bounded(script, FileKind::Readable, max_script_bytes as u64) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => return invalid_argument(&format!("'{shown}' is not UTF-8 text")),
+        },
+        Err(InputFileError::TooLarge { max_bytes }) => {
             return invalid_argument(&format!(
-                "cannot read '{}': {e} (--max-script-bytes)",
-                script.display()
+                "'{shown}' is larger than the limit of {max_bytes} bytes (raise it with \
+                 --max-script-bytes)"
             ));
         }
+        Err(InputFileError::Io(e)) => {
+            return invalid_argument(&format!("cannot read '{shown}': {}", io_cause(&e)));
+        }
+        Err(e) => return invalid_argument(&format!("cannot read '{shown}': {e}")),
     };
     let parsed = match RunScript::parse(&text) {
         Ok(parsed) => parsed,
-        Err(e) => return invalid_argument(&e.to_string()),
+        Err(e) => return invalid_argument(&format!("'{shown}': {e}")),
     };
     // Every argument is checked before the store is opened (and created): invalid input
     // leaves nothing behind.
