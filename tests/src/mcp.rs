@@ -82,10 +82,9 @@ pub fn peers(test: &str, need: Need) -> Option<Peers> {
         return Some(peers);
     }
     crate::skip::skip_or_fail(
-        &format!(
-            "{test} skipped: missing {} (run `bash .ci/mcp.sh` to install the pinned peers)",
-            missing.join(", ")
-        ),
+        test,
+        &format!("missing {}", missing.join(", ")),
+        "`bash .ci/mcp.sh install` (the pinned Python SDK and npm servers, into .ci/)",
         "under CI=true the MCP peers are required",
     );
     None

@@ -14,10 +14,9 @@ pub fn server(test: &str) -> Option<String> {
         Ok(url) if !url.trim().is_empty() => Some(url),
         _ => {
             crate::skip::skip_or_fail(
-                &format!(
-                    "{test}: SKIPPED: AIRLOCK_TEST_PG_URL is not set (`. .ci/postgres.sh` starts \
-                     a private PostgreSQL on loopback and sets it)"
-                ),
+                test,
+                "AIRLOCK_TEST_PG_URL is not set",
+                "`. .ci/postgres.sh` (starts a private PostgreSQL on loopback and sets it)",
                 "under CI=true the PostgreSQL end-to-end tests must run (.ci/run sources \
                  .ci/postgres.sh)",
             );

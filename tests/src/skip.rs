@@ -9,11 +9,42 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-/// Fails under CI with `message` and `ci_rule`; otherwise writes `message` as one line to the
+/// The one line every skipped test prints, whatever it lacked (issue 27), so `grep ^SKIPPED`
+/// finds them all and each says how to include it:
+/// `SKIPPED <test>: <reason>; include it with <command>`.
+pub fn skip_line(test: &str, reason: &str, include_with: &str) -> String {
+    format!("SKIPPED {test}: {reason}; include it with {include_with}")
+}
+
+/// Fails under CI with the skip line and `ci_rule`; otherwise writes the skip line to the
 /// process's stderr. Not `eprintln!`: the harness captures a passing test's macro output and a
 /// skip nobody sees reads as a pass. One write of the whole line, so the lines of tests running
 /// in parallel do not interleave.
-pub fn skip_or_fail(message: &str, ci_rule: &str) {
-    assert!(!in_ci(), "{message}; {ci_rule}");
-    let _ = std::io::stderr().write_all(format!("{message}\n").as_bytes());
+pub fn skip_or_fail(test: &str, reason: &str, include_with: &str, ci_rule: &str) {
+    let line = skip_line(test, reason, include_with);
+    assert!(!in_ci(), "{line}; {ci_rule}");
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// A skip that CI also allows (the machine cannot do it at all, e.g. no permission to mount).
+pub fn skip(test: &str, reason: &str, include_with: &str) {
+    let _ = std::io::stderr()
+        .write_all(format!("{}\n", skip_line(test, reason, include_with)).as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_skip_line_names_the_test_the_reason_and_the_way_in() {
+        assert_eq!(
+            skip_line(
+                "pg_workers::three",
+                "AIRLOCK_TEST_PG_URL is not set",
+                "`. .ci/postgres.sh`"
+            ),
+            "SKIPPED pg_workers::three: AIRLOCK_TEST_PG_URL is not set; include it with `. .ci/postgres.sh`"
+        );
+    }
 }

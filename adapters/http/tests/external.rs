@@ -40,8 +40,10 @@ fn skipped_here_schemathesis_and_headless_chromium_run_in_ci_http_sh() {
         ("schemathesis", root.join(".ci/.venv/bin/st")),
     ] {
         if !path.exists() {
+            // The workspace's one skip line (`airlock_e2e::skip::skip_line`).
             eprintln!(
-                "skipped: {tool} is not installed here; bash .ci/http.sh installs and runs it"
+                "SKIPPED external::{tool}: not installed here; include it with `bash .ci/http.sh` \
+                 (installs and runs it)"
             );
         }
     }

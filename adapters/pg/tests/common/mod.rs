@@ -23,9 +23,10 @@ pub fn server(test: &str) -> Option<String> {
             // Straight to the process's stderr, not `eprintln!`: the test harness captures
             // the macro's output of a passing test, and a skip nobody sees reads as a pass. One
             // write of the whole line, so lines of tests running in parallel do not interleave.
+            // The skip line every test of the workspace prints (`airlock_e2e::skip::skip_line`).
             let line = format!(
-                "{test}: SKIPPED: AIRLOCK_TEST_PG_URL is not set (`. .ci/postgres.sh` starts a \
-                 private PostgreSQL on loopback and sets it)\n"
+                "SKIPPED {test}: AIRLOCK_TEST_PG_URL is not set; include it with `. \
+                 .ci/postgres.sh` (starts a private PostgreSQL on loopback and sets it)\n"
             );
             let _ = std::io::stderr().write_all(line.as_bytes());
             None
