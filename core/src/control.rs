@@ -16,10 +16,10 @@ use crate::ports::Dispatcher;
 use crate::principal::Principal;
 use crate::run::cancel::TokenRegistry;
 use crate::run::state::{Change, RequeueReason, transition, update_fields};
-use crate::run::{Run, RunState};
+use crate::run::{Run, RunState, RunSummary};
 use crate::scope::Scope;
 use crate::session::{PolicyProfileRecord, Session, Settlement};
-use crate::store::{ApprovalCursor, Store, StoreTx, TxError};
+use crate::store::{ApprovalCursor, RunCursor, Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{
     ApprovalResolution, ApprovalStatus, CancelReason, CrashPoint, InvocationStatus, ResolveState,
@@ -306,6 +306,44 @@ impl<S: Store> ControlService<S> {
     pub fn get_run(&self, principal: &Principal, id: RunId) -> Result<Run, ServiceError> {
         require(principal, "run.read")?;
         Ok(self.env.read(|tx| Self::visible_run(tx, principal, id))?)
+    }
+
+    /// The tenant's runs, newest first (`runs list`), without their planner input; `cursor` is
+    /// the previous page's `next_cursor`, `limit` 1..=100 (default 50).
+    pub fn list_runs(
+        &self,
+        principal: &Principal,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<Page<RunSummary>, ServiceError> {
+        require(principal, "run.read")?;
+        let limit = limit.unwrap_or(APPROVAL_PAGE_DEFAULT);
+        if !(1..=APPROVAL_PAGE_MAX).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(format!(
+                "limit must be in 1..={APPROVAL_PAGE_MAX}"
+            )));
+        }
+        let after = cursor
+            .map(|c| {
+                parse_cursor(c).map(|a| RunCursor {
+                    created_at: a.created_at,
+                    id: RunId(a.id.as_uuid()),
+                })
+            })
+            .transpose()?;
+        let mut items = self
+            .env
+            .read(|tx| tx.runs_of_tenant(&principal.tenant_id, after, limit + 1))?;
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next_cursor = if more {
+            items
+                .last()
+                .map(|r| format!("{}:{}", r.created_at.as_micros(), r.id))
+        } else {
+            None
+        };
+        Ok(Page { items, next_cursor })
     }
 
     /// The run's events by id; `after_id` is the previous page's `next_cursor`.

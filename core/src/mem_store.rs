@@ -41,10 +41,10 @@ use crate::ids::{
 };
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
-use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::store::{
-    ApprovalCursor, CallIdentity, Store, StoreTx, Twin, TwinScope, TxError, guards,
+    ApprovalCursor, CallIdentity, RunCursor, Store, StoreTx, Twin, TwinScope, TxError, guards,
 };
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
@@ -488,6 +488,24 @@ impl StoreTx for MemTx<'_> {
             .take(limit)
             .map(|(_, c)| c.clone())
             .collect())
+    }
+
+    fn runs_of_tenant(
+        &mut self,
+        tenant: &str,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, TxError> {
+        let mut rows: Vec<&Run> = self
+            .tables
+            .rows
+            .runs
+            .values()
+            .filter(|r| r.tenant_id == tenant)
+            .filter(|r| after.is_none_or(|c| (r.created_at, r.id) < (c.created_at, c.id)))
+            .collect();
+        rows.sort_by_key(|r| Reverse((r.created_at, r.id)));
+        Ok(rows.into_iter().take(limit).map(RunSummary::from).collect())
     }
 
     fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {

@@ -11,7 +11,7 @@ use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
-use crate::run::{HeartbeatObs, Lease, Run, RunGuard};
+use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
@@ -36,6 +36,13 @@ pub enum TxError {
 pub struct ApprovalCursor {
     pub created_at: Timestamp,
     pub id: ApprovalId,
+}
+
+/// The `runs list` keyset position: strictly after `(created_at, id)` in descending order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunCursor {
+    pub created_at: Timestamp,
+    pub id: RunId,
 }
 
 /// The identity a new call shares with its twins (SPEC §9.2 step 5, §19.3, §19.7): its
@@ -125,6 +132,14 @@ pub trait StoreTx {
     /// RUNNING runs whose lease expired at or before `now`, oldest expiry first.
     fn expired_leases(&mut self, now: Timestamp, limit: usize) -> Result<Vec<Run>, TxError>;
     fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError>;
+    /// The tenant's runs by `created_at DESC, id DESC`, strictly after the cursor, at most
+    /// `limit`, without their planner input.
+    fn runs_of_tenant(
+        &mut self,
+        tenant: &str,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, TxError>;
 
     // Connections (SPEC §19.4): the liveness of gateway clients.
     /// `Conflict` on a duplicate id or a session that already has a connection; `NotFound`

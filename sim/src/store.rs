@@ -19,9 +19,11 @@ use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunI
 use airlock_core::invocation::Invocation;
 use airlock_core::mem_store::{MemSnapshot, MemStore, is_rule_breach};
 use airlock_core::run::checkpoint::{Admission, Checkpoint, ResultRef, StepRecord};
-use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState};
+use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
-use airlock_core::store::{ApprovalCursor, CallIdentity, Store, StoreTx, Twin, TwinScope, TxError};
+use airlock_core::store::{
+    ApprovalCursor, CallIdentity, RunCursor, Store, StoreTx, Twin, TwinScope, TxError,
+};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -697,6 +699,14 @@ impl StoreTx for TxProbe<'_> {
     }
     fn count_runs(&mut self, status: RunStatus) -> Result<u64, TxError> {
         self.inner.count_runs(status)
+    }
+    fn runs_of_tenant(
+        &mut self,
+        tenant: &str,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, TxError> {
+        self.inner.runs_of_tenant(tenant, after, limit)
     }
     fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError> {
         self.inner.insert_connection(connection)

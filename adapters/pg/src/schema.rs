@@ -41,11 +41,17 @@ const V3: (&str, &str) = (
     include_str!("../migrations/V3__call_twins.sql"),
 );
 
+/// V4: the runs of a tenant by creation (`runs list`).
+const V4: (&str, &str) = (
+    "V4__runs_by_tenant",
+    include_str!("../migrations/V4__runs_by_tenant.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

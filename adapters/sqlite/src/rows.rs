@@ -20,7 +20,7 @@ use airlock_core::connection::{Connection as ClientConnection, ConnectionState, 
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
-use airlock_core::run::{Run, RunState};
+use airlock_core::run::{Run, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
@@ -277,6 +277,26 @@ pub(super) fn run(row: &Row<'_>) -> rusqlite::Result<Run> {
         cancel_requested_at: time_opt(row, 18)?,
         created_at: time(row, 21)?,
         updated_at: time(row, 22)?,
+    })
+}
+
+/// The columns of a run list: [`RUN_COLUMNS`] without the planner input.
+pub(super) const RUN_SUMMARY_COLUMNS: &str = "id, session_id, tenant_id, principal_id, planner_kind, \
+     status, step_count, tool_call_count, attempts, created_at, updated_at";
+
+pub(super) fn run_summary(row: &Row<'_>) -> rusqlite::Result<RunSummary> {
+    Ok(RunSummary {
+        id: parse(row, 0)?,
+        session_id: parse(row, 1)?,
+        tenant_id: row.get(2)?,
+        principal_id: row.get(3)?,
+        planner_kind: row.get(4)?,
+        status: parse(row, 5)?,
+        step_count: unsigned(row, 6)?,
+        tool_call_count: unsigned(row, 7)?,
+        attempts: unsigned(row, 8)?,
+        created_at: time(row, 9)?,
+        updated_at: time(row, 10)?,
     })
 }
 

@@ -1,9 +1,10 @@
 //! The SQLite schema of SPEC §14, applied as migrations through `rusqlite_migration` (which
 //! keeps `PRAGMA user_version` equal to the number of migrations applied: a fully migrated store
-//! reports 5). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
+//! reports 6). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
 //! records, copies the history that earlier checkpoints carried into them, and indexes
 //! invocations by run and status; M3 (§19.4) adds gateway connections; M4 (§20) the API
-//! tokens; M5 (§19.7) indexes the invocations the repeat check compares a new call with.
+//! tokens; M5 (§19.7) indexes the invocations the repeat check compares a new call with; M6
+//! the runs of a tenant by creation (`runs list`).
 //!
 //! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
 //! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
@@ -382,6 +383,11 @@ CREATE INDEX ix_tool_invocations_twins ON tool_invocations
     (tenant_id, tool_name, effective_arguments_hash) WHERE status IN ('RUNNING', 'UNCERTAIN');
 "#;
 
+/// M6: `runs list` pages a tenant's runs newest first.
+const M_RUNS_BY_TENANT: &str = r#"
+CREATE INDEX ix_runs_tenant_created ON runs (tenant_id, created_at, id);
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -389,10 +395,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M3),
     M::up(M_API_TOKENS),
     M::up(M_TWINS),
+    M::up(M_RUNS_BY_TENANT),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

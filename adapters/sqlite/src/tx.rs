@@ -32,10 +32,10 @@ use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
-use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard};
+use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::{
-    ApprovalCursor, CallIdentity, StoreTx, Twin, TwinScope, TxError, guards,
+    ApprovalCursor, CallIdentity, RunCursor, StoreTx, Twin, TwinScope, TxError, guards,
 };
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
@@ -527,6 +527,33 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![ts(now), limit(limit_rows)],
             rows::connection,
+        )
+    }
+
+    fn runs_of_tenant(
+        &mut self,
+        tenant: &str,
+        after: Option<RunCursor>,
+        limit: usize,
+    ) -> Result<Vec<RunSummary>, TxError> {
+        let (after_at, after_id) = match after {
+            Some(c) => (Some(c.created_at.as_micros()), Some(c.id.to_string())),
+            None => (None, None),
+        };
+        self.all(
+            &format!(
+                "SELECT {} FROM runs WHERE tenant_id = ?1 \
+                 AND (?2 IS NULL OR (created_at, id) < (?2, ?3)) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?4",
+                rows::RUN_SUMMARY_COLUMNS
+            ),
+            params![
+                tenant,
+                after_at,
+                after_id,
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ],
+            rows::run_summary,
         )
     }
 

@@ -140,6 +140,41 @@ pub struct Run {
     pub updated_at: Timestamp,
 }
 
+/// A run as a list shows it (`runs list`): every column but the planner input, which for a
+/// scripted run is the whole script (up to megabytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    pub id: RunId,
+    pub session_id: SessionId,
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub planner_kind: String,
+    pub status: RunStatus,
+    pub step_count: u32,
+    pub tool_call_count: u32,
+    pub attempts: u32,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+}
+
+impl From<&Run> for RunSummary {
+    fn from(run: &Run) -> RunSummary {
+        RunSummary {
+            id: run.id,
+            session_id: run.session_id,
+            tenant_id: run.tenant_id.clone(),
+            principal_id: run.principal_id.clone(),
+            planner_kind: run.planner_kind.clone(),
+            status: run.status(),
+            step_count: run.step_count,
+            tool_call_count: run.tool_call_count,
+            attempts: run.attempts,
+            created_at: run.created_at,
+            updated_at: run.updated_at,
+        }
+    }
+}
+
 impl Run {
     pub fn status(&self) -> RunStatus {
         self.state.status()

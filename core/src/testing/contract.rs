@@ -15,8 +15,8 @@ use serde_json::json;
 use crate::approval::Approval;
 use crate::events::{Actor, EventType, keys};
 use crate::invocation::Invocation;
-use crate::run::{Lease, Run, RunGuard, RunState};
-use crate::store::{ApprovalCursor, CallIdentity, Store, StoreTx, TwinScope, TxError};
+use crate::run::{Lease, Run, RunGuard, RunState, RunSummary};
+use crate::store::{ApprovalCursor, CallIdentity, RunCursor, Store, StoreTx, TwinScope, TxError};
 use crate::testing::fixtures::*;
 use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStatus};
 
@@ -47,6 +47,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     invocation_row_checks(&make());
     uncertain_invocations_filter_and_order(&make());
     twins_are_the_open_rows_of_one_identity(&make());
+    runs_of_tenant_page_newest_first(&make());
     approval_action_id_is_unique(&make());
     approvals_of_run_by_creation_then_id(&make());
     approval_updates_are_guarded_by_status(&make());
@@ -1504,6 +1505,57 @@ fn twins_are_the_open_rows_of_one_identity<S: Store>(store: &S) {
         tx.twins(&identity, TwinScope::Tenant)
     });
     assert_eq!(written.len(), 2, "twins: in a write transaction");
+}
+
+/// `runs_of_tenant`: the tenant's runs by `created_at DESC, id DESC`, strictly after the
+/// cursor, at most `limit`, as summaries.
+fn runs_of_tenant_page_newest_first<S: Store>(store: &S) {
+    let seed = |n: u128, created: i64, tenant: &str| {
+        let mut session = sample_session(n);
+        session.tenant_id = tenant.to_owned();
+        let mut run = sample_run(n, session.id, RunStatus::Queued);
+        run.tenant_id = tenant.to_owned();
+        run.created_at = at(created);
+        run.updated_at = at(created);
+        commit(store, "seed a run", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)
+        });
+        run
+    };
+    let r1 = seed(1, 5, TENANT);
+    let r2 = seed(2, 9, TENANT);
+    let r3 = seed(3, 9, TENANT);
+    seed(4, 20, "other");
+    let page = |after: Option<RunCursor>, limit: usize| {
+        read(store, |tx| tx.runs_of_tenant(TENANT, after, limit))
+    };
+    let all = page(None, 10);
+    assert_eq!(
+        all.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![r3.id, r2.id, r1.id],
+        "runs_of_tenant: the tenant's only, newest first, then id DESC"
+    );
+    assert_eq!(
+        all[2],
+        RunSummary::from(&r1),
+        "runs_of_tenant: the summary of the row"
+    );
+    let first = page(None, 2);
+    assert_eq!(first.len(), 2, "runs_of_tenant: limit");
+    let last = &first[1];
+    let rest = page(
+        Some(RunCursor {
+            created_at: last.created_at,
+            id: last.id,
+        }),
+        10,
+    );
+    assert_eq!(
+        rest.iter().map(|r| r.id).collect::<Vec<_>>(),
+        vec![r1.id],
+        "runs_of_tenant: strictly after the cursor"
+    );
 }
 
 // ----- approvals -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 
 use airlock_core::approval::Approval;
 use airlock_core::invocation::Invocation;
-use airlock_core::run::{Run, RunState};
+use airlock_core::run::{Run, RunState, RunSummary};
 use airlock_core::session::Settlement;
 use airlock_core::time::Timestamp;
 use serde_json::{Value, json};
@@ -13,6 +13,23 @@ fn time(t: Option<Timestamp>) -> Value {
 }
 
 /// The `runs` row without `planner_input` (SPEC §10.4 `get_run`).
+/// A `runs list` item: the run's identity, status and counts (no planner input).
+pub fn run_summary(run: &RunSummary) -> Value {
+    json!({
+        "id": run.id.to_string(),
+        "session_id": run.session_id.to_string(),
+        "tenant_id": run.tenant_id,
+        "principal_id": run.principal_id,
+        "planner_kind": run.planner_kind,
+        "status": run.status.as_str(),
+        "step_count": run.step_count,
+        "tool_call_count": run.tool_call_count,
+        "attempts": run.attempts,
+        "created_at": run.created_at.to_string(),
+        "updated_at": run.updated_at.to_string(),
+    })
+}
+
 pub fn run(run: &Run) -> Value {
     let (lease_owner, lease_expires_at, scheduled_for, failure, final_message) = match &run.state {
         RunState::Queued { scheduled_for } => (None, None, *scheduled_for, None, None),

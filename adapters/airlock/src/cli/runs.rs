@@ -1,4 +1,4 @@
-//! `airlock run submit` and `airlock runs show|events|cancel|resume` (Appendix A).
+//! `airlock run submit` and `airlock runs list|show|events|cancel|resume` (Appendix A).
 
 use std::path::{Path, PathBuf};
 
@@ -12,6 +12,7 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::output::{invalid_argument, line, print, service_error};
+use super::table::{self, OutputFormat};
 use super::{Globals, json};
 use crate::exit::Exit;
 use crate::input_file::{FileKind, InputFileError, read_bounded};
@@ -33,6 +34,19 @@ pub enum RunCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum RunsCommand {
+    /// The tenant's runs, newest first.
+    List {
+        /// 1..=100 (default 50).
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=100))]
+        limit: Option<u16>,
+        /// The previous page's `next_cursor`.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// `table`: aligned columns for a person (short id, status, principal, steps, calls,
+        /// age, planner); JSON by default.
+        #[arg(long, value_enum, default_value_t = OutputFormat::Json)]
+        output: OutputFormat,
+    },
     /// Show a run.
     Show { run: RunId },
     /// Print a run's events as JSON Lines.
@@ -137,11 +151,6 @@ pub async fn submit(
 }
 
 pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
-    let (RunsCommand::Show { run }
-    | RunsCommand::Events { run }
-    | RunsCommand::Cancel { run }
-    | RunsCommand::Resume { run }) = &command;
-    let id = *run;
     let principal = match globals.principal() {
         Ok(p) => p,
         Err(exit) => return exit,
@@ -151,7 +160,61 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
         Err(exit) => return exit,
     };
     let control = app.control(None);
+    let id = match &command {
+        RunsCommand::List {
+            limit,
+            cursor,
+            output,
+        } => {
+            return match control.list_runs(&principal, limit.map(usize::from), cursor.as_deref()) {
+                Ok(page) if *output == OutputFormat::Table => {
+                    let now = app.env.clock.now();
+                    let rows: Vec<Vec<String>> = page
+                        .items
+                        .iter()
+                        .map(|r| {
+                            vec![
+                                table::short(r.id),
+                                r.status.as_str().to_owned(),
+                                r.principal_id.clone(),
+                                r.step_count.to_string(),
+                                r.tool_call_count.to_string(),
+                                table::age(now, r.created_at),
+                                r.planner_kind.clone(),
+                            ]
+                        })
+                        .collect();
+                    line(table::render(
+                        &[
+                            "ID",
+                            "STATUS",
+                            "PRINCIPAL",
+                            "STEPS",
+                            "CALLS",
+                            "AGE",
+                            "PLANNER",
+                        ],
+                        &rows,
+                    ));
+                    if let Some(next) = page.next_cursor {
+                        line(format!("(more: --cursor {next})"));
+                    }
+                    Exit::Ok
+                }
+                Ok(page) => print(&json!({
+                    "items": page.items.iter().map(json::run_summary).collect::<Vec<_>>(),
+                    "next_cursor": page.next_cursor,
+                })),
+                Err(e) => service_error(&e),
+            };
+        }
+        RunsCommand::Show { run }
+        | RunsCommand::Events { run }
+        | RunsCommand::Cancel { run }
+        | RunsCommand::Resume { run } => *run,
+    };
     match command {
+        RunsCommand::List { .. } => Exit::Ok,
         RunsCommand::Show { .. } => match control.get_run(&principal, id) {
             Ok(run) => print(&json::run(&run)),
             Err(e) => service_error(&e),
