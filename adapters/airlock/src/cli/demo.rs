@@ -35,8 +35,8 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-/// The SPEC §15 example script: the file the by-hand walkthrough (docs/walkthrough.md) submits, so the demo
-/// and a newcomer typing the commands run the same script.
+/// The SPEC §15 example script: the file the by-hand walkthrough (`docs/walkthrough.md`)
+/// submits, so the demo and a newcomer typing the commands run the same script.
 const EXAMPLE_SCRIPT: &str = include_str!("../../../../examples/example-run.json");
 
 /// A run whose one effect will be interrupted after it happened.
