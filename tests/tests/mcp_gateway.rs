@@ -1043,3 +1043,73 @@ fn resource_and_prompt_list_changes_of_an_upstream_reach_the_client() {
     assert_eq!(seen["resources_seen"], true, "{seen}");
     assert_eq!(seen["prompts_seen"], true, "{seen}");
 }
+
+/// Issue 27: `airlock mcp init` drafts a gateway file from server-filesystem's own annotations
+/// that loads unchanged: its read-only tools are classed none/read_only/low under the read
+/// scope, every pin matches (every tool is listed), the header says to review every class, and
+/// `mcp tools` shows each tool's annotations. An existing --out file is never overwritten.
+#[test]
+fn mcp_init_drafts_a_file_that_loads_unchanged_with_matching_pins() {
+    let Some(peers) = peers("mcp_init_drafts_a_file_that_loads_unchanged") else {
+        return;
+    };
+    let data = DataDir::new();
+    let sandbox = data.path().join("sandbox");
+    std::fs::create_dir_all(&sandbox).unwrap();
+    let file = data.path().join("drafted.toml");
+    let output = data
+        .command("alice", &["mcp", "init", "--server", "files", "--out"])
+        .arg(&file)
+        .arg("--")
+        .arg("node")
+        .arg(&peers.filesystem)
+        .arg(&sandbox)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("REVIEW EVERY CLASS"), "{text}");
+    let tools = data
+        .command("operator", &["mcp", "tools", "--config"])
+        .arg(&file)
+        .stderr(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(tools.status.code(), Some(0));
+    let table: Value = serde_json::from_slice(&tools.stdout).unwrap();
+    let rows = table["tools"].as_array().unwrap();
+    assert_eq!(rows.len(), 14, "{table}");
+    let mut read_only = 0;
+    for row in rows {
+        assert_eq!(row["listed"], true, "every pin matches: {row}");
+        let annotated_read_only = row["annotations"]["readOnlyHint"] == true;
+        if annotated_read_only {
+            read_only += 1;
+            assert_eq!(row["class"]["side_effect"], "none", "{row}");
+            assert_eq!(row["class"]["idempotency"], "read_only", "{row}");
+            assert_eq!(row["class"]["risk"], "low", "{row}");
+            assert_eq!(row["class"]["scope"], "mcp.files.read", "{row}");
+        } else {
+            assert_ne!(row["class"]["side_effect"], "none", "{row}");
+            assert_eq!(row["class"]["scope"], "mcp.files.write", "{row}");
+        }
+    }
+    assert_eq!(
+        read_only, 10,
+        "server-filesystem 2026.8.31 marks 10 of its 14 tools read-only"
+    );
+    let again = data
+        .command("operator", &["mcp", "init", "--server", "files", "--out"])
+        .arg(&file)
+        .args(["--", "node"])
+        .arg(&peers.filesystem)
+        .output()
+        .unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(2),
+        "an existing file is never overwritten"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+}

@@ -230,6 +230,9 @@ impl Entry {
             },
             "listed": self.listed(),
             "why_not": self.unlisted.as_ref().map(Unlisted::describe),
+            // What the server says of the tool (untrusted unless `trust_annotations`): the
+            // hints a person classing it by hand looks at.
+            "annotations": self.definition.get("annotations").cloned().unwrap_or(Value::Null),
         })
     }
 }

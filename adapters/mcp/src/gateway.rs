@@ -398,6 +398,24 @@ impl Gateway {
     }
 
     /// `airlock mcp tools`: every server's state and every discovered tool's row.
+    /// The definitions `server` listed, in its order (what `mcp init` drafts from).
+    pub fn definitions(&self, server: &str) -> Vec<Value> {
+        lock(&self.table)
+            .entries
+            .get(server)
+            .map(|entries| entries.iter().map(|e| e.definition.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Why `server` is not connected, if it is not.
+    pub fn server_error(&self, server: &str) -> Option<String> {
+        match lock(&self.servers).get(server) {
+            Some(ServerState::Connected(_)) => None,
+            Some(ServerState::Failed(message)) => Some(message.clone()),
+            None => Some("not started".to_owned()),
+        }
+    }
+
     pub fn report(&self) -> Value {
         let servers: Vec<Value> = {
             let servers = lock(&self.servers);

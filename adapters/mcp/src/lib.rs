@@ -8,6 +8,7 @@
 pub mod body;
 pub mod catalog;
 pub mod config;
+pub mod draft;
 pub mod fuzzing;
 pub mod gateway;
 pub mod listen;

@@ -15,6 +15,7 @@ use airlock_core::worker::WorkerSettings;
 use airlock_host::authority::AllowedHosts;
 use airlock_http::server::{Exposure, exposure, load_tls};
 use airlock_mcp::config::GatewayConfig;
+use airlock_mcp::draft::{self, Upstream};
 use airlock_mcp::gateway::Gateway;
 use airlock_mcp::listen::{ListenAuth, ListenSettings, MCP_PATH, listener};
 use airlock_mcp::serve::{GatewayProcess, ServeError, serve_stdio, serve_stdio_connection};
@@ -35,6 +36,25 @@ pub enum McpCommand {
     Serve(ServeArgs),
     /// Connect to every upstream and print each tool's names, hash, class and listing (JSON).
     Tools(ToolsArgs),
+    /// Connect to one upstream server and draft a gateway file for it: a table per tool, its
+    /// class drafted from the server's own annotations (review every one), its scope and pin.
+    Init(InitArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// The server's id in the file: [a-z][a-z0-9_]*.
+    #[arg(long)]
+    pub server: String,
+    /// A Streamable HTTP server's URL, instead of a command after `--`.
+    #[arg(long, conflicts_with = "command")]
+    pub url: Option<String>,
+    /// Write the file here (refused if it exists); default: standard output.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The stdio server's command and its arguments, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -95,6 +115,7 @@ pub async fn run(globals: &Globals, command: McpCommand) -> Exit {
     match command {
         McpCommand::Serve(args) => serve(globals, args).await,
         McpCommand::Tools(args) => tools(globals, args).await,
+        McpCommand::Init(args) => init(globals, args).await,
     }
 }
 
@@ -286,6 +307,124 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
     match served {
         Ok(()) => Exit::Ok,
         Err(e) => config_error(&format!("server: {e}")),
+    }
+}
+
+/// `mcp init`: the server is reached through a one-server gateway file made in memory (so it
+/// is checked like any other), nothing is recorded, and the draft is written only once the
+/// server answered.
+async fn init(globals: &Globals, args: InitArgs) -> Exit {
+    let server = args.server.as_str();
+    let id_ok = server
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase())
+        && server
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !id_ok {
+        return refuse(&format!(
+            "--server '{}' is not a server id ([a-z][a-z0-9_]*)",
+            server.escape_default()
+        ));
+    }
+    let upstream = match (&args.url, args.command.split_first()) {
+        (Some(url), None) => Upstream::StreamableHttp { url: url.clone() },
+        (None, Some((command, rest))) => Upstream::Stdio {
+            command: command.clone(),
+            args: rest.to_vec(),
+        },
+        _ => {
+            return refuse(
+                "give the server to draft: `--url URL`, or its command after `--` \
+                 (airlock mcp init --server files -- npx -y @modelcontextprotocol/server-filesystem /srv)",
+            );
+        }
+    };
+    if let Some(out) = &args.out
+        && out.exists()
+    {
+        return refuse(&format!(
+            "'{}' exists; mcp init never overwrites a file (choose another --out)",
+            out.display()
+        ));
+    }
+    let principal = match globals.principal() {
+        Ok(p) => p,
+        Err(exit) => return exit,
+    };
+    // The file mcp init itself reads: the server alone, no tables.
+    let probe = draft::gateway_file(
+        server,
+        &upstream,
+        &principal.tenant_id,
+        &principal.principal_id,
+        &[],
+    );
+    let config = match GatewayConfig::parse(&probe) {
+        Ok(config) => config,
+        Err(e) => return refuse(&e.to_string()),
+    };
+    let ruleset = match load_ruleset(globals.policy_dir.as_deref()) {
+        Ok(ruleset) => ruleset,
+        Err(e) => return policy_error(&e),
+    };
+    let (gateway, _changes) = Gateway::start(
+        config,
+        "mcp-init".to_owned(),
+        Arc::new(ToolRegistry::new()),
+        Arc::new(ruleset),
+        Arc::new(|_| {}),
+        Arc::new(airlock_core::time::Timestamp::default),
+    )
+    .await;
+    let failed = gateway.server_error(server);
+    let tools = gateway.definitions(server);
+    gateway.shutdown().await;
+    if let Some(error) = failed {
+        return config_error(&format!("server {server}: {error}"));
+    }
+    let text = draft::gateway_file(
+        server,
+        &upstream,
+        &principal.tenant_id,
+        &principal.principal_id,
+        &tools,
+    );
+    match &args.out {
+        None => {
+            print_text(&text);
+            Exit::Ok
+        }
+        Some(out) => {
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(out)
+                .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()));
+            match written {
+                Ok(()) => {
+                    eprintln!(
+                        "airlock mcp init: wrote {} ({} tools): review every class, then `airlock mcp tools --config {}`",
+                        out.display(),
+                        tools.len(),
+                        out.display()
+                    );
+                    Exit::Ok
+                }
+                Err(e) => config_error(&format!("cannot write '{}': {e}", out.display())),
+            }
+        }
+    }
+}
+
+/// Writes `text` to stdout as is (it ends with a newline).
+fn print_text(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(error) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        eprintln!("error: cannot write output: {error}");
+        std::process::exit(Exit::Storage.code().into());
     }
 }
 
