@@ -1099,6 +1099,13 @@ fn mcp_init_drafts_a_file_that_loads_unchanged_with_matching_pins() {
         read_only, 10,
         "server-filesystem 2026.8.31 marks 10 of its 14 tools read-only"
     );
+    // `mcp serve` loads it too and lists the same 14 tools to a client.
+    let listed = list_over_stdio(&data, &file);
+    assert_eq!(listed.len(), 14, "{listed:?}");
+    assert!(
+        listed.iter().any(|n| n == "files__read_text_file"),
+        "{listed:?}"
+    );
     let again = data
         .command("operator", &["mcp", "init", "--server", "files", "--out"])
         .arg(&file)
@@ -1112,4 +1119,48 @@ fn mcp_init_drafts_a_file_that_loads_unchanged_with_matching_pins() {
         "an existing file is never overwritten"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+}
+
+/// `mcp serve --config FILE` over stdio: initialize, then `tools/list`; the tool names.
+fn list_over_stdio(data: &DataDir, config: &Path) -> Vec<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = data
+        .command("alice", &["mcp", "serve", "--config"])
+        .arg(config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut answer = |request: &str, id: i64| -> Value {
+        writeln!(stdin, "{request}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let line = lines.next().expect("an answer").expect("a line");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    };
+    answer(
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        1,
+    );
+    // A notification gets no answer; the id-less line is written by the same writer.
+    let listed = answer(
+        "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n\
+         {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/list\"}",
+        2,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+        .collect()
 }
