@@ -313,11 +313,9 @@ async fn an_ordinary_worker_never_claims_a_live_connections_run() {
     ));
 }
 
-/// A gateway that dies while a non-idempotent call is in flight: any process's sweep closes
-/// the connection and RECLAIM ends the run; the call is UNCERTAIN, never sent again, and a new
-/// connection's identical call is refused `policy.uncertain.repeat` (§19.3, tenant-wide).
-#[tokio::test(start_paused = true)]
-async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs() {
+/// A harness whose `test.gated_write` (non-idempotent, allowed by the shipped profile) takes its
+/// effect, then waits at `gate` until released: a call in flight for as long as a test needs.
+fn gated_write_harness() -> (Harness, Gate) {
     let gate = Gate {
         entered: Arc::new(tokio::sync::Notify::new()),
         release: Arc::new(tokio::sync::Notify::new()),
@@ -343,6 +341,15 @@ async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs(
             }));
         },
     );
+    (h, gate)
+}
+
+/// A gateway that dies while a non-idempotent call is in flight: any process's sweep closes
+/// the connection and RECLAIM ends the run; the call is UNCERTAIN, never sent again, and a new
+/// connection's identical call is refused `policy.uncertain.repeat` (§19.3, tenant-wide).
+#[tokio::test(start_paused = true)]
+async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs() {
+    let (h, gate) = gated_write_harness();
     let g = gateway(&h, "gateway-a");
     let arguments = json!({"path": "notes/a.txt", "text": "x"});
     let ticket = g.live.submit(
@@ -395,31 +402,7 @@ async fn a_dead_gateways_run_ends_uncertain_and_its_twin_is_refused_across_runs(
 /// twin UNCERTAIN, the same retry is refused `policy.uncertain.repeat`.
 #[tokio::test(start_paused = true)]
 async fn a_retry_racing_recovery_is_refused_in_flight_then_repeat() {
-    let gate = Gate {
-        entered: Arc::new(tokio::sync::Notify::new()),
-        release: Arc::new(tokio::sync::Notify::new()),
-    };
-    let ledger = Arc::new(Ledger::default());
-    let parts = (gate.clone(), Arc::clone(&ledger));
-    let h = Harness::over_with_ledger(
-        Arc::new(MemStore::new()),
-        airlock_core::policy::Ruleset::shipped().unwrap(),
-        ledger,
-        move |tools| {
-            let mut spec = test_spec(
-                "test.gated_write",
-                airlock_core::vocab::SideEffectClass::WorkspaceWrite,
-                airlock_core::vocab::IdempotencyClass::NonIdempotent,
-                false,
-            );
-            spec.timeout_ms = 120_000;
-            tools.push(Arc::new(GatedTool {
-                spec,
-                gate: parts.0,
-                ledger: parts.1,
-            }));
-        },
-    );
+    let (h, gate) = gated_write_harness();
     let g = gateway(&h, "gateway-a");
     let arguments = json!({"path": "notes/a.txt", "text": "x"});
     let call = || ClientCall {

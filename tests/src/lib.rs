@@ -486,3 +486,21 @@ pub fn short_expiry_policies(data: &DataDir) -> String {
         .expect("copy hardline");
     policies.to_str().expect("UTF-8 path").to_owned()
 }
+
+/// A small deterministic generator (xorshift64*) for the torture tests, so a failure reproduces
+/// from its seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+}

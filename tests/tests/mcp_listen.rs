@@ -226,51 +226,21 @@ impl Gateway {
     /// One raw HTTP/1.1 `initialize` POST with `headers` (the Host header is the caller's):
     /// the status code and the body.
     fn raw_initialize(&self, headers: &[(&str, &str)]) -> (u16, String) {
-        let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
-        let mut request = String::from("POST /mcp HTTP/1.1\r\n");
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str(&format!(
-            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
-             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        ));
-        let mut stream = TcpStream::connect(&self.authority).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut answer = Vec::new();
-        // An SSE answer stays open: the status line and the first bytes are enough.
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stream.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            answer.extend_from_slice(&chunk[..n]);
-            let headers_read = answer.windows(4).any(|w| w == b"\r\n\r\n");
-            if headers_read && answer.starts_with(b"HTTP/1.1 200") {
-                break;
-            }
-        }
-        let text = String::from_utf8_lossy(&answer).into_owned();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        (status, body)
+        let answer = self.raw("POST", headers, INITIALIZE);
+        (answer.status, answer.body)
     }
 
-    /// One raw HTTP/1.1 request to `/mcp` with `headers` (Host is added), read to the end of
-    /// its answer (`connection: close`; an SSE answer ends with its request's response).
+    /// One raw HTTP/1.1 request to `/mcp` with `headers` (this listener's Host unless they name
+    /// one), read to the end of its answer (`connection: close`; an SSE answer ends with its
+    /// request's response).
     fn raw(&self, method: &str, headers: &[(&str, &str)], body: &str) -> RawAnswer {
-        let mut request = format!("{method} /mcp HTTP/1.1\r\nhost: {}\r\n", self.authority);
+        let mut request = format!("{method} /mcp HTTP/1.1\r\n");
+        if !headers
+            .iter()
+            .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+        {
+            request.push_str(&format!("host: {}\r\n", self.authority));
+        }
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }

@@ -27,18 +27,6 @@ use serde_json::{Value, json};
 const ROUNDS: u64 = 12;
 const ANSWER_AFTER_SECONDS: f64 = 0.6;
 
-/// A small deterministic generator (xorshift64*), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
-
 /// One `airlock mcp serve` child and the lines of its stdout.
 struct Gateway {
     child: Child,

@@ -103,18 +103,6 @@ fn three_workers_share_one_database_and_approvals_come_from_other_processes() {
     assert_no_duplicate_effects(&data);
 }
 
-/// A small deterministic generator (xorshift64*), so a failure reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
-
 #[test]
 fn sigkilled_workers_on_postgres_never_duplicate_an_effect_or_lose_an_approval() {
     let Some(server) = server("sigkilled_workers_on_postgres") else {

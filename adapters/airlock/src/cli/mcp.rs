@@ -365,19 +365,10 @@ async fn init(globals: &Globals, args: InitArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return refuse(&e.to_string()),
     };
-    let ruleset = match load_ruleset(globals.policy_dir.as_deref()) {
-        Ok(ruleset) => ruleset,
-        Err(e) => return policy_error(&e),
+    let gateway = match listing_gateway(globals, config, "mcp-init").await {
+        Ok(gateway) => gateway,
+        Err(exit) => return exit,
     };
-    let (gateway, _changes) = Gateway::start(
-        config,
-        "mcp-init".to_owned(),
-        Arc::new(ToolRegistry::new()),
-        Arc::new(ruleset),
-        Arc::new(|_| {}),
-        Arc::new(airlock_core::time::Timestamp::default),
-    )
-    .await;
     let failed = gateway.server_error(server);
     let tools = gateway.definitions(server);
     gateway.shutdown().await;
@@ -418,6 +409,26 @@ async fn init(globals: &Globals, args: InitArgs) -> Exit {
     }
 }
 
+/// A gateway that only lists (`mcp tools`, `mcp init`): connected to the file's upstreams,
+/// under the policy files' matrix, recording nothing (listing touches no store).
+async fn listing_gateway(
+    globals: &Globals,
+    config: GatewayConfig,
+    id: &str,
+) -> Result<Arc<Gateway>, Exit> {
+    let ruleset = load_ruleset(globals.policy_dir.as_deref()).map_err(|e| policy_error(&e))?;
+    let (gateway, _changes) = Gateway::start(
+        config,
+        id.to_owned(),
+        Arc::new(ToolRegistry::new()),
+        Arc::new(ruleset),
+        Arc::new(|_| {}),
+        Arc::new(airlock_core::time::Timestamp::default),
+    )
+    .await;
+    Ok(gateway)
+}
+
 /// Writes `text` to stdout as is (it ends with a newline).
 fn print_text(text: &str) {
     use std::io::Write;
@@ -433,20 +444,10 @@ async fn tools(globals: &Globals, args: ToolsArgs) -> Exit {
         Ok(config) => config,
         Err(exit) => return exit,
     };
-    let ruleset = match load_ruleset(globals.policy_dir.as_deref()) {
-        Ok(ruleset) => ruleset,
-        Err(e) => return policy_error(&e),
+    let gateway = match listing_gateway(globals, config, "mcp-tools").await {
+        Ok(gateway) => gateway,
+        Err(exit) => return exit,
     };
-    // Nothing is recorded: listing touches no store.
-    let (gateway, _changes) = Gateway::start(
-        config,
-        "mcp-tools".to_owned(),
-        Arc::new(ToolRegistry::new()),
-        Arc::new(ruleset),
-        Arc::new(|_| {}),
-        Arc::new(airlock_core::time::Timestamp::default),
-    )
-    .await;
     let report = gateway.report();
     gateway.shutdown().await;
     print(&report)

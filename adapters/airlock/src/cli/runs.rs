@@ -184,7 +184,7 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
                             ]
                         })
                         .collect();
-                    line(table::render(
+                    table::print_page(
                         &[
                             "ID",
                             "STATUS",
@@ -195,10 +195,8 @@ pub async fn runs(globals: &Globals, command: RunsCommand) -> Exit {
                             "PLANNER",
                         ],
                         &rows,
-                    ));
-                    if let Some(next) = page.next_cursor {
-                        line(format!("(more: --cursor {next})"));
-                    }
+                        page.next_cursor.as_deref(),
+                    );
                     Exit::Ok
                 }
                 Ok(page) => print(&json!({

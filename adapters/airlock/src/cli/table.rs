@@ -101,6 +101,14 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// Prints a page as a table, and how to ask for the next one when there is one.
+pub fn print_page(headers: &[&str], rows: &[Vec<String>], next_cursor: Option<&str>) {
+    super::output::line(render(headers, rows));
+    if let Some(next) = next_cursor {
+        super::output::line(format!("(more: --cursor {next})"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
