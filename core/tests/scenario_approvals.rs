@@ -1054,8 +1054,10 @@ async fn revalidation_under_a_new_version_that_allows_authorizes_and_runs() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn revalidation_under_a_new_version_still_requiring_approval_is_escalated() {
-    // §10.3 row 2: under a new policy_version a fresh require_approval is not satisfied by the old approval: DENIED escalated.
+async fn revalidation_under_a_new_version_asking_for_the_same_approval_authorizes_and_runs() {
+    // §22.5: a new policy_version (an unrelated rule changed, as a release that touches the
+    // shipped rules does) asks for approval for the same reason at the same risk: the human
+    // approved exactly this, so the call runs once.
     let h = Harness::new();
     let (run, approval) = park_and_approve(&h).await;
     let ruleset = edited_ruleset(
@@ -1063,6 +1065,22 @@ async fn revalidation_under_a_new_version_still_requiring_approval_is_escalated(
         "[rules.publication]\ndecision = \"deny\"\n",
     );
     let h2 = new_process(&h, ruleset, |_| {});
+    drive_to_completion(&h2, "w2").await;
+    assert_revalidation_authorized(&h2, run, approval.id, PolicyDecisionType::RequireApproval);
+}
+
+#[tokio::test(start_paused = true)]
+async fn revalidation_under_a_new_version_asking_at_a_higher_risk_is_escalated() {
+    // §22.5, the other side: the new process's `test.send` is classed critical, so the fresh
+    // require_approval asks for more than the human approved: DENIED escalated.
+    let h = Harness::new();
+    let (run, approval) = park_and_approve(&h).await;
+    let ruleset = edited_ruleset(
+        "[rules.publication]\ndecision = \"require_approval\"\n",
+        "[rules.publication]\ndecision = \"deny\"\n",
+    );
+    let replacement = replacement_send(&h.ledger, |spec| spec.risk = RiskLevel::Critical);
+    let h2 = new_process(&h, ruleset, |tools| replace_send(tools, Some(replacement)));
     drive_to_completion(&h2, "w2").await;
     assert_revalidation_denied(
         &h,

@@ -38,14 +38,38 @@ fn copy_tree(from: &Path, to: &Path) {
 struct Upgraded {
     _dir: tempfile::TempDir,
     data: PathBuf,
+    /// The policy this build runs with.
+    policy: PathBuf,
 }
 
 impl Upgraded {
+    /// The fixture under the policy it was made with.
     fn new() -> Upgraded {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("data");
         copy_tree(&fixture().join("data"), &data);
-        Upgraded { _dir: dir, data }
+        Upgraded {
+            _dir: dir,
+            data,
+            policy: fixture().join("policy"),
+        }
+    }
+
+    /// The fixture under an upgraded policy: its profile with this build's shipped hardline
+    /// file (v2), as an operator upgrading the binary gets: another `policy_version`.
+    fn with_this_builds_hardline() -> Upgraded {
+        let mut upgraded = Upgraded::new();
+        let policy = upgraded._dir.path().join("policy");
+        std::fs::create_dir_all(&policy).expect("policy dir");
+        std::fs::copy(
+            fixture().join("policy/default.toml"),
+            policy.join("default.toml"),
+        )
+        .expect("profile");
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/hardline.toml");
+        std::fs::copy(shipped, policy.join("hardline.toml")).expect("hardline");
+        upgraded.policy = policy;
+        upgraded
     }
 
     fn run(&self, principal: &str, args: &[&str]) -> Output {
@@ -53,7 +77,7 @@ impl Upgraded {
             .arg("--data-dir")
             .arg(&self.data)
             .arg("--policy-dir")
-            .arg(fixture().join("policy"))
+            .arg(&self.policy)
             .args(["--tenant", "acme", "--principal", principal])
             .args(args)
             .env_remove("AIRLOCK_CRASH_AT")
@@ -222,4 +246,42 @@ fn a_store_of_the_previous_build_upgrades_in_place_and_its_runs_finish() {
     let text = String::from_utf8_lossy(&output.stdout);
     let last: Value = serde_json::from_str(text.lines().last().expect("events")).expect("JSON");
     assert_eq!(last["event_type"], "run.completed");
+}
+
+/// SPEC §22.5 (issue 28, item 6): the fixture's parked approval, requested under the previous
+/// build's rules, opened by this build with its v2 hardline file (a new `policy_version`):
+/// `approvals get` says the rules changed, a reviewer approves, and since the rules in force
+/// still ask for the same approval (same reason, risk no higher) the call runs, once.
+#[test]
+fn an_approval_pending_across_an_upgrade_of_the_rules_still_runs_its_call_once() {
+    let store = Upgraded::with_this_builds_hardline();
+    let shown = store.json("bob", &["approvals", "get", PARKED_APPROVAL]);
+    let requested_under = shown["policy_version"]
+        .as_str()
+        .expect("policy_version")
+        .to_owned();
+    let note = shown["policy_note"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no note: {shown}"));
+    assert!(
+        note.starts_with(&format!("requested under {requested_under}; in force now ")),
+        "{note}"
+    );
+    assert!(
+        !note.ends_with(&requested_under),
+        "the version changed: {note}"
+    );
+    let before = store.outbox_keys();
+    store.approve_pending_of(PARKED);
+    store.worker_until_idle();
+    assert_eq!(store.status(PARKED), "COMPLETED");
+    let output = store.run("alice", &["runs", "events", PARKED]);
+    let events = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !events.contains("policy.revalidation.escalated"),
+        "{events}"
+    );
+    assert!(!events.contains("approval.invalidated"), "{events}");
+    let after = store.outbox_keys();
+    assert_eq!(after.len(), before.len() + 1, "c4 was sent once: {after:?}");
 }

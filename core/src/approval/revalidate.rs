@@ -3,7 +3,7 @@
 
 use crate::action::PolicyDecision;
 use crate::invocation::outcome::codes;
-use crate::vocab::PolicyDecisionType;
+use crate::vocab::{PolicyDecisionType, RiskLevel};
 
 /// What the REVALIDATE transaction writes for an `approved` approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,12 +21,32 @@ pub struct ActionIdentity {
     pub scopes_still_held: bool,
 }
 
-/// The first matching row of the §10.3 table. `fresh` is `None` when the action could not be
-/// rebuilt (unregistered tool or arguments that no longer normalize).
+/// What the approval was granted for: the policy version, reason and risk of the decision a
+/// human approved (the §22.5 row compares a fresh decision with them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Approved<'a> {
+    pub policy_version: &'a str,
+    pub policy_reason: &'a str,
+    pub risk: RiskLevel,
+}
+
+/// The action evaluated again at resume, with the risk its tool has now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fresh {
+    pub decision: PolicyDecision,
+    pub risk: RiskLevel,
+}
+
+/// The first matching row of the §10.3 table, with §22.5's row before the escalation row: a
+/// new policy version that still asks for approval for the same reason, at a risk no higher,
+/// asks for exactly what the human approved, so the approval stands (every release that
+/// touches the shipped rules changes the version, and would otherwise turn every pending
+/// approval into a denial at resume). `fresh` is `None` when the action could not be rebuilt
+/// (unregistered tool or arguments that no longer normalize).
 pub fn revalidate(
     identity: ActionIdentity,
-    fresh: Option<PolicyDecision>,
-    approved_policy_version: &str,
+    fresh: Option<Fresh>,
+    approved: &Approved<'_>,
 ) -> Revalidation {
     let changed = Revalidation::Denied {
         reason_code: codes::REVALIDATION_CHANGED,
@@ -35,20 +55,25 @@ pub fn revalidate(
         && identity.arguments_hash_unchanged
         && identity.required_scopes_unchanged
         && identity.scopes_still_held;
-    let Some(fresh) = fresh.filter(|_| unchanged) else {
+    let Some(Fresh { decision, risk }) = fresh.filter(|_| unchanged) else {
         return changed;
     };
-    let version_changed = fresh.policy_version != approved_policy_version;
+    let version_changed = decision.policy_version != approved.policy_version;
+    let same_approval_asked = decision.decision == PolicyDecisionType::RequireApproval
+        && decision.reason_code == approved.policy_reason
+        && risk <= approved.risk;
     let escalated = matches!(
-        fresh.decision,
+        decision.decision,
         PolicyDecisionType::Deny | PolicyDecisionType::AllowWithModifications
-    ) || (version_changed && fresh.decision != PolicyDecisionType::Allow);
+    ) || (version_changed
+        && decision.decision != PolicyDecisionType::Allow
+        && !same_approval_asked);
     if escalated {
         Revalidation::Denied {
             reason_code: codes::REVALIDATION_ESCALATED,
         }
     } else {
-        Revalidation::Authorized(fresh)
+        Revalidation::Authorized(decision)
     }
 }
 
@@ -56,14 +81,23 @@ pub fn revalidate(
 mod tests {
     use super::*;
 
+    const REASON: &str = "policy.matrix.external_write";
+
     fn decision(d: PolicyDecisionType, version: &str) -> PolicyDecision {
         PolicyDecision {
             decision: d,
-            reason_code: "policy.matrix.external_write".into(),
+            reason_code: REASON.into(),
             explanation: String::new(),
             policy_version: version.into(),
             modified_arguments: None,
         }
+    }
+
+    fn fresh(d: PolicyDecisionType, version: &str) -> Option<Fresh> {
+        Some(Fresh {
+            decision: decision(d, version),
+            risk: RiskLevel::Medium,
+        })
     }
 
     const SAME: ActionIdentity = ActionIdentity {
@@ -71,6 +105,12 @@ mod tests {
         arguments_hash_unchanged: true,
         required_scopes_unchanged: true,
         scopes_still_held: true,
+    };
+
+    const V1: Approved<'static> = Approved {
+        policy_version: "v1",
+        policy_reason: REASON,
+        risk: RiskLevel::Medium,
     };
 
     #[test]
@@ -100,39 +140,66 @@ mod tests {
                 ..SAME
             },
         ] {
-            assert_eq!(
-                revalidate(broken, Some(decision(Allow, "v1")), "v1"),
-                changed
-            );
+            assert_eq!(revalidate(broken, fresh(Allow, "v1"), &V1), changed);
         }
-        assert_eq!(revalidate(SAME, None, "v1"), changed);
+        assert_eq!(revalidate(SAME, None, &V1), changed);
+        assert_eq!(revalidate(SAME, fresh(Deny, "v1"), &V1), escalated);
         assert_eq!(
-            revalidate(SAME, Some(decision(Deny, "v1")), "v1"),
+            revalidate(SAME, fresh(AllowWithModifications, "v1"), &V1),
             escalated
         );
+        assert_eq!(revalidate(SAME, fresh(Deny, "v2"), &V1), escalated);
         assert_eq!(
-            revalidate(SAME, Some(decision(AllowWithModifications, "v1")), "v1"),
-            escalated
-        );
-        assert_eq!(
-            revalidate(SAME, Some(decision(RequireApproval, "v2")), "v1"),
-            escalated
-        );
-        assert_eq!(
-            revalidate(SAME, Some(decision(Deny, "v2")), "v1"),
-            escalated
-        );
-        assert_eq!(
-            revalidate(SAME, Some(decision(Allow, "v2")), "v1"),
+            revalidate(SAME, fresh(Allow, "v2"), &V1),
             Revalidation::Authorized(decision(Allow, "v2"))
         );
         assert_eq!(
-            revalidate(SAME, Some(decision(RequireApproval, "v1")), "v1"),
+            revalidate(SAME, fresh(RequireApproval, "v1"), &V1),
             Revalidation::Authorized(decision(RequireApproval, "v1"))
         );
         assert_eq!(
-            revalidate(SAME, Some(decision(Allow, "v1")), "v1"),
+            revalidate(SAME, fresh(Allow, "v1"), &V1),
             Revalidation::Authorized(decision(Allow, "v1"))
+        );
+    }
+
+    /// §22.5: a new version that asks for the same approval (same reason, risk no higher)
+    /// keeps it; a different reason or a higher risk is still an escalation.
+    #[test]
+    fn a_new_version_asking_for_the_same_approval_keeps_it() {
+        use PolicyDecisionType::*;
+        let escalated = Revalidation::Denied {
+            reason_code: codes::REVALIDATION_ESCALATED,
+        };
+        assert_eq!(
+            revalidate(SAME, fresh(RequireApproval, "v2"), &V1),
+            Revalidation::Authorized(decision(RequireApproval, "v2"))
+        );
+        let lower = Some(Fresh {
+            decision: decision(RequireApproval, "v2"),
+            risk: RiskLevel::Low,
+        });
+        assert!(matches!(
+            revalidate(SAME, lower, &V1),
+            Revalidation::Authorized(_)
+        ));
+        let higher = Some(Fresh {
+            decision: decision(RequireApproval, "v2"),
+            risk: RiskLevel::High,
+        });
+        assert_eq!(revalidate(SAME, higher, &V1), escalated);
+        let mut other_reason = decision(RequireApproval, "v2");
+        other_reason.reason_code = "policy.overlay.tainted".into();
+        assert_eq!(
+            revalidate(
+                SAME,
+                Some(Fresh {
+                    decision: other_reason,
+                    risk: RiskLevel::Medium
+                }),
+                &V1
+            ),
+            escalated
         );
     }
 }

@@ -10,7 +10,7 @@ use futures_util::future::{Either, select};
 use serde_json::{Value, json};
 
 use crate::action::{JsonMap, PolicyDecision, ProposedAction, Target};
-use crate::approval::revalidate::{ActionIdentity, Revalidation, revalidate};
+use crate::approval::revalidate::{ActionIdentity, Approved, Fresh, Revalidation, revalidate};
 use crate::approval::{Approval, redact::redact};
 use crate::canonical::{IdempotencyKeyInput, arguments_hash, idempotency_key, to_canonical_string};
 use crate::connection::live::MCP_PLANNER_KIND;
@@ -1412,11 +1412,22 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                     target: Target::for_kind(spec.target.clone()),
                     evaluated_at: now,
                 };
-                Some(evaluate(&action, &self.env.ruleset))
+                Some(Fresh {
+                    decision: evaluate(&action, &self.env.ruleset),
+                    risk: spec.risk,
+                })
             }
             _ => None,
         };
-        revalidate(identity, fresh, &approval.policy_version)
+        revalidate(
+            identity,
+            fresh,
+            &Approved {
+                policy_version: &approval.policy_version,
+                policy_reason: &approval.policy_reason,
+                risk: approval.risk,
+            },
+        )
     }
 }
 

@@ -817,8 +817,10 @@ fn inv_40_event_sequences(c: &mut Checker<'_>) {
     }
 }
 
-/// #10 (G2, §10.3): a row authorized by REVALIDATE carries the fresh decision of the revalidating
-/// policy version, and a `require_approval` is kept only under the version the human approved.
+/// #10 (G2, §10.3, §22.5): a row authorized by REVALIDATE carries the fresh decision of the
+/// revalidating policy version, and a `require_approval` is kept only under the version the human
+/// approved, or under a newer one that asks for the same approval (same reason code; the risk
+/// half of §22.5, a fresh risk no higher, is not visible here and is checked in core's tests).
 fn inv_10_approved_rows_were_revalidated(c: &mut Checker<'_>) {
     let mut failures = Vec::new();
     for approval in c.snapshot.approvals.values() {
@@ -850,6 +852,7 @@ fn inv_10_approved_rows_were_revalidated(c: &mut Checker<'_>) {
             PolicyDecisionType::Allow => true,
             PolicyDecisionType::RequireApproval => {
                 decision.policy_version == approval.policy_version
+                    || decision.reason_code == approval.policy_reason
             }
             _ => false,
         };

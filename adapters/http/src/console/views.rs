@@ -288,7 +288,18 @@ fn approval_card(
                     @if let Some(explanation) = explanation { " — " (visible(explanation)) }
                 }
                 dt { "Policy" }
-                dd { code { (a.policy_version) } " · decision " code { (a.policy_decision.as_str()) } }
+                dd {
+                    code { (a.policy_version) } " · decision " code { (a.policy_decision.as_str()) }
+                    @if a.policy_version != frame.policy_version {
+                        // §22.5: an approval asked for under rules since replaced still runs if
+                        // the rules in force ask for the same approval; the reviewer sees both.
+                        br;
+                        span.policy-changed {
+                            "requested under " code { (a.policy_version) }
+                            "; in force now " code { (frame.policy_version) }
+                        }
+                    }
+                }
                 dt { "Run" }
                 dd {
                     a href=(format!("/runs/{}", a.run_id)) { code { (short(a.run_id)) } }
@@ -541,6 +552,47 @@ mod tests {
             assert_eq!(Notice::from_query(notice.as_query()), Some(notice));
         }
         assert_eq!(Notice::from_query("<script>"), None);
+    }
+
+    /// §22.5: an approval requested under rules since replaced says so on its card.
+    #[test]
+    fn an_approval_requested_under_other_rules_is_marked() {
+        use airlock_core::testing::fixtures::{
+            sample_approval, sample_invocation, sample_run, sample_session,
+        };
+        use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+        let run = sample_run(1, sample_session(1).id, RunStatus::WaitingForApproval);
+        let call = sample_invocation(1, &run, 1, "c1", InvocationStatus::WaitingForApproval);
+        let approval = sample_approval(1, &call, ApprovalStatus::Pending);
+        let principal = Principal {
+            tenant_id: approval.tenant_id.clone(),
+            principal_id: "bob".into(),
+            scopes: Default::default(),
+        };
+        let card = |in_force: &str| {
+            let frame = Frame {
+                principal: &principal,
+                policy_version: in_force,
+                csrf: "t",
+                now: Timestamp::from_micros(0),
+                after: None,
+                pending: 1,
+                uncertain: 0,
+                notice: None,
+            };
+            approval_card(&approval, None, &frame, "home").into_string()
+        };
+        let same = card(&approval.policy_version);
+        assert!(!same.contains("policy-changed"), "{same}");
+        let upgraded = card("default@newer+hnewer");
+        assert!(upgraded.contains("class=\"policy-changed\""), "{upgraded}");
+        assert!(
+            upgraded.contains(&format!(
+                "requested under <code>{}</code>; in force now <code>default@newer+hnewer</code>",
+                approval.policy_version
+            )),
+            "{upgraded}"
+        );
     }
 
     #[test]
