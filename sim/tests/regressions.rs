@@ -87,6 +87,7 @@ fn a_short_sweep_asserts_the_conditional_checks() {
         "check.gone_tool_recovered_per_9_4",
         "check.pin_refused_iff_unresolvable",
         "check.revalidation_changed_iff_identity_changed",
+        "check.revalidation_kept_the_same_approval_across_versions",
         "check.planner_fault_fails_the_run",
         "check.session_submit_answer",
         "check.resume_run_answer",

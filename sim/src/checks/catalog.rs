@@ -249,6 +249,21 @@ fn revalidations(
                 continue;
             };
             count(asserted, "revalidation_changed_iff_identity_changed");
+            // §22.5: an approval kept by a newer version that asks for the same approval.
+            if event.event_type == EventType::ToolCallAuthorized
+                && let Some(decision) = &row.policy_decision
+                && decision.decision == airlock_core::vocab::PolicyDecisionType::RequireApproval
+                && world
+                    .snapshot
+                    .approvals
+                    .values()
+                    .any(|a| a.action_id == row.id && a.policy_version != decision.policy_version)
+            {
+                count(
+                    asserted,
+                    "revalidation_kept_the_same_approval_across_versions",
+                );
+            }
             let changed = event.event_type == EventType::ApprovalInvalidated
                 && event.payload["reason_code"] == CHANGED;
             if unchanged == changed {
