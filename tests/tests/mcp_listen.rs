@@ -124,9 +124,9 @@ origin_trust = "user"
         self.token_with(tenant, principal, "mcp.test.call")
     }
 
-    /// The same with `scopes` (comma-separated).
-    fn token_with(&self, tenant: &str, principal: &str, scopes: &str) -> String {
-        let made = self.data.json(
+    /// `tokens create`'s whole record (its `id` and `token`), with `scopes` (comma-separated).
+    fn token_record(&self, tenant: &str, principal: &str, scopes: &str) -> Value {
+        self.data.json(
             "operator",
             &[
                 "tokens",
@@ -138,8 +138,15 @@ origin_trust = "user"
                 "--scopes",
                 scopes,
             ],
-        );
-        made["token"].as_str().unwrap().to_owned()
+        )
+    }
+
+    /// The same with `scopes` (comma-separated).
+    fn token_with(&self, tenant: &str, principal: &str, scopes: &str) -> String {
+        self.token_record(tenant, principal, scopes)["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     /// Runs `http_client.py SCENARIO` against `gateway`; its JSON observations.
@@ -590,19 +597,7 @@ fn a_session_belongs_to_its_token_and_ends_with_it() {
     };
     let scene = Scene::new(python);
     let gateway = scene.listen(&[]);
-    let opening = scene.data.json(
-        "operator",
-        &[
-            "tokens",
-            "create",
-            "--tenant",
-            "acme",
-            "--principal",
-            "alice",
-            "--scopes",
-            "mcp.test.call",
-        ],
-    );
+    let opening = scene.token_record("acme", "alice", "mcp.test.call");
     let opening_id = opening["id"].as_str().unwrap().to_owned();
     let bearer = format!("Bearer {}", opening["token"].as_str().unwrap());
     let other = format!("Bearer {}", scene.token("acme", "alice"));
@@ -678,19 +673,7 @@ fn uniform_refusals_parse_errors_and_the_session_cap_per_token() {
         "--listen-max-sessions",
         "4",
     ]);
-    let revoked = scene.data.json(
-        "operator",
-        &[
-            "tokens",
-            "create",
-            "--tenant",
-            "acme",
-            "--principal",
-            "alice",
-            "--scopes",
-            "mcp.test.call",
-        ],
-    );
+    let revoked = scene.token_record("acme", "alice", "mcp.test.call");
     scene.data.json(
         "operator",
         &[

@@ -471,14 +471,9 @@ async fn assets_are_embedded_and_the_console_stream_needs_a_session() {
     );
 }
 
-/// Issue 26, item 7: served with the allow-list of its listen address, a request naming another
-/// Host is 421, so a DNS-rebinding page (`Host: evil.example:8080` with the same `Origin`) gets
-/// no session cookie; the server's own names sign in as before.
-#[tokio::test]
-async fn a_rebound_host_is_misdirected_and_signs_nobody_in() {
-    let world = World::new().listening_on_127_0_0_1_8080();
-    let token = world.token("acme", "bob", None);
-    let rebound = world
+/// The sign-in form POSTed with `token` from `origin` to `host`.
+async fn login_from(world: &World, token: &str, origin: &str, host: &str) -> Reply {
+    world
         .send(
             Method::POST,
             "/login",
@@ -486,11 +481,27 @@ async fn a_rebound_host_is_misdirected_and_signs_nobody_in() {
             Some(format!("token={token}")),
             &[
                 ("content-type", "application/x-www-form-urlencoded"),
-                ("origin", "http://evil.example:8080"),
-                ("host", "evil.example:8080"),
+                ("origin", origin),
+                ("host", host),
             ],
         )
-        .await;
+        .await
+}
+
+/// Issue 26, item 7: served with the allow-list of its listen address, a request naming another
+/// Host is 421, so a DNS-rebinding page (`Host: evil.example:8080` with the same `Origin`) gets
+/// no session cookie; the server's own names sign in as before.
+#[tokio::test]
+async fn a_rebound_host_is_misdirected_and_signs_nobody_in() {
+    let world = World::new().listening_on_127_0_0_1_8080();
+    let token = world.token("acme", "bob", None);
+    let rebound = login_from(
+        &world,
+        &token,
+        "http://evil.example:8080",
+        "evil.example:8080",
+    )
+    .await;
     assert_eq!(
         rebound.status,
         StatusCode::MISDIRECTED_REQUEST,
@@ -510,19 +521,7 @@ async fn a_rebound_host_is_misdirected_and_signs_nobody_in() {
         .await;
     assert_eq!(api.status, StatusCode::MISDIRECTED_REQUEST);
     // Another of this server's own names is one of its origins.
-    let ours = world
-        .send(
-            Method::POST,
-            "/login",
-            None,
-            Some(format!("token={token}")),
-            &[
-                ("content-type", "application/x-www-form-urlencoded"),
-                ("origin", "http://localhost:8080"),
-                ("host", "127.0.0.1:8080"),
-            ],
-        )
-        .await;
+    let ours = login_from(&world, &token, "http://localhost:8080", "127.0.0.1:8080").await;
     assert_eq!(ours.status, StatusCode::SEE_OTHER, "{}", ours.text);
     assert!(ours.headers.get("set-cookie").is_some());
 }
