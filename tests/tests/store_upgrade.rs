@@ -250,19 +250,23 @@ fn a_store_of_the_previous_build_upgrades_in_place_and_its_runs_finish() {
 
 /// SPEC §22.5 (issue 28, item 6): the fixture's parked approval, requested under the previous
 /// build's rules, opened by this build with its v2 hardline file (a new `policy_version`):
-/// `approvals get` says the rules changed, a reviewer approves, and since the rules in force
+/// `approvals get` says on stderr that the rules changed, a reviewer approves, and since the rules in force
 /// still ask for the same approval (same reason, risk no higher) the call runs, once.
 #[test]
 fn an_approval_pending_across_an_upgrade_of_the_rules_still_runs_its_call_once() {
     let store = Upgraded::with_this_builds_hardline();
-    let shown = store.json("bob", &["approvals", "get", PARKED_APPROVAL]);
+    let output = store.run("bob", &["approvals", "get", PARKED_APPROVAL]);
+    assert_eq!(output.status.code(), Some(0));
+    let shown: Value = serde_json::from_slice(&output.stdout).expect("the approval");
     let requested_under = shown["policy_version"]
         .as_str()
         .expect("policy_version")
         .to_owned();
-    let note = shown["policy_note"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no note: {shown}"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let note = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("note: "))
+        .unwrap_or_else(|| panic!("no note: {stderr}"));
     assert!(
         note.starts_with(&format!("requested under {requested_under}; in force now ")),
         "{note}"

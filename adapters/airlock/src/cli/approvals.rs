@@ -31,7 +31,7 @@ pub enum ApprovalsCommand {
         #[arg(long, value_enum, default_value_t = OutputFormat::Json)]
         output: OutputFormat,
     },
-    /// Show one approval; `policy_note` says when it was requested under other rules than
+    /// Show one approval; a note on stderr says when it was requested under other rules than
     /// those in force.
     Get { id: ApprovalId },
     /// Approve once. ID: the approval's id, or a prefix of at least 8 hex digits of a pending
@@ -112,18 +112,16 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
         }
         ApprovalsCommand::Get { id } => match control.get_approval(&principal, id) {
             Ok(approval) => {
-                // §22.5: say when the rules in force are not the ones it was requested under.
+                // §22.5: tell the person when the rules in force are not the ones it was
+                // requested under; stdout stays the record the HTTP API answers with.
                 let in_force = app.env.ruleset.version.as_str();
-                let mut shown = json::approval(&approval);
-                shown["policy_note"] = if approval.policy_version == in_force {
-                    serde_json::Value::Null
-                } else {
-                    json!(format!(
-                        "requested under {}; in force now {in_force}",
+                if approval.policy_version != in_force {
+                    eprintln!(
+                        "note: requested under {}; in force now {in_force}",
                         approval.policy_version
-                    ))
-                };
-                print(&shown)
+                    );
+                }
+                print(&json::approval(&approval))
             }
             Err(e) => service_error(&e),
         },
