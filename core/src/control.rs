@@ -225,7 +225,7 @@ impl<S: Store> ControlService<S> {
                             "the session belongs to an MCP connection".to_owned(),
                         ));
                     }
-                    if tx.active_run_in_session(id)?.is_some() {
+                    if !tx.active_runs_in_session(id)?.is_empty() {
                         return Err(TxError::Conflict(
                             "the session already has an active run".to_owned(),
                         ));
@@ -445,6 +445,65 @@ impl<S: Store> ControlService<S> {
             }
             Ok(explanations)
         })?)
+    }
+
+    /// The tenant's conversations (SPEC §22.1), newest first (scope `run.read`).
+    pub fn list_conversations(
+        &self,
+        principal: &Principal,
+        limit: Option<usize>,
+    ) -> Result<Vec<crate::connection::Connection>, ServiceError> {
+        require(principal, "run.read")?;
+        let limit = limit.unwrap_or(APPROVAL_PAGE_DEFAULT);
+        if !(1..=APPROVAL_PAGE_MAX).contains(&limit) {
+            return Err(ServiceError::InvalidArgument(format!(
+                "limit must be in 1..={APPROVAL_PAGE_MAX}"
+            )));
+        }
+        Ok(self
+            .env
+            .read(|tx| tx.connections_of_tenant(&principal.tenant_id, limit))?)
+    }
+
+    /// One of the tenant's conversations (scope `run.read`); another tenant's is `NotFound`.
+    pub fn get_conversation(
+        &self,
+        principal: &Principal,
+        id: crate::ids::ConnectionId,
+    ) -> Result<crate::connection::Connection, ServiceError> {
+        require(principal, "run.read")?;
+        let found = self.env.read(|tx| tx.connection(id))?;
+        match found {
+            Some(c) if c.tenant_id == principal.tenant_id => Ok(c),
+            _ => Err(ServiceError::NotFound),
+        }
+    }
+
+    /// CLEAR-TAINT (SPEC §22.1): only a human holding `approval.resolve` clears a
+    /// conversation's taint, with a reason; the clear is the event
+    /// `conversation.taint_cleared`. An untainted or closed conversation is a `Conflict`.
+    pub fn clear_conversation_taint(
+        &self,
+        principal: &Principal,
+        id: crate::ids::ConnectionId,
+        reason: &str,
+    ) -> Result<crate::connection::Connection, ServiceError> {
+        require(principal, "approval.resolve")?;
+        if reason.trim().is_empty() {
+            return Err(ServiceError::InvalidArgument(
+                "a reason is required to clear a conversation's taint".to_owned(),
+            ));
+        }
+        let now = self.env.clock.now();
+        let actor = Actor::principal(&principal.principal_id);
+        let cleared = self.env.transact(|tx| {
+            match tx.connection(id)? {
+                Some(c) if c.tenant_id == principal.tenant_id => {}
+                _ => return Err(TxError::NotFound),
+            }
+            crate::connection::clear_taint_in_tx(tx, id, &actor, reason, now)
+        })?;
+        cleared.map_err(|refused| ServiceError::Conflict(refused.to_string()))
     }
 
     /// The tenant's announced pending approvals, newest first.

@@ -39,6 +39,8 @@ crate::vocab::wire_enum! {
         McpToolRegistered = "mcp.tool.registered",
         McpToolPinMismatch = "mcp.tool.pin_mismatch",
         McpUpstreamRequest = "mcp.upstream.request",
+        ConversationTainted = "conversation.tainted",
+        ConversationTaintCleared = "conversation.taint_cleared",
     }
 }
 

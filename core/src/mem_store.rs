@@ -248,12 +248,17 @@ fn check_approval_row(approval: &Approval) -> Result<(), TxError> {
 }
 
 impl MemTx<'_> {
+    /// The session's active run that shares its session with no other: any but a call run.
     fn active_run(&self, session: SessionId) -> Option<RunId> {
         self.tables
             .rows
             .runs
             .values()
-            .find(|r| r.session_id == session && !r.status().is_terminal())
+            .find(|r| {
+                r.session_id == session
+                    && !r.status().is_terminal()
+                    && r.planner_kind != crate::connection::live::MCP_PLANNER_KIND
+            })
             .map(|r| r.id)
     }
 
@@ -295,6 +300,7 @@ impl StoreTx for MemTx<'_> {
             return Err(TxError::NotFound);
         }
         if !run.status().is_terminal()
+            && run.planner_kind != crate::connection::live::MCP_PLANNER_KIND
             && let Some(active) = self.active_run(run.session_id)
         {
             return Err(conflict(format!(
@@ -310,8 +316,16 @@ impl StoreTx for MemTx<'_> {
         Ok(self.tables.rows.runs.get(&id).cloned())
     }
 
-    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
-        Ok(self.active_run(session))
+    fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
+        let mut active: Vec<&Run> = self
+            .tables
+            .rows
+            .runs
+            .values()
+            .filter(|r| r.session_id == session && !r.status().is_terminal())
+            .collect();
+        active.sort_by_key(|r| (r.created_at, r.id));
+        Ok(active.into_iter().map(|r| r.id).collect())
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
@@ -463,6 +477,22 @@ impl StoreTx for MemTx<'_> {
         guards::check_connection_update(expected, current, next)?;
         self.tables.rows.connections.insert(next.id, next.clone());
         Ok(())
+    }
+
+    fn connections_of_tenant(
+        &mut self,
+        tenant: &str,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError> {
+        let mut of_tenant: Vec<&Connection> = self
+            .tables
+            .rows
+            .connections
+            .values()
+            .filter(|c| c.tenant_id == tenant)
+            .collect();
+        of_tenant.sort_by_key(|c| std::cmp::Reverse((c.opened_at, c.id)));
+        Ok(of_tenant.into_iter().take(limit).cloned().collect())
     }
 
     fn expired_connections(

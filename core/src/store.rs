@@ -104,11 +104,13 @@ pub trait StoreTx {
     fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError>;
 
     // Runs.
-    /// Fails with `Conflict` if the session already has a non-terminal run.
+    /// Fails with `Conflict` if the session already has a non-terminal run, unless both are
+    /// call runs of a conversation (`planner_kind = mcp`, SPEC §22.2), which run side by side.
     fn insert_run(&mut self, run: &Run) -> Result<(), TxError>;
     fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError>;
-    /// The session's non-terminal run, if any.
-    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError>;
+    /// The session's non-terminal runs by `(created_at, id)`: at most one unless they are a
+    /// conversation's call runs.
+    fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError>;
     /// `Fenced` unless the run is RUNNING under exactly this owner and epoch.
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError>;
     /// Replaces the row if it matches the guard; immutable fields must be unchanged (`Conflict`).
@@ -154,6 +156,13 @@ pub trait StoreTx {
         expected: ConnectionStatus,
         next: &Connection,
     ) -> Result<(), TxError>;
+    /// The tenant's connections (its conversations, SPEC §22.1) by `opened_at DESC, id DESC`,
+    /// at most `limit`.
+    fn connections_of_tenant(
+        &mut self,
+        tenant: &str,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError>;
     /// Open connections whose `alive_until` is at or before `now`, oldest first, at most `limit`.
     fn expired_connections(
         &mut self,

@@ -452,7 +452,7 @@ impl<S: Store + 'static> Worker<S> {
                 })?;
                 if let Some(flagged) = result {
                     page_closed += 1;
-                    if let Some(run) = flagged {
+                    for run in flagged {
                         self.tokens.cancel(run, CancelReason::Requested);
                     }
                 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use airlock_core::connection::ConnectionStatus;
 use airlock_core::connection::answer::CallAnswer;
 use airlock_core::connection::live::{
-    ClientCall, ConnectionDriver, DISCONNECTED_MESSAGE, LiveConnection, LivePlanner,
-    MCP_PLANNER_KIND, RunTemplate, Ticket, TicketEnd, TicketStatus,
+    ANSWERED_MESSAGE, CONVERSATION_CALLS_SPENT, ClientCall, ConnectionDriver, LiveConnection,
+    LivePlanner, MCP_PLANNER_KIND, RunTemplate, Ticket, TicketEnd, TicketStatus,
 };
 use airlock_core::env::Env;
 use airlock_core::ids::{ApprovalId, ConnectionId};
@@ -75,6 +75,10 @@ fn template() -> RunTemplate {
 
 /// A gateway process on `h`'s store: its worker, one connection and its driver (running).
 fn gateway(h: &Harness, id: &str) -> Gateway {
+    gateway_with(h, id, template())
+}
+
+fn gateway_with(h: &Harness, id: &str, template: RunTemplate) -> Gateway {
     let live = LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true);
     let mut env: Env<MemStore> = h.env_over(Arc::clone(&h.store));
     env.planners = Arc::new(LiveFactory {
@@ -90,7 +94,7 @@ fn gateway(h: &Harness, id: &str) -> Gateway {
             Arc::clone(&live),
             "acme",
             "alice",
-            template(),
+            template,
         )
         .expect("open"),
     );
@@ -142,12 +146,28 @@ fn session_runs(h: &Harness, g: &Gateway) -> Vec<Run> {
         .collect()
 }
 
+/// Every call of the conversation, in the order its runs were created (one call per run).
+fn conversation_calls(h: &Harness, g: &Gateway) -> Vec<airlock_core::invocation::Invocation> {
+    let mut runs = session_runs(h, g);
+    runs.sort_by_key(|r| (r.created_at, r.id));
+    runs.iter().flat_map(|r| h.invocations(r.id)).collect()
+}
+
+fn conversation(h: &Harness, g: &Gateway) -> airlock_core::connection::Connection {
+    h.store
+        .read(|tx| tx.connection(g.driver.connection().id))
+        .unwrap()
+        .unwrap()
+}
+
 async fn settle_for(seconds: u64) {
     tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
 }
 
+/// §22.2: every `tools/call` is its own run of one step with one call, answered from what
+/// committed; the conversation counts its calls.
 #[tokio::test(start_paused = true)]
-async fn allowed_calls_are_answered_with_their_results_and_an_idle_disconnect_completes_the_run() {
+async fn each_call_is_its_own_run_answered_with_its_result() {
     let h = Harness::new();
     let g = gateway(&h, "gateway-a");
     let first = g.live.submit(1, call("test.echo", "one"));
@@ -167,27 +187,132 @@ async fn allowed_calls_are_answered_with_their_results_and_an_idle_disconnect_co
         answer(&second).await,
         TicketEnd::Answered(CallAnswer::Executed { .. })
     ));
-    assert_eq!(
-        h.invocations(runs[0].id)[1].call_id,
-        "r2",
-        "call ids count per run"
-    );
-    // Disconnect with nothing outstanding: the run completes, then the connection closes.
+    settle_for(1).await;
+    let runs = session_runs(&h, &g);
+    assert_eq!(runs.len(), 2, "a run per call");
+    for run in &runs {
+        assert_eq!(
+            run.state,
+            RunState::Completed {
+                final_message: ANSWERED_MESSAGE.to_owned()
+            }
+        );
+        assert_eq!(h.invocations(run.id)[0].call_id, "r1");
+    }
+    assert_eq!(conversation(&h, &g).call_count, 2);
     g.driver.disconnect().expect("disconnect");
     settle_for(5).await;
-    let run = h.run(runs[0].id);
-    assert_eq!(
-        run.state,
-        RunState::Completed {
-            final_message: DISCONNECTED_MESSAGE.to_owned()
-        }
+    assert_eq!(conversation(&h, &g).status(), ConnectionStatus::Closed);
+}
+
+/// §22.2: a call waiting for approval delays no other call of its conversation.
+#[tokio::test(start_paused = true)]
+async fn a_parked_write_delays_no_read_of_the_same_conversation() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let write = g.live.submit(1, call("test.send", "hello"));
+    parked(&write).await;
+    let read = g.live.submit(2, call("test.echo", "meanwhile"));
+    let asked = h.clock.now();
+    assert!(matches!(
+        answer(&read).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    let waited = h.clock.now().as_micros() - asked.as_micros();
+    assert!(
+        waited < 2_000_000,
+        "answered within a poll or two, not after the write: {waited} µs"
     );
-    let connection = h
-        .store
-        .transact(|tx| tx.connection(g.driver.connection().id))
-        .unwrap()
+    assert!(
+        write.end().is_none(),
+        "the write still waits for its approval"
+    );
+}
+
+/// §22.3: a client's cancel (or a host's timeout) of a parked call leaves its approval
+/// pending; the identical call sent again binds to the parked run, and once approved it is
+/// answered with the result, the effect done once.
+#[tokio::test(start_paused = true)]
+async fn a_cancelled_parked_call_keeps_its_approval_and_the_identical_call_binds_to_it() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(7, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    g.live.cancel(7);
+    assert_eq!(answer(&first).await, TicketEnd::Dropped);
+    settle_for(2).await;
+    let runs = session_runs(&h, &g);
+    assert_eq!(h.run(runs[0].id).status(), RunStatus::WaitingForApproval);
+    // The reviewer approves after the host gave up: nothing is sent while no request waits.
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("the approval is still pending");
+    settle_for(5).await;
+    assert_eq!(h.ledger.count("test.send"), 0, "no request waits for it");
+    // The host retries the same call: it binds to the approved run, no second approval.
+    let retry = g.live.submit(8, call("test.send", "hello"));
+    assert!(matches!(
+        answer(&retry).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(h.ledger.count("test.send"), 1);
+    assert_eq!(session_runs(&h, &g).len(), 1, "bound, not a new run");
+    // A different call is a new run.
+    let other = g.live.submit(9, call("test.send", "other"));
+    parked(&other).await;
+    assert_eq!(session_runs(&h, &g).len(), 2);
+}
+
+/// §22.3: an approved call that no request claims before its approval's expiry is cancelled,
+/// never sent.
+#[tokio::test(start_paused = true)]
+async fn an_approved_call_no_request_claims_is_cancelled_at_its_expiry() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(7, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    let TicketStatus::Parked { expires_at, .. } = first.status() else {
+        panic!("parked")
+    };
+    assert!(g.live.detach(7), "answered at once: detached");
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
         .unwrap();
-    assert_eq!(connection.status(), ConnectionStatus::Closed);
+    let wait = expires_at.as_micros() - h.clock.now().as_micros() + 2_000_000;
+    settle_for(u64::try_from(wait / 1_000_000).unwrap() + 1).await;
+    let runs = session_runs(&h, &g);
+    assert_eq!(h.run(runs[0].id).status(), RunStatus::Cancelled);
+    assert_eq!(h.ledger.count("test.send"), 0);
+    // After that, the same call asks again.
+    let again = g.live.submit(8, call("test.send", "hello"));
+    parked(&again).await;
+    assert_eq!(session_runs(&h, &g).len(), 2);
+}
+
+/// §22.1: `[limits]` count per conversation, across its call runs.
+#[tokio::test(start_paused = true)]
+async fn the_conversations_limits_count_calls_across_its_runs() {
+    let h = Harness::new();
+    let mut limited = template();
+    limited.limits.max_tool_calls = 2;
+    let g = gateway_with(&h, "gateway-a", limited);
+    for key in 1..=2 {
+        let ticket = g.live.submit(key, call("test.echo", "x"));
+        assert!(matches!(
+            answer(&ticket).await,
+            TicketEnd::Answered(CallAnswer::Executed { .. })
+        ));
+    }
+    let third = g.live.submit(3, call("test.echo", "x"));
+    match answer(&third).await {
+        TicketEnd::Answered(CallAnswer::Denied { reason_code, .. }) => {
+            assert_eq!(reason_code, CONVERSATION_CALLS_SPENT)
+        }
+        other => panic!("refused by the conversation's limit: {other:?}"),
+    }
+    assert_eq!(session_runs(&h, &g).len(), 2, "no run for the refused call");
 }
 
 #[tokio::test(start_paused = true)]
@@ -262,23 +387,36 @@ async fn an_approved_call_of_a_client_that_left_is_never_sent() {
     );
 }
 
+/// §19.3: a client's cancel of a call in flight lets the call finish and be recorded (its
+/// outcome must be known), and drops its answer.
 #[tokio::test(start_paused = true)]
-async fn a_client_cancel_of_a_parked_call_cancels_its_run_and_sends_no_answer() {
-    let h = Harness::new();
+async fn a_client_cancel_of_a_call_in_flight_is_recorded_and_sends_no_answer() {
+    let (h, gate) = gated_write_harness();
     let g = gateway(&h, "gateway-a");
-    let ticket = g.live.submit(7, call("test.send", "hello"));
-    parked(&ticket).await;
+    let ticket = g.live.submit(
+        7,
+        ClientCall {
+            tool: "test.gated_write".into(),
+            arguments: json!({"path": "notes/a.txt", "text": "x"}),
+        },
+    );
+    gate.entered.notified().await;
     g.live.cancel(7);
+    settle_for(1).await;
+    gate.release.notify_one();
     assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
+    settle_for(2).await;
     let runs = session_runs(&h, &g);
-    assert_eq!(h.run(runs[0].id).status(), RunStatus::Cancelled);
-    // A later call starts a new run in the same session.
-    let next = g.live.submit(8, call("test.echo", "again"));
-    assert!(matches!(
-        answer(&next).await,
-        TicketEnd::Answered(CallAnswer::Executed { .. })
-    ));
-    assert_eq!(session_runs(&h, &g).len(), 2);
+    assert!(h.run(runs[0].id).status().is_terminal());
+    assert_eq!(
+        h.invocations(runs[0].id)[0].status,
+        InvocationStatus::Succeeded
+    );
+    assert_eq!(
+        h.ledger.count("test.gated_write"),
+        1,
+        "the call in flight finished"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -473,10 +611,11 @@ async fn an_identical_call_after_its_twin_finished_is_a_new_call() {
     ));
 }
 
-/// §19.3 Trust: with `origin_trust = "user"` the client's arguments are the user's until the
-/// run is tainted; once a result carried untrusted content they are no longer labelled `user`.
+/// §19.3 Trust, §22.2: with `origin_trust = "user"` the client's arguments are the user's
+/// until the conversation is tainted; an untrusted result taints the conversation's row in the
+/// transaction that records it, so every later call run is tainted, until a human clears it.
 #[tokio::test(start_paused = true)]
-async fn arguments_are_the_users_until_an_untrusted_result_taints_the_run() {
+async fn an_untrusted_result_taints_the_conversation_until_a_human_clears_it() {
     let h = Harness::new();
     let g = gateway(&h, "gateway-a");
     for (key, tool, text) in [
@@ -492,11 +631,14 @@ async fn arguments_are_the_users_until_an_untrusted_result_taints_the_run() {
             ),
             "{tool} executed"
         );
+        if key == 2 {
+            assert!(
+                conversation(&h, &g).taint.is_some(),
+                "tainted before the untrusted result was answered"
+            );
+        }
     }
-    let runs = session_runs(&h, &g);
-    assert_eq!(runs.len(), 1, "one run");
-    let rows = h.invocations(runs[0].id);
-    let trust: Vec<Option<TrustLevel>> = rows
+    let trust: Vec<Option<TrustLevel>> = conversation_calls(&h, &g)
         .iter()
         .map(|row| row.argument_trust.get("text").copied())
         .collect();
@@ -508,6 +650,41 @@ async fn arguments_are_the_users_until_an_untrusted_result_taints_the_run() {
             Some(TrustLevel::ExternalUntrusted)
         ],
         "the call after the untrusted result is not the user's"
+    );
+    let taint = conversation(&h, &g).taint.expect("tainted");
+    assert!(taint.by.contains("test.untrusted"), "{}", taint.by);
+    // Only approval.resolve clears it, with a reason; the next call is the user's again.
+    let id = g.driver.connection().id;
+    let reader = airlock_core::principal::Principal {
+        scopes: [Scope::parse("run.read").unwrap()].into_iter().collect(),
+        ..h.bob()
+    };
+    assert!(
+        h.control
+            .clear_conversation_taint(&reader, id, "read it")
+            .is_err()
+    );
+    assert!(
+        h.control
+            .clear_conversation_taint(&h.mallory(), id, "theirs")
+            .is_err(),
+        "another tenant's conversation is not found"
+    );
+    assert!(
+        h.control
+            .clear_conversation_taint(&h.bob(), id, " ")
+            .is_err()
+    );
+    h.control
+        .clear_conversation_taint(&h.bob(), id, "the page was ours")
+        .expect("cleared");
+    assert!(conversation(&h, &g).taint.is_none());
+    let after = g.live.submit(4, call("test.echo", "cleared"));
+    answer(&after).await;
+    let rows = conversation_calls(&h, &g);
+    assert_eq!(
+        rows[3].argument_trust.get("text").copied(),
+        Some(TrustLevel::User)
     );
 }
 
@@ -550,21 +727,20 @@ async fn a_parked_call_whose_approval_expires_is_answered_approval_expired() {
 async fn an_untrusted_read_outside_the_journal_taints_the_next_step_durably() {
     let h = Harness::new();
     let g = gateway(&h, "gateway-a");
-    g.live.note_read_content(TrustLevel::InternalTool);
+    g.live.note_read_content(TrustLevel::InternalTool, "a read");
     let first = g.live.submit(1, call("test.echo", "before"));
     assert!(matches!(
         answer(&first).await,
         TicketEnd::Answered(CallAnswer::Executed { .. })
     ));
-    g.live.note_read_content(TrustLevel::ExternalUntrusted);
+    g.live
+        .note_read_content(TrustLevel::ExternalUntrusted, "a read");
     let second = g.live.submit(2, call("test.echo", "after"));
     assert!(matches!(
         answer(&second).await,
         TicketEnd::Answered(CallAnswer::Executed { .. })
     ));
-    let runs = session_runs(&h, &g);
-    assert_eq!(runs.len(), 1);
-    let rows = h.invocations(runs[0].id);
+    let rows = conversation_calls(&h, &g);
     let seen: Vec<(TrustLevel, Option<TrustLevel>)> = rows
         .iter()
         .map(|row| (row.origin_trust, row.argument_trust.get("text").copied()))
@@ -580,10 +756,8 @@ async fn an_untrusted_read_outside_the_journal_taints_the_next_step_durably() {
         ],
         "the call after the untrusted read is tainted"
     );
-    let checkpoint = h
-        .store
-        .read(|tx| tx.latest_checkpoint(runs[0].id))
-        .unwrap()
-        .unwrap();
-    assert!(checkpoint.state.tainted, "the taint is checkpointed");
+    let taint = conversation(&h, &g)
+        .taint
+        .expect("the conversation's row is tainted");
+    assert_eq!(taint.by, "a read");
 }

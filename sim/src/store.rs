@@ -661,8 +661,8 @@ impl StoreTx for TxProbe<'_> {
     fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
         self.inner.run(id)
     }
-    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
-        self.inner.active_run_in_session(session)
+    fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
+        self.inner.active_runs_in_session(session)
     }
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
         self.notes.guards.push(lease.clone());
@@ -723,6 +723,13 @@ impl StoreTx for TxProbe<'_> {
         next: &Connection,
     ) -> Result<(), TxError> {
         self.inner.update_connection(expected, next)
+    }
+    fn connections_of_tenant(
+        &mut self,
+        tenant: &str,
+        limit: usize,
+    ) -> Result<Vec<Connection>, TxError> {
+        self.inner.connections_of_tenant(tenant, limit)
     }
     fn expired_connections(
         &mut self,

@@ -53,6 +53,15 @@ pub fn call_result(answer: &CallAnswer) -> Value {
     }
 }
 
+/// The answer at once to a parked call whose host asked for no progress and is not asked to
+/// approve (SPEC §22.3 items 2 and 3): its host would otherwise show nothing until its own
+/// timeout. The approval stays pending; the same call sent again binds to it.
+pub fn approval_needed_result(approval: ApprovalId, expires_at: Timestamp) -> Value {
+    error_text(format!(
+        "airlock: this call needs approval {approval} (expires {expires_at}); retry the same call after a reviewer approves it"
+    ))
+}
+
 /// The message of a parked call's progress notification.
 pub fn parked_message(approval: ApprovalId, expires_at: Timestamp) -> String {
     format!("waiting for approval {approval} (expires {expires_at})")
@@ -63,6 +72,18 @@ mod tests {
     use super::*;
     use airlock_core::ids::InvocationId;
     use airlock_core::vocab::TrustLevel;
+
+    #[test]
+    fn a_call_answered_at_once_names_its_approval_its_expiry_and_the_retry() {
+        let id = ApprovalId(uuid::Uuid::from_u128(7));
+        let at = Timestamp::from_micros(1_768_478_408_000_000);
+        let result = approval_needed_result(id, at);
+        assert_eq!(result["isError"], true);
+        let said = text(&result);
+        assert!(said.contains(&id.to_string()), "{said}");
+        assert!(said.contains(&at.to_string()), "{said}");
+        assert!(said.contains("retry the same call"), "{said}");
+    }
 
     fn text(v: &Value) -> &str {
         v["content"][0]["text"].as_str().unwrap()

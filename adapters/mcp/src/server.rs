@@ -36,8 +36,15 @@
 //! [`crate::relay`]). The gateway's own parked progress and the upstream's progress share the
 //! client's token, the upstream's counted on from the gateway's.
 //!
-//! **Cancellation.** `notifications/cancelled` for a queued or parked call cancels the run
-//! (§8.5) and nothing is answered (rmcp drops the response of a cancelled request).
+//! **A call without a `progressToken`** that parks, when the client is not asked to approve
+//! it, is answered at once (`isError`, naming the approval, its expiry and how to retry,
+//! §22.3): its host would otherwise show nothing until its own timeout. The approval stays
+//! pending and the identical call sent again binds to the parked run.
+//!
+//! **Cancellation.** `notifications/cancelled` (or a host's timeout) for a parked call leaves
+//! its approval pending (§22.3): the request is detached and the identical call sent again
+//! binds to it. For a queued call, or one in flight, it cancels the call's run (§8.5).
+//! Nothing is answered (rmcp drops the response of a cancelled request).
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -189,7 +196,10 @@ impl<S: Store + 'static> ClientSession<S> {
 
     /// An upstream answered a read of `server`: its trust reaches the client's runs first.
     fn note_answer(&self, server: &UpstreamConfig) {
-        self.live.note_read_content(server.output_trust);
+        self.live.note_read_content(
+            server.output_trust,
+            &format!("a read of server {}", server.id),
+        );
     }
 
     /// The session principal's scopes: the file's, or an HTTP token's narrowed by them.
@@ -633,6 +643,14 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     let TicketStatus::Parked { approval_id, expires_at, .. } = ticket.status() else {
                         continue;
                     };
+                    let asks = can_elicit && self.elicitation.is_some();
+                    if progress_token.is_none() && !asks {
+                        // §22.3: answered at once; the approval stays pending for a retry.
+                        self.live.detach(key);
+                        let result: CallToolResult = serde_json::from_value(completed(render::approval_needed_result(approval_id, expires_at)))
+                            .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
+                        return Ok(CallToolResponse::from(result));
+                    }
                     if can_elicit && !elicited && let Some(approvals) = &self.elicitation {
                         elicited = true;
                         tokio::spawn(elicit(Arc::clone(approvals), context.peer.clone(), approval_id));

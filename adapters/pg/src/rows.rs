@@ -17,7 +17,9 @@ use tokio_postgres::types::FromSql;
 
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
-use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
+use airlock_core::connection::{
+    Connection as ClientConnection, ConnectionState, ConnectionStatus, Taint,
+};
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -109,6 +111,15 @@ pub(crate) fn state_columns(state: &RunState) -> Result<StateColumns, TxError> {
         RunState::WaitingForApproval | RunState::Cancelled => {}
     }
     Ok(columns)
+}
+
+/// `tainted_at` and `tainted_by` of a conversation's taint (SPEC §22.1): both NULL, or both set
+/// (`ck_connections_taint_together`).
+pub(crate) fn taint_columns(taint: Option<&Taint>) -> (Option<i64>, Option<&str>) {
+    match taint {
+        Some(taint) => (Some(ts(taint.at)), Some(taint.by.as_str())),
+        None => (None, None),
+    }
 }
 
 // ----- reading -------------------------------------------------------------------------------
@@ -475,7 +486,8 @@ pub(crate) fn profile(row: &Row) -> Result<PolicyProfileRecord, TxError> {
 }
 
 pub(crate) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
-     gateway_id, status, alive_until, closed_at, close_reason, opened_at";
+     gateway_id, status, alive_until, closed_at, close_reason, opened_at, tainted_at, \
+     tainted_by, call_count, last_seen_at";
 
 pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
     let status: ConnectionStatus = parse(row, 5)?;
@@ -496,6 +508,19 @@ pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
         gateway_id: get(row, 4)?,
         state,
         opened_at: time(row, 9)?,
+        taint: match (time_opt(row, 10)?, get::<Option<String>>(row, 11)?) {
+            (None, None) => None,
+            (Some(at), Some(by)) => Some(Taint { at, by }),
+            // The CHECK keeps them together; a row without it was not written by this store.
+            _ => {
+                return Err(decode_error(
+                    10,
+                    "tainted_at and tainted_by are not both set",
+                ));
+            }
+        },
+        call_count: unsigned(row, 12)?,
+        last_seen_at: time(row, 13)?,
     })
 }
 

@@ -47,11 +47,18 @@ const V4: (&str, &str) = (
     include_str!("../migrations/V4__runs_by_tenant.sql"),
 );
 
+/// V5: a connection row is also the MCP conversation (§22.1: taint, call counter, last seen),
+/// and a conversation's call runs share its session (§22.2).
+const V5: (&str, &str) = (
+    "V5__conversations",
+    include_str!("../migrations/V5__conversations.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

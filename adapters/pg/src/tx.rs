@@ -18,6 +18,16 @@
 //! rules — one active run per session, unique keys, contiguous versions — are unique indexes and
 //! primary keys, which PostgreSQL enforces across concurrent transactions).
 //!
+//! **Connections** (SPEC §19.4, §22.1) are read, changed and written back whole like runs, and
+//! a conversation's call counter and taint make a lost update a broken limit or a lost taint,
+//! so a write transaction's reads of a connection lock its row too. Their lock order is runs
+//! first, then their connection: a call run's transactions hold the run when they read the
+//! connection by session (a claim's binding, the taint check, TAINT), which locks the row
+//! alone; a read by id (ADMIT, renewal, DISCONNECT and the sweep, CLEAR-TAINT) first locks
+//! every active run of the session in `(created_at, id)` order, since DISCONNECT goes on to
+//! request those runs' cancellation. A close racing a tainting step then waits for it instead
+//! of deadlocking with it, and two ADMITs of one conversation count one after the other.
+//!
 //! **Event sequences** come from `sessions.next_event_sequence`, advanced by the same statement
 //! that inserts the event (a data-modifying CTE), never from a SEQUENCE: a refused or rolled
 //! back append leaves no gap behind it. The session row's lock also orders a session's event ids
@@ -132,6 +142,8 @@ pub(crate) struct PgTx<'e> {
     wire: Wire<'e>,
     /// Runs whose row this transaction has locked (write transactions only).
     locked_runs: Vec<RunId>,
+    /// Connections whose row this transaction has locked (write transactions only).
+    locked_connections: Vec<ConnectionId>,
     /// Whether this transaction holds its event-writer registration (see "Event ids").
     registered_event_writer: bool,
 }
@@ -141,6 +153,7 @@ impl<'e> PgTx<'e> {
         PgTx {
             wire,
             locked_runs: Vec::new(),
+            locked_connections: Vec::new(),
             registered_event_writer: false,
         }
     }
@@ -189,6 +202,41 @@ impl<'e> PgTx<'e> {
         )?;
         self.locked_runs.push(run);
         Ok(())
+    }
+
+    /// Before a write transaction locks connection `id` (see "Connections" in the module
+    /// docs): the active runs of its session, in `(created_at, id)` order, the order every
+    /// such lock takes them in. PostgreSQL locks the rows as the sorted result returns them.
+    /// Nothing once the connection is held, or in a read.
+    fn lock_runs_before_connection(&mut self, id: ConnectionId) -> Result<(), TxError> {
+        if self.wire.access != Access::Write || self.locked_connections.contains(&id) {
+            return Ok(());
+        }
+        let ids: Vec<String> = self.all(
+            "SELECT r.id FROM runs AS r WHERE r.session_id = \
+               (SELECT c.session_id FROM connections AS c WHERE c.id = $1) \
+             AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
+             ORDER BY r.created_at, r.id FOR NO KEY UPDATE OF r",
+            &[&id.to_string()],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )?;
+        for id in ids {
+            let run: RunId = id
+                .parse()
+                .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))?;
+            self.note_locked(run);
+        }
+        Ok(())
+    }
+
+    /// Notes a connection row this write transaction has read locked.
+    fn note_connection_locked(&mut self, connection: Option<&ClientConnection>) {
+        if self.wire.access == Access::Write
+            && let Some(c) = connection
+            && !self.locked_connections.contains(&c.id)
+        {
+            self.locked_connections.push(c.id);
+        }
     }
 
     pub(crate) fn into_wire(self) -> Wire<'e> {
@@ -385,18 +433,21 @@ impl StoreTx for PgTx<'_> {
         self.run_row(id)
     }
 
-    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
-        let id: Option<String> = self.one(
+    /// Served by `ix_runs_active_by_session` (V5), whose WHERE is this query's and whose order
+    /// is the answer's.
+    fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
+        let ids: Vec<String> = self.all(
             "SELECT id FROM runs WHERE session_id = $1 \
-             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at, id",
             &[&session.to_string()],
             |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
         )?;
-        id.map(|id| {
-            id.parse()
-                .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
-        })
-        .transpose()
+        ids.into_iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+            })
+            .collect()
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
@@ -570,11 +621,12 @@ impl StoreTx for PgTx<'_> {
     /// missing session: the foreign key (`NotFound`).
     fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
         let (alive_until, closed_at, reason) = rows::connection_state_columns(&connection.state);
+        let (tainted_at, tainted_by) = rows::taint_columns(connection.taint.as_ref());
         self.wire
             .write(
                 &format!(
                     "INSERT INTO connections ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-                     $10)",
+                     $10, $11, $12, $13, $14)",
                     rows::CONNECTION_COLUMNS
                 ),
                 &[
@@ -588,46 +640,63 @@ impl StoreTx for PgTx<'_> {
                     &closed_at,
                     &reason,
                     &ts(connection.opened_at),
+                    &tainted_at,
+                    &tainted_by,
+                    &i64::from(connection.call_count),
+                    &ts(connection.last_seen_at),
                 ],
             )
             .map(drop)
     }
 
+    /// In a write transaction, the session's active runs and then the row are locked (see
+    /// "Connections" in the module docs): core reads a connection by id to change it (ADMIT,
+    /// renewal, DISCONNECT, the sweep, CLEAR-TAINT).
     fn connection(&mut self, id: ConnectionId) -> Result<Option<ClientConnection>, TxError> {
-        self.one(
+        self.lock_runs_before_connection(id)?;
+        let found = self.one(
             &format!(
-                "SELECT {} FROM connections WHERE id = $1",
-                rows::CONNECTION_COLUMNS
+                "SELECT {} FROM connections WHERE id = $1{}",
+                rows::CONNECTION_COLUMNS,
+                self.lock()
             ),
             &[&id.to_string()],
             rows::connection,
-        )
+        )?;
+        self.note_connection_locked(found.as_ref());
+        Ok(found)
     }
 
+    /// In a write transaction the row is locked, alone: core reads a connection by session
+    /// inside a transaction of one of its runs (a claim's binding, a call's taint check, TAINT),
+    /// which holds that run already.
     fn connection_by_session(
         &mut self,
         session: SessionId,
     ) -> Result<Option<ClientConnection>, TxError> {
-        self.one(
+        let found = self.one(
             &format!(
-                "SELECT {} FROM connections WHERE session_id = $1",
-                rows::CONNECTION_COLUMNS
+                "SELECT {} FROM connections WHERE session_id = $1{}",
+                rows::CONNECTION_COLUMNS,
+                self.lock()
             ),
             &[&session.to_string()],
             rows::connection,
-        )
+        )?;
+        self.note_connection_locked(found.as_ref());
+        Ok(found)
     }
 
     /// The current row is read locked (in a write transaction), so the checks and the guarded
     /// UPDATE see the same row; the trigger `connections_guarded` repeats the immutability
-    /// rules for any other writer. A connection row is only ever locked by a change of its
-    /// own, before its run's row (closing requests the run's cancellation afterwards), and a
-    /// claim reads it unlocked, so the run-first lock order of claims cannot meet it.
+    /// rules for any other writer. Core has read the row already in this transaction (and so
+    /// holds it); a change without that read takes the locks as [`StoreTx::connection`] does.
     fn update_connection(
         &mut self,
         expected: ConnectionStatus,
         next: &ClientConnection,
     ) -> Result<(), TxError> {
+        self.lock_runs_before_connection(next.id)?;
         let sql = format!(
             "SELECT {} FROM connections WHERE id = $1{}",
             rows::CONNECTION_COLUMNS,
@@ -636,16 +705,23 @@ impl StoreTx for PgTx<'_> {
         let current = self
             .one(&sql, &[&next.id.to_string()], rows::connection)?
             .ok_or(TxError::NotFound)?;
+        self.note_connection_locked(Some(&current));
         guards::check_connection_update(expected, &current, next)?;
         let (alive_until, closed_at, reason) = rows::connection_state_columns(&next.state);
+        let (tainted_at, tainted_by) = rows::taint_columns(next.taint.as_ref());
         let changed = self.wire.write(
             "UPDATE connections SET status = $1, alive_until = $2, closed_at = $3, \
-             close_reason = $4 WHERE id = $5 AND status = $6",
+             close_reason = $4, tainted_at = $5, tainted_by = $6, call_count = $7, \
+             last_seen_at = $8 WHERE id = $9 AND status = $10",
             &[
                 &next.status().as_str(),
                 &alive_until,
                 &closed_at,
                 &reason,
+                &tainted_at,
+                &tainted_by,
+                &i64::from(next.call_count),
+                &ts(next.last_seen_at),
                 &next.id.to_string(),
                 &expected.as_str(),
             ],
@@ -657,6 +733,23 @@ impl StoreTx for PgTx<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// Served by `ix_connections_tenant_opened` (V5), read backwards.
+    fn connections_of_tenant(
+        &mut self,
+        tenant: &str,
+        limit_rows: usize,
+    ) -> Result<Vec<ClientConnection>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM connections WHERE tenant_id = $1 \
+                 ORDER BY opened_at DESC, id DESC LIMIT $2",
+                rows::CONNECTION_COLUMNS
+            ),
+            &[&tenant, &limit(limit_rows)],
+            rows::connection,
+        )
     }
 
     fn expired_connections(

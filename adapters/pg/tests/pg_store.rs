@@ -108,6 +108,117 @@ fn open_refuses_a_schema_it_does_not_know() {
     assert!(refused.to_string().contains("checksum"), "{refused}");
 }
 
+/// V5 upgrades a store of V4 in place (SPEC §22.1): its connections, open or closed (whose
+/// trigger otherwise refuses any change), become conversations untainted, with no calls, last
+/// seen when they opened; the result is the schema a new store gets.
+#[test]
+fn v5_upgrades_a_v4_store_in_place() {
+    let Some(url) = common::server("v5_upgrades_a_v4_store_in_place") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("upgrade");
+    cleanup.add(&schema);
+    // The previous build's migrations, exactly as it recorded them (name, version, checksum).
+    let previous = [
+        (
+            "V1__airlock_schema",
+            include_str!("../migrations/V1__airlock_schema.sql"),
+        ),
+        (
+            "V2__connections_api_tokens_event_order",
+            include_str!("../migrations/V2__connections_api_tokens_event_order.sql"),
+        ),
+        (
+            "V3__call_twins",
+            include_str!("../migrations/V3__call_twins.sql"),
+        ),
+        (
+            "V4__runs_by_tenant",
+            include_str!("../migrations/V4__runs_by_tenant.sql"),
+        ),
+    ]
+    .iter()
+    .map(|(name, sql)| refinery::Migration::unapplied(name, sql).expect("migration"))
+    .collect::<Vec<_>>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (mut client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA \"{schema}\"; SET search_path = \"{schema}\""
+            ))
+            .await
+            .expect("schema");
+        refinery::Runner::new(&previous)
+            .run_async(&mut client)
+            .await
+            .expect("V1..V4");
+    });
+    common::execute(
+        &url,
+        &schema,
+        &format!(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES \
+             ('{s1}', '{TENANT}', 'alice', 1), ('{s2}', '{TENANT}', 'alice', 1); \
+             INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+             status, alive_until, opened_at) VALUES \
+             ('00000000-0000-0000-0000-0000000000c1', '{TENANT}', 'alice', '{s1}', 'g', 'open', \
+             900, 100); \
+             INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+             status, closed_at, close_reason, opened_at) VALUES \
+             ('00000000-0000-0000-0000-0000000000c2', '{TENANT}', 'alice', '{s2}', 'g', \
+             'closed', 300, 'expired', 200)",
+            s1 = session_id(1),
+            s2 = session_id(2),
+        ),
+    )
+    .expect("V4 rows");
+
+    let store = common::store_in(&url, &schema);
+    let upgraded = store
+        .read(|tx| tx.connections_of_tenant(TENANT, 10))
+        .expect("read");
+    let summary: Vec<_> = upgraded
+        .iter()
+        .map(|c| {
+            (
+                c.opened_at.as_micros(),
+                c.is_open(),
+                c.taint.clone(),
+                c.call_count,
+                c.last_seen_at.as_micros(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![(200, false, None, 0, 200), (100, true, None, 0, 100),],
+        "newest first; untainted, no calls, last seen when opened"
+    );
+    let enabled = common::query_texts(
+        &url,
+        &schema,
+        "SELECT tgenabled FROM pg_trigger WHERE tgname = 'connections_guarded' \
+         AND tgrelid = 'connections'::regclass",
+    );
+    assert_eq!(enabled, ["O"], "the guard trigger is on again");
+    let reopened = common::execute(
+        &url,
+        &schema,
+        "UPDATE connections SET call_count = 1 WHERE status = 'closed'",
+    )
+    .expect_err("a closed connection never changes");
+    assert!(reopened.contains("never changes"), "{reopened}");
+    open(&url, &schema, SchemaAction::RequireCurrent).expect("the upgraded schema is current");
+}
+
 #[test]
 fn concurrent_first_opens_migrate_once() {
     let Some(url) = common::server("concurrent_first_opens_migrate_once") else {
@@ -186,9 +297,10 @@ fn postgres_itself_rejects_changes_to_audit_rows() {
     );
 }
 
-/// The rules of migration V2 hold for any writer, not only through the store: a token changes
-/// only by its one revocation and is never deleted; a connection keeps its identity, a closed
-/// one never changes, and its columns agree with its status.
+/// The rules of migrations V2 and V5 hold for any writer, not only through the store: a token
+/// changes only by its one revocation and is never deleted; a connection keeps its identity, a
+/// closed one never changes, its columns agree with its status, its taint's time and cause are
+/// set together, and its call counter is never negative.
 #[test]
 fn postgres_itself_guards_tokens_and_connections() {
     let Some(url) = common::server("postgres_itself_guards_tokens_and_connections") else {
@@ -208,8 +320,8 @@ fn postgres_itself_guards_tokens_and_connections() {
             "INSERT INTO api_tokens (id, tenant_id, principal_id, scopes, token_sha256, \
              created_at) VALUES ('t1', 'acme', 'alice', '[]', '{digest}', 1); \
              INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
-             status, alive_until, opened_at) VALUES ('c1', 'acme', 'alice', '{session}', 'g', \
-             'open', 10, 1)"
+             status, alive_until, opened_at, last_seen_at) VALUES ('c1', 'acme', 'alice', \
+             '{session}', 'g', 'open', 10, 1, 1)"
         ),
     )
     .expect("rows written around the store");
@@ -240,10 +352,24 @@ fn postgres_itself_guards_tokens_and_connections() {
         ),
         (
             "INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
-             status, alive_until, opened_at) SELECT 'c2', tenant_id, principal_id, session_id, \
-             gateway_id, status, alive_until, opened_at FROM connections",
+             status, alive_until, opened_at, last_seen_at) SELECT 'c2', tenant_id, \
+             principal_id, session_id, gateway_id, status, alive_until, opened_at, \
+             last_seen_at FROM connections",
             "uq_connections_session",
         ),
+        (
+            "UPDATE connections SET tainted_at = 5",
+            "ck_connections_taint_together",
+        ),
+        (
+            "UPDATE connections SET tainted_by = 'invocation x'",
+            "ck_connections_taint_together",
+        ),
+        (
+            "UPDATE connections SET call_count = -1",
+            "ck_connections_call_count",
+        ),
+        ("UPDATE connections SET last_seen_at = NULL", "last_seen_at"),
     ] {
         let refused = common::execute(&url, &schema, sql).expect_err(sql);
         assert!(refused.contains(refusal), "{sql}: {refused}");
@@ -523,6 +649,148 @@ fn an_expiry_racing_a_cancel_of_the_same_run_waits_instead_of_deadlocking() {
     assert!(
         matches!(&expire, Err(TxError::Conflict(message)) if message.contains("not the expected pending")),
         "the second waits, then finds the approval closed (no deadlock): {expire:?}"
+    );
+}
+
+/// An open connection (SPEC §22.1's conversation) of `run`'s session, opened at `T0`.
+fn conversation_of(run: &airlock_core::run::Run) -> airlock_core::connection::Connection {
+    airlock_core::connection::Connection {
+        id: airlock_core::ids::ConnectionId(uuid::Uuid::from_u128(0xc044_0001)),
+        tenant_id: TENANT.to_owned(),
+        principal_id: PRINCIPAL.to_owned(),
+        session_id: run.session_id,
+        gateway_id: WORKER.to_owned(),
+        state: airlock_core::connection::ConnectionState::Open {
+            alive_until: at(1000),
+        },
+        opened_at: T0,
+        taint: None,
+        call_count: 0,
+        last_seen_at: T0,
+    }
+}
+
+/// Two ADMITs of one conversation at once (§22.1 `[limits]`): the second reads the counter
+/// only after the first committed, so it finds the last call taken instead of taking it too.
+#[test]
+fn two_admissions_of_one_conversation_count_one_after_the_other() {
+    let Some(url) = common::server("two_admissions_of_one_conversation") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("admit");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Completed);
+    let conversation = conversation_of(&run);
+    commit(&store, "connection", |tx| {
+        tx.insert_connection(&conversation)
+    });
+    let limits = airlock_core::run::Limits {
+        max_tool_calls: 1,
+        ..airlock_core::run::Limits::default()
+    };
+    let (admitted, first_admitted) = mpsc::channel();
+    let (first, second) = std::thread::scope(|scope| {
+        let (store, limits) = (&store, &limits);
+        let first = scope.spawn(move || {
+            store.transact(|tx| {
+                let admission =
+                    airlock_core::connection::admit_call_in_tx(tx, conversation.id, limits, at(1))?;
+                let _ = admitted.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                Ok(admission)
+            })
+        });
+        first_admitted
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the first admission holds the connection");
+        let second = store.transact(|tx| {
+            airlock_core::connection::admit_call_in_tx(tx, conversation.id, limits, at(2))
+        });
+        (first.join().expect("thread"), second)
+    });
+    use airlock_core::connection::CallAdmission;
+    assert_eq!(first, Ok(CallAdmission::Admitted { deadline_at: None }));
+    assert_eq!(
+        second,
+        Ok(CallAdmission::CallsSpent { max_tool_calls: 1 }),
+        "the second waits and finds the conversation's one call taken"
+    );
+    let stored = store
+        .read(|tx| tx.connection(conversation.id))
+        .expect("read")
+        .expect("the connection");
+    assert_eq!(
+        (stored.call_count, stored.last_seen_at),
+        (1, at(1)),
+        "counted once"
+    );
+}
+
+/// DISCONNECT racing a call run's step that taints the conversation (§22.2): the step holds its
+/// run and then the connection, the close locks the session's runs before the connection, so
+/// it waits for the step (no deadlock) and closes the tainted row without undoing the taint.
+#[test]
+fn a_close_racing_a_tainting_step_waits_instead_of_deadlocking() {
+    let Some(url) = common::server("a_close_racing_a_tainting_step") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("taint");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let conversation = conversation_of(&run);
+    commit(&store, "connection", |tx| {
+        tx.insert_connection(&conversation)
+    });
+    let (locked, run_is_locked) = mpsc::channel();
+    let (step, close) = std::thread::scope(|scope| {
+        let store = &store;
+        let run = &run;
+        let step = scope.spawn(move || {
+            store.transact(|tx| {
+                tx.run(run.id)?;
+                let _ = locked.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                airlock_core::connection::taint_in_tx(
+                    tx,
+                    run.session_id,
+                    Some(run.id),
+                    "invocation 1",
+                    at(3),
+                )
+            })
+        });
+        run_is_locked
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the step holds its run");
+        let close = store.transact(|tx| {
+            airlock_core::connection::close_in_tx(
+                tx,
+                conversation.id,
+                airlock_core::connection::CloseReason::Disconnected,
+                at(4),
+            )
+        });
+        (step.join().expect("thread"), close)
+    });
+    assert_eq!(step, Ok(()), "the step commits");
+    assert_eq!(
+        close,
+        Ok(vec![run.id]),
+        "the close flags the RUNNING call run"
+    );
+    let stored = store
+        .read(|tx| tx.connection(conversation.id))
+        .expect("read")
+        .expect("the connection");
+    assert!(!stored.is_open(), "closed");
+    assert_eq!(
+        stored.taint.map(|t| (t.at, t.by)),
+        Some((at(3), "invocation 1".to_owned())),
+        "the taint the step committed first is kept"
     );
 }
 

@@ -16,7 +16,9 @@ use serde::de::DeserializeOwned;
 
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
-use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
+use airlock_core::connection::{
+    Connection as ClientConnection, ConnectionState, ConnectionStatus, Taint,
+};
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -186,7 +188,17 @@ fn required<T>(value: Option<T>, index: usize, what: &str) -> rusqlite::Result<T
 }
 
 pub(super) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
-     gateway_id, status, alive_until, closed_at, close_reason, opened_at";
+     gateway_id, status, alive_until, closed_at, close_reason, opened_at, tainted_at, \
+     tainted_by, call_count, last_seen_at";
+
+/// `tainted_at` and `tainted_by` of a conversation's taint (SPEC §22.1): both NULL, or both set
+/// (`ck_connections_taint_together`).
+pub(super) fn taint_columns(taint: Option<&Taint>) -> (Option<i64>, Option<&str>) {
+    match taint {
+        Some(taint) => (Some(ts(taint.at)), Some(taint.by.as_str())),
+        None => (None, None),
+    }
+}
 
 pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
     let status: ConnectionStatus = parse(row, 5)?;
@@ -214,6 +226,19 @@ pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
         gateway_id: row.get(4)?,
         state,
         opened_at: time(row, 9)?,
+        taint: match (time_opt(row, 10)?, row.get::<_, Option<String>>(11)?) {
+            (None, None) => None,
+            (Some(at), Some(by)) => Some(Taint { at, by }),
+            // The CHECK keeps them together; a row without it was not written by this store.
+            _ => {
+                return Err(decode_error(
+                    10,
+                    "tainted_at and tainted_by are not both set",
+                ));
+            }
+        },
+        call_count: unsigned(row, 12)?,
+        last_seen_at: time(row, 13)?,
     })
 }
 

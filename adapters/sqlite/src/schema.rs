@@ -1,10 +1,12 @@
 //! The SQLite schema of SPEC §14, applied as migrations through `rusqlite_migration` (which
 //! keeps `PRAGMA user_version` equal to the number of migrations applied: a fully migrated store
-//! reports 6). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
+//! reports 7). M1 is the whole v1 schema; M2 (SPEC §17.2) adds the append-only per-step history
 //! records, copies the history that earlier checkpoints carried into them, and indexes
 //! invocations by run and status; M3 (§19.4) adds gateway connections; M4 (§20) the API
 //! tokens; M5 (§19.7) indexes the invocations the repeat check compares a new call with; M6
-//! the runs of a tenant by creation (`runs list`).
+//! the runs of a tenant by creation (`runs list`); M7 (§22) makes a connection row the MCP
+//! conversation (taint, call counter, last seen) and lets a conversation's call runs share its
+//! session.
 //!
 //! Times are INTEGER microseconds since the Unix epoch (UTC), ids lowercase hyphenated UUID
 //! TEXT, JSON TEXT. Constraints carry names so that a violation's message (mapped to
@@ -388,6 +390,45 @@ const M_RUNS_BY_TENANT: &str = r#"
 CREATE INDEX ix_runs_tenant_created ON runs (tenant_id, created_at, id);
 "#;
 
+/// M7 (SPEC §22.1, §22.2): a connection row is also the MCP **conversation**, the unit of taint
+/// and `[limits]`, and every `tools/call` becomes its own run (`planner_kind = 'mcp'`) in the
+/// conversation's session, so several of them are active at once.
+///
+/// An in-place upgrade (`ALTER TABLE ... ADD COLUMN`): no table is rebuilt, so the foreign keys
+/// into `sessions` and every other object stay as they are, and a store of any earlier build
+/// ends with exactly the schema a new file gets (the schema check compares `sqlite_master`,
+/// whose `CREATE TABLE` text SQLite amends the same way on both paths).
+/// - `tainted_at`/`tainted_by`: NULL until tainted, set together (the column CHECK may name
+///   the other column; SQLite tests it against the existing rows, all NULL).
+/// - `call_count`: the calls the conversation started, never negative.
+/// - `last_seen_at`: `NOT NULL` needs a constant default for `ADD COLUMN`; 0 is only a
+///   placeholder for the `UPDATE` that follows, which gives every existing connection its
+///   `opened_at` (what core reads as "no call yet"). This build writes the column on every
+///   insert, and an older build refuses the upgraded file (its schema check fails), so no row
+///   keeps the placeholder.
+///
+/// `uq_runs_one_active_per_session` keeps its name and leaves call runs out (a non-mcp run still
+/// conflicts with another non-mcp active run of its session). `active_runs_in_session` can no
+/// longer use it (its WHERE no longer implies the index's), so `ix_runs_active_by_session`
+/// serves that lookup; `ix_connections_tenant_opened` serves `connections_of_tenant`, read
+/// newest first by scanning it backwards.
+const M_CONVERSATIONS: &str = r#"
+ALTER TABLE connections ADD COLUMN tainted_at INTEGER;
+ALTER TABLE connections ADD COLUMN tainted_by TEXT
+    CONSTRAINT ck_connections_taint_together CHECK ((tainted_at IS NULL) = (tainted_by IS NULL));
+ALTER TABLE connections ADD COLUMN call_count INTEGER NOT NULL DEFAULT 0
+    CONSTRAINT ck_connections_call_count CHECK (call_count >= 0);
+ALTER TABLE connections ADD COLUMN last_seen_at INTEGER NOT NULL DEFAULT 0;
+UPDATE connections SET last_seen_at = opened_at;
+CREATE INDEX ix_connections_tenant_opened ON connections (tenant_id, opened_at, id);
+
+DROP INDEX uq_runs_one_active_per_session;
+CREATE UNIQUE INDEX uq_runs_one_active_per_session ON runs (session_id)
+    WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') AND planner_kind <> 'mcp';
+CREATE INDEX ix_runs_active_by_session ON runs (session_id, created_at, id)
+    WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -396,10 +437,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_API_TOKENS),
     M::up(M_TWINS),
     M::up(M_RUNS_BY_TENANT),
+    M::up(M_CONVERSATIONS),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)
@@ -434,5 +476,84 @@ mod tests {
         let migrations = migrations();
         assert!(migrations.validate().is_ok());
         assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION);
+    }
+
+    /// Inserts a run row of `session` with just the columns M1 requires.
+    fn insert_run(
+        conn: &Connection,
+        id: &str,
+        session: &str,
+        kind: &str,
+        status: &str,
+    ) -> rusqlite::Result<usize> {
+        conn.execute(
+            "INSERT INTO runs (id, session_id, tenant_id, principal_id, principal_scopes, \
+             origin_trust, planner_kind, status, limits, created_at, updated_at, planner_input) \
+             VALUES (?1, ?2, 't', 'p', '[]', 'user', ?3, ?4, '{}', 1, 1, '{}')",
+            rusqlite::params![id, session, kind, status],
+        )
+    }
+
+    /// M7 upgrades a store of M6 in place: its connections become conversations that have seen
+    /// no call since they opened, untainted, and the schema is exactly a new file's; then call
+    /// runs share a session while other runs still do not.
+    #[test]
+    fn m7_upgrades_an_m6_store_in_place() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        Migrations::from_slice(&MIGRATIONS[..6])
+            .to_latest(&mut conn)
+            .expect("M1..M6");
+        conn.execute_batch(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) \
+                 VALUES ('00000000-0000-0000-0000-000000000001', 't', 'p', 1);
+             INSERT INTO connections (id, tenant_id, principal_id, session_id, gateway_id, \
+                 status, alive_until, opened_at) \
+                 VALUES ('00000000-0000-0000-0000-0000000000c1', 't', 'p', \
+                 '00000000-0000-0000-0000-000000000001', 'g', 'open', 900, 123);",
+        )
+        .expect("M6 rows");
+        migrations().to_latest(&mut conn).expect("M7");
+
+        assert_eq!(
+            objects(&conn).expect("objects"),
+            expected_objects().expect("expected"),
+            "an upgraded store has a new file's schema"
+        );
+        let upgraded = conn
+            .query_row(
+                &format!(
+                    "SELECT {} FROM connections",
+                    crate::rows::CONNECTION_COLUMNS
+                ),
+                [],
+                crate::rows::connection,
+            )
+            .expect("decode");
+        assert_eq!(upgraded.taint, None);
+        assert_eq!(upgraded.call_count, 0);
+        assert_eq!(upgraded.last_seen_at, upgraded.opened_at);
+        assert_eq!(upgraded.opened_at.as_micros(), 123);
+
+        let session = "00000000-0000-0000-0000-000000000001";
+        for (id, kind, status) in [
+            ("r1", "mcp", "WAITING_FOR_APPROVAL"),
+            ("r2", "mcp", "QUEUED"),
+            ("r3", "scripted", "QUEUED"),
+        ] {
+            insert_run(&conn, id, session, kind, status)
+                .unwrap_or_else(|e| panic!("{id}: {kind} {status} beside the others: {e}"));
+        }
+        let second = insert_run(&conn, "r4", session, "scripted", "QUEUED");
+        assert!(
+            second.is_err(),
+            "a second non-mcp active run of the session: {second:?}"
+        );
+        let taint_alone = conn.execute(
+            "UPDATE connections SET tainted_at = 5 WHERE tainted_by IS NULL",
+            [],
+        );
+        assert!(taint_alone.is_err(), "tainted_at without tainted_by");
+        let negative = conn.execute("UPDATE connections SET call_count = -1", []);
+        assert!(negative.is_err(), "a negative call count");
     }
 }

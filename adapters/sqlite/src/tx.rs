@@ -283,18 +283,21 @@ impl StoreTx for SqliteTx<'_> {
         self.run_row(id)
     }
 
-    fn active_run_in_session(&mut self, session: SessionId) -> Result<Option<RunId>, TxError> {
-        let id: Option<String> = self.one(
+    /// Served by `ix_runs_active_by_session` (M7), whose WHERE is this query's and whose order
+    /// is the answer's.
+    fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
+        let ids: Vec<String> = self.all(
             "SELECT id FROM runs WHERE session_id = ?1 \
-             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at, id",
             params![session.to_string()],
             |row| row.get(0),
         )?;
-        id.map(|id| {
-            id.parse()
-                .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
-        })
-        .transpose()
+        ids.into_iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+            })
+            .collect()
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
@@ -435,11 +438,15 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    /// Every column is written, `last_seen_at` included: M7's default of 0 is only the
+    /// placeholder its in-place upgrade needed.
     fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
         let (alive_until, closed_at, reason) = connection_state_columns(&connection.state);
+        let (tainted_at, tainted_by) = rows::taint_columns(connection.taint.as_ref());
         self.execute(
             &format!(
-                "INSERT INTO connections ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                "INSERT INTO connections ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
+                 ?11, ?12, ?13, ?14)",
                 rows::CONNECTION_COLUMNS
             ),
             params![
@@ -453,6 +460,10 @@ impl StoreTx for SqliteTx<'_> {
                 closed_at,
                 reason,
                 ts(connection.opened_at),
+                tainted_at,
+                tainted_by,
+                connection.call_count,
+                ts(connection.last_seen_at),
             ],
         )?;
         Ok(())
@@ -493,14 +504,20 @@ impl StoreTx for SqliteTx<'_> {
         };
         guards::check_connection_update(expected, &current, next)?;
         let (alive_until, closed_at, reason) = connection_state_columns(&next.state);
+        let (tainted_at, tainted_by) = rows::taint_columns(next.taint.as_ref());
         let changed = self.execute(
             "UPDATE connections SET status = ?1, alive_until = ?2, closed_at = ?3, \
-             close_reason = ?4 WHERE id = ?5 AND status = ?6",
+             close_reason = ?4, tainted_at = ?5, tainted_by = ?6, call_count = ?7, \
+             last_seen_at = ?8 WHERE id = ?9 AND status = ?10",
             params![
                 next.status().as_str(),
                 alive_until,
                 closed_at,
                 reason,
+                tainted_at,
+                tainted_by,
+                next.call_count,
+                ts(next.last_seen_at),
                 next.id.to_string(),
                 expected.as_str()
             ],
@@ -512,6 +529,23 @@ impl StoreTx for SqliteTx<'_> {
             )));
         }
         Ok(())
+    }
+
+    /// Served by `ix_connections_tenant_opened` (M7), read backwards.
+    fn connections_of_tenant(
+        &mut self,
+        tenant: &str,
+        limit_rows: usize,
+    ) -> Result<Vec<ClientConnection>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM connections WHERE tenant_id = ?1 \
+                 ORDER BY opened_at DESC, id DESC LIMIT ?2",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![tenant, limit(limit_rows)],
+            rows::connection,
+        )
     }
 
     fn expired_connections(

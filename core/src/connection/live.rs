@@ -1,23 +1,30 @@
-//! A live client as a planner (SPEC §19.1): the client's `tools/call` requests become one-call
-//! steps of its session's run, and each request is answered from what committed.
+//! A live client as a planner (SPEC §19.1, §22.2): each of the client's `tools/call` requests
+//! becomes a **call run** of its own (one step, one call), in the conversation's session, so the
+//! calls of a conversation run side by side and a call waiting for approval delays no other.
 //!
 //! Three parts, all free of I/O:
 //! - [`LiveConnection`], the mailbox a gateway hands requests into ([`LiveConnection::submit`])
-//!   and takes answers from ([`Ticket`]); it also carries client cancellations and the
-//!   disconnect.
-//! - [`LivePlanner`], the run's planner: asked for step k, it first answers the request it
-//!   handed out for step k−1 (with §17.1 folding, that step's BATCH committed with its last
-//!   FINISH, so its answer is in the store), then hands out the next request as call `r{k}`,
-//!   or ends the run when the client has gone and nothing is waiting.
-//! - [`ConnectionDriver`], which keeps the connection's runs moving: it opens a run on the first
-//!   request (and after one ends), claims it for this connection only, executes it through the
-//!   worker, waits while it is parked (any process may resolve the approval), re-claims it when
-//!   it is queued again, applies client cancellations (§8.5) and, when the client goes, commits
-//!   DISCONNECT ([`super::close_in_tx`]).
+//!   and takes answers from ([`Ticket`]); it also carries client cancellations, detaches a
+//!   request from a parked call ([`LiveConnection::detach`]) and the disconnect.
+//! - [`LivePlanner`], a call run's planner: asked for step 1 it hands out the run's request as
+//!   call `r1`; asked for step 2 it answers that request (with §17.1 folding the call's FINISH
+//!   committed with its step) and ends the run.
+//! - [`ConnectionDriver`], which keeps the conversation's call runs moving: it admits each
+//!   request against the conversation's `[limits]` and submits its run in one transaction,
+//!   claims each run for this connection only, executes it through the worker, waits while it
+//!   is parked (any process may resolve the approval), applies client cancellations (§8.5) and,
+//!   when the client goes, commits DISCONNECT ([`super::close_in_tx`]).
 //!
-//! Requests are taken in arrival order, one per step. A request that a run never recorded
-//! (the run ended between the planner's turn and PENDING: a budget, the step limit or the
-//! deadline) is handed to the next run, since nothing was decided about it.
+//! **Approvals outlive the request (§22.3).** A client's cancel or timeout of a parked call, or
+//! a parked call answered at once because its client asked for no progress, **detaches** the
+//! request: the run stays parked and its approval pending. A later request of the conversation
+//! for the same tool with equal arguments (so the same tenant, principal, tool and effective
+//! arguments hash) **binds** to the detached run instead of asking again, and gets its answer.
+//! A detached run whose approval is approved is not executed: an approved call executes only
+//! while a request waits for it, and one that no request claims before its approval's expiry is
+//! cancelled, never sent. A detached run whose approval is denied or expired is still executed,
+//! which only records the resolution. The disconnect of the connection still cancels its
+//! parked runs (binding across connections is not built yet).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -28,10 +35,15 @@ use std::task::{Context, Poll, Waker};
 
 use serde_json::{Value, json};
 
+use futures_util::StreamExt;
+use futures_util::future::{Either, select};
+use futures_util::stream::FuturesUnordered;
+
 use super::answer::{CallAnswer, CallState, call_state};
-use super::{CloseReason, Connection, ConnectionState};
+use super::{CallAdmission, CloseReason, Connection, ConnectionState};
 use crate::events::{Actor, EventType, NewEvent};
 use crate::ids::{ApprovalId, ConnectionId, RunId};
+use crate::invocation::outcome::codes;
 use crate::ports::{BoxFut, Planner, PlannerError, PlannerInput, PlannerTurn, ProposedCall};
 use crate::run::checkpoint::{Checkpoint, CheckpointState};
 use crate::run::{Limits, Run, RunState};
@@ -39,14 +51,24 @@ use crate::scope::ScopeSet;
 use crate::session::Session;
 use crate::store::{Store, StoreTx, TxError};
 use crate::time::Timestamp;
+use crate::vocab::ApprovalStatus;
 use crate::vocab::{CancelReason, CheckpointTrigger, RunStatus, TrustLevel};
 use crate::worker::Worker;
 
 /// The `runs.planner_kind` of a run whose planner is a live client connection.
 pub const MCP_PLANNER_KIND: &str = "mcp";
 
-/// The final message of a run whose client went while nothing was outstanding.
+/// The final message of a call run whose request left before the run proposed anything.
 pub const DISCONNECTED_MESSAGE: &str = "client disconnected";
+
+/// The final message of a call run whose call was answered.
+pub const ANSWERED_MESSAGE: &str = "call answered";
+
+/// The answer to a call the conversation's `[limits] max_tool_calls` refuses (§22.1).
+pub const CONVERSATION_CALLS_SPENT: &str = "conversation.max_tool_calls";
+
+/// The answer to a call after the conversation's `[limits] deadline_seconds` (§22.1).
+pub const CONVERSATION_DEADLINE_PASSED: &str = "conversation.deadline_passed";
 
 /// The gateway's own key for one client request (unique per connection).
 pub type RequestKey = u64;
@@ -182,15 +204,23 @@ pub fn call_id_of(step: u32) -> String {
     format!("r{step}")
 }
 
+/// A parked call run whose request left (a cancel, a timeout, or an answer at once): a later
+/// identical request binds to it.
+#[derive(Debug)]
+struct Detached {
+    run: RunId,
+    call: ClientCall,
+}
+
 #[derive(Debug, Default)]
 struct Mailbox {
+    /// Requests not yet given a run.
     queue: VecDeque<Entry>,
     handed: Vec<Handed>,
+    detached: Vec<Detached>,
     /// Requests the client cancelled after they were handed to a run.
     cancelled: Vec<RequestKey>,
     closed: bool,
-    /// Whether the planner is waiting for a request with nothing outstanding.
-    planner_idle: bool,
     wakers: Vec<Waker>,
 }
 
@@ -198,10 +228,21 @@ impl Mailbox {
     fn wake_all(&mut self) -> Vec<Waker> {
         std::mem::take(&mut self.wakers)
     }
+
+    /// Detaches the request of `key` from its run: its ticket ends, the run is remembered.
+    fn detach(&mut self, key: RequestKey) -> Option<Ticket> {
+        let position = self.handed.iter().position(|h| h.entry.key == key)?;
+        let handed = self.handed.remove(position);
+        self.cancelled.retain(|k| *k != key);
+        self.detached.push(Detached {
+            run: handed.run,
+            call: handed.entry.call,
+        });
+        Some(handed.entry.ticket)
+    }
 }
 
 /// The mailbox between a gateway's client and the connection's runs.
-#[derive(Debug)]
 pub struct LiveConnection {
     id: ConnectionId,
     /// `origin_trust = "user"` in the gateway's file: arguments are the user's until the run is
@@ -210,7 +251,23 @@ pub struct LiveConnection {
     /// Set once a read outside the journal (§19.6) returned tainting content; never cleared,
     /// since the client keeps that content for the rest of the connection.
     read_tainted: AtomicBool,
+    /// Commits a read's taint to the conversation (installed by [`ConnectionDriver::open`]).
+    taint_recorder: Mutex<Option<TaintRecorder>>,
     mailbox: Mutex<Mailbox>,
+}
+
+/// Commits the conversation's taint, naming what tainted it; `false` if it did not commit.
+pub type TaintRecorder = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for LiveConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveConnection")
+            .field("id", &self.id)
+            .field("arguments_from_user", &self.arguments_from_user)
+            .field("read_tainted", &self.read_tainted)
+            .field("mailbox", &self.mailbox)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LiveConnection {
@@ -219,6 +276,7 @@ impl LiveConnection {
             id,
             arguments_from_user,
             read_tainted: AtomicBool::new(false),
+            taint_recorder: Mutex::new(None),
             mailbox: Mutex::new(Mailbox::default()),
         })
     }
@@ -245,10 +303,21 @@ impl LiveConnection {
     /// active run, and a run not started yet, because the client holds the content for the
     /// rest of the connection. Call it before the content is sent, so that no call the client
     /// writes after reading it is proposed untainted.
-    pub fn note_read_content(&self, trust: TrustLevel) {
+    pub fn note_read_content(&self, trust: TrustLevel, what: &str) {
         if super::read::taints(trust) {
             self.read_tainted.store(true, Ordering::SeqCst);
+            // The conversation's row too (§22.2), so a later call run, or another process,
+            // sees it; the flag above already holds for this connection if that fails.
+            let recorder = lock(&self.taint_recorder).clone();
+            if let Some(record) = recorder {
+                record(what);
+            }
         }
+    }
+
+    /// Installs what commits a read's taint to the conversation's row.
+    pub fn set_taint_recorder(&self, recorder: TaintRecorder) {
+        *lock(&self.taint_recorder) = Some(recorder);
     }
 
     /// Whether a read outside the journal returned tainting content on this connection.
@@ -309,11 +378,53 @@ impl LiveConnection {
         lock(&self.mailbox).closed
     }
 
-    /// Whether the planner waits for a request with nothing handed out: ending the run now
-    /// leaves nothing undone.
-    fn is_idle(&self) -> bool {
-        let m = lock(&self.mailbox);
-        m.planner_idle && m.handed.is_empty() && m.queue.is_empty()
+    /// The client left request `key` while its call is parked (it was answered at once, §22.3
+    /// item 3, or it timed out): the run stays parked with its approval pending, for a later
+    /// identical request to bind to. `false` when the request is not handed to a run.
+    pub fn detach(&self, key: RequestKey) -> bool {
+        match self.with(|m| m.detach(key)) {
+            Some(ticket) => {
+                ticket.finish(TicketEnd::Dropped);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a request waits for `run` (SPEC §22.3: outside tasks, an approved call executes
+    /// only while one does).
+    pub fn waits_for(&self, run: RunId) -> bool {
+        self.has_request(run)
+    }
+
+    /// Whether a request waits for `run`.
+    fn has_request(&self, run: RunId) -> bool {
+        lock(&self.mailbox).handed.iter().any(|h| h.run == run)
+    }
+
+    /// Binds `entry` to a detached run of an identical call, if there is one.
+    fn bind(&self, entry: Entry) -> Option<Entry> {
+        self.with(|m| {
+            let Some(position) = m.detached.iter().position(|d| d.call == entry.call) else {
+                return Some(entry);
+            };
+            let detached = m.detached.remove(position);
+            entry.ticket.set_status(TicketStatus::Proposed {
+                run: detached.run,
+                step: 1,
+            });
+            m.handed.push(Handed {
+                entry,
+                run: detached.run,
+                step: 1,
+            });
+            None
+        })
+    }
+
+    /// Forgets the detached entry of a run that ended.
+    fn forget(&self, run: RunId) {
+        self.with(|m| m.detached.retain(|d| d.run != run));
     }
 
     /// Resolves when `ready` holds for the mailbox.
@@ -374,15 +485,22 @@ impl LiveConnection {
                     }
                     CallState::InFlight => {}
                     CallState::Unrecorded => {
-                        if ended.is_some() {
+                        if let Some(status) = ended {
+                            // The run ended before it recorded the call (its deadline, say):
+                            // nothing was decided about it, and nothing ran.
                             let handed = m.handed.remove(position);
                             m.cancelled.retain(|k| *k != key);
-                            if cancelled || m.closed || ended == Some(RunStatus::Cancelled) {
-                                finished.push((handed.entry.ticket, TicketEnd::Dropped));
+                            let end = if cancelled || m.closed || status == RunStatus::Cancelled {
+                                TicketEnd::Dropped
                             } else {
-                                handed.entry.ticket.set_status(TicketStatus::Queued);
-                                m.queue.push_front(handed.entry);
-                            }
+                                TicketEnd::Answered(CallAnswer::Denied {
+                                    reason_code: codes::RUN_TERMINATED.to_owned(),
+                                    message: format!(
+                                        "Not performed. The call's run ended {status} before it recorded the call."
+                                    ),
+                                })
+                            };
+                            finished.push((handed.entry.ticket, end));
                         }
                     }
                 }
@@ -393,12 +511,14 @@ impl LiveConnection {
         }
     }
 
-    /// Whether the client cancelled a request handed to `run`.
-    fn take_cancelled(&self, run: RunId) -> bool {
+    /// The requests handed to `run` that the client cancelled.
+    fn cancelled_of(&self, run: RunId) -> Vec<RequestKey> {
         self.with(|m| {
             m.handed
                 .iter()
-                .any(|h| h.run == run && m.cancelled.contains(&h.entry.key))
+                .filter(|h| h.run == run && m.cancelled.contains(&h.entry.key))
+                .map(|h| h.entry.key)
+                .collect()
         })
     }
 }
@@ -426,11 +546,19 @@ impl Future for MailboxWait<'_> {
 pub struct LivePlanner<S: Store> {
     live: Arc<LiveConnection>,
     store: Arc<S>,
+    /// The conversation's taint as read when the call was handed out, so the gate usually
+    /// decides the call as tainted at once; PROPOSE reads it again inside its transaction
+    /// (§22.2), which is what the guarantee rests on.
+    conversation_tainted: AtomicBool,
 }
 
 impl<S: Store> LivePlanner<S> {
     pub fn new(live: Arc<LiveConnection>, store: Arc<S>) -> LivePlanner<S> {
-        LivePlanner { live, store }
+        LivePlanner {
+            live,
+            store,
+            conversation_tainted: AtomicBool::new(false),
+        }
     }
 }
 
@@ -441,7 +569,7 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
     }
 
     fn tainted_outside_journal(&self) -> bool {
-        self.live.tainted_by_read()
+        self.live.tainted_by_read() || self.conversation_tainted.load(Ordering::SeqCst)
     }
 
     fn next_turn<'a>(
@@ -450,42 +578,42 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
     ) -> BoxFut<'a, Result<PlannerTurn, PlannerError>> {
         Box::pin(async move {
             let run = input.run.id;
-            let step = input.step;
-            // Asked for step k: every earlier step of this run has committed (§17.1 F4).
-            self.live.settle(self.store.as_ref(), run, None);
-            // A request handed out for this very step before an abandoned execution: the same
-            // call again (nothing of it was recorded).
-            let again = self.live.with(|m| {
+            if input.step > 1 {
+                // The call's step has committed (§17.1 F4): answer it before the run ends.
+                self.live.settle(self.store.as_ref(), run, None);
+                return Ok(PlannerTurn::Final {
+                    message: ANSWERED_MESSAGE.to_owned(),
+                });
+            }
+            let call = self.live.with(|m| {
                 m.handed
                     .iter()
-                    .find(|h| h.run == run && h.step == step)
+                    .find(|h| h.run == run)
                     .map(|h| h.entry.call.clone())
             });
-            let call = match again {
-                Some(call) => Some(call),
-                None => {
-                    self.live.with(|m| m.planner_idle = true);
-                    self.live.until(|m| !m.queue.is_empty() || m.closed).await;
-                    self.live.with(|m| {
-                        m.planner_idle = false;
-                        let entry = m.queue.pop_front()?;
-                        entry
-                            .ticket
-                            .set_status(TicketStatus::Proposed { run, step });
-                        let call = entry.call.clone();
-                        m.handed.push(Handed { entry, run, step });
-                        Some(call)
-                    })
-                }
-            };
+            // The request left before its run proposed anything: nothing to do.
             let Some(call) = call else {
                 return Ok(PlannerTurn::Final {
                     message: DISCONNECTED_MESSAGE.to_owned(),
                 });
             };
-            // `user` until the run is tainted (§19.3): the checkpoint's taint, not a copy of it,
-            // or a read outside the journal (§19.6) before this call was handed out.
-            let arguments_from_user = self.live.arguments_from_user && !self.live.tainted_by_read();
+            // `user` unless the conversation is tainted (§19.3, §22.2): the pipeline reads the
+            // conversation's taint again inside the call's first transaction; a read outside
+            // the journal (§19.6) on this connection counts at once. A failed read leaves it
+            // to that transaction.
+            let session = input.run.session_id;
+            #[cfg(feature = "mutants")]
+            let session = if crate::testing::mutants::stale_conversation_taint() {
+                crate::ids::SessionId(uuid::Uuid::nil())
+            } else {
+                session
+            };
+            if let Ok(true) = self.store.read(|tx| super::tainted_in_tx(tx, session)) {
+                self.conversation_tainted.store(true, Ordering::SeqCst);
+            }
+            let arguments_from_user = self.live.arguments_from_user
+                && !self.live.tainted_by_read()
+                && !self.conversation_tainted.load(Ordering::SeqCst);
             let argument_trust: BTreeMap<String, TrustLevel> =
                 match (&call.arguments, arguments_from_user && !input.tainted) {
                     (Value::Object(map), true) => {
@@ -494,7 +622,7 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
                     _ => BTreeMap::new(),
                 };
             Ok(PlannerTurn::Calls(vec![ProposedCall {
-                call_id: call_id_of(step),
+                call_id: call_id_of(1),
                 tool: call.tool,
                 version: None,
                 arguments: call.arguments,
@@ -550,6 +678,9 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 alive_until: now.saturating_add_micros(lease_ms.saturating_mul(1000)),
             },
             opened_at: now,
+            taint: None,
+            call_count: 0,
+            last_seen_at: now,
         };
         env.transact(|tx| {
             tx.insert_session(&Session {
@@ -561,6 +692,17 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             })?;
             super::open_in_tx(tx, &connection, now)
         })?;
+        let recording = worker.env().clone();
+        live.set_taint_recorder(Arc::new(move |by: &str| {
+            let now = recording.clock.now();
+            match recording.transact(|tx| super::taint_in_tx(tx, session_id, None, by, now)) {
+                Ok(()) => true,
+                Err(error) => {
+                    tracing::warn!(%error, "a read's taint was not recorded on the conversation");
+                    false
+                }
+            }
+        }));
         Ok(ConnectionDriver {
             worker,
             live,
@@ -604,17 +746,11 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         }
     }
 
-    /// DISCONNECT: the client has gone. When the run waits for a request with nothing
-    /// outstanding, the planner ends it COMPLETED ([`DISCONNECTED_MESSAGE`]) and [`Self::run`]
-    /// commits the close afterwards; otherwise the close commits now, cancelling a parked or
-    /// queued run at once and flagging a running one (its START observations then refuse every
-    /// further call, §19.4).
+    /// DISCONNECT: the client has gone. The close commits now: parked and queued call runs are
+    /// cancelled at once, running ones are flagged (their START observations then refuse every
+    /// further call, §19.4); [`Self::run`] returns once they have ended.
     pub fn disconnect(&self) -> Result<(), TxError> {
-        let idle = self.live.is_idle();
         self.live.close();
-        if idle {
-            return Ok(());
-        }
         self.close_now()
     }
 
@@ -624,45 +760,100 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let flagged = env.transact(|tx| {
             super::close_in_tx(tx, self.connection.id, CloseReason::Disconnected, now)
         })?;
-        if let Some(run) = flagged {
+        for run in flagged {
             self.worker.tokens().cancel(run, CancelReason::Requested);
         }
         Ok(())
     }
 
-    /// Serves the connection until the client has gone and its last run has ended; then the
-    /// connection is closed. A storage error ends the driver (the sweep closes what it left).
+    /// Serves the connection until the client has gone and its last call run has ended; then
+    /// the connection is closed. Each request is admitted (or bound to a detached run) as it
+    /// arrives and its run driven beside the others. A storage error ends the driver (the
+    /// sweep closes what it left).
     pub async fn run(&self) -> Result<(), TxError> {
+        let mut runs = FuturesUnordered::new();
         loop {
-            self.live.until(|m| !m.queue.is_empty() || m.closed).await;
-            let active = self
-                .worker
-                .env()
-                .read(|tx| tx.active_run_in_session(self.connection.session_id))?;
-            let run = match active {
-                Some(run) => run,
-                None if self.live.is_closed() => break,
-                None => self.submit()?,
-            };
-            self.drive(run).await?;
-            if self.live.is_closed() && lock(&self.live.mailbox).handed.is_empty() {
-                break;
+            let arrived: Vec<Entry> = self.live.with(|m| m.queue.drain(..).collect());
+            for entry in arrived {
+                if let Some(run) = self.admit(entry)? {
+                    runs.push(self.drive(run));
+                }
+            }
+            if self.live.is_closed() {
+                match runs.next().await {
+                    None => break,
+                    Some(ended) => ended?,
+                }
+                continue;
+            }
+            if runs.is_empty() {
+                self.live.until(|m| !m.queue.is_empty() || m.closed).await;
+                continue;
+            }
+            let arrivals = self.live.until(|m| !m.queue.is_empty() || m.closed);
+            if let Either::Right((Some(ended), _)) = select(arrivals, runs.next()).await {
+                ended?;
             }
         }
         self.close_now()
     }
 
-    /// SUBMIT of a connection run: QUEUED with its seed checkpoint, planner kind `mcp`.
-    fn submit(&self) -> Result<RunId, TxError> {
+    /// A request's way in: bound to a detached run of the identical call, or ADMIT and SUBMIT
+    /// of its own call run in one transaction (§22.1 `[limits]` per conversation). Returns the
+    /// run to drive when it is new; a request the conversation's limits refuse is answered.
+    fn admit(&self, entry: Entry) -> Result<Option<RunId>, TxError> {
+        let Some(entry) = self.live.bind(entry) else {
+            return Ok(None);
+        };
         let env = self.worker.env();
         let now = env.clock.now();
         let run_id = RunId(env.new_uuid());
-        let deadline_at = self
-            .template
-            .limits
-            .deadline_seconds
-            .map(|s| now.saturating_add_seconds(i64::from(s)));
-        let run = Run {
+        let actor = Actor::principal(&self.connection.principal_id);
+        let admission = env.transact(|tx| {
+            let admission =
+                super::admit_call_in_tx(tx, self.connection.id, &self.template.limits, now)?;
+            if let CallAdmission::Admitted { deadline_at } = admission {
+                let run = self.call_run(run_id, deadline_at, now);
+                insert_queued_run(tx, &run, &actor, now)?;
+            }
+            Ok(admission)
+        })?;
+        let refusal = match admission {
+            CallAdmission::Admitted { .. } => {
+                entry
+                    .ticket
+                    .set_status(TicketStatus::Proposed { run: run_id, step: 1 });
+                self.live.with(|m| {
+                    m.handed.push(Handed {
+                        entry,
+                        run: run_id,
+                        step: 1,
+                    })
+                });
+                return Ok(Some(run_id));
+            }
+            CallAdmission::Closed => None,
+            CallAdmission::CallsSpent { max_tool_calls } => Some(CallAnswer::Denied {
+                reason_code: CONVERSATION_CALLS_SPENT.to_owned(),
+                message: format!(
+                    "Not performed. This conversation has made its {max_tool_calls} calls ([limits] max_tool_calls)."
+                ),
+            }),
+            CallAdmission::DeadlinePassed => Some(CallAnswer::Denied {
+                reason_code: CONVERSATION_DEADLINE_PASSED.to_owned(),
+                message: "Not performed. This conversation's deadline ([limits] deadline_seconds) has passed.".to_owned(),
+            }),
+        };
+        entry.ticket.finish(match refusal {
+            Some(answer) => TicketEnd::Answered(answer),
+            None => TicketEnd::Dropped,
+        });
+        Ok(None)
+    }
+
+    /// A call run, QUEUED, planner kind `mcp`, with the conversation's deadline.
+    fn call_run(&self, run_id: RunId, deadline_at: Option<Timestamp>, now: Timestamp) -> Run {
+        Run {
             id: run_id,
             session_id: self.connection.session_id,
             tenant_id: self.connection.tenant_id.clone(),
@@ -683,27 +874,76 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             cancel_requested_at: None,
             created_at: now,
             updated_at: now,
-        };
-        let actor = Actor::principal(&self.connection.principal_id);
-        env.transact(|tx| insert_queued_run(tx, &run, &actor, now))?;
-        Ok(run_id)
+        }
     }
 
-    /// Moves one run until it is terminal, answering its requests as they close.
+    /// A client's cancel of the request handed to `run`: a parked call is detached (its
+    /// approval stays pending, §22.3); anything else cancels the run (§8.5, §19.3).
+    fn apply_cancels(&self, run_id: RunId) -> Result<(), TxError> {
+        let cancelled = self.live.cancelled_of(run_id);
+        if cancelled.is_empty() {
+            return Ok(());
+        }
+        let env = self.worker.env();
+        let parked = env.read(|tx| {
+            Ok(matches!(
+                call_state(tx, run_id, 1, &call_id_of(1))?,
+                CallState::Parked { .. }
+            ))
+        })?;
+        if parked {
+            for key in cancelled {
+                self.live.detach(key);
+            }
+            return Ok(());
+        }
+        self.cancel_run(run_id)
+    }
+
+    fn cancel_run(&self, run_id: RunId) -> Result<(), TxError> {
+        let env = self.worker.env();
+        let now = env.clock.now();
+        let actor = Actor::principal(&self.connection.principal_id);
+        let outcome = env.transact(|tx| {
+            let run = tx.run(run_id)?.ok_or(TxError::NotFound)?;
+            crate::control::request_cancel_in_tx(tx, &run, &actor, now)
+        })?;
+        if outcome.0.status == RunStatus::Running {
+            self.worker.tokens().cancel(run_id, CancelReason::Requested);
+        }
+        Ok(())
+    }
+
+    /// For a QUEUED run no request waits for: whether its approval is approved (then it is not
+    /// executed: `Some(expiry)`); a run whose approval was denied or expired is executed to
+    /// record that, and sends nothing.
+    fn withheld_until(&self, run_id: RunId) -> Result<Option<Timestamp>, TxError> {
+        if self.live.has_request(run_id) {
+            return Ok(None);
+        }
+        #[cfg(feature = "mutants")]
+        if crate::testing::mutants::approved_without_request() {
+            return Ok(None);
+        }
+        self.worker.env().read(|tx| {
+            Ok(match call_state(tx, run_id, 1, &call_id_of(1))? {
+                CallState::Parked { approval } if approval.status == ApprovalStatus::Approved => {
+                    Some(approval.expires_at)
+                }
+                _ => None,
+            })
+        })
+    }
+
+    /// Moves one call run until it is terminal, answering its request when it closes.
     async fn drive(&self, run_id: RunId) -> Result<(), TxError> {
         let env = self.worker.env().clone();
         let store = Arc::clone(&env.store);
+        let mut cancel_sent = false;
         loop {
-            if self.live.take_cancelled(run_id) {
-                let now = env.clock.now();
-                let actor = Actor::principal(&self.connection.principal_id);
-                let outcome = env.transact(|tx| {
-                    let run = tx.run(run_id)?.ok_or(TxError::NotFound)?;
-                    crate::control::request_cancel_in_tx(tx, &run, &actor, now)
-                })?;
-                if outcome.0.status == RunStatus::Running {
-                    self.worker.tokens().cancel(run_id, CancelReason::Requested);
-                }
+            if !cancel_sent {
+                self.apply_cancels(run_id)?;
+                cancel_sent = !self.live.cancelled_of(run_id).is_empty();
             }
             let run = env.read(|tx| tx.run(run_id))?.ok_or(TxError::NotFound)?;
             let status = run.status();
@@ -715,19 +955,28 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             let now = env.clock.now();
             let mut wake_at = now.saturating_add_micros(poll_micros(&self.worker));
             match &run.state {
-                _ if status.is_terminal() => return Ok(()),
+                _ if status.is_terminal() => {
+                    self.live.forget(run_id);
+                    return Ok(());
+                }
                 RunState::Queued { scheduled_for } => {
-                    if scheduled_for.is_none_or(|at| at <= now) {
-                        if let Some((claimed, lease)) = self
-                            .worker
-                            .claim_for_connection(run_id, self.connection.id)
-                            .await?
-                        {
-                            self.worker.execute(claimed, lease).await;
+                    if let Some(at) = scheduled_for.filter(|at| *at > now) {
+                        wake_at = wake_at.min(at);
+                    } else if let Some(expires_at) = self.withheld_until(run_id)? {
+                        // Approved, and no request waits for it (§22.3): never sent after its
+                        // approval's expiry.
+                        if expires_at <= now {
+                            self.cancel_run(run_id)?;
                             continue;
                         }
-                    } else if let Some(at) = scheduled_for {
-                        wake_at = wake_at.min(*at);
+                        wake_at = wake_at.min(expires_at);
+                    } else if let Some((claimed, lease)) = self
+                        .worker
+                        .claim_for_connection(run_id, self.connection.id)
+                        .await?
+                    {
+                        self.worker.execute(claimed, lease).await;
+                        continue;
                     }
                 }
                 // Parked (any process may resolve it), or running under a lease this process

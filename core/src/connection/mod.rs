@@ -63,7 +63,22 @@ pub enum ConnectionState {
     },
 }
 
-/// One row of `connections`.
+/// What tainted a conversation (SPEC §22.1), kept so a reviewer clearing it knows why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Taint {
+    /// When the tainting result or read committed.
+    pub at: Timestamp,
+    /// What it was: `invocation {id}` for a tool result, `{method} {server}` for a read outside
+    /// the journal (§19.6).
+    pub by: String,
+}
+
+/// One row of `connections`: a live client connection, which for a 2025-11-25 client (a stdio
+/// connection, or one HTTP `Mcp-Session-Id`) is also its **conversation** (SPEC §22.1), the unit
+/// of taint and `[limits]`. The conversation fields are `taint`, `call_count` and
+/// `last_seen_at`; like the rest of the row they change only while the connection is open (a
+/// closed conversation proposes no more calls, so its taint is kept as the record of what
+/// happened and is not cleared).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connection {
     pub id: ConnectionId,
@@ -75,6 +90,13 @@ pub struct Connection {
     pub gateway_id: String,
     pub state: ConnectionState,
     pub opened_at: Timestamp,
+    /// `None` until an `external_untrusted` result reached the client; monotone, cleared only
+    /// by a human ([`clear_taint_in_tx`]).
+    pub taint: Option<Taint>,
+    /// `tools/call` requests the conversation started as runs (its `[limits] max_tool_calls`).
+    pub call_count: u32,
+    /// The last request that started a call run (opened_at until then).
+    pub last_seen_at: Timestamp,
 }
 
 impl Connection {
@@ -182,23 +204,24 @@ pub fn renew_in_tx(
 /// DISCONNECT (or the sweep's expiry) inside a transaction: the row `closed`,
 /// `mcp.connection.closed`, and a cancellation request for the session's active run (§8.5:
 /// a parked or queued run without a RUNNING call is cancelled now; a running one is flagged and
-/// ends at its next observation point). Returns the run it flagged while RUNNING, whose local
-/// token the caller cancels. A connection already closed is left as it is.
+/// ends at its next observation point). Every call run of the conversation is cancelled so
+/// (SPEC §22.2: one run per call). Returns the runs it flagged while RUNNING, whose local
+/// tokens the caller cancels. A connection already closed is left as it is.
 pub fn close_in_tx(
     tx: &mut dyn StoreTx,
     id: ConnectionId,
     reason: CloseReason,
     now: Timestamp,
-) -> Result<Option<RunId>, TxError> {
+) -> Result<Vec<RunId>, TxError> {
     #[cfg(feature = "mutants")]
     if crate::testing::mutants::disconnect_not_recorded(reason) {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let Some(current) = tx.connection(id)? else {
         return Err(TxError::NotFound);
     };
     if !current.is_open() {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let mut next = current.clone();
     next.state = ConnectionState::Closed {
@@ -216,13 +239,149 @@ pub fn close_in_tx(
         }),
         now,
     ))?;
-    let Some(run_id) = tx.active_run_in_session(current.session_id)? else {
-        return Ok(None);
-    };
-    let run = tx.run(run_id)?.ok_or(TxError::NotFound)?;
     let actor = Actor::application();
-    let (outcome, _) = crate::control::request_cancel_in_tx(tx, &run, &actor, now)?;
-    Ok((outcome.status == crate::vocab::RunStatus::Running).then_some(run_id))
+    let mut flagged = Vec::new();
+    for run_id in tx.active_runs_in_session(current.session_id)? {
+        let run = tx.run(run_id)?.ok_or(TxError::NotFound)?;
+        let (outcome, _) = crate::control::request_cancel_in_tx(tx, &run, &actor, now)?;
+        if outcome.status == crate::vocab::RunStatus::Running {
+            flagged.push(run_id);
+        }
+    }
+    Ok(flagged)
+}
+
+/// Whether a call run of `session` may start now, and if so the conversation counts it
+/// (SPEC §22.1 `[limits]`, per conversation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallAdmission {
+    /// Counted; the run's deadline is the conversation's.
+    Admitted { deadline_at: Option<Timestamp> },
+    /// `max_tool_calls` of the conversation is spent.
+    CallsSpent { max_tool_calls: u32 },
+    /// The conversation's `deadline_seconds` has passed.
+    DeadlinePassed,
+    /// The connection closed (its client went, or a sweep closed it).
+    Closed,
+}
+
+/// ADMIT inside the transaction that inserts the call's run: the conversation's budget is
+/// checked and counted in the same commit, so two concurrent calls cannot both take its last
+/// call.
+pub fn admit_call_in_tx(
+    tx: &mut dyn StoreTx,
+    id: ConnectionId,
+    limits: &crate::run::Limits,
+    now: Timestamp,
+) -> Result<CallAdmission, TxError> {
+    let current = tx.connection(id)?.ok_or(TxError::NotFound)?;
+    if !current.is_open() {
+        return Ok(CallAdmission::Closed);
+    }
+    let deadline_at = limits
+        .deadline_seconds
+        .map(|s| current.opened_at.saturating_add_seconds(i64::from(s)));
+    if deadline_at.is_some_and(|at| at <= now) {
+        return Ok(CallAdmission::DeadlinePassed);
+    }
+    if current.call_count >= limits.max_tool_calls {
+        return Ok(CallAdmission::CallsSpent {
+            max_tool_calls: limits.max_tool_calls,
+        });
+    }
+    let mut next = current.clone();
+    next.call_count = current.call_count.saturating_add(1);
+    next.last_seen_at = now;
+    tx.update_connection(ConnectionStatus::Open, &next)?;
+    Ok(CallAdmission::Admitted { deadline_at })
+}
+
+/// Whether the conversation of `session` is tainted, read inside a call's first transaction
+/// (SPEC §22.2). A session without a connection (a scripted run) has no conversation.
+pub fn tainted_in_tx(tx: &mut dyn StoreTx, session: SessionId) -> Result<bool, TxError> {
+    Ok(tx
+        .connection_by_session(session)?
+        .is_some_and(|c| c.taint.is_some()))
+}
+
+/// TAINT inside the transaction that records an `external_untrusted` result (SPEC §22.2): the
+/// conversation of `session` is tainted from this commit on, before the result is answered.
+/// Monotone: an earlier taint is kept. A closed connection has no more calls to taint.
+pub fn taint_in_tx(
+    tx: &mut dyn StoreTx,
+    session: SessionId,
+    run: Option<RunId>,
+    by: &str,
+    now: Timestamp,
+) -> Result<(), TxError> {
+    let Some(current) = tx.connection_by_session(session)? else {
+        return Ok(());
+    };
+    if !current.is_open() || current.taint.is_some() {
+        return Ok(());
+    }
+    let mut next = current.clone();
+    next.taint = Some(Taint {
+        at: now,
+        by: by.to_owned(),
+    });
+    tx.update_connection(ConnectionStatus::Open, &next)?;
+    tx.append_event(&crate::events::NewEvent {
+        session_id: session,
+        run_id: run,
+        event_type: EventType::ConversationTainted,
+        actor: Actor::process(),
+        payload: json!({"conversation_id": current.id.to_string(), "by": by}),
+        derivation_key: None,
+        created_at: now,
+    })?;
+    Ok(())
+}
+
+/// Why a taint was not cleared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClearTaintRefused {
+    #[error("conversation {0} is not tainted")]
+    NotTainted(ConnectionId),
+    #[error("conversation {0} has closed; its taint no longer reaches any call")]
+    Closed(ConnectionId),
+}
+
+/// CLEAR-TAINT by a human holding `approval.resolve` (SPEC §22.1): the conversation's calls are
+/// proposed untainted again from this commit on; `conversation.taint_cleared` records who, why
+/// and what the taint was.
+pub fn clear_taint_in_tx(
+    tx: &mut dyn StoreTx,
+    id: ConnectionId,
+    actor: &Actor,
+    reason: &str,
+    now: Timestamp,
+) -> Result<Result<Connection, ClearTaintRefused>, TxError> {
+    let current = tx.connection(id)?.ok_or(TxError::NotFound)?;
+    if !current.is_open() {
+        return Ok(Err(ClearTaintRefused::Closed(id)));
+    }
+    let Some(taint) = current.taint.clone() else {
+        return Ok(Err(ClearTaintRefused::NotTainted(id)));
+    };
+    let mut next = current.clone();
+    next.taint = None;
+    tx.update_connection(ConnectionStatus::Open, &next)?;
+    tx.append_event(&crate::events::NewEvent {
+        session_id: current.session_id,
+        run_id: None,
+        event_type: EventType::ConversationTaintCleared,
+        actor: actor.clone(),
+        payload: json!({
+            "conversation_id": id.to_string(),
+            "reason": reason,
+            "tainted_at": taint.at.as_micros(),
+            "tainted_by": taint.by,
+        }),
+        derivation_key: None,
+        created_at: now,
+    })?;
+    Ok(Ok(next))
 }
 
 #[cfg(test)]

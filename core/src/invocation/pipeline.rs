@@ -254,6 +254,9 @@ enum FirstCommit {
     Proposed(Proposed),
     /// Step 5 found an identical call whose outcome is unknown: REFUSE committed instead.
     Refused(CallResult),
+    /// Nothing committed: the call's conversation is tainted and the action was decided as
+    /// untainted (SPEC §22.2); decide again.
+    Tainted,
 }
 
 /// `invoke` outcome, before classification.
@@ -381,11 +384,20 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         // Step 6: the pure gate.
         let invocation_id = InvocationId(self.env.new_uuid());
         let now = self.env.clock.now();
-        let action = self.action(site, &prepared, invocation_id, now);
+        let mut action = self.action(site, &prepared, invocation_id, now);
         let decision = evaluate(&action, &self.env.ruleset);
         // Step 7: PROPOSE (with step 5 before it, and step 8 and START folded in for an
         // `allow`).
-        let (proposed, folded) = self.propose(site, &prepared, &action, decision, raw_hash, now);
+        let (mut proposed, mut folded) =
+            self.propose(site, &prepared, &action, decision, raw_hash.clone(), now);
+        if let Ok(FirstCommit::Tainted) = proposed {
+            // The conversation was tainted after the gate ran (§22.2): decide again as a
+            // tainted call; PROPOSE then does not look again.
+            action.origin_trust = TrustLevel::ExternalUntrusted;
+            action.argument_trust = argument_trust(&prepared.arguments, &BTreeMap::new());
+            let decision = evaluate(&action, &self.env.ruleset);
+            (proposed, folded) = self.propose(site, &prepared, &action, decision, raw_hash, now);
+        }
         let proposed = match proposed {
             Ok(proposed) => proposed,
             Err(TxError::Conflict(_)) => {
@@ -405,6 +417,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 return Ok(Begun::Ended(Ok(CallEnd::Done(result))));
             }
             FirstCommit::Proposed(proposed) => proposed,
+            FirstCommit::Tainted => return Err(Halt::Abandon),
         };
         match proposed {
             Proposed::Halted(halt) => {
@@ -757,8 +770,17 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         let ledger = site.ledger;
         #[cfg(feature = "mutants")]
         let ledger = crate::testing::mutants::ledger_at_propose(ledger, &row);
+        let reads_conversation = action.origin_trust != TrustLevel::ExternalUntrusted
+            && site.run.planner_kind == crate::connection::live::MCP_PLANNER_KIND;
         self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
+            // §22.2: a call run reads its conversation's taint in its first transaction.
+            #[cfg(feature = "mutants")]
+            let reads_conversation =
+                reads_conversation && !crate::testing::mutants::stale_conversation_taint();
+            if reads_conversation && crate::connection::tainted_in_tx(tx, site.run.session_id)? {
+                return Ok(FirstCommit::Tainted);
+            }
             if let Some(ledger) = ledger {
                 ledger.stage_opening(tx, now)?;
             }

@@ -297,6 +297,19 @@ impl<'a> StepLedger<'a> {
         let mut position = Self::current(inner);
         let (state, record) = close_step(self.run, &position.state, batch, results, now);
         tx.insert_step_record(&record)?;
+        // A call run's untrusted result taints its conversation in the transaction that
+        // records it, before it is answered (SPEC §22.2).
+        if self.run.planner_kind == crate::connection::live::MCP_PLANNER_KIND
+            && let Some(tainting) = results
+                .iter()
+                .find(|r| crate::connection::read::taints(r.item.trust))
+        {
+            let by = format!(
+                "{} (call {} of run {})",
+                tainting.item.name, tainting.item.call_id, self.run.id
+            );
+            crate::connection::taint_in_tx(tx, self.run.session_id, Some(self.run.id), &by, now)?;
+        }
         position.state = state;
         position.version = position.version.saturating_add(1);
         checkpoint(

@@ -205,7 +205,9 @@ pub fn check_approval_update(
 }
 
 /// Checks a connection update against the current row: the expected status, the immutable
-/// fields, and a closed connection never changing (SPEC §19).
+/// fields, a closed connection never changing (SPEC §19), and a conversation's call counter
+/// never going down (§22.1: `max_tool_calls` counts every call the conversation started, so a
+/// counter that went back would admit calls past the limit).
 pub fn check_connection_update(
     expected: ConnectionStatus,
     current: &Connection,
@@ -228,6 +230,12 @@ pub fn check_connection_update(
         return Err(conflict(format!(
             "connections: closed connection {} never changes",
             next.id
+        )));
+    }
+    if next.call_count < current.call_count {
+        return Err(conflict(format!(
+            "CHECK connections: call_count of connection {} only grows ({} to {})",
+            next.id, current.call_count, next.call_count
         )));
     }
     Ok(())

@@ -589,8 +589,12 @@ fn duplicate_primary_keys_conflict<S: Store>(store: &S) {
     );
 }
 
-/// SPEC §14 `uq_runs_one_active_per_session`.
+/// SPEC §14 `uq_runs_one_active_per_session`, as §22.2 amends it: a conversation's call runs
+/// (`planner_kind = mcp`) share its session and are active side by side; any other run still
+/// conflicts with another active non-mcp run of its session. `active_runs_in_session` lists
+/// every active run of the session, of either kind, by `(created_at, id)`.
 fn one_active_run_per_session<S: Store>(store: &S) {
+    use crate::connection::live::MCP_PLANNER_KIND;
     let first = seed_run(store, 1, RunStatus::Queued);
     for status in [
         RunStatus::Queued,
@@ -608,9 +612,9 @@ fn one_active_run_per_session<S: Store>(store: &S) {
         tx.insert_run(&finished)
     });
     assert_eq!(
-        read(store, |tx| tx.active_run_in_session(first.session_id)),
-        Some(first.id),
-        "active_run_in_session: the QUEUED run"
+        read(store, |tx| tx.active_runs_in_session(first.session_id)),
+        vec![first.id],
+        "active_runs_in_session: the QUEUED run"
     );
 
     let mut cancelled = first.clone();
@@ -619,18 +623,64 @@ fn one_active_run_per_session<S: Store>(store: &S) {
         tx.update_run(&status_guard(&first), &cancelled)
     });
     assert_eq!(
-        read(store, |tx| tx.active_run_in_session(first.session_id)),
-        None,
-        "active_run_in_session: none once terminal"
+        read(store, |tx| tx.active_runs_in_session(first.session_id)),
+        Vec::<crate::ids::RunId>::new(),
+        "active_runs_in_session: none once terminal"
     );
     let next = sample_run(4, first.session_id, RunStatus::Queued);
     commit(store, "a new run once the old one ended", |tx| {
         tx.insert_run(&next)
     });
     assert_eq!(
-        read(store, |tx| tx.active_run_in_session(first.session_id)),
-        Some(next.id),
-        "active_run_in_session: the new run"
+        read(store, |tx| tx.active_runs_in_session(first.session_id)),
+        vec![next.id],
+        "active_runs_in_session: the new run"
+    );
+
+    // A conversation's call runs (§22.2), inserted out of order: two share a creation time,
+    // so the id breaks the tie.
+    let call = |n: u128, status: RunStatus, created: i64| {
+        let mut run = sample_run(n, first.session_id, status);
+        run.planner_kind = MCP_PLANNER_KIND.to_owned();
+        run.created_at = at(created);
+        run.updated_at = run.created_at;
+        run
+    };
+    let (c6, c5, c7) = (
+        call(6, RunStatus::WaitingForApproval, 10),
+        call(5, RunStatus::Running, 10),
+        call(7, RunStatus::Queued, 5),
+    );
+    for (what, run) in [("c6", &c6), ("c5", &c5), ("c7", &c7)] {
+        commit(store, &format!("call run {what} beside the others"), |tx| {
+            tx.insert_run(run)
+        });
+    }
+    commit(store, "a terminal call run", |tx| {
+        tx.insert_run(&call(8, RunStatus::Completed, 1))
+    });
+    assert_eq!(
+        read(store, |tx| tx.active_runs_in_session(first.session_id)),
+        vec![next.id, c7.id, c5.id, c6.id],
+        "active_runs_in_session: every active run of either kind, by (created_at, id)"
+    );
+    assert_conflict(
+        store.transact(|tx| tx.insert_run(&sample_run(9, first.session_id, RunStatus::Queued))),
+        "uq_runs_one_active_per_session: a second non-mcp run beside call runs",
+    );
+    let mut next_cancelled = next.clone();
+    next_cancelled.state = RunState::Cancelled;
+    commit(store, "cancel the non-mcp run", |tx| {
+        tx.update_run(&status_guard(&next), &next_cancelled)
+    });
+    let beside = sample_run(10, first.session_id, RunStatus::Queued);
+    commit(store, "a non-mcp run beside active call runs only", |tx| {
+        tx.insert_run(&beside)
+    });
+    assert_eq!(
+        read(store, |tx| tx.active_runs_in_session(first.session_id)),
+        vec![beside.id, c7.id, c5.id, c6.id],
+        "active_runs_in_session: the non-mcp run (created first) and the call runs"
     );
 }
 
@@ -2659,9 +2709,12 @@ fn settlements_only_of_uncertain_invocations<S: Store>(store: &S) {
 
 /// SPEC §19.4: a connection per session, guarded by its status, closed for good; the sweep's
 /// input is open connections past `alive_until`, oldest first; a run of an open connection's
-/// session is claimed only by id, one of a closed connection's by anyone.
+/// session is claimed only by id, one of a closed connection's by anyone. §22.1: the
+/// conversation's taint, call counter and last-seen time round-trip through
+/// `update_connection` while it is open, the counter never goes down, and
+/// `connections_of_tenant` lists one tenant's newest first.
 fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
-    use crate::connection::{CloseReason, Connection, ConnectionState, ConnectionStatus};
+    use crate::connection::{CloseReason, Connection, ConnectionState, ConnectionStatus, Taint};
     use crate::ids::ConnectionId;
     let connection = |n: u128, session: crate::ids::SessionId, alive: i64| Connection {
         id: ConnectionId(uuid::Uuid::from_u128(0xc044_0000 + n)),
@@ -2673,6 +2726,9 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
             alive_until: at(alive),
         },
         opened_at: T0,
+        taint: None,
+        call_count: 0,
+        last_seen_at: T0,
     };
     let bound = seed_run(store, 1, RunStatus::Queued);
     let free = seed_run(store, 2, RunStatus::Queued);
@@ -2753,6 +2809,48 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
         vec![c3.id],
         "expired_connections: a renewed one is alive"
     );
+    // The conversation's fields (§22.1): a call counted, then a taint, then its clearing.
+    let mut counted = renewed.clone();
+    counted.call_count = 3;
+    counted.last_seen_at = at(7);
+    commit(store, "count calls", |tx| {
+        tx.update_connection(ConnectionStatus::Open, &counted)
+    });
+    assert_eq!(
+        read(store, |tx| tx.connection(c1.id)),
+        Some(counted.clone()),
+        "call_count and last_seen_at read back as written"
+    );
+    let mut tainted = counted.clone();
+    tainted.taint = Some(Taint {
+        at: at(8),
+        by: "invocation 1".to_owned(),
+    });
+    commit(store, "taint", |tx| {
+        tx.update_connection(ConnectionStatus::Open, &tainted)
+    });
+    assert_eq!(
+        read(store, |tx| tx.connection_by_session(bound.session_id)),
+        Some(tainted.clone()),
+        "the taint reads back as written"
+    );
+    let mut uncounted = tainted.clone();
+    uncounted.call_count = 2;
+    assert_rule_breach(
+        store.transact(|tx| tx.update_connection(ConnectionStatus::Open, &uncounted)),
+        "connections: call_count only grows",
+    );
+    let mut cleared = tainted.clone();
+    cleared.taint = None;
+    commit(store, "clear the taint", |tx| {
+        tx.update_connection(ConnectionStatus::Open, &cleared)
+    });
+    assert_eq!(
+        read(store, |tx| tx.connection(c1.id)),
+        Some(cleared.clone()),
+        "a cleared taint reads back as none"
+    );
+    let renewed = cleared;
     let mut moved = renewed.clone();
     moved.session_id = free.session_id;
     assert_conflict(
@@ -2790,5 +2888,58 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
         read(store, |tx| tx.next_claimable_run(at(0), None)).map(|r| r.id),
         Some(bound.id),
         "next_claimable_run: a run of a closed connection is claimable (to be ended)"
+    );
+
+    // A tenant's conversations, newest first (`opened_at DESC, id DESC`), closed ones too.
+    let of_tenant = |tenant: &str, limit: usize| {
+        read(store, |tx| tx.connections_of_tenant(tenant, limit))
+            .into_iter()
+            .map(|c| c.id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of_tenant(TENANT, 10),
+        vec![c3.id, c1.id],
+        "connections_of_tenant: same opened_at, higher id first"
+    );
+    let later = |n: u128, session_n: u128, tenant: &str, opened: i64| {
+        let session = crate::session::Session {
+            tenant_id: tenant.to_owned(),
+            ..sample_session(session_n)
+        };
+        let mut c = connection(n, session.id, 1000);
+        c.tenant_id = tenant.to_owned();
+        c.opened_at = at(opened);
+        c.last_seen_at = c.opened_at;
+        (session, c)
+    };
+    let (s5, c5) = later(5, 50, TENANT, 5);
+    let (s6, c6) = later(6, 60, "other-tenant", 9);
+    let (s7, c7) = later(7, 70, TENANT, 3);
+    for (session, c) in [(&s5, &c5), (&s6, &c6), (&s7, &c7)] {
+        commit(store, "a later connection", |tx| {
+            tx.insert_session(session)?;
+            tx.insert_connection(c)
+        });
+    }
+    assert_eq!(
+        of_tenant(TENANT, 10),
+        vec![c5.id, c7.id, c3.id, c1.id],
+        "connections_of_tenant: newest first, one tenant only"
+    );
+    assert_eq!(
+        of_tenant(TENANT, 2),
+        vec![c5.id, c7.id],
+        "connections_of_tenant: limit"
+    );
+    assert_eq!(
+        read(store, |tx| tx.connections_of_tenant("other-tenant", 10)),
+        vec![c6.clone()],
+        "connections_of_tenant: the other tenant's, whole"
+    );
+    assert_eq!(
+        of_tenant("nobody", 10),
+        Vec::<ConnectionId>::new(),
+        "connections_of_tenant: none"
     );
 }

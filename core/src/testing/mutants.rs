@@ -57,14 +57,21 @@ pub const NAMES: [&str; 14] = [
     "ignore_heartbeat_cancel",
 ];
 
-/// Planted bugs of live connections (SPEC §19.4), caught by the simulator's connection world
+/// Planted bugs of live connections and conversations (SPEC §19.4, §22), caught by the simulator's connection world
 /// (`airlock-sim-mcp mutants`) rather than the run world, whose runs have no connection.
 ///
 /// | mutant | hook | rule it breaks |
 /// |---|---|---|
 /// | `disconnect_not_recorded` | `connection::close_in_tx` | §19.4: a client's DISCONNECT commits nothing (the gateway only stops reading it), so its connection stays open and an approved call of the gone client is claimed, revalidated and sent |
 /// | `no_in_flight_check` | pipeline step 5 | §19.7: the repeat check sees only `UNCERTAIN` twins, so a host's retry after a gateway crash, sent while the first invocation is still `RUNNING` under its unexpired lease, repeats the effect |
-pub const CONNECTION_NAMES: [&str; 2] = ["disconnect_not_recorded", "no_in_flight_check"];
+/// | `stale_conversation_taint` | `LivePlanner::next_turn`, pipeline PROPOSE | §22.2: a call run never reads its conversation's taint, so a call proposed after an untrusted result was answered is decided untainted |
+/// | `approved_without_request` | `ConnectionDriver::withheld_until` | §22.3: an approved call whose request left (a host's timeout) is executed although no request waits for it |
+pub const CONNECTION_NAMES: [&str; 4] = [
+    "disconnect_not_recorded",
+    "no_in_flight_check",
+    "stale_conversation_taint",
+    "approved_without_request",
+];
 
 /// 0: none; `i + 1`: `NAMES[i]`; `NAMES.len() + j + 1`: `CONNECTION_NAMES[j]`.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
@@ -105,6 +112,18 @@ pub fn disconnect_not_recorded(reason: crate::connection::CloseReason) -> bool {
 /// `no_in_flight_check`: whether step 5 ignores twins in flight.
 pub fn no_in_flight_check() -> bool {
     active("no_in_flight_check")
+}
+
+/// `approved_without_request`: whether a conversation's driver executes an approved call run
+/// that no request waits for (SPEC §22.3).
+pub fn approved_without_request() -> bool {
+    active("approved_without_request")
+}
+
+/// `stale_conversation_taint`: whether a call run decides without reading its conversation's
+/// taint (neither when its call is handed out nor in its first transaction, SPEC §22.2).
+pub fn stale_conversation_taint() -> bool {
+    active("stale_conversation_taint")
 }
 
 /// Whether the mutant called `name` is active.

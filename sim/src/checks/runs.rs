@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use airlock_core::events::EventType;
 use airlock_core::ids::{RunId, SessionId};
+use airlock_core::planner::MCP_PLANNER_KIND;
 use airlock_core::run::{Run, RunState};
 use airlock_core::vocab::{FailureReason, RunStatus};
 
@@ -101,8 +102,9 @@ fn views_after(world: &World<'_>, n: usize) -> BTreeMap<RunId, RunView> {
     views
 }
 
-/// §15, §10.4: at most one active run per session after every commit; a submission into a
-/// session is refused `conflict` exactly while another run of it is active; `resume_run`
+/// §15, §10.4: at most one active run per session after every commit, not counting a
+/// conversation's call runs (`planner_kind = mcp`, §22.2), which share its session by design;
+/// a submission into a session is refused `conflict` exactly while another run of it is active; `resume_run`
 /// answers `Ok` exactly for a QUEUED run that is due (no `scheduled_for` later than the call:
 /// one waiting out its §8.2 back-off is refused, as `ControlService::resume_run` says),
 /// `conflict` otherwise.
@@ -111,13 +113,24 @@ fn sessions_and_resumes(
     asserted: &mut BTreeMap<String, u64>,
     failures: &mut Vec<(&'static str, String)>,
 ) {
+    // `planner_kind` never changes, so the final snapshot tells a call run at every commit.
+    let call_run = |id: &RunId| {
+        world
+            .snapshot
+            .runs
+            .get(id)
+            .is_some_and(|r| r.planner_kind == MCP_PLANNER_KIND)
+    };
     let mut views: BTreeMap<RunId, RunView> = BTreeMap::new();
     for commit in world.commits {
         for view in &commit.runs {
             views.insert(view.id, view.clone());
         }
         let mut active: BTreeMap<SessionId, BTreeSet<RunId>> = BTreeMap::new();
-        for view in views.values().filter(|v| !v.status.is_terminal()) {
+        for view in views
+            .values()
+            .filter(|v| !v.status.is_terminal() && !call_run(&v.id))
+        {
             active.entry(view.session_id).or_default().insert(view.id);
         }
         for (session, runs) in active.into_iter().filter(|(_, r)| r.len() > 1) {
