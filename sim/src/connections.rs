@@ -17,8 +17,13 @@
 //! crashes are aimed: the gateway dies right after a service took the effect of its
 //! non-idempotent call, while the invocation is still RUNNING under an unexpired lease.
 //!
+//! Each call is its own run (SPEC §22.2): a client's calls run side by side, and
+//! `sim.search` returns untrusted content, which taints the conversation. A client that
+//! cancels a parked call (a host's timeout) may send the identical call again after a drawn
+//! pause, which binds to the parked run (§22.3).
+//!
 //! After the seed: every S invariant (`testing::invariants::check`), every connection closed,
-//! every run terminal (liveness), and the two rules this world exists for:
+//! every run terminal (liveness), and the rules this world exists for:
 //! - **no call of a disconnected client is sent after the disconnect committed**, checked at
 //!   each commit: no `tool.call.started` of a session commits after the commit that closed its
 //!   connection, and no service sees a request of a session whose connection had closed before
@@ -27,7 +32,13 @@
 //!   effects of identical calls (tenant, tool, effective arguments hash) taken by different
 //!   invocations, the later invocation STARTed only after the earlier one's known outcome
 //!   (SUCCEEDED or FAILED) had committed (§19.7: once the twin has an outcome, an identical
-//!   call is a new call).
+//!   call is a new call);
+//! - **every call proposed after an untrusted result was answered is tainted** (§22.2): an
+//!   invocation of a conversation created after its client was answered untrusted content was
+//!   decided `external_untrusted`;
+//! - **an approved call executes only while a request waits for it** (§22.3): no service gets
+//!   a call whose run has no request attached in its gateway's mailbox. (No call executes
+//!   before its approval, and none twice, are S invariants.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +46,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use airlock_core::action::JsonMap;
+use airlock_core::connection::answer::CallAnswer;
 use airlock_core::connection::live::{
     ClientCall, ConnectionDriver, LiveConnection, LivePlanner, MCP_PLANNER_KIND, RunTemplate,
     Ticket, TicketEnd,
@@ -44,6 +56,7 @@ use airlock_core::env::Env;
 use airlock_core::events::EventType;
 use airlock_core::ids::{RunId, SessionId};
 use airlock_core::mem_store::MemSnapshot;
+use airlock_core::ports::Clock as _;
 use airlock_core::ports::{
     BoxFut, Dispatcher, FaultHook, IdSource, Planner, PlannerError, PlannerFactory, Tool,
     ToolContext, ToolFailure, ToolSpec, ToolSuccess,
@@ -53,6 +66,7 @@ use airlock_core::run::{Limits, Run};
 use airlock_core::scope::{ScopeSet, platform_scopes};
 use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_core::testing::invariants::{Effect, Violation, check};
+use airlock_core::time::Timestamp;
 use airlock_core::tool::registry::ToolRegistry;
 use airlock_core::vocab::{ApprovalResolution, CrashPoint, IdempotencyClass, TrustLevel};
 use airlock_core::worker::{Worker, WorkerSettings};
@@ -69,8 +83,9 @@ const LEASE_MS: u64 = 3_000;
 /// Simulated time for the workload; then a quiet phase until every run is terminal.
 const WORKLOAD: Duration = Duration::from_secs(40);
 const QUIET_BOUND: Duration = Duration::from_secs(600);
-/// The services a client calls: a read that runs at once and writes that wait for approval.
-const TOOLS: [&str; 3] = ["sim.lookup", "sim.post", "sim.email"];
+/// The services a client calls: reads that run at once (`sim.search` returns untrusted
+/// content, which taints the conversation, §22.2) and writes that wait for approval.
+const TOOLS: [&str; 4] = ["sim.lookup", "sim.post", "sim.email", "sim.search"];
 /// The actions of one simulated client, by weight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
@@ -83,8 +98,11 @@ enum Fate {
 struct ClientPlan {
     /// `(at, tool index)` in submission order.
     calls: Vec<(Duration, usize)>,
-    /// Cancels the call with this index once it is parked, if any.
+    /// Cancels the call with this index once it is parked, if any (a host's timeout).
     cancel: Option<usize>,
+    /// After that cancel, the host sends the identical call again after this pause (§22.3:
+    /// it binds to the parked run), if it does.
+    resend_after: Option<Duration>,
     fate: Fate,
     fate_at: Duration,
     /// For a crash: the gateway dies as soon as a service took the effect of one of its
@@ -121,8 +139,10 @@ impl ConnectionPlan {
                     })
                     .collect();
                 let cancel = rng
-                    .chance(0.2)
+                    .chance(0.4)
                     .then(|| rng.below(calls.len() as u64) as usize);
+                let resend_after = (cancel.is_some() && rng.chance(0.7))
+                    .then(|| Duration::from_millis(rng.range(0, 10_000)));
                 let fate = if rng.chance(0.3) {
                     Fate::Crash
                 } else {
@@ -141,6 +161,7 @@ impl ConnectionPlan {
                 });
                 ClientPlan {
                     cancel,
+                    resend_after,
                     fate,
                     fate_at,
                     crash_after_effect,
@@ -166,6 +187,7 @@ impl ConnectionPlan {
             "clients": self.clients.iter().map(|c| json!({
                 "calls": c.calls.iter().map(|(at, tool)| json!([at.as_millis() as u64, TOOLS[*tool]])).collect::<Vec<_>>(),
                 "cancel": c.cancel,
+                "resend_after_ms": c.resend_after.map(|d| d.as_millis() as u64),
                 "fate": format!("{:?}", c.fate),
                 "fate_at_ms": c.fate_at.as_millis() as u64,
                 "crash_after_effect": c.crash_after_effect,
@@ -297,6 +319,13 @@ struct ConnectionWorld {
     tickets: Mutex<BTreeMap<(usize, usize), Ticket>>,
     /// Clients whose gateway a service asked to die right after an effect.
     crash_requests: Mutex<BTreeSet<usize>>,
+    /// Every connection's mailbox by session: a service asks whether a request waits for the
+    /// run it serves (§22.3).
+    lives: Mutex<BTreeMap<SessionId, Arc<LiveConnection>>>,
+    /// When a client was answered untrusted content, by session (§22.2's taint rule).
+    untrusted_answers: Mutex<Vec<(SessionId, Timestamp)>>,
+    /// Calls a service got while no request waited for their run (§22.3).
+    unwaited: Mutex<Vec<String>>,
 }
 
 /// A simulated service: records the request (the effect happens), waits, answers.
@@ -322,6 +351,15 @@ impl Tool for Service {
             let key = ctx.idempotency_key.to_owned();
             let session_closed = self.world.store.closed(ctx.session_id);
             let started = store.started(&key);
+            let waiting = lock(&self.world.lives)
+                .get(&ctx.session_id)
+                .is_none_or(|live| live.waits_for(ctx.run_id));
+            if !waiting {
+                lock(&self.world.unwaited).push(format!(
+                    "service {} got call {} of run {} while no request waited for it",
+                    self.spec.name, ctx.call_id, ctx.run_id
+                ));
+            }
             if session_closed && !started {
                 lock(&self.world.store.violations).push(format!(
                     "§19.4: service {} got call {} of session {} after its connection closed, without a START",
@@ -349,7 +387,7 @@ impl Tool for Service {
             sleep(Duration::from_millis(ms)).await;
             Ok(ToolSuccess {
                 structured: json!({"ok": true}),
-                trust: None,
+                trust: (self.spec.name == "sim.search").then_some(TrustLevel::ExternalUntrusted),
             })
         })
     }
@@ -493,6 +531,7 @@ impl ConnectionWorld {
             Err(error) => panic!("OPEN of a simulated connection failed: {error}"),
         };
         let session = driver.connection().session_id;
+        lock(&self.lives).insert(session, Arc::clone(&live));
         *lock(&placeholder) = Some(Arc::new(OneConnection {
             session,
             live: Arc::clone(&live),
@@ -513,6 +552,23 @@ impl ConnectionWorld {
             }
         });
         (driver, live, session)
+    }
+
+    /// The client's side of an answer: when it is untrusted content, the time the client had
+    /// it (every call of the conversation proposed after that must be tainted, §22.2).
+    fn watch(self: &Arc<Self>, session: SessionId, ticket: &Ticket) {
+        let world = Arc::clone(self);
+        let ticket = ticket.clone();
+        madsim::task::spawn(async move {
+            if let TicketEnd::Answered(CallAnswer::Executed {
+                trust: TrustLevel::ExternalUntrusted,
+                ..
+            }) = ticket.ended().await
+            {
+                let now = world.clock.now();
+                lock(&world.untrusted_answers).push((session, now));
+            }
+        });
     }
 
     /// A gateway process with one client.
@@ -544,9 +600,16 @@ impl ConnectionWorld {
                     arguments: json!({"text": format!("c{index}-{n}")}),
                 },
             );
+            self.watch(session, &ticket);
             if plan.cancel == Some(n) {
                 let cancelling = Arc::clone(&live);
                 let watched = ticket.clone();
+                let world = Arc::clone(&self);
+                let call = ClientCall {
+                    tool: TOOLS[*tool].to_owned(),
+                    arguments: json!({"text": format!("c{index}-{n}")}),
+                };
+                let resend_after = plan.resend_after;
                 madsim::task::spawn(async move {
                     for _ in 0..200 {
                         if matches!(
@@ -554,6 +617,12 @@ impl ConnectionWorld {
                             airlock_core::connection::live::TicketStatus::Parked { .. }
                         ) {
                             cancelling.cancel(n as u64);
+                            // The host sends the same call again (§22.3): it binds.
+                            if let Some(pause) = resend_after {
+                                sleep(pause).await;
+                                let again = cancelling.submit(1_000 + n as u64, call);
+                                world.watch(session, &again);
+                            }
                             return;
                         }
                         sleep(Duration::from_millis(50)).await;
@@ -596,13 +665,14 @@ impl ConnectionWorld {
             .map(|((_, n), _)| *n)
             .collect();
         for n in unanswered {
-            live.submit(
+            let ticket = live.submit(
                 n as u64,
                 ClientCall {
                     tool: TOOLS[plan.calls[n].1].to_owned(),
                     arguments: json!({"text": format!("c{index}-{n}")}),
                 },
             );
+            self.watch(session, &ticket);
         }
         sleep(plan.retry_stays).await;
         let _ = driver.disconnect();
@@ -655,6 +725,35 @@ impl ConnectionWorld {
         let never = || false;
         let _ = worker.run(&SimSpawner, &control, &never).await;
     }
+}
+
+/// §22.2 over the clients' side: a call of a conversation whose first transaction began after
+/// the client had been answered untrusted content (its `created_at` is later) was decided as
+/// tainted (`origin_trust = external_untrusted`; every client of this world is `user`).
+fn tainted_after_untrusted_answers(
+    snapshot: &MemSnapshot,
+    answers: &[(SessionId, Timestamp)],
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    for invocation in snapshot.invocations.values() {
+        let answered_before = answers
+            .iter()
+            .filter(|(session, _)| *session == invocation.session_id)
+            .map(|(_, at)| *at)
+            .min()
+            .is_some_and(|at| at < invocation.created_at);
+        if answered_before && invocation.origin_trust != TrustLevel::ExternalUntrusted {
+            violations.push(format!(
+                "invocation {} ({}) of session {} was proposed {} after an untrusted answer, as {}",
+                invocation.id,
+                invocation.tool_name,
+                invocation.session_id,
+                invocation.created_at,
+                invocation.origin_trust
+            ));
+        }
+    }
+    violations
 }
 
 /// §19.7 over the ground truth: the services' effects in the order they were taken. Two
@@ -802,6 +901,9 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         rng: Mutex::new(SimRng::new(seed, 20)),
         tickets: Mutex::new(BTreeMap::new()),
         crash_requests: Mutex::new(BTreeSet::new()),
+        lives: Mutex::new(BTreeMap::new()),
+        untrusted_answers: Mutex::new(Vec::new()),
+        unwaited: Mutex::new(Vec::new()),
         plan,
     });
     let handle = Handle::current();
@@ -899,6 +1001,18 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
             invariant: "§19.7 no effect of a non-idempotent call happens twice, across runs and connections",
             detail,
         }),
+    );
+    violations.extend(lock(&world.unwaited).drain(..).map(|detail| Violation {
+        invariant: "§22.3 an approved call executes only while a request waits for it",
+        detail,
+    }));
+    violations.extend(
+        tainted_after_untrusted_answers(&snapshot, &lock(&world.untrusted_answers))
+            .into_iter()
+            .map(|detail| Violation {
+                invariant: "§22.2 every call proposed after an untrusted result was answered is tainted",
+                detail,
+            }),
     );
     let log = world.store.inner.log();
     for detail in log.violations.iter().chain(log.refused.iter()) {
