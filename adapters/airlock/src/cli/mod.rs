@@ -2,6 +2,7 @@
 //! module translates between the terminal and core; none makes a policy or run decision.
 
 mod approvals;
+mod conversations;
 mod demo;
 mod id_arg;
 mod invocations;
@@ -167,6 +168,9 @@ pub enum Command {
     /// The UNCERTAIN review queue.
     #[command(subcommand)]
     Invocations(invocations::InvocationsCommand),
+    /// MCP conversations: their calls, their taint, and clearing it.
+    #[command(subcommand)]
+    Conversations(conversations::ConversationsCommand),
     /// Serve the HTTP API and the web console (and a worker, unless --no-worker).
     Serve(serve::ServeArgs),
     /// API tokens for the HTTP API and the console.
@@ -256,6 +260,9 @@ pub fn run() -> ExitCode {
                 max_script_bytes,
             }) => runs::submit(&globals, &script, inline, max_script_bytes).await,
             Command::Runs(command) => runs::runs(&globals, command).await,
+            Command::Conversations(command) => {
+                conversations::conversations(&globals, command).await
+            }
             Command::Worker(args) => worker::run(&globals, args).await,
             Command::Approvals(command) => approvals::run(&globals, command).await,
             Command::Invocations(command) => invocations::run(&globals, command).await,
