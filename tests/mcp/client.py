@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import time
 import subprocess
 import sys
 
@@ -281,6 +282,9 @@ async def scenario(args):
             elif s in ("elicit_accept", "elicit_decline"):
                 observed.update(await parked_call(session, args, "test__append", {"text": args.arg}, lambda _: None))
             elif s == "cancel":
+                # A host that gives up on a parked call (its tool timeout): the request is
+                # cancelled, the approval stays pending (SPEC 22.3), the conversation goes on,
+                # and the identical call sent again binds to the approved run.
                 approvals = []
 
                 async def on_progress(value, total, message):
@@ -301,14 +305,50 @@ async def scenario(args):
                         tg.cancel_scope.cancel()
                 observed["timed_out"] = scope.cancelled_caught
                 observed["approval"] = approvals[0] if approvals else None
-                # The gateway commits the cancel; look at the approval from another process.
-                for _ in range(100):
-                    got = airlock(args, "approvals", "get", observed["approval"])
-                    if got.get("status") != "pending":
-                        break
-                    await anyio.sleep(0.1)
-                observed["approval_after"] = got
+                # Give the gateway time to apply the cancel, then look from another process.
+                await anyio.sleep(1.5)
+                observed["approval_after"] = airlock(args, "approvals", "get", observed["approval"])
                 observed["next"] = await call(session, "test__slow", {"seconds": 0})
+                observed["resolve"] = airlock(args, "approvals", "approve", observed["approval"], "--reason", "after the host gave up")
+                await anyio.sleep(1.0)
+                observed["ledger_before_retry"] = ledger_lines(args)
+                observed["retry"] = await call(session, "test__append", {"text": args.arg}, on_progress)
+            elif s == "no_progress":
+                # A host that sends no progressToken is told at once (SPEC 22.3), then retries.
+                started = time.monotonic()
+                observed["first"] = await call(session, "test__append", {"text": args.arg})
+                observed["first_seconds"] = time.monotonic() - started
+                match = APPROVAL.search(observed["first"].get("text", ""))
+                observed["approval"] = match.group(1) if match else None
+                observed["pending_again"] = await call(session, "test__append", {"text": args.arg})
+                observed["resolve"] = airlock(args, "approvals", "approve", observed["approval"], "--reason", "ok")
+                observed["retry"] = await call(session, "test__append", {"text": args.arg})
+            elif s == "read_while_parked":
+                # An allowed call is answered while another call of the conversation waits for
+                # its approval (SPEC 22.2).
+                started = time.monotonic()
+                observed["unblocked"] = await call(session, "test__slow", {"seconds": 0})
+                observed["unblocked_seconds"] = time.monotonic() - started
+                approvals = []
+
+                async def on_progress(value, total, message):
+                    match = APPROVAL.search(message or "")
+                    if match and not approvals:
+                        approvals.append(match.group(1))
+
+                async with anyio.create_task_group() as tg:
+
+                    async def parked():
+                        observed["write"] = await call(session, "test__append", {"text": args.arg}, on_progress)
+
+                    tg.start_soon(parked)
+                    while not approvals:
+                        await anyio.sleep(0.1)
+                    started = time.monotonic()
+                    observed["read"] = await call(session, "test__slow", {"seconds": 0})
+                    observed["read_seconds"] = time.monotonic() - started
+                    observed["write_pending"] = airlock(args, "approvals", "get", approvals[0]).get("status")
+                    observed["resolve"] = airlock(args, "approvals", "approve", approvals[0], "--reason", "ok")
             elif s == "kill":
                 # The effect happens, then the answer waits; the test kills the gateway.
                 observed["answer"] = await call(session, "test__append", {"text": args.arg, "delay_seconds": 60})

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use airlock_e2e::mcp::{Need, Peers, repo};
 use airlock_e2e::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The peers every scenario here needs (SDK, Node.js, both npm servers).
 fn peers(test: &str) -> Option<Peers> {
@@ -381,26 +381,92 @@ fn elicitation_yes_approves_and_decline_denies() {
     assert!(declining.ledger().is_empty());
 }
 
+/// §22.3: a host that gives up on a parked call (its tool timeout cancels the request) no longer
+/// loses the approval: it stays pending, the conversation goes on, and once a reviewer approves
+/// it the identical call sent again binds to it and returns the result, the effect done once.
 #[test]
-fn a_client_cancel_of_a_parked_call_cancels_its_run_and_the_connection_goes_on() {
-    let Some(peers) = peers("a_client_cancel_of_a_parked_call_cancels_its_run") else {
+fn a_host_timeout_keeps_the_approval_and_the_retried_call_returns_the_approved_result() {
+    let Some(peers) = peers("a_host_timeout_keeps_the_approval") else {
         return;
     };
     let scene = scene_with(&peers, "");
-    let seen = scene.client(&peers, "cancel", "legacy", "cancelled");
+    let seen = scene.client(&peers, "cancel", "legacy", "kept");
     assert_eq!(seen["timed_out"], false);
     assert!(
         seen.get("answer").is_none(),
-        "no answer to a cancelled call"
+        "no answer to a cancelled request"
     );
-    assert_eq!(seen["approval_after"]["status"], "cancelled");
-    let run = seen["approval_after"]["run_id"].as_str().unwrap();
-    assert_eq!(scene.airlock(&["runs", "show", run])["status"], "CANCELLED");
+    assert_eq!(seen["approval_after"]["status"], "pending", "{seen}");
+    assert_eq!(seen["next"]["is_error"], false, "the conversation goes on");
+    assert_eq!(seen["resolve"]["approval"]["status"], "approved", "{seen}");
     assert_eq!(
-        seen["next"]["is_error"], false,
-        "a later call runs in a new run"
+        seen["ledger_before_retry"],
+        json!([]),
+        "approved, but no request waits for it: not sent"
     );
-    assert!(scene.ledger().is_empty());
+    assert_eq!(seen["retry"]["is_error"], false, "{seen}");
+    assert_eq!(scene.ledger(), ["kept"], "the effect done once");
+    let approvals = scene.airlock(&["approvals", "list"]);
+    assert_eq!(
+        approvals["items"],
+        json!([]),
+        "no second approval was asked"
+    );
+}
+
+/// §22.3: a host that sends no `progressToken` is answered at once, naming the approval, its
+/// expiry and how to retry; sent again while pending it is told the same; after approval the
+/// same call returns the result.
+#[test]
+fn a_call_without_a_progress_token_is_answered_at_once_and_its_retry_binds() {
+    let Some(peers) = peers("a_call_without_a_progress_token_is_answered_at_once") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let seen = scene.client(&peers, "no_progress", "legacy", "once");
+    assert_eq!(seen["first"]["is_error"], true, "{seen}");
+    let first = text(&seen["first"]);
+    assert!(first.contains("needs approval"), "{first}");
+    assert!(first.contains("retry the same call"), "{first}");
+    assert!(
+        seen["approval"].is_string(),
+        "the answer names the approval: {first}"
+    );
+    assert!(
+        seen["first_seconds"].as_f64().unwrap() < 10.0,
+        "answered at once, not at a timeout: {seen}"
+    );
+    assert_eq!(
+        seen["approval"].as_str(),
+        approval_named_in(&seen["pending_again"]).as_deref(),
+        "the same approval, not a second one"
+    );
+    assert_eq!(seen["retry"]["is_error"], false, "{seen}");
+    assert_eq!(scene.ledger(), ["once"]);
+}
+
+/// §22.2: an allowed call is answered while another call of the conversation waits.
+#[test]
+fn an_allowed_call_is_answered_while_another_waits_for_approval() {
+    let Some(peers) = peers("an_allowed_call_is_answered_while_another_waits") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let seen = scene.client(&peers, "read_while_parked", "legacy", "parked");
+    assert_eq!(seen["read"]["is_error"], false, "{seen}");
+    assert_eq!(
+        seen["write_pending"], "pending",
+        "answered while the write waited"
+    );
+    assert_eq!(seen["write"]["is_error"], false, "{seen}");
+    assert_eq!(scene.ledger(), ["parked"]);
+}
+
+/// The approval id an `isError` answer names.
+fn approval_named_in(result: &Value) -> Option<String> {
+    let said = result["text"].as_str()?;
+    let at = said.find("approval ")? + "approval ".len();
+    Some(said.get(at..at + 36)?.to_owned())
 }
 
 #[test]
