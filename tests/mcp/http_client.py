@@ -128,6 +128,37 @@ async def scenario(args):
                     observed["timed_out"] = scope.cancelled_caught
                     observed["approval"] = parked[0] if parked else None
                     observed["order"] = order
+                elif args.scenario == "waiting":
+                    # SPEC 22.2, 22.3 over HTTP: a read answered beside a parked call; the
+                    # parked call's request cancelled (a host's timeout) keeps its approval;
+                    # the identical call sent again after approval returns the result; a call
+                    # without a progressToken is answered at once.
+                    parked = []
+
+                    async def on_progress(value, total, message):
+                        match = APPROVAL.search(message or "")
+                        if match and not parked:
+                            parked.append(match.group(1))
+
+                    with anyio.move_on_after(60) as scope:
+                        async with anyio.create_task_group() as tg:
+
+                            async def first():
+                                observed["cancelled_answer"] = await call(
+                                    session, "test__append", {"text": "waited"}, on_progress
+                                )
+
+                            tg.start_soon(first)
+                            while not parked:
+                                await anyio.sleep(0.1)
+                            observed["beside"] = await call(session, "test__slow", {"seconds": 0})
+                            tg.cancel_scope.cancel()
+                    observed["timed_out"] = scope.cancelled_caught
+                    observed["approval"] = parked[0] if parked else None
+                    await anyio.sleep(1.5)
+                    observed["approve_exit"] = await anyio.to_thread.run_sync(approve, args, parked[0])
+                    observed["retry"] = await call(session, "test__append", {"text": "waited"}, on_progress)
+                    observed["no_progress"] = await call(session, "test__append", {"text": "asked"})
                 else:
                     raise SystemExit(f"unknown scenario {args.scenario}")
     return observed

@@ -413,6 +413,35 @@ fn an_allowed_call_passes_over_http_as_the_tokens_principal_and_a_parked_call_ke
     scene.assert_upstreams_ended();
 }
 
+/// SPEC §22.2, §22.3 over Streamable HTTP: a read is answered beside a parked call of the same
+/// session; the parked call's request cancelled (a host's timeout) keeps its approval, and the
+/// identical call sent again after approval returns the result with the effect done once; a
+/// call without a `progressToken` is answered at once, naming its approval.
+#[test]
+fn over_http_a_parked_call_delays_nothing_and_its_approval_outlives_the_request() {
+    let Some(python) = python("over_http_a_parked_call_delays_nothing") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&[]);
+    let token = scene.token("acme", "bob");
+    let seen = scene.client(&gateway, "waiting", Some(&token));
+    assert_eq!(seen["timed_out"], false, "{seen}");
+    assert_eq!(seen["beside"]["is_error"], false, "{seen}");
+    assert!(seen.get("cancelled_answer").is_none(), "{seen}");
+    assert_eq!(seen["approve_exit"], 0, "the approval was still pending: {seen}");
+    assert_eq!(seen["retry"]["text"], "appended", "{seen}");
+    assert_eq!(seen["no_progress"]["is_error"], true, "{seen}");
+    let told = seen["no_progress"]["text"].as_str().unwrap_or_default();
+    assert!(told.contains("needs approval"), "{told}");
+    assert_eq!(
+        std::fs::read_to_string(&scene.ledger).unwrap(),
+        "waited\n",
+        "the approved call once, the unanswered one not at all"
+    );
+    assert_eq!(gateway.stop(), Some(0));
+}
+
 #[test]
 fn requests_without_a_valid_token_of_the_files_tenant_or_from_a_foreign_host_or_origin_are_refused()
 {
