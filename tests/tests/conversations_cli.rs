@@ -172,7 +172,10 @@ impl Served {
         let minted = data.json("bob", &["tokens", "create", "--label", "conversations-e2e"]);
         let token = minted["token"].as_str().expect("the token").to_owned();
         let mut child = data
-            .command("operator", &["serve", "--no-worker", "--listen", "127.0.0.1:0"])
+            .command(
+                "operator",
+                &["serve", "--no-worker", "--listen", "127.0.0.1:0"],
+            )
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -203,7 +206,9 @@ impl Served {
         stream.read_to_string(&mut response).expect("read");
         let (head, body) = response.split_once("\r\n\r\n").expect("a response");
         assert!(
-            !head.to_ascii_lowercase().contains("transfer-encoding: chunked"),
+            !head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked"),
             "{head}"
         );
         let status = head
@@ -337,10 +342,7 @@ fn conversations_are_listed_shown_and_their_taint_cleared_once_with_a_reason() {
     }
 
     // list --output table: a person's view of the same rows.
-    let output = data.run(
-        "operator",
-        &["conversations", "list", "--output", "table"],
-    );
+    let output = data.run("operator", &["conversations", "list", "--output", "table"]);
     assert_eq!(output.status.code(), Some(0));
     let table = String::from_utf8_lossy(&output.stdout).into_owned();
     let header = table.lines().next().unwrap_or_default();
@@ -354,12 +356,18 @@ fn conversations_are_listed_shown_and_their_taint_cleared_once_with_a_reason() {
         "{table}"
     );
     let row = table_row(&table, &short(&quiet.id));
-    assert!(row.contains("carol") && row.trim_end().contains(" no "), "{table}");
+    assert!(
+        row.contains("carol") && row.trim_end().contains(" no "),
+        "{table}"
+    );
     assert!(table_row(&table, &short(&closed.id)).contains("closed"));
     assert!(!table.contains(&short(&theirs.id)), "another tenant's");
 
     // show: the list's record; another tenant's, or none, is not found (exit 1).
-    let shown = data.json("operator", &["conversations", "show", &tainted.id.to_string()]);
+    let shown = data.json(
+        "operator",
+        &["conversations", "show", &tainted.id.to_string()],
+    );
     assert_eq!(&shown, record);
     for id in [
         theirs.id.to_string(),
@@ -393,7 +401,10 @@ fn conversations_are_listed_shown_and_their_taint_cleared_once_with_a_reason() {
     // tainted or closed (1, conflict), for another tenant's (1, not found).
     let id = tainted.id.to_string();
     let output = data
-        .command("operator", &["conversations", "clear-taint", &id, "--reason", "mine"])
+        .command(
+            "operator",
+            &["conversations", "clear-taint", &id, "--reason", "mine"],
+        )
         .args(["--scopes", "run.read,approval.read"])
         .output()
         .expect("airlock runs");
@@ -602,7 +613,10 @@ fn a_real_gateway_conversation_is_listed_tainted_and_a_closed_ones_taint_stays()
         ["external_untrusted", "external_untrusted", "user"],
         "{detail}"
     );
-    assert_eq!(calls[0]["approval_id"], seen["after"]["approval"], "{detail}");
+    assert_eq!(
+        calls[0]["approval_id"], seen["after"]["approval"],
+        "{detail}"
+    );
     assert_eq!(calls[0]["approval_status"], "approved", "{detail}");
     assert_eq!(calls[1]["approval_id"], Value::Null, "the read needed none");
     assert!(calls.iter().all(|c| c["status"] == "SUCCEEDED"), "{detail}");

@@ -429,7 +429,10 @@ fn over_http_a_parked_call_delays_nothing_and_its_approval_outlives_the_request(
     assert_eq!(seen["timed_out"], false, "{seen}");
     assert_eq!(seen["beside"]["is_error"], false, "{seen}");
     assert!(seen.get("cancelled_answer").is_none(), "{seen}");
-    assert_eq!(seen["approve_exit"], 0, "the approval was still pending: {seen}");
+    assert_eq!(
+        seen["approve_exit"], 0,
+        "the approval was still pending: {seen}"
+    );
     assert_eq!(seen["retry"]["text"], "appended", "{seen}");
     assert_eq!(seen["no_progress"]["is_error"], true, "{seen}");
     let told = seen["no_progress"]["text"].as_str().unwrap_or_default();

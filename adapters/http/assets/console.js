@@ -130,7 +130,7 @@
     "tool.call.proposed", "tool.call.authorized", "tool.call.started", "tool.call.completed",
     "tool.call.failed", "tool.call.uncertain", "tool.call.denied", "tool.call.settled",
     "approval.requested", "approval.resolved", "approval.expired", "approval.cancelled",
-    "approval.invalidated"];
+    "approval.invalidated", "conversation.tainted", "conversation.taint_cleared"];
 
   if (window.EventSource) {
     const source = new EventSource("/events?after=" + encodeURIComponent(body.dataset.after || "0"));

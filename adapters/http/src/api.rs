@@ -1,7 +1,7 @@
 //! The `/v1` routes (SPEC §20): each binds one `ControlService` operation, under the caller
 //! the bearer token names, with Appendix A's bodies. Handlers translate and decide nothing.
 
-use airlock_core::ids::{ApprovalId, InvocationId, RunId};
+use airlock_core::ids::{ApprovalId, ConnectionId, InvocationId, RunId};
 use airlock_core::vocab::{ApprovalResolution, ResolveState, SettlementOutcome};
 use axum::Json;
 use axum::extract::{Request, State};
@@ -14,9 +14,10 @@ use crate::AppState;
 use crate::extract::{ApiJson, ApiQuery, Caller, IdPath, RequiredJson, body_text};
 use crate::problem::{Problem, ProblemBody};
 use crate::wire::{
-    ApprovalPage, ApprovalRecord, CancelRecord, EventPage, Health, InvocationRecord, ResolveBody,
-    ResolvedRecord, RunRecord, RunScriptDoc, SettleBody, SettlementOutcomeWire, SettlementRecord,
-    SubmittedRecord, UncertainPage,
+    ApprovalPage, ApprovalRecord, CancelRecord, ClearTaintBody, ConversationCallRecord,
+    ConversationDetail, ConversationPage, ConversationRecord, EventPage, Health, InvocationRecord,
+    ResolveBody, ResolvedRecord, RunRecord, RunScriptDoc, SettleBody, SettlementOutcomeWire,
+    SettlementRecord, SubmittedRecord, UncertainPage,
 };
 
 /// `GET /v1/approvals` query.
@@ -55,6 +56,18 @@ pub struct EventsQuery {
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
+
+/// `GET /v1/conversations` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ConversationsQuery {
+    /// Page size, 1..=100 (default 50).
+    #[param(minimum = 1, maximum = 100)]
+    pub limit: Option<u32>,
+}
+
+/// How many calls a conversation's record carries (newest first).
+pub const CONVERSATION_CALLS_MAX: usize = 100;
 
 fn parse_run(text: Option<&str>) -> Result<Option<RunId>, Problem> {
     text.map(|t| {
@@ -380,6 +393,88 @@ pub async fn cancel_run(
 ) -> Result<Json<CancelRecord>, Problem> {
     let outcome = state.control.cancel_run(&caller.principal, id).await?;
     Ok(Json(CancelRecord::from(&outcome)))
+}
+
+/// The tenant's conversations, newest first (`run.read`, SPEC §22.1).
+#[utoipa::path(get, path = "/v1/conversations", tag = "conversations", params(ConversationsQuery),
+    responses(
+        (status = 200, body = ConversationPage),
+        (status = 400, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub async fn list_conversations(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    ApiQuery(query): ApiQuery<ConversationsQuery>,
+) -> Result<Json<ConversationPage>, Problem> {
+    let items = state
+        .control
+        .list_conversations(&caller.principal, query.limit.map(|l| l as usize))?;
+    Ok(Json(ConversationPage {
+        items: items.iter().map(ConversationRecord::from).collect(),
+    }))
+}
+
+/// One conversation with its newest calls (`run.read`); another tenant's is 404.
+#[utoipa::path(get, path = "/v1/conversations/{id}", tag = "conversations",
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Conversation id")),
+    responses(
+        (status = 200, body = ConversationDetail),
+        (status = 400, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub async fn get_conversation(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    IdPath(id): IdPath<ConnectionId>,
+) -> Result<Json<ConversationDetail>, Problem> {
+    let (conversation, calls) =
+        state
+            .control
+            .conversation_calls(&caller.principal, id, CONVERSATION_CALLS_MAX)?;
+    Ok(Json(ConversationDetail {
+        conversation: ConversationRecord::from(&conversation),
+        calls: calls
+            .items
+            .iter()
+            .map(|c| ConversationCallRecord::new(&c.invocation, c.approval.as_ref()))
+            .collect(),
+        calls_truncated: calls.truncated,
+    }))
+}
+
+/// CLEAR-TAINT (`approval.resolve`, SPEC §22.1): the conversation's later calls are proposed
+/// untainted again; recorded as `conversation.taint_cleared` with the reason. A conversation
+/// that is not tainted, or has closed, is 409.
+#[utoipa::path(post, path = "/v1/conversations/{id}/clear-taint", tag = "conversations",
+    params(("id" = String, Path, format = Uuid, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", description = "Conversation id")),
+    request_body(content = ClearTaintBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The conversation, untainted", body = ConversationRecord),
+        (status = 400, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 404, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "`conflict`: not tainted, or closed", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 413, body = ProblemBody, content_type = "application/problem+json"),
+        (status = 503, body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub async fn clear_conversation_taint(
+    State(state): State<AppState>,
+    Caller(caller): Caller,
+    IdPath(id): IdPath<ConnectionId>,
+    RequiredJson(body): RequiredJson<ClearTaintBody>,
+) -> Result<Json<ConversationRecord>, Problem> {
+    check_length("reason", &body.reason, 1)?;
+    let cleared = state
+        .control
+        .clear_conversation_taint(&caller.principal, id, &body.reason)?;
+    Ok(Json(ConversationRecord::from(&cleared)))
 }
 
 /// This document (needs a token like every `/v1` route).

@@ -112,6 +112,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}", get(api::get_run))
         .route("/v1/runs/{id}/events", get(api::run_events))
         .route("/v1/runs/{id}/cancel", post(api::cancel_run))
+        .route("/v1/conversations", get(api::list_conversations))
+        .route("/v1/conversations/{id}", get(api::get_conversation))
+        .route(
+            "/v1/conversations/{id}/clear-taint",
+            post(api::clear_conversation_taint),
+        )
         .route("/v1/events/stream", get(stream::stream))
         .route("/v1/openapi.json", get(api::openapi));
     api.merge(console::routes())

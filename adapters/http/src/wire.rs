@@ -5,6 +5,7 @@
 
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
+use airlock_core::connection::{Connection, ConnectionState};
 use airlock_core::control::{CancelOutcome, Page, Resolved, Submitted};
 use airlock_core::events::Event;
 use airlock_core::invocation::Invocation;
@@ -659,4 +660,158 @@ pub struct SseMessageDoc {
     pub event: String,
     /// The event envelope (an `EventRecord`) as one line of JSON.
     pub data: String,
+}
+
+/// A conversation (SPEC §22.1): the connection's identity and liveness, its taint (when, and
+/// by which result) and its call count. `airlock conversations list|show|clear-taint` prints
+/// this same record, so the CLI and the API cannot drift apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConversationRecord {
+    #[schema(format = Uuid)]
+    pub id: String,
+    #[schema(format = Uuid)]
+    pub session_id: String,
+    pub tenant_id: String,
+    pub principal_id: String,
+    /// The gateway process that serves (or served) it.
+    pub gateway_id: String,
+    #[schema(example = "open")]
+    pub status: String,
+    #[schema(format = DateTime)]
+    pub opened_at: String,
+    /// The last request that started a call (`opened_at` until then).
+    #[schema(format = DateTime)]
+    pub last_seen_at: String,
+    /// Open only: until when its gateway has promised to be alive.
+    #[schema(format = DateTime)]
+    pub alive_until: Option<String>,
+    #[schema(format = DateTime)]
+    pub closed_at: Option<String>,
+    /// `disconnected` or `expired`.
+    pub close_reason: Option<String>,
+    /// When an untrusted result or read tainted it; null when it is not tainted.
+    #[schema(format = DateTime)]
+    pub tainted_at: Option<String>,
+    /// What tainted it: the tool result (tool, call and run) or the read. Text from the
+    /// upstream server's names: display it as untrusted text.
+    pub tainted_by: Option<String>,
+    /// `tools/call` requests it started as runs.
+    pub call_count: u32,
+}
+
+impl From<&Connection> for ConversationRecord {
+    fn from(c: &Connection) -> Self {
+        let (alive_until, closed_at, close_reason) = match &c.state {
+            ConnectionState::Open { alive_until } => (Some(alive_until.to_string()), None, None),
+            ConnectionState::Closed { closed_at, reason } => (
+                None,
+                Some(closed_at.to_string()),
+                Some(reason.as_str().to_owned()),
+            ),
+        };
+        ConversationRecord {
+            id: c.id.to_string(),
+            session_id: c.session_id.to_string(),
+            tenant_id: c.tenant_id.clone(),
+            principal_id: c.principal_id.clone(),
+            gateway_id: c.gateway_id.clone(),
+            status: c.status().as_str().to_owned(),
+            opened_at: c.opened_at.to_string(),
+            last_seen_at: c.last_seen_at.to_string(),
+            alive_until,
+            closed_at,
+            close_reason,
+            tainted_at: c.taint.as_ref().map(|t| t.at.to_string()),
+            tainted_by: c.taint.as_ref().map(|t| t.by.clone()),
+            call_count: c.call_count,
+        }
+    }
+}
+
+/// The tenant's conversations, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConversationPage {
+    pub items: Vec<ConversationRecord>,
+}
+
+/// One call of a conversation: an invocation of its session (SPEC §22.2: each `tools/call`
+/// is its own run of one call). Arguments and results are left out; the run's events have
+/// them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConversationCallRecord {
+    #[schema(format = Uuid)]
+    pub invocation_id: String,
+    #[schema(format = Uuid)]
+    pub run_id: String,
+    pub step_number: u32,
+    pub call_id: String,
+    pub tool_name: String,
+    pub tool_version: String,
+    #[schema(example = "SUCCEEDED")]
+    pub status: String,
+    pub side_effect: String,
+    pub risk: String,
+    /// `external_untrusted` for a call proposed while the conversation was tainted.
+    pub origin_trust: String,
+    pub reason_code: Option<String>,
+    /// The approval it asked for, if it needed one.
+    #[schema(format = Uuid)]
+    pub approval_id: Option<String>,
+    /// That approval's status (`pending`, `approved`, `denied`, `expired`, `cancelled`).
+    pub approval_status: Option<String>,
+    /// The watermark: when the effect was sent.
+    #[schema(format = DateTime)]
+    pub effect_sent_at: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+}
+
+impl ConversationCallRecord {
+    /// The record of invocation `i` and the approval it asked for.
+    pub fn new(i: &Invocation, approval: Option<&Approval>) -> Self {
+        ConversationCallRecord {
+            invocation_id: i.id.to_string(),
+            run_id: i.run_id.to_string(),
+            step_number: i.step_number,
+            call_id: i.call_id.clone(),
+            tool_name: i.tool_name.clone(),
+            tool_version: i.tool_version.clone(),
+            status: i.status.as_str().to_owned(),
+            side_effect: i.side_effect.as_str().to_owned(),
+            risk: i.risk.as_str().to_owned(),
+            origin_trust: i.origin_trust.as_str().to_owned(),
+            reason_code: i.reason_code.clone(),
+            approval_id: approval
+                .map(|a| a.id)
+                .or(i.suspended_approval)
+                .map(|a| a.to_string()),
+            approval_status: approval.map(|a| a.status.as_str().to_owned()),
+            effect_sent_at: time(i.effect_sent_at),
+            created_at: i.created_at.to_string(),
+            updated_at: i.updated_at.to_string(),
+        }
+    }
+}
+
+/// `GET /v1/conversations/{id}`: the conversation's record and its newest calls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ConversationDetail {
+    #[serde(flatten)]
+    pub conversation: ConversationRecord,
+    /// Newest first (`created_at`, then id), at most 100.
+    pub calls: Vec<ConversationCallRecord>,
+    /// Whether older calls exist that `calls` leaves out.
+    pub calls_truncated: bool,
+}
+
+/// `POST /v1/conversations/{id}/clear-taint`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearTaintBody {
+    /// Why the content that tainted it is trusted now; recorded with the clear. 1 to 4096
+    /// characters, not only spaces.
+    #[schema(min_length = 1, max_length = 4096)]
+    pub reason: String,
 }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use airlock_core::access::{AuthError, Authenticated};
 use airlock_core::approval::Approval;
+use airlock_core::connection::Connection;
 use airlock_core::control::{CancelOutcome, Page, Resolved, ServiceError, Submitted};
 use airlock_core::events::Event;
-use airlock_core::ids::{ApiTokenId, ApprovalId, InvocationId, RunId};
+use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::ports::BoxFut;
 use airlock_core::principal::Principal;
@@ -37,6 +38,9 @@ fn routes() -> Vec<(Method, String)> {
         (Method::GET, format!("/v1/runs/{id}")),
         (Method::GET, format!("/v1/runs/{id}/events")),
         (Method::POST, format!("/v1/runs/{id}/cancel")),
+        (Method::GET, "/v1/conversations".into()),
+        (Method::GET, format!("/v1/conversations/{id}")),
+        (Method::POST, format!("/v1/conversations/{id}/clear-taint")),
         (Method::GET, "/v1/events/stream".into()),
         (Method::GET, "/v1/openapi.json".into()),
     ]
@@ -785,6 +789,39 @@ impl Control for StoreDown {
         down()
     }
     fn last_event_id(&self, _: &Principal) -> Result<Option<i64>, ServiceError> {
+        down()
+    }
+    fn list_conversations(
+        &self,
+        _: &Principal,
+        _: Option<usize>,
+    ) -> Result<Vec<Connection>, ServiceError> {
+        down()
+    }
+    fn get_conversation(&self, _: &Principal, _: ConnectionId) -> Result<Connection, ServiceError> {
+        down()
+    }
+    fn conversation_calls(
+        &self,
+        _: &Principal,
+        _: ConnectionId,
+        _: usize,
+    ) -> Result<(Connection, airlock_http::service::Calls), ServiceError> {
+        down()
+    }
+    fn clear_conversation_taint(
+        &self,
+        _: &Principal,
+        _: ConnectionId,
+        _: &str,
+    ) -> Result<Connection, ServiceError> {
+        down()
+    }
+    fn conversations_of_sessions(
+        &self,
+        _: &Principal,
+        _: &[SessionId],
+    ) -> Result<std::collections::BTreeMap<SessionId, ConnectionId>, ServiceError> {
         down()
     }
     fn check_store(&self) -> Result<(), ServiceError> {

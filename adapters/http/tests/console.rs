@@ -549,3 +549,263 @@ async fn invisible_and_direction_changing_characters_in_arguments_are_marked() {
         assert!(html.contains(r"\u200b</span>"), "{path}");
     }
 }
+
+/// SPEC §22.1 in the console: a conversation's page shows its status, principal, calls and its
+/// taint (when, and by what: attacker-influenced text, so escaped and with hidden characters
+/// marked), and while it is tainted and open, a clear-taint form with the same origin and
+/// form-token checks as every other form; clearing records `conversation.taint_cleared`.
+#[tokio::test]
+async fn a_conversation_page_shows_its_taint_and_calls_and_clears_the_taint() {
+    use common::CallEnd;
+    let world = World::new();
+    let mut c = world.open_conversation(1, "acme", "alice");
+    world.add_call(&mut c, "test__note", CallEnd::Done);
+    let by = format!(
+        "<script>alert(1)</script>\u{202e}txt.exe (call call-1 of run {})",
+        c.runs[0]
+    );
+    world.taint(&c, &by);
+    world.add_call(&mut c, "test__append", CallEnd::Done);
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let path = format!("/conversations/{}", c.id);
+
+    let shown = page(&world, &path, &browser.cookie).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.text);
+    let html = &shown.text;
+    for needed in [
+        "Conversation ",
+        ">open<",
+        "status-tainted",
+        "Tainted since ",
+        "alice",
+        "2 call(s) started",
+        "test__note",
+        "test__append",
+        &format!("/runs/{}", c.runs[0]),
+        &format!("/runs/{}", c.runs[1]),
+        &format!("action=\"/conversations/{}/clear-taint\"", c.id),
+        &format!("name=\"csrf\" value=\"{}\"", browser.csrf),
+        "name=\"reason\"",
+        // The taint's text, escaped, with the direction override shown as its escape.
+        "&lt;script&gt;alert(1)&lt;/script&gt;",
+        r#"<span class="hidden-char" title="an invisible or direction-changing character (U+202E) in this text">\u202e</span>txt.exe"#,
+    ] {
+        assert!(html.contains(needed), "missing {needed}: {html}");
+    }
+    assert!(!html.contains('\u{202e}'), "raw U+202E");
+    assert_eq!(
+        html.matches("<script").count(),
+        1,
+        "only the console's own script"
+    );
+    // The live fragment renders the same way.
+    let fragment = page(&world, &format!("/fragments{path}"), &browser.cookie).await;
+    assert_eq!(fragment.status, StatusCode::OK);
+    assert!(fragment.text.contains("&lt;script&gt;"));
+    assert!(!fragment.text.contains("<script"));
+
+    // A cross-site POST, or one without the form token, changes nothing.
+    let action = format!("{path}/clear-taint");
+    let body = format!("csrf={}&reason=the+note+is+ours", browser.csrf);
+    for (body, headers) in [
+        (body.as_str(), vec![("origin", "http://evil.example")]),
+        (body.as_str(), vec![("sec-fetch-site", "cross-site")]),
+        ("reason=the+note+is+ours", vec![ORIGIN]),
+        ("csrf=0000&reason=x", vec![ORIGIN]),
+    ] {
+        let refused = form(&world, &action, &browser, body, &headers).await;
+        assert_eq!(refused.status, StatusCode::FORBIDDEN, "{body} {headers:?}");
+    }
+    // Without a reason: back to the page with the notice, still tainted.
+    let empty = form(
+        &world,
+        &action,
+        &browser,
+        &format!("csrf={}&reason=+++", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&empty), format!("{path}?notice=invalid_argument"));
+    assert!(
+        world
+            .events_of_type("acme", "conversation.taint_cleared")
+            .is_empty(),
+        "nothing was cleared"
+    );
+
+    let cleared = form(&world, &action, &browser, &body, &[ORIGIN]).await;
+    assert_eq!(cleared.status, StatusCode::SEE_OTHER, "{}", cleared.text);
+    assert_eq!(location(&cleared), format!("{path}?notice=taint_cleared"));
+    let events = world.events_of_type("acme", "conversation.taint_cleared");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].actor.actor_id.as_deref(), Some("bob"));
+    assert_eq!(events[0].payload["reason"], "the note is ours");
+    assert_eq!(events[0].payload["tainted_by"], by.as_str());
+    let after = page(&world, &location(&cleared), &browser.cookie).await;
+    assert!(after.text.contains("Taint cleared."), "{}", after.text);
+    assert!(after.text.contains("Not tainted"));
+    assert!(
+        !after.text.contains("/clear-taint\""),
+        "no form once untainted"
+    );
+
+    // Again (someone cleared it first): said plainly, nothing recorded twice.
+    let again = form(&world, &action, &browser, &body, &[ORIGIN]).await;
+    assert_eq!(location(&again), format!("{path}?notice=not_clearable"));
+    let shown = page(&world, &location(&again), &browser.cookie).await;
+    assert!(
+        shown
+            .text
+            .contains("not tainted any more, or it has closed")
+    );
+    assert_eq!(
+        world
+            .events_of_type("acme", "conversation.taint_cleared")
+            .len(),
+        1
+    );
+}
+
+/// A reviewer without `approval.resolve` sees the page but cannot clear; a closed
+/// conversation keeps its taint and shows no form; another tenant's is not found.
+#[tokio::test]
+async fn a_conversation_page_refuses_what_core_refuses() {
+    let world = World::new();
+    let tainted = world.conversation(1, "acme", "alice", 1, Some("test__note (z)"));
+    let closed = world.conversation(2, "acme", "alice", 1, Some("test__note (w)"));
+    world.close_conversation(closed.id);
+
+    let reader = world.token("acme", "erin", Some(&["run.read", "approval.read"]));
+    let browser = sign_in(&world, &reader).await;
+    let path = format!("/conversations/{}", tainted.id);
+    let reply = form(
+        &world,
+        &format!("{path}/clear-taint"),
+        &browser,
+        &format!("csrf={}&reason=mine+to+clear", browser.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&reply), format!("{path}?notice=forbidden"));
+    let still = page(&world, &path, &browser.cookie).await;
+    assert!(still.text.contains("status-tainted"), "{}", still.text);
+
+    let bob = sign_in(&world, &world.token("acme", "bob", None)).await;
+    let ended = page(
+        &world,
+        &format!("/conversations/{}", closed.id),
+        &bob.cookie,
+    )
+    .await;
+    assert_eq!(ended.status, StatusCode::OK);
+    assert!(ended.text.contains(">closed<"));
+    assert!(ended.text.contains("disconnected"));
+    assert!(ended.text.contains("its taint stays as the record"));
+    assert!(
+        !ended.text.contains("/clear-taint\""),
+        "no form on a closed one"
+    );
+    let refused = form(
+        &world,
+        &format!("/conversations/{}/clear-taint", closed.id),
+        &bob,
+        &format!("csrf={}&reason=x", bob.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(
+        location(&refused),
+        format!("/conversations/{}?notice=not_clearable", closed.id)
+    );
+
+    let mallory = sign_in(&world, &world.token("globex", "mallory", None)).await;
+    let theirs = page(&world, &path, &mallory.cookie).await;
+    assert_eq!(theirs.status, StatusCode::NOT_FOUND);
+    assert!(!theirs.text.contains("test__note"));
+    let post = form(
+        &world,
+        &format!("{path}/clear-taint"),
+        &mallory,
+        &format!("csrf={}&reason=x", mallory.csrf),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(post.status, StatusCode::NOT_FOUND);
+    let list = page(&world, "/conversations", &mallory.cookie).await;
+    assert!(list.text.contains("No conversations yet."));
+    assert!(!list.text.contains(&tainted.id.to_string()[..8]));
+    assert_eq!(
+        page(&world, "/conversations/not-an-id", &bob.cookie)
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// An approval asked for by a conversation's call links to that conversation, on the queue's
+/// card and on the run page; a scripted run's approval has no conversation and no link. The
+/// list page shows the tenant's conversations with their taint.
+#[tokio::test]
+async fn approvals_link_to_their_conversation_and_the_list_shows_every_conversation() {
+    use common::CallEnd;
+    let world = World::new();
+    let (scripted_run, scripted) = world.parked_run("acme", "alice", "scripted").await;
+    let mut c = world.open_conversation(1, "acme", "alice");
+    world.add_call(&mut c, "test__note", CallEnd::Done);
+    world.taint(&c, "test__note (call call-1 of run r)");
+    world.add_call(&mut c, "test__append", CallEnd::Parked);
+    let quiet = world.conversation(2, "acme", "carol", 0, None);
+    let approval = c.approval.expect("parked");
+    let browser = sign_in(&world, &world.token("acme", "bob", None)).await;
+    let link = format!("href=\"/conversations/{}\"", c.id);
+
+    let home = page(&world, "/", &browser.cookie).await;
+    let card = |html: &str, id: &str| {
+        html.split(&format!("id=\"approval-{id}\""))
+            .nth(1)
+            .and_then(|rest| rest.split("</article>").next())
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no card for {id}: {html}"))
+    };
+    assert!(
+        card(&home.text, &approval.to_string()).contains(&link),
+        "{}",
+        home.text
+    );
+    assert!(
+        !card(&home.text, &scripted.to_string()).contains("/conversations/"),
+        "a scripted run's approval has no conversation"
+    );
+    let run_page = page(&world, &format!("/runs/{}", c.runs[1]), &browser.cookie).await;
+    assert_eq!(run_page.status, StatusCode::OK, "{}", run_page.text);
+    assert!(run_page.text.contains(&link), "{}", run_page.text);
+    let scripted_page = page(&world, &format!("/runs/{scripted_run}"), &browser.cookie).await;
+    assert!(!scripted_page.text.contains("/conversations/0"));
+
+    let list = page(&world, "/conversations", &browser.cookie).await;
+    assert_eq!(list.status, StatusCode::OK);
+    assert!(list.text.contains(&link));
+    assert!(
+        list.text
+            .contains(&format!("href=\"/conversations/{}\"", quiet.id))
+    );
+    assert_eq!(
+        list.text.matches("class=\"taintmark\"").count(),
+        1,
+        "{}",
+        list.text
+    );
+    let fragment = page(&world, "/fragments/conversations", &browser.cookie).await;
+    assert!(fragment.text.contains(&link));
+    // And the conversation's page names the approval its waiting call asked for.
+    let shown = page(&world, &format!("/conversations/{}", c.id), &browser.cookie).await;
+    assert!(
+        shown.text.contains(&format!(
+            "<code>{}</code> pending",
+            &approval.to_string()[..8]
+        )),
+        "{}",
+        shown.text
+    );
+}

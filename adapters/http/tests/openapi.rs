@@ -42,6 +42,9 @@ fn the_document_is_openapi_3_1_and_covers_every_route_of_section_20() {
         ("/v1/runs/{id}", "get"),
         ("/v1/runs/{id}/events", "get"),
         ("/v1/runs/{id}/cancel", "post"),
+        ("/v1/conversations", "get"),
+        ("/v1/conversations/{id}", "get"),
+        ("/v1/conversations/{id}/clear-taint", "post"),
         ("/v1/events/stream", "get"),
         ("/v1/openapi.json", "get"),
     ] {
@@ -50,7 +53,11 @@ fn the_document_is_openapi_3_1_and_covers_every_route_of_section_20() {
             "{method} {path} is not documented"
         );
     }
-    assert_eq!(paths.len(), 13, "every documented path is a route of §20");
+    assert_eq!(
+        paths.len(),
+        16,
+        "every documented path is a route of §20 (and §22.1's conversations)"
+    );
     assert_eq!(
         document["paths"]["/healthz"]["get"]["security"],
         serde_json::json!([{}]),

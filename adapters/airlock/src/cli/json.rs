@@ -31,31 +31,11 @@ pub fn run_summary(run: &RunSummary) -> Value {
 }
 
 /// A conversation (SPEC §22.1): its connection's identity and liveness, its taint and its
-/// call count.
+/// call count. The record is the HTTP API's (`airlock_http::wire::ConversationRecord`), so
+/// `conversations show` prints what `GET /v1/conversations/{id}` answers, less its calls.
 pub fn conversation(c: &airlock_core::connection::Connection) -> Value {
-    use airlock_core::connection::ConnectionState;
-    let (alive_until, closed_at, close_reason) = match &c.state {
-        ConnectionState::Open { alive_until } => (Some(alive_until.to_string()), None, None),
-        ConnectionState::Closed { closed_at, reason } => {
-            (None, Some(closed_at.to_string()), Some(reason.as_str()))
-        }
-    };
-    json!({
-        "id": c.id.to_string(),
-        "session_id": c.session_id.to_string(),
-        "tenant_id": c.tenant_id,
-        "principal_id": c.principal_id,
-        "gateway_id": c.gateway_id,
-        "status": c.status().as_str(),
-        "opened_at": c.opened_at.to_string(),
-        "last_seen_at": c.last_seen_at.to_string(),
-        "alive_until": alive_until,
-        "closed_at": closed_at,
-        "close_reason": close_reason,
-        "tainted_at": c.taint.as_ref().map(|t| t.at.to_string()),
-        "tainted_by": c.taint.as_ref().map(|t| t.by.clone()),
-        "call_count": c.call_count,
-    })
+    // Strings, numbers and nulls only: serializing it cannot fail.
+    serde_json::to_value(airlock_http::wire::ConversationRecord::from(c)).unwrap_or(Value::Null)
 }
 
 pub fn run(run: &Run) -> Value {

@@ -1,5 +1,6 @@
-//! The web console (SPEC §20): server-rendered pages for the approval queue, the review queue
-//! and a run's timeline, updated live from the event stream. Every asset is compiled into the
+//! The web console (SPEC §20): server-rendered pages for the approval queue, the review queue,
+//! a run's timeline and the MCP conversations (SPEC §22.1: their calls, their taint and the
+//! form that clears it), updated live from the event stream. Every asset is compiled into the
 //! binary (the machines are offline). Forms POST and redirect back (Post/Redirect/Get), so the
 //! console works without its script; the script only adds live refresh, countdowns and
 //! keyboard shortcuts.
@@ -15,7 +16,7 @@ pub mod visible;
 
 use airlock_core::access::Authenticated;
 use airlock_core::control::ServiceError;
-use airlock_core::ids::{ApprovalId, InvocationId, RunId};
+use airlock_core::ids::{ApprovalId, ConnectionId, InvocationId, RunId};
 use airlock_core::vocab::{ApprovalResolution, ResolveState, SettlementOutcome};
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -37,11 +38,20 @@ const QUEUE_SIZE: usize = airlock_core::control::APPROVAL_PAGE_MAX;
 /// How many events a run page shows.
 const TIMELINE_SIZE: usize = 1000;
 
+/// How many conversations the list shows (the service's largest page).
+const CONVERSATIONS_SIZE: usize = airlock_core::control::APPROVAL_PAGE_MAX;
+
+/// The longest clear-taint reason, in characters (as the API's).
+const MAX_REASON_CHARS: usize = 4096;
+
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(approvals_page))
         .route("/review", get(review_page))
         .route("/runs/{id}", get(run_page))
+        .route("/conversations", get(conversations_page))
+        .route("/conversations/{id}", get(conversation_page))
+        .route("/conversations/{id}/clear-taint", post(clear_taint))
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
         .route("/approvals/{id}/approve", post(approve))
@@ -50,6 +60,8 @@ pub fn routes() -> Router<AppState> {
         .route("/fragments/approvals", get(approvals_fragment))
         .route("/fragments/review", get(review_fragment))
         .route("/fragments/runs/{id}", get(run_fragment))
+        .route("/fragments/conversations", get(conversations_fragment))
+        .route("/fragments/conversations/{id}", get(conversation_fragment))
         .route("/fragments/counts", get(counts))
         .route("/events", get(events))
         .route("/assets/{name}", get(assets::serve))
@@ -235,9 +247,11 @@ fn approvals_markup(
         .list_pending(principal, None, Some(QUEUE_SIZE), None)?;
     let ids: Vec<ApprovalId> = page.items.iter().map(|a| a.id).collect();
     let explanations = state.control.approval_explanations(principal, &ids)?;
+    let conversations = conversations_of(state, principal, &page.items);
     Ok(views::approvals_fragment(
         &page.items,
         &explanations,
+        &conversations,
         frame,
         page.next_cursor.is_some(),
         "queue",
@@ -286,6 +300,20 @@ async fn review_fragment(
     Ok(html(views::review_fragment(&items, &frame)))
 }
 
+/// The conversation of each approval's session, for the link on its card. A link is an aid,
+/// not the page: when it cannot be looked up the cards are shown without it.
+fn conversations_of(
+    state: &AppState,
+    principal: &airlock_core::principal::Principal,
+    approvals: &[airlock_core::approval::Approval],
+) -> std::collections::BTreeMap<airlock_core::ids::SessionId, ConnectionId> {
+    let sessions: Vec<_> = approvals.iter().map(|a| a.session_id).collect();
+    state
+        .control
+        .conversations_of_sessions(principal, &sessions)
+        .unwrap_or_default()
+}
+
 fn parse_id<T: std::str::FromStr>(text: &str) -> Result<T, Refusal> {
     text.parse().map_err(|_| Refusal::NotFound)
 }
@@ -311,10 +339,16 @@ fn run_markup(
         .control
         .approval_explanations(principal, &ids)
         .unwrap_or_default();
+    let conversation = state
+        .control
+        .conversations_of_sessions(principal, &[run.session_id])
+        .ok()
+        .and_then(|found| found.get(&run.session_id).copied());
     Ok(views::run_fragment(
         &run,
         &pending,
         &explanations,
+        conversation,
         &events.items,
         events.next_cursor.is_some(),
         frame,
@@ -348,6 +382,94 @@ async fn run_fragment(
     let version = state.control.policy_version();
     let frame = frame(&state, &viewer, &csrf, &version, None)?;
     Ok(html(run_markup(&state, &viewer, &frame, id)?))
+}
+
+fn conversations_markup(state: &AppState, viewer: &Viewer) -> Result<Markup, Refusal> {
+    let items = state
+        .control
+        .list_conversations(&viewer.caller.principal, Some(CONVERSATIONS_SIZE))?;
+    let more = items.len() == CONVERSATIONS_SIZE;
+    Ok(views::conversations_fragment(&items, more))
+}
+
+async fn conversations_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<NoticeQuery>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer(&state, &headers)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let notice = query.notice.as_deref().and_then(Notice::from_query);
+    let frame = frame(&state, &viewer, &csrf, &version, notice)?;
+    let content = conversations_markup(&state, &viewer)?;
+    Ok(html(views::page(
+        "Conversations",
+        Page::Conversations,
+        &frame,
+        content,
+    )))
+}
+
+async fn conversations_fragment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    let viewer = viewer_or_401(&state, &headers)?;
+    Ok(html(conversations_markup(&state, &viewer)?))
+}
+
+fn conversation_markup(
+    state: &AppState,
+    viewer: &Viewer,
+    frame: &Frame<'_>,
+    id: ConnectionId,
+) -> Result<Markup, Refusal> {
+    let (conversation, calls) = state.control.conversation_calls(
+        &viewer.caller.principal,
+        id,
+        crate::api::CONVERSATION_CALLS_MAX,
+    )?;
+    Ok(views::conversation_fragment(
+        &conversation,
+        &calls.items,
+        calls.truncated,
+        frame,
+    ))
+}
+
+async fn conversation_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<NoticeQuery>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer(&state, &headers)?;
+    let id: ConnectionId = parse_id(&id)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let notice = query.notice.as_deref().and_then(Notice::from_query);
+    let frame = frame(&state, &viewer, &csrf, &version, notice)?;
+    let content = conversation_markup(&state, &viewer, &frame, id)?;
+    Ok(html(views::page(
+        "Conversation",
+        Page::Conversation,
+        &frame,
+        content,
+    )))
+}
+
+async fn conversation_fragment(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer_or_401(&state, &headers)?;
+    let id: ConnectionId = parse_id(&id)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let frame = frame(&state, &viewer, &csrf, &version, None)?;
+    Ok(html(conversation_markup(&state, &viewer, &frame, id)?))
 }
 
 /// The navigation's counts, for the live refresh.
@@ -558,4 +680,44 @@ async fn settle(
         Err(error) => Notice::Error(error.code()),
     };
     Ok(with_notice("/review", notice).into_response())
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ClearTaintForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// CLEAR-TAINT from the conversation page: the same checks as every form (origin, session,
+/// form token), then one `ControlService` call as the session's principal, which decides
+/// (scope `approval.resolve`, a reason, tainted and open). Back to the conversation page with
+/// the answer.
+async fn clear_taint(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    form: Result<Form<ClearTaintForm>, FormRejection>,
+) -> Result<Response, Refusal> {
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let viewer = form_viewer(&state, &headers, &form.csrf)?;
+    let id: ConnectionId = parse_id(&id)?;
+    let back = format!("/conversations/{id}");
+    let reason = form.reason.trim();
+    if reason.chars().count() > MAX_REASON_CHARS {
+        return Ok(with_notice(&back, Notice::Error("invalid_argument")).into_response());
+    }
+    let notice = match state
+        .control
+        .clear_conversation_taint(&viewer.caller.principal, id, reason)
+    {
+        Ok(_) => Notice::TaintCleared,
+        // Another tenant's, or none: the same 404 page as every other id.
+        Err(ServiceError::NotFound) => return Err(Refusal::NotFound),
+        // Not tainted (someone cleared it first) or closed: said plainly, not as "conflict".
+        Err(ServiceError::Conflict(_)) => Notice::Error("not_clearable"),
+        Err(error) => Notice::Error(error.code()),
+    };
+    Ok(with_notice(&back, notice).into_response())
 }

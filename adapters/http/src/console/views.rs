@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 
 use airlock_core::approval::Approval;
 use airlock_core::approval::redact::redact;
+use airlock_core::connection::{Connection, ConnectionState};
 use airlock_core::events::Event;
-use airlock_core::ids::ApprovalId;
+use airlock_core::ids::{ApprovalId, ConnectionId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::principal::Principal;
 use airlock_core::run::{Run, RunState};
@@ -24,6 +25,8 @@ pub enum Page {
     Approvals,
     Review,
     Run,
+    Conversations,
+    Conversation,
 }
 
 /// What every signed-in page shows around its content.
@@ -46,6 +49,7 @@ pub enum Notice {
     Denied,
     AlreadyResolved,
     Settled,
+    TaintCleared,
     Error(&'static str),
 }
 
@@ -57,6 +61,7 @@ impl Notice {
             Notice::Denied => "denied",
             Notice::AlreadyResolved => "already_resolved",
             Notice::Settled => "settled",
+            Notice::TaintCleared => "taint_cleared",
             Notice::Error(code) => code,
         }
     }
@@ -68,6 +73,8 @@ impl Notice {
             "denied" => Notice::Denied,
             "already_resolved" => Notice::AlreadyResolved,
             "settled" => Notice::Settled,
+            "taint_cleared" => Notice::TaintCleared,
+            "not_clearable" => Notice::Error("not_clearable"),
             "self_approval" => Notice::Error("self_approval"),
             "forbidden" => Notice::Error("forbidden"),
             "not_found" => Notice::Error("not_found"),
@@ -89,6 +96,14 @@ impl Notice {
             Notice::Settled => (
                 "ok",
                 "Settlement recorded. The call stays UNCERTAIN, with your finding.",
+            ),
+            Notice::TaintCleared => (
+                "ok",
+                "Taint cleared. The conversation's next calls are proposed untainted again.",
+            ),
+            Notice::Error("not_clearable") => (
+                "error",
+                "That conversation is not tainted any more, or it has closed; nothing changed.",
             ),
             Notice::Error("self_approval") => (
                 "error",
@@ -179,6 +194,8 @@ pub fn page(title: &str, current: Page, frame: &Frame<'_>, content: Markup) -> M
         Page::Approvals => "approvals",
         Page::Review => "review",
         Page::Run => "run",
+        Page::Conversations => "conversations",
+        Page::Conversation => "conversation",
     };
     html! {
         (DOCTYPE)
@@ -204,6 +221,11 @@ pub fn page(title: &str, current: Page, frame: &Frame<'_>, content: Markup) -> M
                             title="Review queue (g r)" {
                             "Review "
                             span.count #count-review data-zero=(frame.uncertain == 0) { (frame.uncertain) }
+                        }
+                        a href="/conversations"
+                            class=[matches!(current, Page::Conversations | Page::Conversation).then_some("active")]
+                            title="MCP conversations: their calls and taint" {
+                            "Conversations"
                         }
                     }
                     div.who {
@@ -240,6 +262,7 @@ pub fn page(title: &str, current: Page, frame: &Frame<'_>, content: Markup) -> M
 pub fn approvals_fragment(
     approvals: &[Approval],
     explanations: &BTreeMap<ApprovalId, String>,
+    conversations: &BTreeMap<SessionId, ConnectionId>,
     frame: &Frame<'_>,
     more: bool,
     from: &str,
@@ -253,7 +276,13 @@ pub fn approvals_fragment(
                 }
             }
             @for approval in approvals {
-                (approval_card(approval, explanations.get(&approval.id), frame, from))
+                (approval_card(
+                    approval,
+                    explanations.get(&approval.id),
+                    conversations.get(&approval.session_id).copied(),
+                    frame,
+                    from,
+                ))
             }
             @if more {
                 p.more { "Showing the newest " (approvals.len()) "; resolve these to see older ones." }
@@ -262,9 +291,13 @@ pub fn approvals_fragment(
     }
 }
 
+/// One approval with its answer form. `conversation` is the MCP conversation whose call asked
+/// for it (SPEC §22.1), when its session belongs to one: the reviewer can see what else that
+/// conversation did and whether an untrusted result tainted it.
 fn approval_card(
     a: &Approval,
     explanation: Option<&String>,
+    conversation: Option<ConnectionId>,
     frame: &Frame<'_>,
     from: &str,
 ) -> Markup {
@@ -305,6 +338,15 @@ fn approval_card(
                     a href=(format!("/runs/{}", a.run_id)) { code { (short(a.run_id)) } }
                     " · principal " strong { (a.principal_id) }
                     @if let Some(requested) = a.requested_at { " · requested " (time_tag(requested)) }
+                }
+                @if let Some(conversation) = conversation {
+                    dt { "Conversation" }
+                    dd {
+                        a.conversation href=(format!("/conversations/{conversation}")) {
+                            code { (short(conversation)) }
+                        }
+                        " · its calls and taint"
+                    }
                 }
                 dt { "Scopes" }
                 dd { @for scope in &a.required_scopes { code { (scope) } " " } }
@@ -414,6 +456,7 @@ pub fn run_fragment(
     run: &Run,
     pending: &[Approval],
     explanations: &BTreeMap<ApprovalId, String>,
+    conversation: Option<ConnectionId>,
     events: &[Event],
     truncated: bool,
     frame: &Frame<'_>,
@@ -431,6 +474,10 @@ pub fn run_fragment(
                 dt { "Progress" } dd { (run.step_count) " step(s), " (run.tool_call_count) " tool call(s); limits "
                     (run.limits.max_steps) " steps, " (run.limits.max_tool_calls) " calls" }
                 dt { "Created" } dd { (time_tag(run.created_at)) " · updated " (time_tag(run.updated_at)) }
+                @if let Some(conversation) = conversation {
+                    dt { "Conversation" }
+                    dd { a.conversation href=(format!("/conversations/{conversation}")) { code { (short(conversation)) } } }
+                }
                 @if let Some(deadline) = run.deadline_at { dt { "Deadline" } dd { (time_tag(deadline)) } }
                 @match &run.state {
                     RunState::Completed { final_message } => { dt { "Final message" } dd { q { (visible(final_message)) } } }
@@ -442,7 +489,9 @@ pub fn run_fragment(
             }
             @if !pending.is_empty() {
                 h2 { "Waiting for you" }
-                @for approval in pending { (approval_card(approval, explanations.get(&approval.id), frame, &from)) }
+                @for approval in pending {
+                    (approval_card(approval, explanations.get(&approval.id), conversation, frame, &from))
+                }
             }
             h2 { "Timeline" }
             @if truncated { p.more { "Showing the first " (events.len()) " events." } }
@@ -463,6 +512,166 @@ pub fn run_fragment(
                     }
                 }
             }
+        }
+    }
+}
+
+/// `open` or `closed`, as the status badge shows it.
+fn conversation_status(c: &Connection) -> &'static str {
+    c.status().as_str()
+}
+
+/// The conversations list's live part: the tenant's newest conversations.
+pub fn conversations_fragment(conversations: &[Connection], more: bool) -> Markup {
+    html! {
+        section #conversations data-fragment="/fragments/conversations" data-count=(conversations.len()) {
+            h1 { "Conversations" }
+            @if conversations.is_empty() {
+                div.empty {
+                    p.big { "No conversations yet." }
+                    p { "Each MCP client connection to " code { "airlock mcp serve" } " is a conversation: its calls, and its taint once an untrusted result reached it." }
+                }
+            } @else {
+                table.list {
+                    thead {
+                        tr {
+                            th { "Conversation" } th { "Status" } th { "Principal" } th { "Calls" }
+                            th { "Tainted" } th { "Opened" } th { "Last call" }
+                        }
+                    }
+                    tbody {
+                        @for c in conversations {
+                            tr.tainted[c.taint.is_some()] {
+                                td { a href=(format!("/conversations/{}", c.id)) { code { (short(c.id)) } } }
+                                td { span.status.(format!("status-{}", conversation_status(c))) { (conversation_status(c)) } }
+                                td { (visible(&c.principal_id)) }
+                                td.num { (c.call_count) }
+                                td {
+                                    @if let Some(taint) = &c.taint { span.taintmark { "tainted" } " " (time_tag(taint.at)) }
+                                    @else { "no" }
+                                }
+                                td { (time_tag(c.opened_at)) }
+                                td { (time_tag(c.last_seen_at)) }
+                            }
+                        }
+                    }
+                }
+            }
+            @if more { p.more { "Showing the newest " (conversations.len()) "." } }
+        }
+    }
+}
+
+/// The run a taint's `by` names, if it names one: a tool result's taint reads
+/// `{tool} (call {call_id} of run {run_id})`. Only a link is derived from it; the text itself
+/// is always shown as untrusted text.
+fn tainting_run(by: &str) -> Option<RunId> {
+    let (_, rest) = by.rsplit_once(" of run ")?;
+    rest.strip_suffix(')')?.parse().ok()
+}
+
+/// A conversation page's live part: the conversation, its taint with the clear-taint form
+/// (while it is tainted and open), and its newest calls.
+pub fn conversation_fragment(
+    c: &Connection,
+    calls: &[crate::service::Call],
+    truncated: bool,
+    frame: &Frame<'_>,
+) -> Markup {
+    let status = conversation_status(c);
+    html! {
+        section #conversation data-fragment=(format!("/fragments/conversations/{}", c.id)) data-conversation=(c.id) {
+            div.runhead {
+                h1 { "Conversation " code { (c.id) } }
+                span.status.(format!("status-{status}")) { (status) }
+                @if c.taint.is_some() { span.status.status-tainted { "tainted" } }
+            }
+            dl.facts.wide {
+                dt { "Principal" } dd { strong { (visible(&c.principal_id)) } " @ " (visible(&c.tenant_id)) }
+                dt { "Calls" } dd { (c.call_count) " call(s) started" }
+                dt { "Opened" } dd { (time_tag(c.opened_at)) " · last call " (time_tag(c.last_seen_at)) }
+                @match &c.state {
+                    ConnectionState::Open { alive_until } => {
+                        dt { "Alive until" } dd { (time_tag(*alive_until)) " (renewed by its gateway)" }
+                    }
+                    ConnectionState::Closed { closed_at, reason } => {
+                        dt { "Closed" } dd { (time_tag(*closed_at)) " · " code { (reason.as_str()) } }
+                    }
+                }
+                dt { "Gateway" } dd { code { (visible(&c.gateway_id)) } }
+                dt { "Session" } dd { code { (c.session_id) } }
+            }
+            @if let Some(taint) = &c.taint {
+                article.card.taint tabindex="0" id=(format!("taint-{}", c.id)) {
+                    header {
+                        span.risk.risk-high { "tainted" }
+                        h2 { "Tainted since " (time_tag(taint.at)) }
+                    }
+                    dl.facts {
+                        dt { "By" }
+                        dd {
+                            q.tainted-by { (visible(&taint.by)) }
+                            @if let Some(run) = tainting_run(&taint.by) {
+                                " · " a href=(format!("/runs/{run}")) { "run " code { (short(run)) } }
+                            }
+                        }
+                    }
+                    p.explain {
+                        "An untrusted result reached this conversation's client. Every call proposed since then is decided as "
+                        code { "external_untrusted" } ": its effects wait for approval."
+                    }
+                    @if c.is_open() {
+                        form.clear-taint method="post" action=(format!("/conversations/{}/clear-taint", c.id)) {
+                            input type="hidden" name="csrf" value=(frame.csrf);
+                            label {
+                                span { "Reason" }
+                                input type="text" name="reason" required maxlength="4096" autocomplete="off"
+                                    placeholder="why the content that tainted it is trusted now (recorded)";
+                            }
+                            button.clear type="submit" { "Clear taint" }
+                        }
+                    } @else {
+                        p.settled { "This conversation has closed: it proposes no more calls, and its taint stays as the record of what happened." }
+                    }
+                }
+            } @else {
+                p.untainted { "Not tainted: its calls are decided with the gateway's own trust." }
+            }
+            h2 { "Calls" }
+            @if calls.is_empty() {
+                p.more { "No calls yet." }
+            } @else {
+                table.list.calls {
+                    thead {
+                        tr {
+                            th { "Proposed" } th { "Tool" } th { "Status" } th { "Trust" } th { "Approval" } th { "Run" } th { "Invocation" }
+                        }
+                    }
+                    tbody {
+                        @for call in calls {
+                            @let i = &call.invocation;
+                            tr id=(format!("call-{}", i.id)) {
+                                td { (time_tag(i.created_at)) }
+                                td { code { (visible(&i.tool_name)) } }
+                                td {
+                                    span.status.(format!("status-{}", i.status.as_str().to_ascii_lowercase())) { (i.status.as_str()) }
+                                    @if let Some(code) = &i.reason_code { " " code { (visible(code)) } }
+                                }
+                                td.trust.(i.origin_trust.as_str()) { (i.origin_trust.as_str()) }
+                                td {
+                                    @if let Some(a) = &call.approval {
+                                        code { (short(a.id)) } " " (a.status.as_str())
+                                        @if let Some(by) = &a.resolved_by { " by " (visible(by)) }
+                                    } @else { "—" }
+                                }
+                                td { a href=(format!("/runs/{}", i.run_id)) { code { (short(i.run_id)) } } }
+                                td { code { (short(i.id)) } }
+                            }
+                        }
+                    }
+                }
+            }
+            @if truncated { p.more { "Showing the newest " (calls.len()) " calls." } }
         }
     }
 }
@@ -580,7 +789,7 @@ mod tests {
                 uncertain: 0,
                 notice: None,
             };
-            approval_card(&approval, None, &frame, "home").into_string()
+            approval_card(&approval, None, None, &frame, "home").into_string()
         };
         let same = card(&approval.policy_version);
         assert!(!same.contains("policy-changed"), "{same}");

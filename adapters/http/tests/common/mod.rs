@@ -344,3 +344,210 @@ impl World {
         invocation.id
     }
 }
+
+/// A conversation seeded by [`World::open_conversation`].
+pub struct Seeded {
+    pub id: airlock_core::ids::ConnectionId,
+    pub session: airlock_core::ids::SessionId,
+    pub tenant: String,
+    pub principal: String,
+    /// Keeps the ids of this conversation's rows apart from every other's.
+    base: u128,
+    /// The call runs, oldest first.
+    pub runs: Vec<RunId>,
+    /// The calls' invocations, oldest first.
+    pub invocations: Vec<airlock_core::ids::InvocationId>,
+    /// The approval of the call [`World::add_call`] parked, if it parked one.
+    pub approval: Option<ApprovalId>,
+}
+
+/// How a seeded call ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEnd {
+    /// SUCCEEDED.
+    Done,
+    /// It waits for an approval (pending, announced).
+    Parked,
+}
+
+impl World {
+    /// OPEN of an MCP conversation of `tenant`/`principal`, written with core's own
+    /// transaction as a gateway writes it (SPEC §19.4, §22.1). `n` keeps ids apart between the
+    /// conversations of one world.
+    pub fn open_conversation(&self, n: u128, tenant: &str, principal: &str) -> Seeded {
+        use airlock_core::connection::{self, Connection, ConnectionState};
+        use airlock_core::ids::{ConnectionId, SessionId};
+        use airlock_core::session::Session;
+        let base = 0xc0_0000 + n * 10_000;
+        let now = self.clock.now();
+        let session = SessionId(uuid::Uuid::from_u128(base));
+        let conversation = Connection {
+            id: ConnectionId(uuid::Uuid::from_u128(base + 1)),
+            tenant_id: tenant.to_owned(),
+            principal_id: principal.to_owned(),
+            session_id: session,
+            gateway_id: "gw-test".to_owned(),
+            state: ConnectionState::Open {
+                alive_until: now.saturating_add_seconds(86_400),
+            },
+            opened_at: now,
+            taint: None,
+            call_count: 0,
+            last_seen_at: now,
+        };
+        airlock_core::testing::fixtures::commit(&*self.store, "open the conversation", |tx| {
+            tx.insert_session(&Session {
+                id: session,
+                tenant_id: tenant.to_owned(),
+                principal_id: principal.to_owned(),
+                next_event_sequence: 1,
+                created_at: now,
+            })?;
+            connection::open_in_tx(tx, &conversation, now)
+        });
+        Seeded {
+            id: conversation.id,
+            session,
+            tenant: tenant.to_owned(),
+            principal: principal.to_owned(),
+            base,
+            runs: Vec::new(),
+            invocations: Vec::new(),
+            approval: None,
+        }
+    }
+
+    /// One second later, one `tools/call` of the conversation as the gateway starts it (SPEC
+    /// §22.2): ADMIT (which counts it and sets `last_seen_at`) and its `mcp` run of one call
+    /// `tool`, in one transaction; the call SUCCEEDED or waits for an approval.
+    pub fn add_call(&self, c: &mut Seeded, tool: &str, end: CallEnd) {
+        use airlock_core::connection::{self, CallAdmission};
+        use airlock_core::run::{Limits, RunState};
+        use airlock_core::testing::fixtures::{
+            commit, sample_approval, sample_invocation, sample_run,
+        };
+        use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
+        self.clock.advance_seconds(1);
+        let now = self.clock.now();
+        let n = c.base + 100 + c.runs.len() as u128;
+        let parked = end == CallEnd::Parked;
+        let mut run = sample_run(
+            n,
+            c.session,
+            if parked {
+                RunStatus::WaitingForApproval
+            } else {
+                RunStatus::Completed
+            },
+        );
+        run.tenant_id = c.tenant.clone();
+        run.principal_id = c.principal.clone();
+        run.planner_kind = connection::live::MCP_PLANNER_KIND.to_owned();
+        run.created_at = now;
+        run.updated_at = now;
+        if !parked {
+            run.state = RunState::Completed {
+                final_message: "answered".to_owned(),
+            };
+        }
+        let status = if parked {
+            InvocationStatus::WaitingForApproval
+        } else {
+            InvocationStatus::Succeeded
+        };
+        let mut call = sample_invocation(n, &run, 1, "call-1", status);
+        call.tool_name = tool.to_owned();
+        call.created_at = now;
+        call.updated_at = now;
+        let approval = parked.then(|| {
+            let mut approval = sample_approval(n, &call, ApprovalStatus::Pending);
+            approval.principal_id = c.principal.clone();
+            approval.created_at = now;
+            approval.requested_at = Some(now);
+            approval.expires_at = now.saturating_add_seconds(3600);
+            approval
+        });
+        let limits = Limits {
+            max_tool_calls: 10_000,
+            ..Limits::default()
+        };
+        commit(&*self.store, "one call of the conversation", |tx| {
+            let admission = connection::admit_call_in_tx(tx, c.id, &limits, now)?;
+            assert!(
+                matches!(admission, CallAdmission::Admitted { .. }),
+                "{admission:?}"
+            );
+            tx.insert_run(&run)?;
+            tx.insert_invocation(&call)?;
+            if let Some(approval) = &approval {
+                tx.insert_approval(approval)?;
+            }
+            Ok(())
+        });
+        c.runs.push(run.id);
+        c.invocations.push(call.id);
+        if let Some(approval) = approval {
+            c.approval = Some(approval.id);
+        }
+    }
+
+    /// One second later, TAINT by `by` as the transaction recording an untrusted result does
+    /// (SPEC §22.2): the row and `conversation.tainted`.
+    pub fn taint(&self, c: &Seeded, by: &str) {
+        self.clock.advance_seconds(1);
+        let now = self.clock.now();
+        let run = c.runs.last().copied();
+        airlock_core::testing::fixtures::commit(&*self.store, "taint the conversation", |tx| {
+            airlock_core::connection::taint_in_tx(tx, c.session, run, by, now)
+        });
+    }
+
+    /// An open conversation with `calls` successful calls `test__tool_{k}`, tainted by
+    /// `taint_by` when given.
+    pub fn conversation(
+        &self,
+        n: u128,
+        tenant: &str,
+        principal: &str,
+        calls: usize,
+        taint_by: Option<&str>,
+    ) -> Seeded {
+        let mut c = self.open_conversation(n, tenant, principal);
+        for k in 0..calls {
+            self.add_call(&mut c, &format!("test__tool_{k}"), CallEnd::Done);
+        }
+        if let Some(by) = taint_by {
+            self.taint(&c, by);
+        }
+        c
+    }
+
+    /// Closes a conversation as its gateway does when the client goes.
+    pub fn close_conversation(&self, id: airlock_core::ids::ConnectionId) {
+        let now = self.clock.now();
+        airlock_core::testing::fixtures::commit(&*self.store, "close the conversation", |tx| {
+            airlock_core::connection::close_in_tx(
+                tx,
+                id,
+                airlock_core::connection::CloseReason::Disconnected,
+                now,
+            )
+            .map(drop)
+        });
+    }
+
+    /// The tenant's events of `event_type`, read from the store.
+    pub fn events_of_type(
+        &self,
+        tenant: &str,
+        event_type: &str,
+    ) -> Vec<airlock_core::events::Event> {
+        self.control
+            .env()
+            .read(|tx| tx.events_of_tenant(tenant, None, 10_000))
+            .expect("read events")
+            .into_iter()
+            .filter(|e| e.event_type.as_str() == event_type)
+            .collect()
+    }
+}
