@@ -70,6 +70,7 @@ fn template() -> RunTemplate {
             max_tool_calls: 1000,
             deadline_seconds: None,
         },
+        conversation_calls: None,
     }
 }
 
@@ -250,8 +251,17 @@ async fn a_cancelled_parked_call_keeps_its_approval_and_the_identical_call_binds
         .expect("the approval is still pending");
     settle_for(5).await;
     assert_eq!(h.ledger.count("test.send"), 0, "no request waits for it");
-    // The host retries the same call: it binds to the approved run, no second approval.
+    // The host retries the same call: it binds to the approved run, no second approval. Its
+    // ticket is never `Parked` (a host without a progressToken would be told "needs approval"
+    // and detached while the approved call runs).
     let retry = g.live.submit(8, call("test.send", "hello"));
+    while retry.end().is_none() {
+        assert!(
+            !matches!(retry.status(), TicketStatus::Parked { .. }),
+            "an approved call's request is not parked"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
     assert!(matches!(
         answer(&retry).await,
         TicketEnd::Answered(CallAnswer::Executed { .. })
@@ -262,6 +272,42 @@ async fn a_cancelled_parked_call_keeps_its_approval_and_the_identical_call_binds
     let other = g.live.submit(9, call("test.send", "other"));
     parked(&other).await;
     assert_eq!(session_runs(&h, &g).len(), 2);
+}
+
+/// §22.3, found in review: a retry bound to an approved call is never told that its call waits
+/// for approval while that call runs (a host without a progressToken would be answered "needs
+/// approval" and detached, and the result lost).
+#[tokio::test(start_paused = true)]
+async fn a_retry_bound_to_an_approved_call_is_never_told_it_waits_while_it_runs() {
+    let (h, gate) = gated_write_harness_as(airlock_core::vocab::SideEffectClass::ExternalWrite);
+    let g = gateway(&h, "gateway-a");
+    let write = || ClientCall {
+        tool: "test.gated_write".into(),
+        arguments: json!({"path": "notes/a.txt", "text": "x"}),
+    };
+    let first = g.live.submit(1, write());
+    let approval = parked(&first).await;
+    g.live.cancel(1);
+    assert_eq!(answer(&first).await, TicketEnd::Dropped);
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .unwrap();
+    settle_for(2).await;
+    let retry = g.live.submit(2, write());
+    gate.entered.notified().await;
+    settle_for(1).await;
+    assert!(
+        !matches!(retry.status(), TicketStatus::Parked { .. }),
+        "the approved call runs; its request is not parked: {:?}",
+        retry.status()
+    );
+    gate.release.notify_one();
+    assert!(matches!(
+        answer(&retry).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(h.ledger.count("test.gated_write"), 1);
 }
 
 /// §22.3: an approved call that no request claims before its approval's expiry is cancelled,
@@ -296,7 +342,7 @@ async fn an_approved_call_no_request_claims_is_cancelled_at_its_expiry() {
 async fn the_conversations_limits_count_calls_across_its_runs() {
     let h = Harness::new();
     let mut limited = template();
-    limited.limits.max_tool_calls = 2;
+    limited.conversation_calls = Some(2);
     let g = gateway_with(&h, "gateway-a", limited);
     for key in 1..=2 {
         let ticket = g.live.submit(key, call("test.echo", "x"));
@@ -454,6 +500,12 @@ async fn an_ordinary_worker_never_claims_a_live_connections_run() {
 /// A harness whose `test.gated_write` (non-idempotent, allowed by the shipped profile) takes its
 /// effect, then waits at `gate` until released: a call in flight for as long as a test needs.
 fn gated_write_harness() -> (Harness, Gate) {
+    gated_write_harness_as(airlock_core::vocab::SideEffectClass::WorkspaceWrite)
+}
+
+/// [`gated_write_harness`] with the write of class `side_effect` (`external_write`: it waits
+/// for approval).
+fn gated_write_harness_as(side_effect: airlock_core::vocab::SideEffectClass) -> (Harness, Gate) {
     let gate = Gate {
         entered: Arc::new(tokio::sync::Notify::new()),
         release: Arc::new(tokio::sync::Notify::new()),
@@ -467,7 +519,7 @@ fn gated_write_harness() -> (Harness, Gate) {
         move |tools| {
             let mut spec = test_spec(
                 "test.gated_write",
-                airlock_core::vocab::SideEffectClass::WorkspaceWrite,
+                side_effect,
                 airlock_core::vocab::IdempotencyClass::NonIdempotent,
                 false,
             );

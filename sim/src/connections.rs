@@ -519,6 +519,7 @@ impl ConnectionWorld {
                 max_tool_calls: 1000,
                 deadline_seconds: None,
             },
+            conversation_calls: None,
         };
         let driver = match ConnectionDriver::open(
             Arc::clone(&worker),

@@ -89,6 +89,19 @@ def airlock(args, *command):
         return {"stdout": out.stdout, "stderr": out.stderr, "code": out.returncode}
 
 
+def approval_watcher():
+    """A progress callback that keeps the first approval id a progress message names, and the
+    list it keeps it in."""
+    seen = []
+
+    async def on_progress(value, total, message):
+        match = APPROVAL.search(message or "")
+        if match and not seen:
+            seen.append(match.group(1))
+
+    return seen, on_progress
+
+
 def result_json(result):
     if isinstance(result, types.CallToolResult):
         return {
@@ -285,12 +298,7 @@ async def scenario(args):
                 # A host that gives up on a parked call (its tool timeout): the request is
                 # cancelled, the approval stays pending (SPEC 22.3), the conversation goes on,
                 # and the identical call sent again binds to the approved run.
-                approvals = []
-
-                async def on_progress(value, total, message):
-                    match = APPROVAL.search(message or "")
-                    if match and not approvals:
-                        approvals.append(match.group(1))
+                approvals, on_progress = approval_watcher()
 
                 with anyio.move_on_after(60) as scope:
                     async with anyio.create_task_group() as tg:
@@ -329,12 +337,7 @@ async def scenario(args):
                 started = time.monotonic()
                 observed["unblocked"] = await call(session, "test__slow", {"seconds": 0})
                 observed["unblocked_seconds"] = time.monotonic() - started
-                approvals = []
-
-                async def on_progress(value, total, message):
-                    match = APPROVAL.search(message or "")
-                    if match and not approvals:
-                        approvals.append(match.group(1))
+                approvals, on_progress = approval_watcher()
 
                 async with anyio.create_task_group() as tg:
 

@@ -43,6 +43,19 @@ def parse_args():
     return p.parse_args()
 
 
+def approval_watcher():
+    """A progress callback that keeps the first approval id a progress message names, and the
+    list it keeps it in."""
+    seen = []
+
+    async def on_progress(value, total, message):
+        match = APPROVAL.search(message or "")
+        if match and not seen:
+            seen.append(match.group(1))
+
+    return seen, on_progress
+
+
 def result_json(result):
     if isinstance(result, types.CallToolResult):
         return {
@@ -99,13 +112,8 @@ async def scenario(args):
                             await anyio.sleep(0.1)
                     observed["notifications"] = sorted(set(heard))
                 elif args.scenario == "concurrent":
-                    parked = []
+                    parked, on_progress = approval_watcher()
                     order = []
-
-                    async def on_progress(value, total, message):
-                        match = APPROVAL.search(message or "")
-                        if match and not parked:
-                            parked.append(match.group(1))
 
                     with anyio.move_on_after(60) as scope:
                         async with anyio.create_task_group() as tg:
@@ -133,12 +141,7 @@ async def scenario(args):
                     # parked call's request cancelled (a host's timeout) keeps its approval;
                     # the identical call sent again after approval returns the result; a call
                     # without a progressToken is answered at once.
-                    parked = []
-
-                    async def on_progress(value, total, message):
-                        match = APPROVAL.search(message or "")
-                        if match and not parked:
-                            parked.append(match.group(1))
+                    parked, on_progress = approval_watcher()
 
                     with anyio.move_on_after(60) as scope:
                         async with anyio.create_task_group() as tg:

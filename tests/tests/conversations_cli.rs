@@ -13,7 +13,7 @@ use std::process::Output;
 
 use airlock_core::connection::{self, CallAdmission, CloseReason, Connection, ConnectionState};
 use airlock_core::ids::{ConnectionId, RunId, SessionId};
-use airlock_core::run::{Limits, RunState};
+use airlock_core::run::RunState;
 use airlock_core::session::Session;
 use airlock_core::store::Store;
 use airlock_core::testing::fixtures::{commit, sample_invocation, sample_run};
@@ -91,8 +91,7 @@ fn seed(store: &SqliteStore, at: Timestamp, s: &Seed<'_>) -> Seeded {
         call.created_at = now;
         call.updated_at = now;
         commit(store, "a call", |tx| {
-            let limits = Limits::default();
-            let admitted = connection::admit_call_in_tx(tx, conversation.id, &limits, now)?;
+            let admitted = connection::admit_call_in_tx(tx, conversation.id, None, None, now)?;
             assert!(
                 matches!(admitted, CallAdmission::Admitted { .. }),
                 "{admitted:?}"

@@ -3,8 +3,9 @@
 //!
 //! Choices the spec leaves open: a tool's own `timeout_seconds` (1..=3600, default: the server's,
 //! else 60) and `max_output_bytes` (1..=8 MiB, default: the server's, else 1 MiB); `[limits]`
-//! also takes `max_steps`; a run of the gateway defaults to 1000 steps and 1000 calls (a run is
-//! one connection's stretch of work, so §8.4's script defaults would split it needlessly);
+//! also takes `max_steps`; `max_tool_calls` and `deadline_seconds` count per conversation
+//! (§22.1: each call is its own run), and a file that sets no `max_tool_calls` puts no cap on a
+//! conversation;
 //! `origin_trust` is `user` or `external_untrusted`; `output_trust` is `external_untrusted` or
 //! `internal_tool`.
 //!
@@ -122,6 +123,9 @@ pub struct GatewayConfig {
     pub origin_trust: TrustLevel,
     pub approve_via_elicitation: bool,
     pub limits: Limits,
+    /// `[limits] max_tool_calls` as the file gives it: per conversation (SPEC §22.1); `None`
+    /// when the file sets none (no cap on a long session).
+    pub conversation_calls: Option<u32>,
     pub servers: BTreeMap<String, ServerConfig>,
 }
 
@@ -358,6 +362,7 @@ impl GatewayConfig {
             max_tool_calls: 1000,
             deadline_seconds: None,
         };
+        let mut conversation_calls = None;
         if let Some(value) = root.get("limits") {
             let at = "limits";
             let t = table(value, at)?;
@@ -367,6 +372,7 @@ impl GatewayConfig {
             }
             if let Some(n) = integer_in(t, "max_tool_calls", at, 1..=10_000)? {
                 limits.max_tool_calls = n as u32;
+                conversation_calls = Some(n as u32);
             }
             limits.deadline_seconds =
                 integer_in(t, "deadline_seconds", at, 1..=604_800)?.map(|n| n as u32);
@@ -401,6 +407,7 @@ impl GatewayConfig {
             origin_trust,
             approve_via_elicitation,
             limits,
+            conversation_calls,
             servers,
         })
     }
@@ -571,6 +578,7 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
         assert_eq!(config.tenant_id, "acme");
         assert_eq!(config.origin_trust, TrustLevel::User);
         assert_eq!(config.limits.max_tool_calls, 500);
+        assert_eq!(config.conversation_calls, Some(500), "per conversation");
         assert_eq!(config.limits.deadline_seconds, Some(86400));
         let files = &config.servers["files"];
         assert_eq!(files.timeout_seconds, 60);
@@ -669,6 +677,17 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
         assert_eq!(err.path, "servers");
         let err = GatewayConfig::parse("not toml [").unwrap_err();
         assert_eq!(err.path, "(file)");
+    }
+
+    #[test]
+    fn a_file_without_a_call_limit_puts_no_cap_on_a_conversation() {
+        let start = EXAMPLE.find("[limits]").expect("the example has [limits]");
+        let end = EXAMPLE[start..]
+            .find("\n\n")
+            .map_or(EXAMPLE.len(), |n| start + n);
+        let without = format!("{}{}", &EXAMPLE[..start], &EXAMPLE[end..]);
+        let config = GatewayConfig::parse(&without).expect("loads");
+        assert_eq!(config.conversation_calls, None);
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub fn run_template(config: &GatewayConfig) -> RunTemplate {
         principal_scopes: config.scopes.clone(),
         origin_trust: config.origin_trust,
         limits: config.limits,
+        conversation_calls: config.conversation_calls,
     }
 }
 

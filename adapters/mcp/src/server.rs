@@ -644,9 +644,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                         continue;
                     };
                     let asks = can_elicit && self.elicitation.is_some();
-                    if progress_token.is_none() && !asks {
-                        // §22.3: answered at once; the approval stays pending for a retry.
-                        self.live.detach(key);
+                    // §22.3: answered at once; the approval stays pending for a retry. Only
+                    // if the request was still waiting (it may have just been answered).
+                    if progress_token.is_none() && !asks && self.live.detach(key) {
                         let result: CallToolResult = serde_json::from_value(completed(render::approval_needed_result(approval_id, expires_at)))
                             .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
                         return Ok(CallToolResponse::from(result));

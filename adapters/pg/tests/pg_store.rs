@@ -686,17 +686,19 @@ fn two_admissions_of_one_conversation_count_one_after_the_other() {
     commit(&store, "connection", |tx| {
         tx.insert_connection(&conversation)
     });
-    let limits = airlock_core::run::Limits {
-        max_tool_calls: 1,
-        ..airlock_core::run::Limits::default()
-    };
+    let limits = Some(1);
     let (admitted, first_admitted) = mpsc::channel();
     let (first, second) = std::thread::scope(|scope| {
-        let (store, limits) = (&store, &limits);
+        let store = &store;
         let first = scope.spawn(move || {
             store.transact(|tx| {
-                let admission =
-                    airlock_core::connection::admit_call_in_tx(tx, conversation.id, limits, at(1))?;
+                let admission = airlock_core::connection::admit_call_in_tx(
+                    tx,
+                    conversation.id,
+                    limits,
+                    None,
+                    at(1),
+                )?;
                 let _ = admitted.send(());
                 std::thread::sleep(Duration::from_millis(400));
                 Ok(admission)
@@ -706,7 +708,7 @@ fn two_admissions_of_one_conversation_count_one_after_the_other() {
             .recv_timeout(Duration::from_secs(10))
             .expect("the first admission holds the connection");
         let second = store.transact(|tx| {
-            airlock_core::connection::admit_call_in_tx(tx, conversation.id, limits, at(2))
+            airlock_core::connection::admit_call_in_tx(tx, conversation.id, limits, None, at(2))
         });
         (first.join().expect("thread"), second)
     });

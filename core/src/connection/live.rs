@@ -36,7 +36,7 @@ use std::task::{Context, Poll, Waker};
 use serde_json::{Value, json};
 
 use futures_util::StreamExt;
-use futures_util::future::{Either, select};
+use futures_util::future::select;
 use futures_util::stream::FuturesUnordered;
 
 use super::answer::{CallAnswer, CallState, call_state};
@@ -432,10 +432,12 @@ impl LiveConnection {
         MailboxWait { live: self, ready }
     }
 
-    /// Answers the handed requests of `run` that the store has answered, and notes parked ones.
-    /// With `ended`, the run is terminal: requests it never recorded go back to the queue's
-    /// front (a later run takes them), except after a cancellation, when they are dropped.
-    fn settle<S: Store>(&self, store: &S, run: RunId, ended: Option<RunStatus>) {
+    /// Answers the handed requests of `run` that the store has answered, and notes parked ones
+    /// (only while their approval is pending: an approved call is on its way, and its request
+    /// must not be answered "needs approval"). With `ended`, the run is terminal: a request it
+    /// never recorded is answered that nothing ran, and none is left waiting. `false` when the
+    /// store could not be read (nothing changed; read again).
+    fn settle<S: Store>(&self, store: &S, run: RunId, ended: Option<RunStatus>) -> bool {
         let handed: Vec<(RequestKey, u32, String)> = self.with(|m| {
             m.handed
                 .iter()
@@ -444,7 +446,7 @@ impl LiveConnection {
                 .collect()
         });
         if handed.is_empty() {
-            return;
+            return true;
         }
         let states = store.read(|tx| {
             handed
@@ -453,7 +455,7 @@ impl LiveConnection {
                 .collect::<Result<Vec<_>, TxError>>()
         });
         // A failed read changes nothing: the next settle reads again.
-        let Ok(states) = states else { return };
+        let Ok(states) = states else { return false };
         let mut finished: Vec<(Ticket, TicketEnd)> = Vec::new();
         self.with(|m| {
             for (key, state) in states {
@@ -473,7 +475,14 @@ impl LiveConnection {
                         };
                         finished.push((handed.entry.ticket, end));
                     }
-                    CallState::Parked { approval } => {
+                    CallState::Parked { .. } | CallState::InFlight if ended.is_some() => {
+                        // A terminal run leaves no request waiting (its call was closed with
+                        // the run; the next look would find its answer, but none comes).
+                        let handed = m.handed.remove(position);
+                        m.cancelled.retain(|k| *k != key);
+                        finished.push((handed.entry.ticket, TicketEnd::Dropped));
+                    }
+                    CallState::Parked { approval } if approval.status == ApprovalStatus::Pending => {
                         m.handed[position]
                             .entry
                             .ticket
@@ -483,7 +492,12 @@ impl LiveConnection {
                                 expires_at: approval.expires_at,
                             });
                     }
-                    CallState::InFlight => {}
+                    CallState::Parked { .. } | CallState::InFlight => {
+                        m.handed[position]
+                            .entry
+                            .ticket
+                            .set_status(TicketStatus::Proposed { run, step: 1 });
+                    }
                     CallState::Unrecorded => {
                         if let Some(status) = ended {
                             // The run ended before it recorded the call (its deadline, say):
@@ -509,6 +523,7 @@ impl LiveConnection {
         for (ticket, end) in finished {
             ticket.finish(end);
         }
+        true
     }
 
     /// The requests handed to `run` that the client cancelled.
@@ -580,15 +595,16 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
             let run = input.run.id;
             if input.step > 1 {
                 // The call's step has committed (§17.1 F4): answer it before the run ends.
-                self.live.settle(self.store.as_ref(), run, None);
+                let _ = self.live.settle(self.store.as_ref(), run, None);
                 return Ok(PlannerTurn::Final {
                     message: ANSWERED_MESSAGE.to_owned(),
                 });
             }
+            // A request the client cancelled before its call was proposed is not proposed.
             let call = self.live.with(|m| {
                 m.handed
                     .iter()
-                    .find(|h| h.run == run)
+                    .find(|h| h.run == run && !m.cancelled.contains(&h.entry.key))
                     .map(|h| h.entry.call.clone())
             });
             // The request left before its run proposed anything: nothing to do.
@@ -632,12 +648,26 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
     }
 }
 
-/// What a connection's runs are submitted with (from the gateway's file, §19.2).
+/// What one look at a call run decided.
+enum Drive {
+    /// Terminal, and its request settled.
+    Ended,
+    /// Look again now (it executed, or was cancelled).
+    Again,
+    /// Look again at this time.
+    Until(Timestamp),
+}
+
+/// What a connection's call runs are submitted with (from the gateway's file, §19.2, §22.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunTemplate {
     pub principal_scopes: ScopeSet,
     pub origin_trust: TrustLevel,
+    /// Each call run's limits; `deadline_seconds` counts from the conversation's opening.
     pub limits: Limits,
+    /// The conversation's `[limits] max_tool_calls`: `None` when the file sets none, so a long
+    /// session is never cut off by a default it did not choose.
+    pub conversation_calls: Option<u32>,
 }
 
 /// Keeps one connection's runs moving; see the module docs.
@@ -732,6 +762,11 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 .now()
                 .saturating_add_micros((lease_micros / 3).max(1));
             env.clock.sleep_until(next).await;
+            // The client has gone: if its DISCONNECT could not commit, the sweep closes the
+            // connection once it is no longer renewed (and cancels what it left).
+            if self.live.is_closed() {
+                return;
+            }
             let now = env.clock.now();
             let until = now.saturating_add_micros(lease_micros);
             match env.transact(|tx| super::renew_in_tx(tx, self.connection.id, until)) {
@@ -768,21 +803,21 @@ impl<S: Store + 'static> ConnectionDriver<S> {
 
     /// Serves the connection until the client has gone and its last call run has ended; then
     /// the connection is closed. Each request is admitted (or bound to a detached run) as it
-    /// arrives and its run driven beside the others. A storage error ends the driver (the
-    /// sweep closes what it left).
+    /// arrives and its run driven beside the others. A storage error ends nothing: a request
+    /// that could not be admitted is answered that nothing ran, and a run's driver looks again
+    /// after a poll (one failing store must not leave the conversation's other calls hanging).
     pub async fn run(&self) -> Result<(), TxError> {
         let mut runs = FuturesUnordered::new();
         loop {
             let arrived: Vec<Entry> = self.live.with(|m| m.queue.drain(..).collect());
             for entry in arrived {
-                if let Some(run) = self.admit(entry)? {
+                if let Some(run) = self.admit(entry) {
                     runs.push(self.drive(run));
                 }
             }
             if self.live.is_closed() {
-                match runs.next().await {
-                    None => break,
-                    Some(ended) => ended?,
+                if runs.next().await.is_none() {
+                    break;
                 }
                 continue;
             }
@@ -791,33 +826,46 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 continue;
             }
             let arrivals = self.live.until(|m| !m.queue.is_empty() || m.closed);
-            if let Either::Right((Some(ended), _)) = select(arrivals, runs.next()).await {
-                ended?;
-            }
+            let _ = select(arrivals, runs.next()).await;
         }
         self.close_now()
     }
 
     /// A request's way in: bound to a detached run of the identical call, or ADMIT and SUBMIT
     /// of its own call run in one transaction (§22.1 `[limits]` per conversation). Returns the
-    /// run to drive when it is new; a request the conversation's limits refuse is answered.
-    fn admit(&self, entry: Entry) -> Result<Option<RunId>, TxError> {
-        let Some(entry) = self.live.bind(entry) else {
-            return Ok(None);
-        };
+    /// run to drive when it is new; a request the conversation's limits refuse, or that could not
+    /// be recorded, is answered.
+    fn admit(&self, entry: Entry) -> Option<RunId> {
+        let entry = self.live.bind(entry)?;
         let env = self.worker.env();
         let now = env.clock.now();
         let run_id = RunId(env.new_uuid());
         let actor = Actor::principal(&self.connection.principal_id);
         let admission = env.transact(|tx| {
-            let admission =
-                super::admit_call_in_tx(tx, self.connection.id, &self.template.limits, now)?;
+            let admission = super::admit_call_in_tx(
+                tx,
+                self.connection.id,
+                self.template.conversation_calls,
+                self.template.limits.deadline_seconds,
+                now,
+            )?;
             if let CallAdmission::Admitted { deadline_at } = admission {
                 let run = self.call_run(run_id, deadline_at, now);
                 insert_queued_run(tx, &run, &actor, now)?;
             }
             Ok(admission)
-        })?;
+        });
+        let admission = match admission {
+            Ok(admission) => admission,
+            Err(error) => {
+                tracing::warn!(%error, "a call could not be admitted; it is answered that nothing ran");
+                entry.ticket.finish(TicketEnd::Answered(CallAnswer::Failed {
+                    reason_code: codes::INTERNAL_ERROR.to_owned(),
+                    message: "Not performed. The gateway could not record the call (storage error); send it again.".to_owned(),
+                }));
+                return None;
+            }
+        };
         let refusal = match admission {
             CallAdmission::Admitted { .. } => {
                 entry
@@ -830,7 +878,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                         step: 1,
                     })
                 });
-                return Ok(Some(run_id));
+                return Some(run_id);
             }
             CallAdmission::Closed => None,
             CallAdmission::CallsSpent { max_tool_calls } => Some(CallAnswer::Denied {
@@ -848,7 +896,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             Some(answer) => TicketEnd::Answered(answer),
             None => TicketEnd::Dropped,
         });
-        Ok(None)
+        None
     }
 
     /// A call run, QUEUED, planner kind `mcp`, with the conversation's deadline.
@@ -935,57 +983,82 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         })
     }
 
-    /// Moves one call run until it is terminal, answering its request when it closes.
-    async fn drive(&self, run_id: RunId) -> Result<(), TxError> {
-        let env = self.worker.env().clone();
-        let store = Arc::clone(&env.store);
+    /// Moves one call run until it is terminal and its request is answered. A storage error
+    /// is looked at again after one poll.
+    async fn drive(&self, run_id: RunId) {
         let mut cancel_sent = false;
         loop {
-            if !cancel_sent {
-                self.apply_cancels(run_id)?;
-                cancel_sent = !self.live.cancelled_of(run_id).is_empty();
-            }
-            let run = env.read(|tx| tx.run(run_id))?.ok_or(TxError::NotFound)?;
-            let status = run.status();
-            self.live.settle(
-                store.as_ref(),
-                run_id,
-                status.is_terminal().then_some(status),
-            );
-            let now = env.clock.now();
-            let mut wake_at = now.saturating_add_micros(poll_micros(&self.worker));
-            match &run.state {
-                _ if status.is_terminal() => {
+            let wake_at = match self.drive_once(run_id, &mut cancel_sent).await {
+                Ok(Drive::Ended) => {
                     self.live.forget(run_id);
-                    return Ok(());
+                    return;
                 }
-                RunState::Queued { scheduled_for } => {
-                    if let Some(at) = scheduled_for.filter(|at| *at > now) {
-                        wake_at = wake_at.min(at);
-                    } else if let Some(expires_at) = self.withheld_until(run_id)? {
-                        // Approved, and no request waits for it (§22.3): never sent after its
-                        // approval's expiry.
-                        if expires_at <= now {
-                            self.cancel_run(run_id)?;
-                            continue;
-                        }
-                        wake_at = wake_at.min(expires_at);
-                    } else if let Some((claimed, lease)) = self
-                        .worker
-                        .claim_for_connection(run_id, self.connection.id)
-                        .await?
-                    {
-                        self.worker.execute(claimed, lease).await;
-                        continue;
-                    }
+                Ok(Drive::Again) => continue,
+                Ok(Drive::Until(at)) => at,
+                Err(error) => {
+                    tracing::warn!(%error, run = %run_id, "a call run's driver looks again after a poll");
+                    self.worker
+                        .env()
+                        .clock
+                        .now()
+                        .saturating_add_micros(poll_micros(&self.worker))
                 }
-                // Parked (any process may resolve it), or running under a lease this process
-                // lost (RECLAIM will re-queue it): look again after one poll.
-                RunState::WaitingForApproval | RunState::Running { .. } => {}
-                _ => {}
-            }
-            env.clock.sleep_until(wake_at).await;
+            };
+            self.worker.env().clock.sleep_until(wake_at).await;
         }
+    }
+
+    /// One look at a call run: cancels, the answer, and a claim when it is due.
+    async fn drive_once(&self, run_id: RunId, cancel_sent: &mut bool) -> Result<Drive, TxError> {
+        let env = self.worker.env();
+        if !*cancel_sent {
+            self.apply_cancels(run_id)?;
+            *cancel_sent = !self.live.cancelled_of(run_id).is_empty();
+        }
+        let run = env.read(|tx| tx.run(run_id))?.ok_or(TxError::NotFound)?;
+        let status = run.status();
+        let settled = self.live.settle(
+            env.store.as_ref(),
+            run_id,
+            status.is_terminal().then_some(status),
+        );
+        let now = env.clock.now();
+        let mut wake_at = now.saturating_add_micros(poll_micros(&self.worker));
+        match &run.state {
+            // Terminal: done once its request has been settled (a failed read looks again).
+            _ if status.is_terminal() => {
+                if settled {
+                    return Ok(Drive::Ended);
+                }
+            }
+            RunState::Queued { scheduled_for } => {
+                if let Some(at) = scheduled_for.filter(|at| *at > now) {
+                    wake_at = wake_at.min(at);
+                } else if self.live.is_closed() {
+                    // The client has gone; its DISCONNECT (or the sweep) cancels the run.
+                } else if let Some(expires_at) = self.withheld_until(run_id)? {
+                    // Approved, and no request waits for it (§22.3): never sent after its
+                    // approval's expiry.
+                    if expires_at <= now {
+                        self.cancel_run(run_id)?;
+                        return Ok(Drive::Again);
+                    }
+                    wake_at = wake_at.min(expires_at);
+                } else if let Some((claimed, lease)) = self
+                    .worker
+                    .claim_for_connection(run_id, self.connection.id)
+                    .await?
+                {
+                    self.worker.execute(claimed, lease).await;
+                    return Ok(Drive::Again);
+                }
+            }
+            // Parked (any process may resolve it), or running under a lease this process
+            // lost (RECLAIM will re-queue it): look again after one poll.
+            RunState::WaitingForApproval | RunState::Running { .. } => {}
+            _ => {}
+        }
+        Ok(Drive::Until(wake_at))
     }
 }
 

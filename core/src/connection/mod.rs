@@ -271,23 +271,23 @@ pub enum CallAdmission {
 pub fn admit_call_in_tx(
     tx: &mut dyn StoreTx,
     id: ConnectionId,
-    limits: &crate::run::Limits,
+    max_tool_calls: Option<u32>,
+    deadline_seconds: Option<u32>,
     now: Timestamp,
 ) -> Result<CallAdmission, TxError> {
     let current = tx.connection(id)?.ok_or(TxError::NotFound)?;
     if !current.is_open() {
         return Ok(CallAdmission::Closed);
     }
-    let deadline_at = limits
-        .deadline_seconds
-        .map(|s| current.opened_at.saturating_add_seconds(i64::from(s)));
+    let deadline_at =
+        deadline_seconds.map(|s| current.opened_at.saturating_add_seconds(i64::from(s)));
     if deadline_at.is_some_and(|at| at <= now) {
         return Ok(CallAdmission::DeadlinePassed);
     }
-    if current.call_count >= limits.max_tool_calls {
-        return Ok(CallAdmission::CallsSpent {
-            max_tool_calls: limits.max_tool_calls,
-        });
+    if let Some(max_tool_calls) = max_tool_calls
+        && current.call_count >= max_tool_calls
+    {
+        return Ok(CallAdmission::CallsSpent { max_tool_calls });
     }
     let mut next = current.clone();
     next.call_count = current.call_count.saturating_add(1);

@@ -422,7 +422,7 @@ impl World {
     /// `tool`, in one transaction; the call SUCCEEDED or waits for an approval.
     pub fn add_call(&self, c: &mut Seeded, tool: &str, end: CallEnd) {
         use airlock_core::connection::{self, CallAdmission};
-        use airlock_core::run::{Limits, RunState};
+        use airlock_core::run::RunState;
         use airlock_core::testing::fixtures::{
             commit, sample_approval, sample_invocation, sample_run,
         };
@@ -467,12 +467,8 @@ impl World {
             approval.expires_at = now.saturating_add_seconds(3600);
             approval
         });
-        let limits = Limits {
-            max_tool_calls: 10_000,
-            ..Limits::default()
-        };
         commit(&*self.store, "one call of the conversation", |tx| {
-            let admission = connection::admit_call_in_tx(tx, c.id, &limits, now)?;
+            let admission = connection::admit_call_in_tx(tx, c.id, None, None, now)?;
             assert!(
                 matches!(admission, CallAdmission::Admitted { .. }),
                 "{admission:?}"
