@@ -15,6 +15,11 @@
 //! for each answer). Commits per call come from the store's group-commit counters over the timed
 //! calls (write transactions, and the COMMITs they shared).
 //!
+//! - **beside a parked call** (SPEC §22.2): the same client first sends `up__write` (classified
+//!   `external_write`, so it parks for approval, with a `progressToken` so its request stays
+//!   open), then makes the same timed `up__echo` calls while that call waits. Its p50 is reported
+//!   as a ratio to the gateway's unblocked p50 of the same run (the issue's bar: within 2×).
+//!
 //! ```sh
 //! cd bench && cargo run --release --example mcp_gateway -- --calls 2000
 //! ```
@@ -28,7 +33,8 @@ use airlock_core::worker::WorkerSettings;
 use airlock_mcp::config::GatewayConfig;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    NumberOrString, PaginatedRequestParams, ProgressToken, RequestParamsMeta, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -57,7 +63,12 @@ impl ServerHandler for Echo {
             Cow::Borrowed("Answers its text."),
             Arc::new(schema),
         );
-        Ok(ListToolsResult::with_all_items(vec![tool]))
+        let write = Tool::new(
+            Cow::Borrowed("write"),
+            Cow::Borrowed("Writes somewhere (parks for approval)."),
+            tool.input_schema.clone(),
+        );
+        Ok(ListToolsResult::with_all_items(vec![tool, write]))
     }
 
     async fn call_tool(
@@ -65,6 +76,11 @@ impl ServerHandler for Echo {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == "write" {
+            return Ok(CallToolResponse::from(CallToolResult::success(vec![
+                ContentBlock::text("written"),
+            ])));
+        }
         let text = request
             .arguments
             .as_ref()
@@ -182,7 +198,8 @@ fn main() {
             "schema_version = 1\ntenant_id = \"bench\"\nprincipal_id = \"agent\"\n\
              scopes = [\"mcp.up.call\"]\norigin_trust = \"user\"\n\
              [servers.up]\ncommand = \"{}\"\nargs = [\"--upstream\"]\n\
-             [servers.up.tools.echo]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\n",
+             [servers.up.tools.echo]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\n\
+             [servers.up.tools.write]\nside_effect = \"external_write\"\nidempotency = \"non_idempotent\"\nrisk = \"medium\"\n",
             exe.display()
         ))
         .expect("the gateway file loads");
@@ -202,12 +219,48 @@ fn main() {
         })
         .await;
         let at_end = store.0.sqlite().map(|sqlite| sqlite.group_stats());
+
+        // Beside a parked call of the same conversation (§22.2).
+        let mut write = CallToolRequestParams::new("up__write");
+        write.set_progress_token(ProgressToken(NumberOrString::Number(1)));
+        let parked_peer = client.peer().clone();
+        let parked = tokio::spawn(async move { parked_peer.call_tool(write).await });
+        let control = app.control(None);
+        let reviewer = airlock_core::principal::Principal {
+            tenant_id: "bench".into(),
+            principal_id: "reviewer".into(),
+            scopes: ["approval.read"]
+                .iter()
+                .filter_map(|s| airlock_core::scope::Scope::parse(s).ok())
+                .collect(),
+        };
+        let mut waiting = false;
+        for _ in 0..200 {
+            if control
+                .list_pending(&reviewer, None, Some(10), None)
+                .is_ok_and(|page| !page.items.is_empty())
+            {
+                waiting = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert!(waiting, "up__write parks for approval");
+        let beside = measure(&client, "up__echo", warmup, calls, || {}).await;
+        assert!(!parked.is_finished(), "the write still waits for its approval");
+        parked.abort();
         let _ = client.cancel().await;
         let _ = gateway.await;
 
         println!("airlock mcp gateway vs direct, {calls} sequential calls each after {warmup} warm-up calls");
         let (d50, d99, dmean) = summary("direct", direct);
         let (g50, g99, gmean) = summary("gateway", through);
+        let (b50, b99, _) = summary("beside", beside);
+        println!(
+            "beside a parked call: p50 {:.2}× and p99 {:.2}× the unblocked gateway's",
+            b50.as_secs_f64() / g50.as_secs_f64(),
+            b99.as_secs_f64() / g99.as_secs_f64(),
+        );
         let micros = |a: Duration, b: Duration| (a.as_secs_f64() - b.as_secs_f64()) * 1e6;
         println!(
             "added    p50 {:8.1} µs  p99 {:8.1} µs  mean {:8.1} µs",
