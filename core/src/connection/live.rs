@@ -1026,11 +1026,8 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let mut wake_at = now.saturating_add_micros(poll_micros(&self.worker));
         match &run.state {
             // Terminal: done once its request has been settled (a failed read looks again).
-            _ if status.is_terminal() => {
-                if settled {
-                    return Ok(Drive::Ended);
-                }
-            }
+            _ if status.is_terminal() && settled => return Ok(Drive::Ended),
+            _ if status.is_terminal() => {}
             RunState::Queued { scheduled_for } => {
                 if let Some(at) = scheduled_for.filter(|at| *at > now) {
                     wake_at = wake_at.min(at);
