@@ -321,6 +321,38 @@ async def scenario(args):
                 await anyio.sleep(1.0)
                 observed["ledger_before_retry"] = ledger_lines(args)
                 observed["retry"] = await call(session, "test__append", {"text": args.arg}, on_progress)
+            elif s == "files_waiting":
+                # SPEC 22.2, 22.3 with the real server-filesystem as `web` (args.arg: its
+                # directory), whose write waits for approval: a read is answered beside it; the
+                # host gives up on the write, the reviewer approves, and the identical write
+                # sent again writes once.
+                a_txt = os.path.join(args.arg, "a.txt")
+                out = os.path.join(args.arg, "out.txt")
+                observed["first_read"] = await call(session, "web__read_text_file", {"path": a_txt})
+                approvals, on_progress = approval_watcher()
+                with anyio.move_on_after(60) as scope:
+                    async with anyio.create_task_group() as tg:
+
+                        async def parked():
+                            observed["cancelled_answer"] = await call(
+                                session, "web__write_file", {"path": out, "content": "approved\n"}, on_progress
+                            )
+
+                        tg.start_soon(parked)
+                        while not approvals and "cancelled_answer" not in observed:
+                            await anyio.sleep(0.1)
+                        observed["beside"] = await call(session, "web__read_text_file", {"path": a_txt})
+                        tg.cancel_scope.cancel()
+                observed["timed_out"] = scope.cancelled_caught
+                observed["approval"] = approvals[0] if approvals else None
+                if not approvals:
+                    # It did not wait for approval: what it was answered tells why.
+                    return observed
+                await anyio.sleep(1.5)
+                observed["approval_after"] = airlock(args, "approvals", "get", observed["approval"]).get("status")
+                observed["written_before_retry"] = os.path.exists(out)
+                observed["resolve"] = airlock(args, "approvals", "approve", observed["approval"], "--reason", "ok")
+                observed["retry"] = await call(session, "web__write_file", {"path": out, "content": "approved\n"}, on_progress)
             elif s == "no_progress":
                 # A host that sends no progressToken is told at once (SPEC 22.3), then retries.
                 started = time.monotonic()

@@ -445,6 +445,58 @@ fn a_call_without_a_progress_token_is_answered_at_once_and_its_retry_binds() {
     assert_eq!(scene.ledger(), ["once"]);
 }
 
+/// §22.2, §22.3 with the real server-filesystem (as server `web`, whose `mcp.web.call` the
+/// scene's principal holds), its `write_file` classed `external_write` (so
+/// it waits for approval; the scene's own `files` server classes it a workspace write, which
+/// the matrix confines to the run's workspace): a read is answered beside the waiting write;
+/// the host gives up on the write (its request is cancelled), the approval stays pending, and
+/// once approved the identical write sent again is performed once.
+#[test]
+fn with_server_filesystem_a_waiting_write_delays_no_read_and_its_retry_writes_once() {
+    let Some(peers) = peers("with_server_filesystem_a_waiting_write") else {
+        return;
+    };
+    let outside = tempfile::tempdir().unwrap();
+    let sandbox = outside.path().to_str().unwrap().to_owned();
+    std::fs::write(outside.path().join("a.txt"), "hello\n").unwrap();
+    let fs = format!(
+        r#"[servers.web]
+command = "node"
+args = ["{filesystem}", "{sandbox}"]
+
+[servers.web.tools.read_text_file]
+side_effect = "none"
+idempotency = "read_only"
+risk = "low"
+
+[servers.web.tools.write_file]
+side_effect = "external_write"
+idempotency = "idempotent"
+risk = "medium"
+"#,
+        filesystem = peers.filesystem.display(),
+    );
+    let scene = scene_with(&peers, &fs);
+    let seen = scene.client(&peers, "files_waiting", "legacy", &sandbox);
+    assert_eq!(seen["first_read"]["is_error"], false, "{seen}");
+    assert_eq!(seen["timed_out"], false, "{seen}");
+    assert_eq!(text(&seen["beside"]), "hello\n", "{seen}");
+    assert!(seen.get("cancelled_answer").is_none(), "{seen}");
+    assert_eq!(seen["approval_after"], "pending", "{seen}");
+    assert_eq!(seen["written_before_retry"], false, "{seen}");
+    assert_eq!(seen["retry"]["is_error"], false, "{seen}");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("out.txt")).unwrap(),
+        "approved\n"
+    );
+    let approvals = scene.airlock(&["approvals", "list"]);
+    assert_eq!(
+        approvals["items"],
+        json!([]),
+        "no second approval was asked"
+    );
+}
+
 /// §22.2: an allowed call is answered while another call of the conversation waits.
 #[test]
 fn an_allowed_call_is_answered_while_another_waits_for_approval() {
