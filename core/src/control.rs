@@ -481,12 +481,14 @@ impl<S: Store> ControlService<S> {
 
     /// CLEAR-TAINT (SPEC §22.1): only a human holding `approval.resolve` clears a
     /// conversation's taint, with a reason; the clear is the event
-    /// `conversation.taint_cleared`. An untainted or closed conversation is a `Conflict`.
+    /// `conversation.taint_cleared`. An untainted or closed conversation is a `Conflict`, and so
+    /// is one tainted at another time than `seen`, when given (the taint the reviewer saw).
     pub fn clear_conversation_taint(
         &self,
         principal: &Principal,
         id: crate::ids::ConnectionId,
         reason: &str,
+        seen: Option<crate::time::Timestamp>,
     ) -> Result<crate::connection::Connection, ServiceError> {
         require(principal, "approval.resolve")?;
         if reason.trim().is_empty() {
@@ -501,7 +503,7 @@ impl<S: Store> ControlService<S> {
                 Some(c) if c.tenant_id == principal.tenant_id => {}
                 _ => return Err(TxError::NotFound),
             }
-            crate::connection::clear_taint_in_tx(tx, id, &actor, reason, now)
+            crate::connection::clear_taint_in_tx(tx, id, &actor, reason, seen, now)
         })?;
         cleared.map_err(|refused| ServiceError::Conflict(refused.to_string()))
     }

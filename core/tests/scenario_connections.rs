@@ -713,22 +713,34 @@ async fn an_untrusted_result_taints_the_conversation_until_a_human_clears_it() {
     };
     assert!(
         h.control
-            .clear_conversation_taint(&reader, id, "read it")
+            .clear_conversation_taint(&reader, id, "read it", None)
             .is_err()
     );
     assert!(
         h.control
-            .clear_conversation_taint(&h.mallory(), id, "theirs")
+            .clear_conversation_taint(&h.mallory(), id, "theirs", None)
             .is_err(),
         "another tenant's conversation is not found"
     );
     assert!(
         h.control
-            .clear_conversation_taint(&h.bob(), id, " ")
+            .clear_conversation_taint(&h.bob(), id, " ", None)
             .is_err()
     );
+    // A reviewer who saw another taint (one cleared and set again since) clears nothing.
+    let earlier = taint.at.saturating_add_micros(-1);
+    match h
+        .control
+        .clear_conversation_taint(&h.bob(), id, "seen", Some(earlier))
+    {
+        Err(airlock_core::control::ServiceError::Conflict(message)) => {
+            assert!(message.contains("tainted again"), "{message}")
+        }
+        other => panic!("a stale clear is a conflict: {other:?}"),
+    }
+    assert!(conversation(&h, &g).taint.is_some());
     h.control
-        .clear_conversation_taint(&h.bob(), id, "the page was ours")
+        .clear_conversation_taint(&h.bob(), id, "the page was ours", Some(taint.at))
         .expect("cleared");
     assert!(conversation(&h, &g).taint.is_none());
     let after = g.live.submit(4, call("test.echo", "cleared"));

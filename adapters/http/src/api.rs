@@ -460,7 +460,7 @@ pub async fn get_conversation(
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
         (status = 403, body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, body = ProblemBody, content_type = "application/problem+json"),
-        (status = 409, description = "`conflict`: not tainted, or closed", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 409, description = "`conflict`: not tainted, closed, or tainted again since the given `tainted_at`", body = ProblemBody, content_type = "application/problem+json"),
         (status = 413, body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, body = ProblemBody, content_type = "application/problem+json"),
     ))]
@@ -471,9 +471,21 @@ pub async fn clear_conversation_taint(
     RequiredJson(body): RequiredJson<ClearTaintBody>,
 ) -> Result<Json<ConversationRecord>, Problem> {
     check_length("reason", &body.reason, 1)?;
-    let cleared = state
-        .control
-        .clear_conversation_taint(&caller.principal, id, &body.reason)?;
+    let seen = body
+        .tainted_at
+        .as_deref()
+        .map(|at| {
+            at.parse::<airlock_core::time::Timestamp>().map_err(|e| {
+                Problem::from(airlock_core::control::ServiceError::InvalidArgument(
+                    format!("tainted_at: {e}"),
+                ))
+            })
+        })
+        .transpose()?;
+    let cleared =
+        state
+            .control
+            .clear_conversation_taint(&caller.principal, id, &body.reason, seen)?;
     Ok(Json(ConversationRecord::from(&cleared)))
 }
 

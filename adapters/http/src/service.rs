@@ -111,6 +111,7 @@ pub trait Control: Send + Sync + 'static {
         who: &Principal,
         id: ConnectionId,
         reason: &str,
+        seen: Option<Timestamp>,
     ) -> Result<Connection, ServiceError>;
     /// The conversation each of `sessions` belongs to, if any, within the caller's tenant:
     /// for the link from an approval the caller was already shown to its conversation.
@@ -246,8 +247,9 @@ impl<S: Store + 'static> Control for ControlService<S> {
         who: &Principal,
         id: ConnectionId,
         reason: &str,
+        seen: Option<Timestamp>,
     ) -> Result<Connection, ServiceError> {
-        ControlService::clear_conversation_taint(self, who, id, reason)
+        ControlService::clear_conversation_taint(self, who, id, reason, seen)
     }
     fn conversations_of_sessions(
         &self,

@@ -814,4 +814,8 @@ pub struct ClearTaintBody {
     /// characters, not only spaces.
     #[schema(min_length = 1, max_length = 4096)]
     pub reason: String,
+    /// The `tainted_at` of the taint you looked at (as the conversation's record gives it):
+    /// when given, a conversation tainted again since is a 409 instead of being cleared unseen.
+    #[serde(default)]
+    pub tainted_at: Option<String>,
 }

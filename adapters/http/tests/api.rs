@@ -814,6 +814,7 @@ impl Control for StoreDown {
         _: &Principal,
         _: ConnectionId,
         _: &str,
+        _: Option<airlock_core::time::Timestamp>,
     ) -> Result<Connection, ServiceError> {
         down()
     }

@@ -607,7 +607,25 @@ async fn a_conversation_page_shows_its_taint_and_calls_and_clears_the_taint() {
 
     // A cross-site POST, or one without the form token, changes nothing.
     let action = format!("{path}/clear-taint");
-    let body = format!("csrf={}&reason=the+note+is+ours", browser.csrf);
+    let seen = world.seen_taint(c.id);
+    let body = format!("csrf={}&reason=the+note+is+ours&{seen}", browser.csrf);
+    // The page carries the taint it shows; a form naming another one clears nothing.
+    assert!(
+        shown.text.contains("name=\"tainted_at\""),
+        "the form names the taint it shows"
+    );
+    let stale = form(
+        &world,
+        &action,
+        &browser,
+        &format!(
+            "csrf={}&reason=the+note+is+ours&tainted_at=2000-01-01T00%3A00%3A00Z",
+            browser.csrf
+        ),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&stale), format!("{path}?notice=not_clearable"));
     for (body, headers) in [
         (body.as_str(), vec![("origin", "http://evil.example")]),
         (body.as_str(), vec![("sec-fetch-site", "cross-site")]),
@@ -622,7 +640,7 @@ async fn a_conversation_page_shows_its_taint_and_calls_and_clears_the_taint() {
         &world,
         &action,
         &browser,
-        &format!("csrf={}&reason=+++", browser.csrf),
+        &format!("csrf={}&reason=+++&{seen}", browser.csrf),
         &[ORIGIN],
     )
     .await;
@@ -683,7 +701,11 @@ async fn a_conversation_page_refuses_what_core_refuses() {
         &world,
         &format!("{path}/clear-taint"),
         &browser,
-        &format!("csrf={}&reason=mine+to+clear", browser.csrf),
+        &format!(
+            "csrf={}&reason=mine+to+clear&{}",
+            browser.csrf,
+            world.seen_taint(tainted.id)
+        ),
         &[ORIGIN],
     )
     .await;
@@ -710,7 +732,7 @@ async fn a_conversation_page_refuses_what_core_refuses() {
         &world,
         &format!("/conversations/{}/clear-taint", closed.id),
         &bob,
-        &format!("csrf={}&reason=x", bob.csrf),
+        &format!("csrf={}&reason=x&{}", bob.csrf, world.seen_taint(closed.id)),
         &[ORIGIN],
     )
     .await;
@@ -727,7 +749,11 @@ async fn a_conversation_page_refuses_what_core_refuses() {
         &world,
         &format!("{path}/clear-taint"),
         &mallory,
-        &format!("csrf={}&reason=x", mallory.csrf),
+        &format!(
+            "csrf={}&reason=x&{}",
+            mallory.csrf,
+            world.seen_taint(tainted.id)
+        ),
         &[ORIGIN],
     )
     .await;

@@ -190,8 +190,34 @@ async fn clearing_a_taint_records_who_and_why_and_answers_the_untainted_conversa
     let bob = world.token("acme", "bob", None);
     let path = format!("/v1/conversations/{}/clear-taint", tainted.id);
 
+    // Naming a taint the caller did not see (or an unreadable time) clears nothing.
+    world
+        .post(
+            &path,
+            &bob,
+            json!({"reason": "x", "tainted_at": "2000-01-01T00:00:00Z"}),
+        )
+        .await
+        .assert_problem(409, "conflict");
+    world
+        .post(
+            &path,
+            &bob,
+            json!({"reason": "x", "tainted_at": "yesterday"}),
+        )
+        .await
+        .assert_problem(400, "invalid_argument");
+    let seen = world
+        .get(&format!("/v1/conversations/{}", tainted.id), &bob)
+        .await
+        .json["tainted_at"]
+        .clone();
     let cleared = world
-        .post(&path, &bob, json!({"reason": "the note is our own"}))
+        .post(
+            &path,
+            &bob,
+            json!({"reason": "the note is our own", "tainted_at": seen}),
+        )
         .await;
     assert_eq!(cleared.status, StatusCode::OK, "{}", cleared.text);
     assert_eq!(keys(&cleared.json), RECORD_FIELDS);

@@ -345,16 +345,22 @@ pub enum ClearTaintRefused {
     NotTainted(ConnectionId),
     #[error("conversation {0} has closed; its taint no longer reaches any call")]
     Closed(ConnectionId),
+    /// The taint is not the one the reviewer saw: it was cleared and tainted again since.
+    #[error("conversation {id} was tainted again at {at}, after the taint you saw; look again")]
+    TaintedAgain { id: ConnectionId, at: Timestamp },
 }
 
 /// CLEAR-TAINT by a human holding `approval.resolve` (SPEC §22.1): the conversation's calls are
 /// proposed untainted again from this commit on; `conversation.taint_cleared` records who, why
-/// and what the taint was.
+/// and what the taint was. With `seen`, the taint the reviewer looked at (its `tainted_at`):
+/// a taint set since (cleared by someone else, then tainted again) is refused, so nobody clears
+/// a taint they did not see.
 pub fn clear_taint_in_tx(
     tx: &mut dyn StoreTx,
     id: ConnectionId,
     actor: &Actor,
     reason: &str,
+    seen: Option<Timestamp>,
     now: Timestamp,
 ) -> Result<Result<Connection, ClearTaintRefused>, TxError> {
     let current = tx.connection(id)?.ok_or(TxError::NotFound)?;
@@ -364,6 +370,9 @@ pub fn clear_taint_in_tx(
     let Some(taint) = current.taint.clone() else {
         return Ok(Err(ClearTaintRefused::NotTainted(id)));
     };
+    if seen.is_some_and(|seen| seen != taint.at) {
+        return Ok(Err(ClearTaintRefused::TaintedAgain { id, at: taint.at }));
+    }
     let mut next = current.clone();
     next.taint = None;
     tx.update_connection(ConnectionStatus::Open, &next)?;

@@ -86,7 +86,7 @@ pub async fn conversations(globals: &Globals, command: ConversationsCommand) -> 
         ConversationsCommand::ClearTaint {
             conversation,
             reason,
-        } => match control.clear_conversation_taint(&principal, conversation, &reason) {
+        } => match control.clear_conversation_taint(&principal, conversation, &reason, None) {
             Ok(c) => print(&json::conversation(&c)),
             Err(e) => service_error(&e),
         },

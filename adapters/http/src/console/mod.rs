@@ -688,6 +688,9 @@ struct ClearTaintForm {
     csrf: String,
     #[serde(default)]
     reason: String,
+    /// The taint the page showed (its `tainted_at`).
+    #[serde(default)]
+    tainted_at: String,
 }
 
 /// CLEAR-TAINT from the conversation page: the same checks as every form (origin, session,
@@ -708,14 +711,22 @@ async fn clear_taint(
     if reason.chars().count() > MAX_REASON_CHARS {
         return Ok(with_notice(&back, Notice::Error("invalid_argument")).into_response());
     }
-    let notice = match state
-        .control
-        .clear_conversation_taint(&viewer.caller.principal, id, reason)
-    {
+    // The taint the reviewer saw: a taint set since is not cleared unseen. A form without
+    // it (or with an unreadable one) is refused like any bad input.
+    let Ok(seen) = form.tainted_at.parse::<airlock_core::time::Timestamp>() else {
+        return Ok(with_notice(&back, Notice::Error("invalid_argument")).into_response());
+    };
+    let notice = match state.control.clear_conversation_taint(
+        &viewer.caller.principal,
+        id,
+        reason,
+        Some(seen),
+    ) {
         Ok(_) => Notice::TaintCleared,
         // Another tenant's, or none: the same 404 page as every other id.
         Err(ServiceError::NotFound) => return Err(Refusal::NotFound),
-        // Not tainted (someone cleared it first) or closed: said plainly, not as "conflict".
+        // Not tainted (someone cleared it first), tainted again since the page was drawn, or
+        // closed: said plainly, not as "conflict".
         Err(ServiceError::Conflict(_)) => Notice::Error("not_clearable"),
         Err(error) => Notice::Error(error.code()),
     };

@@ -623,6 +623,7 @@ pub fn conversation_fragment(
                     @if c.is_open() {
                         form.clear-taint method="post" action=(format!("/conversations/{}/clear-taint", c.id)) {
                             input type="hidden" name="csrf" value=(frame.csrf);
+                            input type="hidden" name="tainted_at" value=(taint.at.to_string());
                             label {
                                 span { "Reason" }
                                 input type="text" name="reason" required maxlength="4096" autocomplete="off"

@@ -16,6 +16,7 @@ use airlock_core::policy::Ruleset;
 use airlock_core::policy::shipped;
 use airlock_core::ports::{BoxFut, Clock, Dispatcher, NoFaults};
 use airlock_core::scope::{Scope, ScopeSet, platform_scopes};
+use airlock_core::store::Store as _;
 use airlock_core::time::Timestamp;
 use airlock_core::worker::{Worker, WorkerSettings};
 use airlock_host::V4Ids;
@@ -496,6 +497,20 @@ impl World {
         airlock_core::testing::fixtures::commit(&*self.store, "taint the conversation", |tx| {
             airlock_core::connection::taint_in_tx(tx, c.session, run, by, now)
         });
+    }
+
+    /// The `tainted_at=…` form field of conversation `id`'s taint as a page shows it (empty
+    /// when untainted), URL-encoded.
+    pub fn seen_taint(&self, id: airlock_core::ids::ConnectionId) -> String {
+        let at = self
+            .store
+            .read(|tx| tx.connection(id))
+            .ok()
+            .flatten()
+            .and_then(|c| c.taint)
+            .map(|t| t.at.to_string())
+            .unwrap_or_default();
+        format!("tainted_at={}", at.replace(':', "%3A"))
     }
 
     /// An open conversation with `calls` successful calls `test__tool_{k}`, tainted by
