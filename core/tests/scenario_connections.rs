@@ -824,4 +824,24 @@ async fn an_untrusted_read_outside_the_journal_taints_the_next_step_durably() {
         .taint
         .expect("the conversation's row is tainted");
     assert_eq!(taint.by, "a read");
+    // A human's clear reaches a read's taint too: the next call is the user's again.
+    h.control
+        .clear_conversation_taint(
+            &h.bob(),
+            g.driver.connection().id,
+            "our page",
+            Some(taint.at),
+        )
+        .expect("cleared");
+    let third = g.live.submit(3, call("test.echo", "cleared"));
+    answer(&third).await;
+    let rows = conversation_calls(&h, &g);
+    assert_eq!(
+        (
+            rows[2].origin_trust,
+            rows[2].argument_trust.get("text").copied()
+        ),
+        (TrustLevel::User, Some(TrustLevel::User)),
+        "cleared"
+    );
 }

@@ -248,9 +248,13 @@ pub struct LiveConnection {
     /// `origin_trust = "user"` in the gateway's file: arguments are the user's until the run is
     /// tainted; otherwise they are `external_untrusted` (the pipeline's default).
     arguments_from_user: bool,
-    /// Set once a read outside the journal (§19.6) returned tainting content; never cleared,
-    /// since the client keeps that content for the rest of the connection.
+    /// Set once a read outside the journal (§19.6) returned tainting content; never cleared.
+    /// The read gate decides later reads with it (over-tainting a read is safe).
     read_tainted: AtomicBool,
+    /// Set when such a read's taint could not be committed to the conversation's row: then
+    /// this flag, not the row, taints the connection's calls, and a human's clear cannot reach
+    /// it. When the row holds the taint, calls follow the row, so a clear takes effect.
+    read_taint_unrecorded: AtomicBool,
     /// Commits a read's taint to the conversation (installed by [`ConnectionDriver::open`]).
     taint_recorder: Mutex<Option<TaintRecorder>>,
     mailbox: Mutex<Mailbox>,
@@ -276,6 +280,7 @@ impl LiveConnection {
             id,
             arguments_from_user,
             read_tainted: AtomicBool::new(false),
+            read_taint_unrecorded: AtomicBool::new(false),
             taint_recorder: Mutex::new(None),
             mailbox: Mutex::new(Mailbox::default()),
         })
@@ -306,11 +311,12 @@ impl LiveConnection {
     pub fn note_read_content(&self, trust: TrustLevel, what: &str) {
         if super::read::taints(trust) {
             self.read_tainted.store(true, Ordering::SeqCst);
-            // The conversation's row too (§22.2), so a later call run, or another process,
-            // sees it; the flag above already holds for this connection if that fails.
+            // The conversation's row (§22.2), so a later call run, or another process, sees it;
+            // if that fails, this connection's calls are tainted by the flag instead.
             let recorder = lock(&self.taint_recorder).clone();
-            if let Some(record) = recorder {
-                record(what);
+            let recorded = recorder.is_some_and(|record| record(what));
+            if !recorded {
+                self.read_taint_unrecorded.store(true, Ordering::SeqCst);
             }
         }
     }
@@ -320,9 +326,16 @@ impl LiveConnection {
         *lock(&self.taint_recorder) = Some(recorder);
     }
 
-    /// Whether a read outside the journal returned tainting content on this connection.
+    /// Whether a read outside the journal returned tainting content on this connection (for
+    /// the read gate).
     pub fn tainted_by_read(&self) -> bool {
         self.read_tainted.load(Ordering::SeqCst)
+    }
+
+    /// Whether such a read's taint holds for this connection's calls outside the conversation's
+    /// row (its commit failed, or no recorder is installed).
+    fn calls_tainted_by_read(&self) -> bool {
+        self.read_taint_unrecorded.load(Ordering::SeqCst)
     }
 
     /// Hands in a request; its ticket resolves once it is answered or dropped.
@@ -584,7 +597,7 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
     }
 
     fn tainted_outside_journal(&self) -> bool {
-        self.live.tainted_by_read() || self.conversation_tainted.load(Ordering::SeqCst)
+        self.live.calls_tainted_by_read() || self.conversation_tainted.load(Ordering::SeqCst)
     }
 
     fn next_turn<'a>(
@@ -628,7 +641,7 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
                 self.conversation_tainted.store(true, Ordering::SeqCst);
             }
             let arguments_from_user = self.live.arguments_from_user
-                && !self.live.tainted_by_read()
+                && !self.live.calls_tainted_by_read()
                 && !self.conversation_tainted.load(Ordering::SeqCst);
             let argument_trust: BTreeMap<String, TrustLevel> =
                 match (&call.arguments, arguments_from_user && !input.tainted) {
