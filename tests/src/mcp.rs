@@ -14,6 +14,29 @@ pub fn repo() -> PathBuf {
         .expect("repository root")
 }
 
+/// A policy directory under `dir`: the shipped profile with `external_write` allowed (so a
+/// gateway's external write is in flight at once, or waits only because of taint) and the
+/// shipped hardline rules. Returns the directory, for `--policy-dir`.
+pub fn policy_allowing_external_writes(dir: &Path) -> PathBuf {
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).expect("policy dir");
+    let shipped = repo().join("policies");
+    let profile = std::fs::read_to_string(shipped.join("default.toml"))
+        .expect("shipped profile")
+        .replace(
+            "[rules.external_write]\ndecision = \"require_approval\"",
+            "[rules.external_write]\ndecision = \"allow\"",
+        );
+    assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
+    std::fs::write(policies.join("default.toml"), profile).expect("write profile");
+    std::fs::copy(
+        shipped.join("hardline.toml"),
+        policies.join("hardline.toml"),
+    )
+    .expect("copy hardline");
+    policies
+}
+
 /// Where the peers are.
 pub struct Peers {
     /// `.ci/.venv`'s Python, which has the SDK.

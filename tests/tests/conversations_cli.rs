@@ -19,7 +19,7 @@ use airlock_core::store::Store;
 use airlock_core::testing::fixtures::{commit, sample_invocation, sample_run};
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{InvocationStatus, RunStatus};
-use airlock_e2e::mcp::{Need, repo};
+use airlock_e2e::mcp::{Need, policy_allowing_external_writes};
 use airlock_e2e::*;
 use airlock_sqlite::SqliteStore;
 use serde_json::Value;
@@ -496,27 +496,6 @@ fn gateway_file(dir: &Path, python: &Path) -> std::path::PathBuf {
     );
     std::fs::write(&config, text).expect("write the gateway file");
     config
-}
-
-/// The shipped policy with `external_write` allowed, so only the taint makes a write wait.
-fn policy_allowing_external_writes(dir: &Path) -> std::path::PathBuf {
-    let policies = dir.join("policies");
-    std::fs::create_dir_all(&policies).expect("policy dir");
-    let shipped = repo().join("policies");
-    let profile = std::fs::read_to_string(shipped.join("default.toml"))
-        .expect("shipped profile")
-        .replace(
-            "[rules.external_write]\ndecision = \"require_approval\"",
-            "[rules.external_write]\ndecision = \"allow\"",
-        );
-    assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
-    std::fs::write(policies.join("default.toml"), profile).expect("write profile");
-    std::fs::copy(
-        shipped.join("hardline.toml"),
-        policies.join("hardline.toml"),
-    )
-    .expect("copy hardline");
-    policies
 }
 
 /// The real thing: the Python SDK client talks to `airlock mcp serve` (the test server's

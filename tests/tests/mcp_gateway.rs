@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock_e2e::mcp::{Need, Peers, repo};
+use airlock_e2e::mcp::{Need, Peers};
 use airlock_e2e::*;
 use serde_json::{Value, json};
 
@@ -160,22 +160,7 @@ impl Scene {
     /// Serves with a copy of the shipped policy whose matrix allows `external_write` (the
     /// shipped profile asks for approval), so only what a scenario is about makes a write wait.
     fn allow_external_writes(&mut self) {
-        let policies = self.data.path().join("policies");
-        std::fs::create_dir_all(&policies).unwrap();
-        let shipped = repo().join("policies");
-        let profile = std::fs::read_to_string(shipped.join("default.toml"))
-            .unwrap()
-            .replace(
-                "[rules.external_write]\ndecision = \"require_approval\"",
-                "[rules.external_write]\ndecision = \"allow\"",
-            );
-        assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
-        std::fs::write(policies.join("default.toml"), profile).unwrap();
-        std::fs::copy(
-            shipped.join("hardline.toml"),
-            policies.join("hardline.toml"),
-        )
-        .unwrap();
+        let policies = airlock_e2e::mcp::policy_allowing_external_writes(self.data.path());
         self.policy_dir = Some(policies.to_str().unwrap().to_owned());
     }
 

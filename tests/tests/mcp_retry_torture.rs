@@ -19,7 +19,7 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use airlock_e2e::mcp::{Need, repo};
+use airlock_e2e::mcp::{Need, policy_allowing_external_writes};
 use airlock_e2e::*;
 use serde_json::{Value, json};
 
@@ -181,22 +181,7 @@ fn sigkilled_gateways_and_immediate_retries_never_repeat_an_effect() {
     )
     .expect("write the gateway file");
     // The shipped profile with external writes allowed, so the call is in flight at once.
-    let policies = data.path().join("policies");
-    std::fs::create_dir_all(&policies).expect("policy dir");
-    let shipped = repo().join("policies");
-    let profile = std::fs::read_to_string(shipped.join("default.toml"))
-        .expect("shipped profile")
-        .replace(
-            "[rules.external_write]\ndecision = \"require_approval\"",
-            "[rules.external_write]\ndecision = \"allow\"",
-        );
-    assert!(profile.contains("[rules.external_write]\ndecision = \"allow\""));
-    std::fs::write(policies.join("default.toml"), profile).expect("profile");
-    std::fs::copy(
-        shipped.join("hardline.toml"),
-        policies.join("hardline.toml"),
-    )
-    .expect("copy");
+    let policies = policy_allowing_external_writes(data.path());
 
     let mut rng = Rng(0x5EED_0025_0019_0007);
     let (mut refused_in_flight, mut after_effect, mut retried_ran) = (0, 0, 0);
