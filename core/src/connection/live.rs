@@ -407,11 +407,6 @@ impl LiveConnection {
     /// Whether a request waits for `run` (SPEC §22.3: outside tasks, an approved call executes
     /// only while one does).
     pub fn waits_for(&self, run: RunId) -> bool {
-        self.has_request(run)
-    }
-
-    /// Whether a request waits for `run`.
-    fn has_request(&self, run: RunId) -> bool {
         lock(&self.mailbox).handed.iter().any(|h| h.run == run)
     }
 
@@ -979,7 +974,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     /// executed: `Some(expiry)`); a run whose approval was denied or expired is executed to
     /// record that, and sends nothing.
     fn withheld_until(&self, run_id: RunId) -> Result<Option<Timestamp>, TxError> {
-        if self.live.has_request(run_id) {
+        if self.live.waits_for(run_id) {
             return Ok(None);
         }
         #[cfg(feature = "mutants")]
