@@ -479,6 +479,28 @@ impl<S: Store> ControlService<S> {
         }
     }
 
+    /// One of the tenant's conversations and its newest calls, at most `limit` (scope
+    /// `run.read`): the calls are read only after the conversation was found visible.
+    pub fn conversation_calls(
+        &self,
+        principal: &Principal,
+        id: crate::ids::ConnectionId,
+        limit: usize,
+    ) -> Result<
+        (
+            crate::connection::Connection,
+            crate::connection::calls::Calls,
+        ),
+        ServiceError,
+    > {
+        let conversation = self.get_conversation(principal, id)?;
+        let now = self.env.clock.now();
+        let calls = self
+            .env
+            .read(|tx| crate::connection::calls::calls_of(tx, &conversation, limit, now))?;
+        Ok((conversation, calls))
+    }
+
     /// CLEAR-TAINT (SPEC §22.1): only a human holding `approval.resolve` clears a
     /// conversation's taint, with a reason; the clear is the event
     /// `conversation.taint_cleared`. An untainted or closed conversation is a `Conflict`, and so

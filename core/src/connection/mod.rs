@@ -21,6 +21,7 @@
 //! connection's `alive_until` and the run's lease) plus one sweep interval.
 
 pub mod answer;
+pub mod calls;
 pub mod elicit;
 pub mod live;
 pub mod read;
