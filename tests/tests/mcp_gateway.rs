@@ -164,6 +164,12 @@ impl Scene {
         self.policy_dir = Some(policies.to_str().unwrap().to_owned());
     }
 
+    /// `approvals list` is empty: every approval the scenario asked for was resolved.
+    fn assert_no_approval_pending(&self, why: &str) {
+        let approvals = self.airlock(&["approvals", "list"]);
+        assert_eq!(approvals["items"], json!([]), "{why}: {approvals}");
+    }
+
     /// `airlock mcp tools --config FILE`: it exits 0; its JSON table.
     fn mcp_tools(&self) -> Value {
         let output = self
@@ -391,12 +397,7 @@ fn a_host_timeout_keeps_the_approval_and_the_retried_call_returns_the_approved_r
     );
     assert_eq!(seen["retry"]["is_error"], false, "{seen}");
     assert_eq!(scene.ledger(), ["kept"], "the effect done once");
-    let approvals = scene.airlock(&["approvals", "list"]);
-    assert_eq!(
-        approvals["items"],
-        json!([]),
-        "no second approval was asked"
-    );
+    scene.assert_no_approval_pending("no second approval was asked");
 }
 
 /// §22.3: a host that sends no `progressToken` is answered at once, naming the approval, its
@@ -474,12 +475,7 @@ risk = "medium"
         std::fs::read_to_string(outside.path().join("out.txt")).unwrap(),
         "approved\n"
     );
-    let approvals = scene.airlock(&["approvals", "list"]);
-    assert_eq!(
-        approvals["items"],
-        json!([]),
-        "no second approval was asked"
-    );
+    scene.assert_no_approval_pending("no second approval was asked");
 }
 
 /// §22.2: an allowed call is answered while another call of the conversation waits.
