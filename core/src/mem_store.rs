@@ -380,12 +380,9 @@ impl StoreTx for MemTx<'_> {
             _ => false,
         };
         let wanted = |run: &&Run| only.is_none_or(|id| run.id == id);
-        let connections = &self.tables.rows.connections;
+        // A call run is claimed by id only (by its gateway, or by the orphan sweep).
         let claimable = |run: &&Run| {
-            only.is_some()
-                || !connections
-                    .values()
-                    .any(|c| c.session_id == run.session_id && c.is_open())
+            only.is_some() || run.planner_kind != crate::connection::live::MCP_PLANNER_KIND
         };
         Ok(self
             .tables
@@ -518,6 +515,55 @@ impl StoreTx for MemTx<'_> {
             .take(limit)
             .map(|(_, c)| c.clone())
             .collect())
+    }
+
+    fn orphaned_call_runs(&mut self, now: Timestamp, limit: usize) -> Result<Vec<RunId>, TxError> {
+        let rows = &self.tables.rows;
+        let closed = |session: SessionId| {
+            rows.connections
+                .values()
+                .any(|c| c.session_id == session && !c.is_open())
+        };
+        let mut orphans: Vec<&Run> = rows
+            .runs
+            .values()
+            .filter(|run| {
+                run.planner_kind == crate::connection::live::MCP_PLANNER_KIND
+                    && matches!(run.state, RunState::Queued { scheduled_for } if scheduled_for.is_none_or(|at| at <= now))
+                    && closed(run.session_id)
+            })
+            .collect();
+        orphans.sort_by_key(|run| (run.created_at, run.id));
+        Ok(orphans.into_iter().take(limit).map(|run| run.id).collect())
+    }
+
+    fn waiting_call_approvals(
+        &mut self,
+        tenant: &str,
+        principal: &str,
+        tool: &str,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        let rows = &self.tables.rows;
+        let mut waiting: Vec<&Approval> = rows
+            .approvals
+            .values()
+            .filter(|a| {
+                a.tenant_id == tenant
+                    && a.principal_id == principal
+                    && a.tool_name == tool
+                    && a.requested_at.is_some()
+                    && matches!(a.status, ApprovalStatus::Pending | ApprovalStatus::Approved)
+                    && a.expires_at > now
+                    && rows
+                        .invocations
+                        .get(&a.action_id)
+                        .is_some_and(|i| i.status == InvocationStatus::WaitingForApproval)
+            })
+            .collect();
+        waiting.sort_by_key(|a| (a.created_at, a.id));
+        Ok(waiting.into_iter().take(limit).cloned().collect())
     }
 
     fn runs_of_tenant(

@@ -123,9 +123,9 @@ pub trait StoreTx {
         now: Timestamp,
     ) -> Result<Option<HeartbeatObs>, TxError>;
     /// The oldest `(created_at, id)` QUEUED run that is due, optionally only `only`. Without
-    /// `only`, a run whose session belongs to an open connection is skipped: only that
-    /// connection's gateway claims it, by id (SPEC §19.4). A run of a closed connection is
-    /// returned (it is claimed to be ended).
+    /// `only`, a call run (`planner_kind = 'mcp'`) is skipped: it is claimed by id, by a gateway
+    /// holding a request for it (SPEC §19.4, §22.3), or by the orphan sweep that ends it
+    /// ([`StoreTx::orphaned_call_runs`]).
     fn next_claimable_run(
         &mut self,
         now: Timestamp,
@@ -169,6 +169,21 @@ pub trait StoreTx {
         now: Timestamp,
         limit: usize,
     ) -> Result<Vec<Connection>, TxError>;
+    /// QUEUED call runs (`planner_kind = 'mcp'`) that are due and whose session's connection is
+    /// closed, by `created_at, id`, at most `limit`: runs no client of theirs serves any more,
+    /// which the orphan sweep ends unless their call waits for a re-sent request (SPEC §22.3).
+    fn orphaned_call_runs(&mut self, now: Timestamp, limit: usize) -> Result<Vec<RunId>, TxError>;
+    /// Announced approvals of `tenant` and `principal` for `tool`, `pending` or `approved`, with
+    /// `expires_at` after `now`, whose action is still WAITING_FOR_APPROVAL, by `created_at, id`,
+    /// at most `limit`: the parked calls an identical call sent again may bind to (SPEC §22.3).
+    fn waiting_call_approvals(
+        &mut self,
+        tenant: &str,
+        principal: &str,
+        tool: &str,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError>;
 
     // Checkpoints.
     /// Versions must be contiguous: `Conflict` unless `version` is the latest plus one.

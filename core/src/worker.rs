@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::future::{Either, select};
 
-use crate::connection::{CloseReason, RunBinding, binding_of, close_in_tx};
+use crate::connection::{
+    CloseReason, RunBinding, awaits_request_in_tx, binding_of, call_parked_in_tx, close_in_tx,
+};
 use crate::control::ControlService;
 use crate::env::Env;
 use crate::events::Actor;
@@ -16,7 +18,7 @@ use crate::ids::{ConnectionId, RunId};
 use crate::ports::{BoxFut, NoHints, Spawner, WakeHints};
 use crate::run::abandon::{self, Watched};
 use crate::run::cancel::{CancelToken, TokenRegistry};
-use crate::run::executor::{ExecutionEnd, HeartbeatSwitch, RunExecutor};
+use crate::run::executor::{ClaimedFor, ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use crate::run::state::{Change, RequeueReason, transition};
 use crate::run::{Failure, Lease, Run};
 use crate::store::{Store, TxError};
@@ -120,6 +122,10 @@ pub struct Worker<S: Store> {
 
 /// Expired leases read per RECLAIM page.
 const RECLAIM_PAGE: usize = 100;
+/// Orphaned call runs read per sweep. Those whose approved call waits for a request sent again
+/// stay in the list until their approval expires, so the page is wider than the number of
+/// such calls a tenant is expected to leave at once.
+const ORPHAN_PAGE: usize = 500;
 
 /// What one page of RECLAIM found and did.
 struct ReclaimPage {
@@ -200,8 +206,11 @@ impl<S: Store + 'static> Worker<S> {
         self.claim_where(only, None).await
     }
 
-    /// CLAIM of a gateway's own run: `run` only, and only while it is bound to `connection` and
-    /// that connection is open, both read inside the claim's transaction.
+    /// CLAIM of a call run for a request this gateway holds (`connection` is the request's):
+    /// `run` only, and only while it is bound to `connection` and that connection is open, or,
+    /// for a run of another connection (open or closed), while its call is parked (an identical
+    /// call sent again bound to it, SPEC §22.3), read inside the claim's transaction. Execute it
+    /// with [`Worker::execute_for_request`].
     pub async fn claim_for_connection(
         &self,
         run: RunId,
@@ -223,10 +232,17 @@ impl<S: Store + 'static> Worker<S> {
                 return Ok(None);
             };
             let allowed = match (connection, binding_of(tx, &run)?) {
-                (Some(ours), RunBinding::Live(bound)) => ours == bound,
-                (Some(_), _) => false,
+                (Some(ours), RunBinding::Live(bound)) if ours == bound => true,
+                // Another conversation's parked call, bound to a request held here (§22.3):
+                // its call is recorded, so no planner of that conversation is needed.
+                (Some(_), RunBinding::Live(_) | RunBinding::Orphaned(_)) => {
+                    call_parked_in_tx(tx, &run)?
+                }
+                (Some(_), RunBinding::Unbound) => false,
                 (None, RunBinding::Live(_)) => false,
-                (None, RunBinding::Unbound | RunBinding::Orphaned(_)) => true,
+                (None, RunBinding::Unbound) => true,
+                // An orphan whose call waits for a request sent again is not ended (§22.3).
+                (None, RunBinding::Orphaned(_)) => awaits_request_in_tx(tx, &run, now)?.is_none(),
             };
             if !allowed {
                 return Ok(None);
@@ -249,13 +265,29 @@ impl<S: Store + 'static> Worker<S> {
 
     /// Executes a claimed run with its heartbeat until it parks or ends.
     pub async fn execute(&self, run: Run, lease: Lease) -> ExecutionEnd {
-        self.execute_and_report(run, lease).await.0
+        self.execute_and_report(run, lease, ClaimedFor::Work)
+            .await
+            .0
+    }
+
+    /// [`Worker::execute`] of a call run claimed for a request this process holds
+    /// ([`Worker::claim_for_connection`]): a run whose connection closed is executed for that
+    /// request instead of ended (SPEC §22.3).
+    pub async fn execute_for_request(&self, run: Run, lease: Lease) -> ExecutionEnd {
+        self.execute_and_report(run, lease, ClaimedFor::WaitingRequest)
+            .await
+            .0
     }
 
     /// [`Worker::execute`], also returning the failed transaction an `Abandoned` execution was
     /// abandoned for (`None` when it was fenced). Such an execution is logged as a warning and
     /// its lease released for RECLAIM (see `run::abandon`).
-    async fn execute_and_report(&self, run: Run, lease: Lease) -> (ExecutionEnd, Option<TxError>) {
+    async fn execute_and_report(
+        &self,
+        run: Run,
+        lease: Lease,
+        claimed_for: ClaimedFor,
+    ) -> (ExecutionEnd, Option<TxError>) {
         let _in_flight = InFlight::enter(self, &lease);
         let token = self.tokens.register(run.id, lease.lease_epoch);
         if run.cancel_requested_at.is_some() {
@@ -270,7 +302,8 @@ impl<S: Store + 'static> Worker<S> {
         let watched = Arc::new(Watched::new(Arc::clone(&self.env.store)));
         let env = self.env.with_store(Arc::clone(&watched));
         let switch = HeartbeatSwitch::default();
-        let executor = RunExecutor::new(&env, &self.settings.worker_id, switch.clone());
+        let executor =
+            RunExecutor::new(&env, &self.settings.worker_id, switch.clone(), claimed_for);
         let span = tracing::info_span!("run", run_id = %run.id, lease_epoch = lease.lease_epoch, worker_id = %self.settings.worker_id);
         let execution = Box::pin(tracing::Instrument::instrument(
             executor.execute(&lease, &token),
@@ -459,9 +492,31 @@ impl<S: Store + 'static> Worker<S> {
             }
             closed += page_closed;
             if candidates < RECLAIM_PAGE || page_closed == 0 {
-                return Ok(closed);
+                break;
             }
         }
+        self.end_orphaned_calls().await?;
+        Ok(closed)
+    }
+
+    /// The orphan sweep (SPEC §19.4, §22.3): each QUEUED call run whose connection has closed is
+    /// claimed and ended (finalized without a planner, nothing invoked), unless its call waits
+    /// for an identical call sent again (approved, not expired: [`awaits_request_in_tx`], read in
+    /// the claim). Ordinary claims never take call runs, so this is what ends them, in every
+    /// process's sweep. One page, oldest first; returns how many it ended.
+    async fn end_orphaned_calls(&self) -> Result<usize, TxError> {
+        let now = self.env.clock.now();
+        let orphans = self
+            .env
+            .read(|tx| tx.orphaned_call_runs(now, ORPHAN_PAGE))?;
+        let mut ended = 0;
+        for run in orphans {
+            if let Some((claimed, lease)) = self.claim(Some(run)).await? {
+                self.execute(claimed, lease).await;
+                ended += 1;
+            }
+        }
+        Ok(ended)
     }
 
     /// The periodic jobs every airlock process on the store runs, each when due: the connection
@@ -525,7 +580,8 @@ impl<S: Store + 'static> Worker<S> {
     /// caller can report it instead of a run that seems to be still RUNNING.
     pub async fn run_inline(&self, run: RunId) -> Result<Option<ExecutionEnd>, TxError> {
         match self.claim(Some(run)).await? {
-            Some((run, lease)) => match self.execute_and_report(run, lease).await {
+            Some((run, lease)) => match self.execute_and_report(run, lease, ClaimedFor::Work).await
+            {
                 (ExecutionEnd::Abandoned, Some(cause)) => Err(cause),
                 (end, _) => Ok(Some(end)),
             },

@@ -42,7 +42,6 @@ impl PlannerFactory for LiveFactory {
 }
 
 struct Gateway {
-    worker: Arc<Worker<MemStore>>,
     driver: Arc<ConnectionDriver<MemStore>>,
     live: Arc<LiveConnection>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -106,7 +105,6 @@ fn gateway_with(h: &Harness, id: &str, template: RunTemplate) -> Gateway {
     let renewing = Arc::clone(&driver);
     let renew_task = tokio::spawn(async move { renewing.keep_alive().await });
     Gateway {
-        worker,
         driver,
         live,
         tasks: vec![run_task, renew_task],
@@ -409,28 +407,157 @@ async fn a_reviewer_denial_is_answered_with_the_reviewers_reason() {
     assert_eq!(h.ledger.count("test.send"), 0);
 }
 
+/// §22.3: a client that left keeps its parked call's approval pending; approved and claimed by
+/// no request before the approval expires, the call is cancelled by the orphan sweep, never
+/// sent.
 #[tokio::test(start_paused = true)]
 async fn an_approved_call_of_a_client_that_left_is_never_sent() {
     let h = Harness::new();
-    let g = gateway(&h, "gateway-a");
+    // A 30 s conversation deadline bounds the approval's expiry (§10.1).
+    let mut short = template();
+    short.limits.deadline_seconds = Some(30);
+    let g = gateway_with(&h, "gateway-a", short);
     let ticket = g.live.submit(1, call("test.send", "hello"));
     let approval = parked(&ticket).await;
     g.driver.disconnect().expect("disconnect");
     assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
-    // Approving afterwards finds the approval cancelled with its run.
-    let resolved = h
-        .control
+    h.control
         .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
-        .await;
-    assert!(resolved.is_err(), "{resolved:?}");
-    settle_for(60).await;
-    let runs = session_runs(&h, &g);
-    assert_eq!(h.run(runs[0].id).status(), RunStatus::Cancelled);
+        .await
+        .expect("the approval outlived the client");
+    let run = session_runs(&h, &g)[0].id;
+    let sweeper = h.worker("sweeper");
+    sweeper.sweep_connections().await.expect("sweep");
+    assert_eq!(
+        h.run(run).status(),
+        RunStatus::Queued,
+        "approved and unexpired: it waits for an identical call sent again"
+    );
+    settle_for(31).await;
+    sweeper.sweep_connections().await.expect("sweep");
+    assert_eq!(h.run(run).status(), RunStatus::Cancelled);
     assert_eq!(
         h.ledger.count("test.send"),
         0,
         "the approved call was never sent"
     );
+}
+
+/// §22.3: a client's disconnect no longer cancels its parked call's approval: the run stays
+/// parked, and the identical call sent on a new connection (the host reconnected) binds to it,
+/// asks nothing again, and is answered once approved, the effect done once.
+#[tokio::test(start_paused = true)]
+async fn a_disconnect_keeps_the_approval_and_the_identical_call_on_a_new_connection_binds() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    g.driver.disconnect().expect("disconnect");
+    assert_eq!(answer(&first).await, TicketEnd::Dropped);
+    settle_for(2).await;
+    let run = session_runs(&h, &g)[0].id;
+    assert_eq!(
+        h.run(run).status(),
+        RunStatus::WaitingForApproval,
+        "the disconnect left the parked run"
+    );
+    assert_eq!(conversation(&h, &g).status(), ConnectionStatus::Closed);
+    let again = gateway(&h, "gateway-b");
+    let retried = again.live.submit(1, call("test.send", "hello"));
+    assert_eq!(
+        parked(&retried).await,
+        approval,
+        "bound to the same approval"
+    );
+    assert!(
+        session_runs(&h, &again).is_empty(),
+        "the new conversation asked for no run of its own"
+    );
+    // A different call is not bound.
+    let other = again.live.submit(2, call("test.send", "another"));
+    assert_ne!(parked(&other).await, approval);
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    assert!(matches!(
+        answer(&retried).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(h.ledger.count("test.send"), 1, "the effect, once");
+    assert_eq!(h.run(run).status(), RunStatus::Completed);
+}
+
+/// §22.3, §19.7: a gateway killed while a call waits leaves its approval (its connection is
+/// still open until it expires); the restarted host's identical call binds to it at once, and
+/// once approved the call is executed for that request, once.
+#[tokio::test(start_paused = true)]
+async fn a_gateway_killed_while_a_call_waits_leaves_the_approval_to_the_retried_call() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    let run = session_runs(&h, &g)[0].id;
+    let dead_session = g.driver.connection().id;
+    g.kill();
+    let again = gateway(&h, "gateway-b");
+    let retried = again.live.submit(1, call("test.send", "hello"));
+    assert_eq!(
+        parked(&retried).await,
+        approval,
+        "bound to the surviving approval"
+    );
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    assert!(matches!(
+        answer(&retried).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(h.ledger.count("test.send"), 1, "the effect, once");
+    assert_eq!(h.run(run).status(), RunStatus::Completed);
+    let dead = h
+        .store
+        .read(|tx| tx.connection(dead_session))
+        .unwrap()
+        .unwrap();
+    assert!(
+        dead.is_open(),
+        "executed before the dead connection was even swept"
+    );
+}
+
+/// §22.3 and issue 26: binding never widens a token's reach: a conversation whose scopes lack
+/// one the parked run held asks for its own approval instead of binding.
+#[tokio::test(start_paused = true)]
+async fn a_conversation_with_fewer_scopes_does_not_bind_to_a_wider_parked_call() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    g.driver.disconnect().expect("disconnect");
+    let mut narrower = template();
+    narrower
+        .principal_scopes
+        .retain(|scope| scope.as_str() != "demo.write");
+    let again = gateway_with(&h, "gateway-b", narrower);
+    let retried = again.live.submit(1, call("test.send", "hello"));
+    let outcome = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            if let TicketStatus::Parked { approval_id, .. } = retried.status() {
+                return Some(approval_id);
+            }
+            if retried.end().is_some() {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("decided in time");
+    assert_ne!(outcome, Some(approval), "not bound to the wider run");
+    assert_eq!(session_runs(&h, &again).len(), 1, "a run of its own");
 }
 
 /// §19.3: a client's cancel of a call in flight lets the call finish and be recorded (its
@@ -482,14 +609,6 @@ async fn an_ordinary_worker_never_claims_a_live_connections_run() {
     assert!(
         worker.claim(Some(run)).await.unwrap().is_none(),
         "not even by id (runs resume, the inline dispatcher)"
-    );
-    assert!(
-        g.worker
-            .claim_for_connection(run, ConnectionId(uuid::Uuid::new_v4()))
-            .await
-            .unwrap()
-            .is_none(),
-        "nor by another connection"
     );
     assert!(matches!(
         answer(&ticket).await,

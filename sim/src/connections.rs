@@ -83,6 +83,8 @@ const LEASE_MS: u64 = 3_000;
 /// Simulated time for the workload; then a quiet phase until every run is terminal.
 const WORKLOAD: Duration = Duration::from_secs(40);
 const QUIET_BOUND: Duration = Duration::from_secs(600);
+/// Every approval's lifetime in this world (see [`short_lived_approvals`]).
+const APPROVAL_EXPIRY: Duration = Duration::from_secs(90);
 /// The services a client calls: reads that run at once (`sim.search` returns untrusted
 /// content, which taints the conversation, §22.2) and writes that wait for approval.
 const TOOLS: [&str; 4] = ["sim.lookup", "sim.post", "sim.email", "sim.search"];
@@ -215,6 +217,8 @@ pub struct ConnectionStore {
     started_in: Mutex<BTreeMap<String, u64>>,
     known_in: Mutex<BTreeMap<String, u64>>,
     violations: Mutex<Vec<String>>,
+    /// Every connection's mailbox by session: whether a request waits for a run (§22.3).
+    lives: Mutex<BTreeMap<SessionId, Arc<LiveConnection>>>,
 }
 
 impl ConnectionStore {
@@ -226,6 +230,7 @@ impl ConnectionStore {
             started_in: Mutex::new(BTreeMap::new()),
             known_in: Mutex::new(BTreeMap::new()),
             violations: Mutex::new(Vec::new()),
+            lives: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -235,6 +240,19 @@ impl ConnectionStore {
 
     /// The client's side of a disconnect: `ConnectionDriver::disconnect` returned, so by §19.4
     /// its close has committed (or the run was idle and ends without another call).
+    /// Whether a request of a client that has not left waits for `run`: an identical call
+    /// sent again on another connection, bound to the run's parked call (§22.3).
+    fn waited_elsewhere(&self, run: RunId, closed_at: &BTreeMap<SessionId, u64>) -> bool {
+        lock(&self.lives)
+            .iter()
+            .any(|(session, live)| !closed_at.contains_key(session) && live.waits_for(run))
+    }
+
+    /// Whether any connection's request waits for `run`.
+    fn waited(&self, run: RunId) -> bool {
+        lock(&self.lives).values().any(|live| live.waits_for(run))
+    }
+
     fn client_left(&self, session: SessionId) {
         let commit = self.commits.load(Ordering::SeqCst);
         lock(&self.closed_at).entry(session).or_insert(commit);
@@ -266,7 +284,14 @@ impl Store for ConnectionStore {
                     if event.event_type != EventType::ToolCallStarted {
                         continue;
                     }
-                    if let Some(closed) = closed_at.get(&event.session_id) {
+                    // A parked call left by its client may be executed for an identical call
+                    // sent again on a connection that is still open (§22.3).
+                    let rebound = event
+                        .run_id
+                        .is_some_and(|run| self.waited_elsewhere(run, &closed_at));
+                    if let Some(closed) = closed_at.get(&event.session_id)
+                        && !rebound
+                    {
                         lock(&self.violations).push(format!(
                             "§19.4: call {} of session {} STARTed in commit {commit}, after its client left (commit {closed})",
                             event.payload["invocation_id"], event.session_id
@@ -319,9 +344,6 @@ struct ConnectionWorld {
     tickets: Mutex<BTreeMap<(usize, usize), Ticket>>,
     /// Clients whose gateway a service asked to die right after an effect.
     crash_requests: Mutex<BTreeSet<usize>>,
-    /// Every connection's mailbox by session: a service asks whether a request waits for the
-    /// run it serves (§22.3).
-    lives: Mutex<BTreeMap<SessionId, Arc<LiveConnection>>>,
     /// When a client was answered untrusted content, by session (§22.2's taint rule).
     untrusted_answers: Mutex<Vec<(SessionId, Timestamp)>>,
     /// Calls a service got while no request waited for their run (§22.3).
@@ -351,9 +373,7 @@ impl Tool for Service {
             let key = ctx.idempotency_key.to_owned();
             let session_closed = self.world.store.closed(ctx.session_id);
             let started = store.started(&key);
-            let waiting = lock(&self.world.lives)
-                .get(&ctx.session_id)
-                .is_none_or(|live| live.waits_for(ctx.run_id));
+            let waiting = self.world.store.waited(ctx.run_id);
             if !waiting {
                 lock(&self.world.unwaited).push(format!(
                     "service {} got call {} of run {} while no request waited for it",
@@ -402,7 +422,10 @@ struct OneConnection {
 
 impl PlannerFactory for OneConnection {
     fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
-        if run.planner_kind != MCP_PLANNER_KIND || run.session_id != self.session {
+        // Its own connection's runs, and another's parked call bound to a request here (§22.3).
+        if run.planner_kind != MCP_PLANNER_KIND
+            || (run.session_id != self.session && !self.live.waits_for(run.id))
+        {
             return Err(PlannerError("not this gateway's connection".into()));
         }
         Ok(Arc::new(LivePlanner::new(
@@ -434,6 +457,22 @@ impl airlock_core::ports::Spawner for SimSpawner {
     fn spawn(&self, f: BoxFut<'static, ()>) {
         madsim::task::spawn(f);
     }
+}
+
+/// Approvals of this world expire after [`APPROVAL_EXPIRY`] (the shipped profile's hours
+/// would outlast the quiet phase): a parked call its client left, and no identical call binds,
+/// is then cancelled by the orphan sweep within the seed (§22.3), which liveness checks.
+fn short_lived_approvals(
+    mut ruleset: airlock_core::policy::Ruleset,
+) -> airlock_core::policy::Ruleset {
+    let seconds = APPROVAL_EXPIRY.as_secs();
+    ruleset.profile.approval_expiry = airlock_core::policy::profile::ApprovalExpiry {
+        low: seconds,
+        medium: seconds,
+        high: seconds,
+        critical: seconds,
+    };
+    ruleset
 }
 
 fn settings(id: &str) -> WorkerSettings {
@@ -469,7 +508,9 @@ impl ConnectionWorld {
             store: Arc::clone(&self.store),
             clock: Arc::new(self.clock.clone()),
             ids: Arc::new(SeqIds::new(salt, 1)),
-            ruleset: Arc::new(catalog::ruleset_base(crate::plan::Profile::Shipped)),
+            ruleset: Arc::new(short_lived_approvals(catalog::ruleset_base(
+                crate::plan::Profile::Shipped,
+            ))),
             tools: Arc::new(tools),
             workspaces: None,
             planners,
@@ -532,7 +573,7 @@ impl ConnectionWorld {
             Err(error) => panic!("OPEN of a simulated connection failed: {error}"),
         };
         let session = driver.connection().session_id;
-        lock(&self.lives).insert(session, Arc::clone(&live));
+        lock(&self.store.lives).insert(session, Arc::clone(&live));
         *lock(&placeholder) = Some(Arc::new(OneConnection {
             session,
             live: Arc::clone(&live),
@@ -902,7 +943,6 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         rng: Mutex::new(SimRng::new(seed, 20)),
         tickets: Mutex::new(BTreeMap::new()),
         crash_requests: Mutex::new(BTreeSet::new()),
-        lives: Mutex::new(BTreeMap::new()),
         untrusted_answers: Mutex::new(Vec::new()),
         unwaited: Mutex::new(Vec::new()),
         plan,

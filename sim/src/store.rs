@@ -738,6 +738,20 @@ impl StoreTx for TxProbe<'_> {
     ) -> Result<Vec<Connection>, TxError> {
         self.inner.expired_connections(now, limit)
     }
+    fn orphaned_call_runs(&mut self, now: Timestamp, limit: usize) -> Result<Vec<RunId>, TxError> {
+        self.inner.orphaned_call_runs(now, limit)
+    }
+    fn waiting_call_approvals(
+        &mut self,
+        tenant: &str,
+        principal: &str,
+        tool: &str,
+        now: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        self.inner
+            .waiting_call_approvals(tenant, principal, tool, now, limit)
+    }
     fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
         self.inner.insert_checkpoint(checkpoint)
     }

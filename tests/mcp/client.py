@@ -280,6 +280,30 @@ async def scenario(args):
                     observed["resolve"] = airlock(args, "approvals", "approve", approval, "--reason", "ok")
 
                 observed["after"] = await parked_call(session, args, "test__append", {"text": "after"}, resolve)
+            elif s == "taint_concurrent":
+                # SPEC 22.2 across concurrent calls: a write in flight when an untrusted result
+                # is answered was proposed untainted and finishes without approval; a write
+                # sent after that answer is tainted and waits for approval.
+                async with anyio.create_task_group() as tg:
+
+                    async def in_flight():
+                        observed["in_flight"] = await call(
+                            session, "test__append", {"text": "in-flight", "delay_seconds": 3}
+                        )
+
+                    tg.start_soon(in_flight)
+                    for _ in range(200):
+                        if "in-flight" in ledger_lines(args):
+                            break
+                        await anyio.sleep(0.05)
+                    observed["read"] = await call(session, "test__note", {})
+                    observed["in_flight_done_at_read"] = "in_flight" in observed
+
+                    def resolve(approval):
+                        observed["resolve"] = airlock(args, "approvals", "approve", approval, "--reason", "ok")
+
+                    observed["after"] = await parked_call(session, args, "test__append", {"text": "after"}, resolve)
+                observed["conversations"] = airlock(args, "conversations", "list")
             elif s == "resources":
                 await resources(session, gateway, args, observed)
             elif s == "resource_taint":
@@ -384,6 +408,11 @@ async def scenario(args):
                     observed["read_seconds"] = time.monotonic() - started
                     observed["write_pending"] = airlock(args, "approvals", "get", approvals[0]).get("status")
                     observed["resolve"] = airlock(args, "approvals", "approve", approvals[0], "--reason", "ok")
+            elif s == "park":
+                # A call that waits for approval with progress, until the test kills the
+                # gateway (SPEC 22.3: the approval outlives it).
+                approvals, on_progress = approval_watcher()
+                observed["answer"] = await call(session, "test__append", {"text": args.arg}, on_progress)
             elif s == "kill":
                 # The effect happens, then the answer waits; the test kills the gateway.
                 observed["answer"] = await call(session, "test__append", {"text": args.arg, "delay_seconds": 60})

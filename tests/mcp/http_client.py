@@ -15,6 +15,10 @@ Scenarios:
 - `concurrent`: in one session, `test__append` parks for approval (its SSE stream stays open
   with progress); while it is parked, `tools/list` is asked and answered on a second stream;
   only then is the approval approved from another process, and the parked call answered.
+- `waiting`: a read beside a parked call, the parked call's cancel, its retry after approval,
+  and a call without a progressToken (SPEC 22.2, 22.3).
+- `leave`, then `rejoin`: a call without a progressToken on one session, which then ends; the
+  identical call on a new session, its approval approved, and the call sent again (SPEC 22.3).
 """
 
 import argparse
@@ -162,6 +166,21 @@ async def scenario(args):
                     observed["approve_exit"] = await anyio.to_thread.run_sync(approve, args, parked[0])
                     observed["retry"] = await call(session, "test__append", {"text": "waited"}, on_progress)
                     observed["no_progress"] = await call(session, "test__append", {"text": "asked"})
+                elif args.scenario == "leave":
+                    # SPEC 22.3: a call without a progressToken is answered at once naming its
+                    # approval; then the client ends its session (DELETE).
+                    observed["asked"] = await call(session, "test__append", {"text": "rejoined"})
+                    match = APPROVAL.search(observed["asked"].get("text", ""))
+                    observed["approval"] = match.group(1) if match else None
+                elif args.scenario == "rejoin":
+                    # On a new session, the identical call binds to the approval the ended
+                    # session asked for; approved, the call sent again returns the result.
+                    observed["asked"] = await call(session, "test__append", {"text": "rejoined"})
+                    match = APPROVAL.search(observed["asked"].get("text", ""))
+                    observed["approval"] = match.group(1) if match else None
+                    if observed["approval"]:
+                        observed["approve_exit"] = await anyio.to_thread.run_sync(approve, args, observed["approval"])
+                    observed["retry"] = await call(session, "test__append", {"text": "rejoined"})
                 else:
                     raise SystemExit(f"unknown scenario {args.scenario}")
     return observed

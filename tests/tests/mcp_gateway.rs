@@ -324,6 +324,37 @@ fn a_reviewer_denial_is_answered_as_an_error_with_its_reason() {
     assert!(scene.ledger().is_empty());
 }
 
+/// §22.2 across concurrent calls: a write already in flight when an untrusted result is
+/// answered was proposed untainted and finishes without approval; a write sent after that
+/// answer is tainted and waits for approval; the conversation names what tainted it.
+#[test]
+fn taint_reaches_calls_proposed_after_the_untrusted_answer_not_calls_in_flight() {
+    let Some(peers) = peers("taint_reaches_calls_proposed_after_the_untrusted_answer") else {
+        return;
+    };
+    let mut scene = scene_with(&peers, "");
+    scene.allow_external_writes();
+    let seen = scene.client(&peers, "taint_concurrent", "legacy", "");
+    assert_eq!(seen["read"]["is_error"], false, "{seen}");
+    assert_eq!(
+        seen["in_flight_done_at_read"], false,
+        "the first write was still in flight when the read was answered: {seen}"
+    );
+    assert_eq!(seen["in_flight"]["is_error"], false, "{seen}");
+    let after = &seen["after"];
+    assert!(
+        after["approval"].is_string(),
+        "the write sent after the untrusted answer waits: {seen}"
+    );
+    assert_eq!(after["result"]["is_error"], false, "{seen}");
+    assert_eq!(scene.ledger(), ["in-flight", "after"]);
+    let conversation = &seen["conversations"]["items"][0];
+    assert!(
+        conversation["tainted_at"].is_string(),
+        "the conversation is tainted: {conversation}"
+    );
+}
+
 #[test]
 fn an_untrusted_result_makes_the_next_write_wait_for_approval() {
     let Some(peers) = peers("an_untrusted_result_makes_the_next_write_wait_for_approval") else {
@@ -493,6 +524,57 @@ fn an_allowed_call_is_answered_while_another_waits_for_approval() {
     );
     assert_eq!(seen["write"]["is_error"], false, "{seen}");
     assert_eq!(scene.ledger(), ["parked"]);
+}
+
+/// §22.3, §19.7: the gateway is killed with -9 while a call waits for approval; the host
+/// restarts it and sends the identical call again at once (before the dead connection has even
+/// expired): it is told the same approval is needed, not asked for a second one; once a reviewer
+/// approves it, the call sent again returns the result, the effect done once.
+#[test]
+fn kill_9_while_a_call_waits_leaves_its_approval_to_the_retried_call() {
+    let Some(peers) = peers("kill_9_while_a_call_waits_leaves_its_approval") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let pidfile = scene.data.path().join("gateway.pid");
+    let client = scene.spawn_client(&peers, "park", "legacy", "survives", Some(&pidfile));
+    let started = Instant::now();
+    let approval = loop {
+        // The store exists once the gateway opened it; until then the CLI says so.
+        let listed = scene
+            .data
+            .command("operator", &["approvals", "list"])
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        let pending: Value = serde_json::from_slice(&listed.stdout).unwrap_or(Value::Null);
+        if let Some(id) = pending["items"][0]["id"].as_str() {
+            break id.to_owned();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the call never parked: {pending}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let pid = gateway_pid(&pidfile).expect("the gateway wrote its pid");
+    // SAFETY: kill(2) on the gateway's pid, which this test's client started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    drop(wait_within_output(client, Duration::from_secs(60), "park"));
+    let seen = scene.client(&peers, "no_progress", "legacy", "survives");
+    assert_eq!(
+        seen["approval"].as_str(),
+        Some(approval.as_str()),
+        "the retried call is told of the surviving approval: {seen}"
+    );
+    assert_eq!(
+        approval_named_in(&seen["pending_again"]).as_deref(),
+        Some(approval.as_str()),
+        "{seen}"
+    );
+    assert_eq!(seen["retry"]["is_error"], false, "{seen}");
+    assert_eq!(scene.ledger(), ["survives"], "the effect done once");
+    scene.assert_no_approval_pending("no second approval was asked");
 }
 
 /// The approval id an `isError` answer names.

@@ -445,6 +445,38 @@ fn over_http_a_parked_call_delays_nothing_and_its_approval_outlives_the_request(
     assert_eq!(gateway.stop(), Some(0));
 }
 
+/// SPEC §22.3 over Streamable HTTP: a session that asked for an approval and then ended
+/// (DELETE) leaves it pending; the identical call on a new session of the same principal binds to
+/// it instead of asking again, and once approved the call sent again returns the result, the
+/// effect done once.
+#[test]
+fn over_http_an_ended_sessions_approval_is_bound_by_the_identical_call_on_a_new_session() {
+    let Some(python) = python("over_http_an_ended_sessions_approval_is_bound") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&[]);
+    let token = scene.token("acme", "bob");
+    let left = scene.client(&gateway, "leave", Some(&token));
+    let approval = left["approval"]
+        .as_str()
+        .expect("the answer names its approval");
+    let rejoined = scene.client(&gateway, "rejoin", Some(&token));
+    assert_eq!(
+        rejoined["approval"].as_str(),
+        Some(approval),
+        "the new session was told of the same approval: {rejoined}"
+    );
+    assert_eq!(rejoined["approve_exit"], 0, "{rejoined}");
+    assert_eq!(rejoined["retry"]["text"], "appended", "{rejoined}");
+    assert_eq!(
+        std::fs::read_to_string(&scene.ledger).unwrap(),
+        "rejoined\n",
+        "the effect done once"
+    );
+    assert_eq!(gateway.stop(), Some(0));
+}
+
 #[test]
 fn requests_without_a_valid_token_of_the_files_tenant_or_from_a_foreign_host_or_origin_are_refused()
 {

@@ -79,13 +79,16 @@ impl<S: Store + 'static> PlannerFactory for LivePlanners<S> {
                 run.planner_kind
             )));
         }
-        let live = self
-            .connections
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&run.session_id)
+        // The connection holding a request for the run (its own, or one whose identical call
+        // sent again bound to the run's parked call, SPEC §22.3), else the run's own.
+        let connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let live = connections
+            .values()
+            .find(|live| live.waits_for(run.id))
+            .or_else(|| connections.get(&run.session_id))
             .cloned()
             .ok_or_else(|| PlannerError("no live connection for this run's session".into()))?;
+        drop(connections);
         Ok(Arc::new(LivePlanner::new(live, Arc::clone(&self.store))))
     }
 }

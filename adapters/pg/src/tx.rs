@@ -584,14 +584,13 @@ impl StoreTx for PgTx<'_> {
                 &[&ts(now), &id.to_string()],
                 rows::run,
             )?,
-            // A run of a session whose connection is open belongs to that connection's
-            // gateway, which claims it by id (§19.4).
+            // A call run is claimed by id only: by a gateway holding a request for it, or by
+            // the orphan sweep that ends it (§19.4, §22.3).
             None => self.one(
                 &format!(
                     "SELECT {} FROM runs WHERE status = 'QUEUED' \
                      AND (scheduled_for IS NULL OR scheduled_for <= $1) \
-                     AND NOT EXISTS (SELECT 1 FROM connections AS c \
-                         WHERE c.session_id = runs.session_id AND c.status = 'open') \
+                     AND planner_kind <> 'mcp' \
                      ORDER BY created_at, id LIMIT 1{lock}",
                     rows::RUN_COLUMNS
                 ),
@@ -765,6 +764,51 @@ impl StoreTx for PgTx<'_> {
             ),
             &[&ts(now), &limit(limit_rows)],
             rows::connection,
+        )
+    }
+
+    fn orphaned_call_runs(
+        &mut self,
+        now: Timestamp,
+        limit_rows: usize,
+    ) -> Result<Vec<RunId>, TxError> {
+        let ids: Vec<String> = self.all(
+            "SELECT id FROM runs WHERE status = 'QUEUED' AND planner_kind = 'mcp' \
+             AND (scheduled_for IS NULL OR scheduled_for <= $1) \
+             AND EXISTS (SELECT 1 FROM connections AS c \
+                 WHERE c.session_id = runs.session_id AND c.status = 'closed') \
+             ORDER BY created_at, id LIMIT $2",
+            &[&ts(now), &limit(limit_rows)],
+            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
+        )?;
+        ids.into_iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+            })
+            .collect()
+    }
+
+    fn waiting_call_approvals(
+        &mut self,
+        tenant: &str,
+        principal: &str,
+        tool: &str,
+        now: Timestamp,
+        limit_rows: usize,
+    ) -> Result<Vec<Approval>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM approvals WHERE tenant_id = $1 AND principal_id = $2 \
+                 AND tool_name = $3 AND status IN ('pending', 'approved') \
+                 AND requested_at IS NOT NULL AND expires_at > $4 \
+                 AND EXISTS (SELECT 1 FROM tool_invocations AS i \
+                     WHERE i.id = approvals.action_id AND i.status = 'WAITING_FOR_APPROVAL') \
+                 ORDER BY created_at, id LIMIT $5",
+                rows::APPROVAL_COLUMNS
+            ),
+            &[&tenant, &principal, &tool, &ts(now), &limit(limit_rows)],
+            rows::approval,
         )
     }
 

@@ -15,16 +15,18 @@
 //!   is parked (any process may resolve the approval), applies client cancellations (§8.5) and,
 //!   when the client goes, commits DISCONNECT ([`super::close_in_tx`]).
 //!
-//! **Approvals outlive the request (§22.3).** A client's cancel or timeout of a parked call, or
-//! a parked call answered at once because its client asked for no progress, **detaches** the
-//! request: the run stays parked and its approval pending. A later request of the conversation
-//! for the same tool with equal arguments (so the same tenant, principal, tool and effective
-//! arguments hash) **binds** to the detached run instead of asking again, and gets its answer.
-//! A detached run whose approval is approved is not executed: an approved call executes only
-//! while a request waits for it, and one that no request claims before its approval's expiry is
-//! cancelled, never sent. A detached run whose approval is denied or expired is still executed,
-//! which only records the resolution. The disconnect of the connection still cancels its
-//! parked runs (binding across connections is not built yet).
+//! **Approvals outlive the request (§22.3).** A client's cancel or timeout of a parked call, a
+//! parked call answered at once because its client asked for no progress, or the client's
+//! disconnect (or its gateway's death), **detaches** the request: the run stays parked and its
+//! approval pending. A later request of the same tenant and principal, on this conversation or
+//! any other, for the same tool with equal arguments (so the same effective arguments hash)
+//! **binds** to the parked run instead of asking again ([`StoreTx::waiting_call_approvals`]),
+//! and gets its answer. A gateway holding such a request may claim the run once its call is
+//! parked, whichever connection sent it first ([`Worker::claim_for_connection`]). An approved
+//! call executes only while a request waits for it: a run no request claims before its
+//! approval's expiry is cancelled, never sent (by its own driver while its connection is open,
+//! by the orphan sweep after that). A parked run whose approval is denied or expired is still
+//! executed while its connection is open, which only records the resolution.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
@@ -204,20 +206,11 @@ pub fn call_id_of(step: u32) -> String {
     format!("r{step}")
 }
 
-/// A parked call run whose request left (a cancel, a timeout, or an answer at once): a later
-/// identical request binds to it.
-#[derive(Debug)]
-struct Detached {
-    run: RunId,
-    call: ClientCall,
-}
-
 #[derive(Debug, Default)]
 struct Mailbox {
     /// Requests not yet given a run.
     queue: VecDeque<Entry>,
     handed: Vec<Handed>,
-    detached: Vec<Detached>,
     /// Requests the client cancelled after they were handed to a run.
     cancelled: Vec<RequestKey>,
     closed: bool,
@@ -229,16 +222,24 @@ impl Mailbox {
         std::mem::take(&mut self.wakers)
     }
 
-    /// Detaches the request of `key` from its run: its ticket ends, the run is remembered.
+    /// Detaches the request of `key` from its run: its ticket ends; the run stays parked in the
+    /// store, where an identical request finds it.
     fn detach(&mut self, key: RequestKey) -> Option<Ticket> {
         let position = self.handed.iter().position(|h| h.entry.key == key)?;
         let handed = self.handed.remove(position);
         self.cancelled.retain(|k| *k != key);
-        self.detached.push(Detached {
-            run: handed.run,
-            call: handed.entry.call,
-        });
         Some(handed.entry.ticket)
+    }
+
+    /// Detaches every request of `run` (the client has gone and the run is parked).
+    fn release(&mut self, run: RunId) -> Vec<Ticket> {
+        let (released, kept): (Vec<Handed>, Vec<Handed>) = std::mem::take(&mut self.handed)
+            .into_iter()
+            .partition(|h| h.run == run);
+        self.handed = kept;
+        let keys: Vec<RequestKey> = released.iter().map(|h| h.entry.key).collect();
+        self.cancelled.retain(|k| !keys.contains(k));
+        released.into_iter().map(|h| h.entry.ticket).collect()
     }
 }
 
@@ -410,29 +411,25 @@ impl LiveConnection {
         lock(&self.mailbox).handed.iter().any(|h| h.run == run)
     }
 
-    /// Binds `entry` to a detached run of an identical call, if there is one.
-    fn bind(&self, entry: Entry) -> Option<Entry> {
+    /// Hands `entry` to `run` as its call `r1`.
+    fn hand(&self, entry: Entry, run: RunId) {
+        entry
+            .ticket
+            .set_status(TicketStatus::Proposed { run, step: 1 });
         self.with(|m| {
-            let Some(position) = m.detached.iter().position(|d| d.call == entry.call) else {
-                return Some(entry);
-            };
-            let detached = m.detached.remove(position);
-            entry.ticket.set_status(TicketStatus::Proposed {
-                run: detached.run,
-                step: 1,
-            });
             m.handed.push(Handed {
                 entry,
-                run: detached.run,
+                run,
                 step: 1,
-            });
-            None
-        })
+            })
+        });
     }
 
-    /// Forgets the detached entry of a run that ended.
-    fn forget(&self, run: RunId) {
-        self.with(|m| m.detached.retain(|d| d.run != run));
+    /// Ends the requests of `run` without an answer (the client has gone).
+    fn release(&self, run: RunId) {
+        for ticket in self.with(|m| m.release(run)) {
+            ticket.finish(TicketEnd::Dropped);
+        }
     }
 
     /// Resolves when `ready` holds for the mailbox.
@@ -684,7 +681,13 @@ pub struct ConnectionDriver<S: Store> {
     live: Arc<LiveConnection>,
     connection: Connection,
     template: RunTemplate,
+    /// The runs [`Self::run`] drives now, so a request bound to one of them adds no second
+    /// driver.
+    driving: Mutex<std::collections::BTreeSet<RunId>>,
 }
+
+/// Parked calls of a principal and tool read per bind (SPEC §22.3); the oldest match wins.
+const TWIN_PAGE: usize = 32;
 
 /// How often a driver looks at a parked or not-yet-due run: the worker's poll interval.
 fn poll_micros<S: Store + 'static>(worker: &Worker<S>) -> i64 {
@@ -746,6 +749,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             live,
             connection,
             template,
+            driving: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -789,9 +793,10 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         }
     }
 
-    /// DISCONNECT: the client has gone. The close commits now: parked and queued call runs are
-    /// cancelled at once, running ones are flagged (their START observations then refuse every
-    /// further call, §19.4); [`Self::run`] returns once they have ended.
+    /// DISCONNECT: the client has gone. The close commits now: queued call runs are cancelled at
+    /// once, running ones are flagged (their START observations then refuse every further call,
+    /// §19.4), parked ones stay for an identical call sent again (§22.3); [`Self::run`] returns
+    /// once the others have ended.
     pub fn disconnect(&self) -> Result<(), TxError> {
         self.live.close();
         self.close_now()
@@ -809,9 +814,9 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         Ok(())
     }
 
-    /// Serves the connection until the client has gone and its last call run has ended; then
-    /// the connection is closed. Each request is admitted (or bound to a detached run) as it
-    /// arrives and its run driven beside the others. A storage error ends nothing: a request
+    /// Serves the connection until the client has gone and its last call run has ended or been
+    /// left parked; then the connection is closed. Each request is admitted (or bound to a
+    /// parked call, §22.3) as it arrives and its run driven beside the others. A storage error ends nothing: a request
     /// that could not be admitted is answered that nothing ran, and a run's driver looks again
     /// after a poll (one failing store must not leave the conversation's other calls hanging).
     pub async fn run(&self) -> Result<(), TxError> {
@@ -839,12 +844,24 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         self.close_now()
     }
 
-    /// A request's way in: bound to a detached run of the identical call, or ADMIT and SUBMIT
-    /// of its own call run in one transaction (§22.1 `[limits]` per conversation). Returns the
-    /// run to drive when it is new; a request the conversation's limits refuse, or that could not
-    /// be recorded, is answered.
+    /// A request's way in: bound to a parked call of the identical call (§22.3, any
+    /// conversation of the tenant and principal), or ADMIT and SUBMIT of its own call run in one
+    /// transaction (§22.1 `[limits]` per conversation). Returns the run to drive when this
+    /// driver does not drive it yet; a request the conversation's limits refuse, or that could
+    /// not be recorded, is answered.
     fn admit(&self, entry: Entry) -> Option<RunId> {
-        let entry = self.live.bind(entry)?;
+        match self.parked_twin(&entry.call) {
+            Ok(Some(run)) => {
+                tracing::info!(run = %run, connection = %self.connection.id, "a call sent again binds to its parked twin");
+                self.live.hand(entry, run);
+                return self.start_driving(run);
+            }
+            Ok(None) => {}
+            // Unknown: the call asks again (a second approval, never a second effect).
+            Err(error) => {
+                tracing::warn!(%error, "parked calls could not be read; the call is admitted as new");
+            }
+        }
         let env = self.worker.env();
         let now = env.clock.now();
         let run_id = RunId(env.new_uuid());
@@ -879,14 +896,8 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 entry
                     .ticket
                     .set_status(TicketStatus::Proposed { run: run_id, step: 1 });
-                self.live.with(|m| {
-                    m.handed.push(Handed {
-                        entry,
-                        run: run_id,
-                        step: 1,
-                    })
-                });
-                return Some(run_id);
+                self.live.hand(entry, run_id);
+                return self.start_driving(run_id);
             }
             CallAdmission::Closed => None,
             CallAdmission::CallsSpent { max_tool_calls } => Some(CallAnswer::Denied {
@@ -905,6 +916,54 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             None => TicketEnd::Dropped,
         });
         None
+    }
+
+    /// `Some(run)` when no driver of this connection drives `run` yet (it is now counted).
+    fn start_driving(&self, run: RunId) -> Option<RunId> {
+        lock(&self.driving).insert(run).then_some(run)
+    }
+
+    /// The parked call an identical request binds to (SPEC §22.3): a call run of the same
+    /// tenant and principal, on any conversation, whose call `r1` is the same tool with equal
+    /// arguments (so the same effective arguments hash) and waits for its approval (pending, or
+    /// approved and not expired), and which held no scope this conversation lacks (binding
+    /// never widens what a token may do, issue 26). The oldest, when there are several.
+    fn parked_twin(&self, call: &ClientCall) -> Result<Option<RunId>, TxError> {
+        let env = self.worker.env();
+        let now = env.clock.now();
+        let ours = &self.connection;
+        env.read(|tx| {
+            let waiting = tx.waiting_call_approvals(
+                &ours.tenant_id,
+                &ours.principal_id,
+                &call.tool,
+                now,
+                TWIN_PAGE,
+            )?;
+            for approval in waiting {
+                let Some(invocation) = tx.invocation(approval.action_id)? else {
+                    continue;
+                };
+                if invocation.step_number != 1
+                    || invocation.call_id != call_id_of(1)
+                    || invocation.raw_arguments != call.arguments
+                {
+                    continue;
+                }
+                let Some(run) = tx.run(approval.run_id)? else {
+                    continue;
+                };
+                if run.planner_kind == MCP_PLANNER_KIND
+                    && !run.status().is_terminal()
+                    && run
+                        .principal_scopes
+                        .is_subset(&self.template.principal_scopes)
+                {
+                    return Ok(Some(run.id));
+                }
+            }
+            Ok(None)
+        })
     }
 
     /// A call run, QUEUED, planner kind `mcp`, with the conversation's deadline.
@@ -998,7 +1057,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         loop {
             let wake_at = match self.drive_once(run_id, &mut cancel_sent).await {
                 Ok(Drive::Ended) => {
-                    self.live.forget(run_id);
+                    lock(&self.driving).remove(&run_id);
                     return;
                 }
                 Ok(Drive::Again) => continue,
@@ -1032,6 +1091,17 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         );
         let now = env.clock.now();
         let mut wake_at = now.saturating_add_micros(poll_micros(&self.worker));
+        if self.live.is_closed() && !status.is_terminal() {
+            // The client has gone. A parked call stays for an identical call sent again
+            // (§22.3), and another conversation's run bound here is that conversation's: this
+            // connection's requests of it end without an answer. Anything else of this
+            // conversation was cancelled by the close, and is followed to its end.
+            let parked = env.read(|tx| super::awaits_request_in_tx(tx, &run, now))?;
+            if parked.is_some() || run.session_id != self.connection.session_id {
+                self.live.release(run_id);
+                return Ok(Drive::Ended);
+            }
+        }
         match &run.state {
             // Terminal: done once its request has been settled (a failed read looks again).
             _ if status.is_terminal() && settled => return Ok(Drive::Ended),
@@ -1054,7 +1124,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                     .claim_for_connection(run_id, self.connection.id)
                     .await?
                 {
-                    self.worker.execute(claimed, lease).await;
+                    self.worker.execute_for_request(claimed, lease).await;
                     return Ok(Drive::Again);
                 }
             }

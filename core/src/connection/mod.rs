@@ -6,19 +6,24 @@
 //! lease/3 (as a worker renews a lease), or `closed`. A gateway closes it when its client goes
 //! (DISCONNECT); when the gateway dies instead, its `alive_until` passes and the connection sweep
 //! of any airlock process (a gateway or `airlock worker`, [`crate::worker::Worker::tick`])
-//! closes it. Closing is one transaction that also requests cancellation of the session's active
-//! run (§8.5), which cancels a parked or queued run at once; every START of a sequential call
-//! reads `cancel_requested_at` inside its own transaction (§17.1 F2, F3), so no call of a
-//! disconnected client can START once the disconnect has committed.
+//! closes it. Closing is one transaction that also requests cancellation of the conversation's
+//! active call runs (§8.5), which cancels a queued run at once; every START of a call reads
+//! `cancel_requested_at` inside its own transaction (§17.1 F2, F3), so no call of a
+//! disconnected client can START once the disconnect has committed. A run whose call is parked
+//! (its approval pending, or approved and unexpired) is left as it is (SPEC §22.3: a
+//! disconnect no longer cancels a parked call's approval).
 //!
-//! **Claims.** A run is bound to a connection when its session is the connection's. Ordinary
-//! claims ([`crate::store::StoreTx::next_claimable_run`] without `only`) skip runs bound to an
-//! open connection; a gateway claims its own connection's run by id, and only while the
-//! connection is open ([`crate::worker::Worker::claim_for_connection`]). A bound run whose
-//! connection is closed is claimed by anyone only to end it ([`RunBinding::Orphaned`]): it is
-//! finalized without asking a planner and without invoking anything; RECLAIM never re-queues it.
-//! Every run of a dead connection is therefore terminal within one lease length (the
-//! connection's `alive_until` and the run's lease) plus one sweep interval.
+//! **Claims.** A call run (`planner_kind = mcp`) is never taken by an ordinary claim
+//! ([`crate::store::StoreTx::next_claimable_run`] without `only`). A gateway claims it by id for
+//! a request it holds ([`crate::worker::Worker::claim_for_connection`]): its own open
+//! connection's run, or another connection's (open or closed) whose call is parked, which an
+//! identical call sent again bound to (§22.3). A call run whose connection is closed
+//! ([`RunBinding::Orphaned`]) and whose call no request can claim any more is claimed by the
+//! orphan sweep of any process only to end it: it is finalized without asking a planner and
+//! without invoking anything; RECLAIM never re-queues it. Every run of a dead connection is
+//! therefore terminal within one lease length (the connection's `alive_until` and the run's
+//! lease) plus one sweep interval, except a parked call, which ends when its approval is denied
+//! or expires (or executes, for a request sent again).
 
 pub mod answer;
 pub mod calls;
@@ -33,6 +38,7 @@ use crate::ids::{ConnectionId, RunId, SessionId};
 use crate::run::Run;
 use crate::store::{StoreTx, TxError};
 use crate::time::Timestamp;
+use crate::vocab::ApprovalStatus;
 
 crate::vocab::wire_enum! {
     /// Whether a connection's client can still be served.
@@ -203,11 +209,14 @@ pub fn renew_in_tx(
 }
 
 /// DISCONNECT (or the sweep's expiry) inside a transaction: the row `closed`,
-/// `mcp.connection.closed`, and a cancellation request for the session's active run (§8.5:
-/// a parked or queued run without a RUNNING call is cancelled now; a running one is flagged and
-/// ends at its next observation point). Every call run of the conversation is cancelled so
-/// (SPEC §22.2: one run per call). Returns the runs it flagged while RUNNING, whose local
-/// tokens the caller cancels. A connection already closed is left as it is.
+/// `mcp.connection.closed`, and a cancellation request for each active call run of the
+/// conversation (§8.5: a queued run without a RUNNING call is cancelled now; a running one is
+/// flagged and ends at its next observation point), **except** a run whose parked call waits
+/// for a request ([`awaits_request_in_tx`]): SPEC §22.3, a disconnect no longer cancels a
+/// parked call's approval. Such a run is an orphan: an identical call sent again binds to it,
+/// and the orphan sweep ends it once its approval is denied or expires
+/// ([`crate::worker::Worker::sweep_connections`]). Returns the runs it flagged while RUNNING,
+/// whose local tokens the caller cancels. A connection already closed is left as it is.
 pub fn close_in_tx(
     tx: &mut dyn StoreTx,
     id: ConnectionId,
@@ -244,12 +253,60 @@ pub fn close_in_tx(
     let mut flagged = Vec::new();
     for run_id in tx.active_runs_in_session(current.session_id)? {
         let run = tx.run(run_id)?.ok_or(TxError::NotFound)?;
+        if awaits_request_in_tx(tx, &run, now)?.is_some() {
+            continue;
+        }
         let (outcome, _) = crate::control::request_cancel_in_tx(tx, &run, &actor, now)?;
         if outcome.status == crate::vocab::RunStatus::Running {
             flagged.push(run_id);
         }
     }
     Ok(flagged)
+}
+
+/// Until when the parked call of a call run waits for a request (SPEC §22.3): its approval is
+/// pending, or approved and not expired, so a client's cancel, timeout or disconnect leaves it
+/// for an identical call sent again (on any connection of the tenant and principal) to bind to.
+/// `None` for any other run: not a call run, its call not parked, its approval denied,
+/// expired or past `expires_at`, or the run RUNNING (claimed by a request: a close cancels it
+/// like any running call run, so nothing STARTs after its client left).
+pub fn awaits_request_in_tx(
+    tx: &mut dyn StoreTx,
+    run: &Run,
+    now: Timestamp,
+) -> Result<Option<Timestamp>, TxError> {
+    let resting = matches!(
+        run.status(),
+        crate::vocab::RunStatus::WaitingForApproval | crate::vocab::RunStatus::Queued
+    );
+    if run.planner_kind != live::MCP_PLANNER_KIND || !resting {
+        return Ok(None);
+    }
+    Ok(
+        match answer::call_state(tx, run.id, 1, &live::call_id_of(1))? {
+            answer::CallState::Parked { approval }
+                if matches!(
+                    approval.status,
+                    ApprovalStatus::Pending | ApprovalStatus::Approved
+                ) && approval.expires_at > now =>
+            {
+                Some(approval.expires_at)
+            }
+            _ => None,
+        },
+    )
+}
+
+/// Whether the call `r1` of a call run is parked: recorded, waiting for its approval (of any
+/// status, resolved or not, until the run executes it).
+pub fn call_parked_in_tx(tx: &mut dyn StoreTx, run: &Run) -> Result<bool, TxError> {
+    if run.planner_kind != live::MCP_PLANNER_KIND {
+        return Ok(false);
+    }
+    Ok(matches!(
+        answer::call_state(tx, run.id, 1, &live::call_id_of(1))?,
+        answer::CallState::Parked { .. }
+    ))
 }
 
 /// Whether a call run of `session` may start now, and if so the conversation counts it

@@ -88,18 +88,37 @@ enum Dispatched {
     Park,
 }
 
+/// Who claimed the run, which decides what becomes of a call run whose connection has closed
+/// (an orphan, [`RunBinding::Orphaned`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimedFor {
+    /// A worker, a sweep or `runs resume`: an orphan is only ended, never executed.
+    Work,
+    /// A gateway holding a request for the run (SPEC §22.3: an identical call sent again,
+    /// perhaps on another connection, bound to the parked call): the run is executed, its
+    /// planner being that request's connection.
+    WaitingRequest,
+}
+
 pub struct RunExecutor<'e, S: Store> {
     env: &'e Env<S>,
     worker_id: &'e str,
     heartbeat: HeartbeatSwitch,
+    claimed_for: ClaimedFor,
 }
 
 impl<'e, S: Store> RunExecutor<'e, S> {
-    pub fn new(env: &'e Env<S>, worker_id: &'e str, heartbeat: HeartbeatSwitch) -> Self {
+    pub fn new(
+        env: &'e Env<S>,
+        worker_id: &'e str,
+        heartbeat: HeartbeatSwitch,
+        claimed_for: ClaimedFor,
+    ) -> Self {
         RunExecutor {
             env,
             worker_id,
             heartbeat,
+            claimed_for,
         }
     }
 
@@ -115,9 +134,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             let checkpoint = tx
                 .latest_checkpoint(lease.run_id)?
                 .ok_or(TxError::NotFound)?;
-            // A run whose client has gone is claimed only to be ended (SPEC §19.4).
+            // A run whose client has gone is claimed only to be ended (SPEC §19.4), unless a
+            // request sent again for its parked call claimed it (§22.3).
             let orphan = match binding_of(tx, &run)? {
-                RunBinding::Orphaned(_) => Some(
+                RunBinding::Orphaned(_) if self.claimed_for == ClaimedFor::Work => Some(
                     !tx.invocations_of_run_in(run.id, InvocationStatus::Running)?
                         .is_empty(),
                 ),

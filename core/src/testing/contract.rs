@@ -73,6 +73,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     missing_parents_are_not_found(&make());
     settlements_only_of_uncertain_invocations(&make());
     connections_are_guarded_and_bind_their_sessions_runs(&make());
+    waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool(&make());
     crate::testing::contract_http::run(&make);
 }
 
@@ -2707,6 +2708,85 @@ fn settlements_only_of_uncertain_invocations<S: Store>(store: &S) {
     );
 }
 
+/// SPEC §22.3: the parked calls an identical call may bind to are the announced approvals of
+/// one tenant, principal and tool, pending or approved, not expired, whose action still waits;
+/// oldest first.
+fn waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::WaitingForApproval);
+    let waiting = |n: u128| {
+        seed_invocation(
+            store,
+            sample_invocation(
+                n,
+                &run,
+                n as u32,
+                &format!("c{n}"),
+                InvocationStatus::WaitingForApproval,
+            ),
+        )
+    };
+    let (i1, i2, i3, i4, i5) = (waiting(1), waiting(2), waiting(3), waiting(4), waiting(5));
+    let pending = sample_approval(1, &i1, ApprovalStatus::Pending);
+    let mut approved = sample_approval(2, &i2, ApprovalStatus::Approved);
+    approved.created_at = at(-1);
+    let denied = sample_approval(3, &i3, ApprovalStatus::Denied);
+    let mut unannounced = sample_approval(4, &i4, ApprovalStatus::Pending);
+    unannounced.requested_at = None;
+    let mut soon = sample_approval(5, &i5, ApprovalStatus::Pending);
+    soon.expires_at = at(100);
+    for approval in [&pending, &approved, &denied, &unannounced, &soon] {
+        commit(store, "insert approval", |tx| tx.insert_approval(approval));
+    }
+    let tool = i1.tool_name.clone();
+    let found = |tenant: &str, principal: &str, tool: &str, now: i64, limit: usize| {
+        read(store, |tx| {
+            tx.waiting_call_approvals(tenant, principal, tool, at(now), limit)
+        })
+        .into_iter()
+        .map(|a| a.id)
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        found(TENANT, PRINCIPAL, &tool, 99, 10),
+        vec![approved.id, pending.id, soon.id],
+        "waiting_call_approvals: pending and approved, announced, oldest first"
+    );
+    assert_eq!(
+        found(TENANT, PRINCIPAL, &tool, 100, 10),
+        vec![approved.id, pending.id],
+        "waiting_call_approvals: not expired at now"
+    );
+    assert_eq!(
+        found(TENANT, PRINCIPAL, &tool, 99, 1),
+        vec![approved.id],
+        "waiting_call_approvals: limit"
+    );
+    assert!(
+        found("other-tenant", PRINCIPAL, &tool, 0, 10).is_empty(),
+        "waiting_call_approvals: one tenant"
+    );
+    assert!(
+        found(TENANT, "someone-else", &tool, 0, 10).is_empty(),
+        "waiting_call_approvals: one principal"
+    );
+    assert!(
+        found(TENANT, PRINCIPAL, "another.tool", 0, 10).is_empty(),
+        "waiting_call_approvals: one tool"
+    );
+    // Once the approved call is authorized it no longer waits.
+    let mut authorized = i2.clone();
+    authorized.status = InvocationStatus::Authorized;
+    authorized.suspended_approval = None;
+    commit(store, "authorize the approved call", |tx| {
+        tx.update_invocation(InvocationStatus::WaitingForApproval, &authorized)
+    });
+    assert_eq!(
+        found(TENANT, PRINCIPAL, &tool, 99, 10),
+        vec![pending.id, soon.id],
+        "waiting_call_approvals: an action that no longer waits is not listed"
+    );
+}
+
 /// SPEC §19.4: a connection per session, guarded by its status, closed for good; the sweep's
 /// input is open connections past `alive_until`, oldest first; a run of an open connection's
 /// session is claimed only by id, one of a closed connection's by anyone. §22.1: the
@@ -2730,7 +2810,17 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
         call_count: 0,
         last_seen_at: T0,
     };
-    let bound = seed_run(store, 1, RunStatus::Queued);
+    // The conversation's call run (§22.2), and a scripted run of no connection.
+    let bound = {
+        let session = sample_session(1);
+        let mut run = sample_run(1, session.id, RunStatus::Queued);
+        run.planner_kind = crate::connection::live::MCP_PLANNER_KIND.to_owned();
+        commit(store, "seed a call run", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)
+        });
+        run
+    };
     let free = seed_run(store, 2, RunStatus::Queued);
     let c1 = connection(1, bound.session_id, 30);
     commit(store, "insert connection", |tx| tx.insert_connection(&c1));
@@ -2762,16 +2852,21 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
         Err(TxError::NotFound),
         "connections: the session must exist"
     );
-    // Ordinary claims skip the bound run (it is older); a claim by id still sees it.
+    // Ordinary claims skip the call run (it is older); a claim by id still sees it.
     assert_eq!(
         read(store, |tx| tx.next_claimable_run(at(0), None)).map(|r| r.id),
         Some(free.id),
-        "next_claimable_run: a run of an open connection is skipped without `only`"
+        "next_claimable_run: a call run is skipped without `only`"
     );
     assert_eq!(
         read(store, |tx| tx.next_claimable_run(at(0), Some(bound.id))).map(|r| r.id),
         Some(bound.id),
-        "next_claimable_run: a run of an open connection is found by id"
+        "next_claimable_run: a call run is found by id"
+    );
+    assert_eq!(
+        read(store, |tx| tx.orphaned_call_runs(at(0), 10)),
+        Vec::<crate::ids::RunId>::new(),
+        "orphaned_call_runs: none while the connection is open"
     );
     // The sweep's input.
     let other = seed_run(store, 3, RunStatus::Completed);
@@ -2883,11 +2978,38 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
         vec![c3.id],
         "expired_connections: closed ones are not listed"
     );
-    // Closed: the bound run is claimable again, oldest first.
+    // Closed: the call run is an orphan, listed for the sweep and still not claimed ordinarily.
     assert_eq!(
         read(store, |tx| tx.next_claimable_run(at(0), None)).map(|r| r.id),
-        Some(bound.id),
-        "next_claimable_run: a run of a closed connection is claimable (to be ended)"
+        Some(free.id),
+        "next_claimable_run: a call run of a closed connection is skipped too"
+    );
+    assert_eq!(
+        read(store, |tx| tx.orphaned_call_runs(at(0), 10)),
+        vec![bound.id],
+        "orphaned_call_runs: a QUEUED call run of a closed connection"
+    );
+    assert_eq!(
+        read(store, |tx| tx.orphaned_call_runs(at(0), 0)),
+        Vec::<crate::ids::RunId>::new(),
+        "orphaned_call_runs: limit"
+    );
+    let mut later = bound.clone();
+    later.state = RunState::Queued {
+        scheduled_for: Some(at(5)),
+    };
+    commit(store, "schedule the orphan later", |tx| {
+        tx.update_run(&status_guard(&bound), &later)
+    });
+    assert_eq!(
+        read(store, |tx| tx.orphaned_call_runs(at(4), 10)),
+        Vec::<crate::ids::RunId>::new(),
+        "orphaned_call_runs: only due runs"
+    );
+    assert_eq!(
+        read(store, |tx| tx.orphaned_call_runs(at(5), 10)),
+        vec![bound.id],
+        "orphaned_call_runs: due at scheduled_for"
     );
 
     // A tenant's conversations, newest first (`opened_at DESC, id DESC`), closed ones too.
