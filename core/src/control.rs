@@ -15,7 +15,9 @@ use crate::planner::script::{DEFAULT_MAX_SCRIPT_BYTES, RunScript};
 use crate::ports::Dispatcher;
 use crate::principal::Principal;
 use crate::run::cancel::TokenRegistry;
-use crate::run::state::{Change, RequeueReason, transition, update_fields};
+pub use crate::run::cancel_request::CancelOutcome;
+use crate::run::cancel_request::request_cancel_in_tx;
+use crate::run::state::{Change, RequeueReason, transition};
 use crate::run::{Run, RunState, RunSummary};
 use crate::scope::Scope;
 use crate::session::{PolicyProfileRecord, Session, Settlement};
@@ -107,13 +109,6 @@ pub struct Page<T> {
 pub struct Resolved {
     pub state: ResolveState,
     pub approval: Approval,
-}
-
-/// `cancel_run`'s answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CancelOutcome {
-    pub accepted: bool,
-    pub status: RunStatus,
 }
 
 pub struct ControlService<S: Store> {
@@ -265,7 +260,7 @@ impl<S: Store> ControlService<S> {
                 created_at: now,
                 updated_at: now,
             };
-            crate::connection::live::insert_queued_run(tx, &run, &actor, now)?;
+            crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
             Ok(Submitted {
                 run_id,
                 session_id,
@@ -452,7 +447,7 @@ impl<S: Store> ControlService<S> {
         &self,
         principal: &Principal,
         limit: Option<usize>,
-    ) -> Result<Vec<crate::connection::Connection>, ServiceError> {
+    ) -> Result<Vec<crate::conversation::Connection>, ServiceError> {
         require(principal, "run.read")?;
         let limit = limit.unwrap_or(APPROVAL_PAGE_DEFAULT);
         if !(1..=APPROVAL_PAGE_MAX).contains(&limit) {
@@ -470,7 +465,7 @@ impl<S: Store> ControlService<S> {
         &self,
         principal: &Principal,
         id: crate::ids::ConnectionId,
-    ) -> Result<crate::connection::Connection, ServiceError> {
+    ) -> Result<crate::conversation::Connection, ServiceError> {
         require(principal, "run.read")?;
         let found = self.env.read(|tx| tx.connection(id))?;
         match found {
@@ -488,8 +483,8 @@ impl<S: Store> ControlService<S> {
         limit: usize,
     ) -> Result<
         (
-            crate::connection::Connection,
-            crate::connection::calls::Calls,
+            crate::conversation::Connection,
+            crate::conversation::calls::Calls,
         ),
         ServiceError,
     > {
@@ -497,7 +492,7 @@ impl<S: Store> ControlService<S> {
         let now = self.env.clock.now();
         let calls = self
             .env
-            .read(|tx| crate::connection::calls::calls_of(tx, &conversation, limit, now))?;
+            .read(|tx| crate::conversation::calls::calls_of(tx, &conversation, limit, now))?;
         Ok((conversation, calls))
     }
 
@@ -511,7 +506,7 @@ impl<S: Store> ControlService<S> {
         id: crate::ids::ConnectionId,
         reason: &str,
         seen: Option<crate::time::Timestamp>,
-    ) -> Result<crate::connection::Connection, ServiceError> {
+    ) -> Result<crate::conversation::Connection, ServiceError> {
         require(principal, "approval.resolve")?;
         if reason.trim().is_empty() {
             return Err(ServiceError::InvalidArgument(
@@ -525,7 +520,7 @@ impl<S: Store> ControlService<S> {
                 Some(c) if c.tenant_id == principal.tenant_id => {}
                 _ => return Err(TxError::NotFound),
             }
-            crate::connection::clear_taint_in_tx(tx, id, &actor, reason, seen, now)
+            crate::conversation::clear_taint_in_tx(tx, id, &actor, reason, seen, now)
         })?;
         cleared.map_err(|refused| ServiceError::Conflict(refused.to_string()))
     }
@@ -917,65 +912,6 @@ impl<S: Store> ControlService<S> {
         self.env.reached(CrashPoint::AfterProfile).await;
         Ok(stored)
     }
-}
-
-/// CANCEL's writes inside an open transaction (SPEC §8.5), shared by `cancel_run` and a
-/// connection's close (§19.4): a terminal run is left alone (`accepted: false`); otherwise
-/// `cancel_requested_at` is set (with `run.cancel_requested` on the first request), and a QUEUED
-/// run without a RUNNING invocation or a WAITING_FOR_APPROVAL run is cancelled at once. Returns
-/// the outcome and whether anything was written.
-pub(crate) fn request_cancel_in_tx(
-    tx: &mut dyn StoreTx,
-    run: &Run,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<(CancelOutcome, bool), TxError> {
-    if run.status().is_terminal() {
-        let outcome = CancelOutcome {
-            accepted: false,
-            status: run.status(),
-        };
-        return Ok((outcome, false));
-    }
-    let first_request = run.cancel_requested_at.is_none();
-    let flagged = if first_request {
-        let mut next = run.clone();
-        next.cancel_requested_at = Some(now);
-        let stored = update_fields(tx, run, next, now)?;
-        tx.append_event(&NewEvent {
-            session_id: run.session_id,
-            run_id: Some(run.id),
-            event_type: EventType::RunCancelRequested,
-            actor: actor.clone(),
-            payload: json!({"requested_at": now.to_string()}),
-            derivation_key: None,
-            created_at: now,
-        })?;
-        stored
-    } else {
-        run.clone()
-    };
-    let running_call = !tx
-        .invocations_of_run_in(run.id, InvocationStatus::Running)?
-        .is_empty();
-    let direct = match flagged.status() {
-        RunStatus::Queued => !running_call,
-        RunStatus::WaitingForApproval => true,
-        _ => false,
-    };
-    if direct {
-        let cancelled = transition(tx, &flagged, flagged.clone(), Change::Cancel, actor, now)?;
-        let outcome = CancelOutcome {
-            accepted: true,
-            status: cancelled.status(),
-        };
-        return Ok((outcome, true));
-    }
-    let outcome = CancelOutcome {
-        accepted: true,
-        status: flagged.status(),
-    };
-    Ok((outcome, first_request))
 }
 
 /// `"{created_at_micros}:{id}"`.

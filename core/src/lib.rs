@@ -13,6 +13,7 @@ pub mod approval;
 pub mod canonical;
 pub mod connection;
 pub mod control;
+pub mod conversation;
 pub mod env;
 pub mod events;
 pub mod ids;

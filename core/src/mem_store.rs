@@ -34,7 +34,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::access::ApiToken;
 use crate::approval::Approval;
-use crate::connection::{Connection, ConnectionState, ConnectionStatus};
+use crate::conversation::{Connection, ConnectionState, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{
     ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId,
@@ -257,7 +257,7 @@ impl MemTx<'_> {
             .find(|r| {
                 r.session_id == session
                     && !r.status().is_terminal()
-                    && r.planner_kind != crate::connection::live::MCP_PLANNER_KIND
+                    && r.planner_kind != crate::conversation::MCP_PLANNER_KIND
             })
             .map(|r| r.id)
     }
@@ -300,7 +300,7 @@ impl StoreTx for MemTx<'_> {
             return Err(TxError::NotFound);
         }
         if !run.status().is_terminal()
-            && run.planner_kind != crate::connection::live::MCP_PLANNER_KIND
+            && run.planner_kind != crate::conversation::MCP_PLANNER_KIND
             && let Some(active) = self.active_run(run.session_id)
         {
             return Err(conflict(format!(
@@ -382,7 +382,7 @@ impl StoreTx for MemTx<'_> {
         let wanted = |run: &&Run| only.is_none_or(|id| run.id == id);
         // A call run is claimed by id only (by its gateway, or by the orphan sweep).
         let claimable = |run: &&Run| {
-            only.is_some() || run.planner_kind != crate::connection::live::MCP_PLANNER_KIND
+            only.is_some() || run.planner_kind != crate::conversation::MCP_PLANNER_KIND
         };
         Ok(self
             .tables
@@ -528,7 +528,7 @@ impl StoreTx for MemTx<'_> {
             .runs
             .values()
             .filter(|run| {
-                run.planner_kind == crate::connection::live::MCP_PLANNER_KIND
+                run.planner_kind == crate::conversation::MCP_PLANNER_KIND
                     && matches!(run.state, RunState::Queued { scheduled_for } if scheduled_for.is_none_or(|at| at <= now))
                     && closed(run.session_id)
             })

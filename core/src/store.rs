@@ -4,9 +4,9 @@
 
 pub mod guards;
 
-use crate::access::ApiToken;
+use crate::access::token::ApiToken;
 use crate::approval::Approval;
-use crate::connection::{Connection, ConnectionStatus};
+use crate::conversation::record::{Connection, ConnectionStatus};
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures_util::future::{Either, select};
 
-use crate::connection::{
+use crate::control::ControlService;
+use crate::conversation::{
     CloseReason, RunBinding, awaits_request_in_tx, binding_of, call_parked_in_tx, close_in_tx,
 };
-use crate::control::ControlService;
 use crate::env::Env;
 use crate::events::Actor;
 use crate::ids::{ConnectionId, RunId};
@@ -201,7 +201,7 @@ impl<S: Store + 'static> Worker<S> {
     /// CLAIM: the oldest due QUEUED run (or exactly `only`), under a new lease epoch. A run
     /// bound to an open gateway connection is never claimed here, not even by id (SPEC §19.4:
     /// only its gateway executes it); one bound to a closed connection is claimed to be ended
-    /// (the executor finalizes it without a planner, [`crate::connection`]).
+    /// (the executor finalizes it without a planner, [`crate::conversation`]).
     pub async fn claim(&self, only: Option<RunId>) -> Result<Option<(Run, Lease)>, TxError> {
         self.claim_where(only, None).await
     }
@@ -477,7 +477,7 @@ impl<S: Store + 'static> Worker<S> {
                     let Some(current) = tx.connection(connection.id)? else {
                         return Ok(None);
                     };
-                    let still_expired = matches!(current.state, crate::connection::ConnectionState::Open { alive_until } if alive_until <= now);
+                    let still_expired = matches!(current.state, crate::conversation::ConnectionState::Open { alive_until } if alive_until <= now);
                     if !still_expired {
                         return Ok(None);
                     }

@@ -352,3 +352,52 @@ fn every_core_file_opens_with_a_module_doc() {
         "files without a //! header: {missing:?}"
     );
 }
+
+/// SPEC §22, issue 28: the durable conversation (`conversation/`: its row, taint, limits, which
+/// request may claim a call run, what a call is told) sits below everything that uses it. It
+/// reaches neither the live planner (`connection`), nor the worker, the executor or the control
+/// service, which all reach it: so no import cycle runs through it. The live planner is the one
+/// module of the two that may import the worker.
+#[test]
+fn the_conversation_module_reaches_no_module_that_uses_it() {
+    let above = [
+        "crate::connection",
+        "crate::worker",
+        "crate::control",
+        "crate::run::executor",
+        "crate::access",
+    ];
+    let mut seen = 0;
+    for (path, text) in sources() {
+        let rel = relative(&path);
+        if !rel.starts_with("src/conversation/") {
+            continue;
+        }
+        seen += 1;
+        for line in code_lines(&text) {
+            for module in above {
+                assert!(
+                    !line.contains(module),
+                    "{rel} reaches {module}, which uses the conversation: {line}"
+                );
+            }
+        }
+    }
+    assert!(
+        seen >= 4,
+        "the scan must see the conversation module's files"
+    );
+    for (path, text) in sources() {
+        let rel = relative(&path);
+        if rel.starts_with("src/connection/") {
+            continue;
+        }
+        let imports_live = code_lines(&text)
+            .iter()
+            .any(|line| line.contains("crate::connection::live"));
+        assert!(
+            !imports_live,
+            "{rel} imports the live planner, which sits on top of the worker"
+        );
+    }
+}

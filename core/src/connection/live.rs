@@ -13,7 +13,7 @@
 //!   request against the conversation's `[limits]` and submits its run in one transaction,
 //!   claims each run for this connection only, executes it through the worker, waits while it
 //!   is parked (any process may resolve the approval), applies client cancellations (§8.5) and,
-//!   when the client goes, commits DISCONNECT ([`super::close_in_tx`]).
+//!   when the client goes, commits DISCONNECT ([`crate::conversation::close_in_tx`]).
 //!
 //! **Approvals outlive the request (§22.3).** A client's cancel or timeout of a parked call, a
 //! parked call answered at once because its client asked for no progress, or the client's
@@ -41,24 +41,21 @@ use futures_util::StreamExt;
 use futures_util::future::select;
 use futures_util::stream::FuturesUnordered;
 
-use super::answer::{CallAnswer, CallState, call_state};
-use super::{CallAdmission, CloseReason, Connection, ConnectionState};
-use crate::events::{Actor, EventType, NewEvent};
+use crate::conversation::answer::{CallAnswer, CallState, call_state};
+use crate::conversation::{CallAdmission, CloseReason, Connection, ConnectionState};
+pub use crate::conversation::{MCP_PLANNER_KIND, call_id_of};
+use crate::events::Actor;
 use crate::ids::{ApprovalId, ConnectionId, RunId};
 use crate::invocation::outcome::codes;
 use crate::ports::{BoxFut, Planner, PlannerError, PlannerInput, PlannerTurn, ProposedCall};
-use crate::run::checkpoint::{Checkpoint, CheckpointState};
 use crate::run::{Limits, Run, RunState};
 use crate::scope::ScopeSet;
 use crate::session::Session;
-use crate::store::{Store, StoreTx, TxError};
+use crate::store::{Store, TxError};
 use crate::time::Timestamp;
 use crate::vocab::ApprovalStatus;
-use crate::vocab::{CancelReason, CheckpointTrigger, RunStatus, TrustLevel};
+use crate::vocab::{CancelReason, RunStatus, TrustLevel};
 use crate::worker::Worker;
-
-/// The `runs.planner_kind` of a run whose planner is a live client connection.
-pub const MCP_PLANNER_KIND: &str = "mcp";
 
 /// The final message of a call run whose request left before the run proposed anything.
 pub const DISCONNECTED_MESSAGE: &str = "client disconnected";
@@ -201,11 +198,6 @@ impl Handed {
     }
 }
 
-/// `r{n}` (SPEC §19.1): one call per step, so n is the step number.
-pub fn call_id_of(step: u32) -> String {
-    format!("r{step}")
-}
-
 #[derive(Debug, Default)]
 struct Mailbox {
     /// Requests not yet given a run.
@@ -310,7 +302,7 @@ impl LiveConnection {
     /// rest of the connection. Call it before the content is sent, so that no call the client
     /// writes after reading it is proposed untainted.
     pub fn note_read_content(&self, trust: TrustLevel, what: &str) {
-        if super::read::taints(trust) {
+        if crate::conversation::taints(trust) {
             self.read_tainted.store(true, Ordering::SeqCst);
             // The conversation's row (§22.2), so a later call run, or another process, sees it;
             // if that fails, this connection's calls are tainted by the flag instead.
@@ -629,7 +621,10 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
             } else {
                 session
             };
-            if let Ok(true) = self.store.read(|tx| super::tainted_in_tx(tx, session)) {
+            if let Ok(true) = self
+                .store
+                .read(|tx| crate::conversation::tainted_in_tx(tx, session))
+            {
                 self.conversation_tainted.store(true, Ordering::SeqCst);
             }
             let arguments_from_user = self.live.arguments_from_user
@@ -684,6 +679,8 @@ pub struct ConnectionDriver<S: Store> {
     /// The runs [`Self::run`] drives now, so a request bound to one of them adds no second
     /// driver.
     driving: Mutex<std::collections::BTreeSet<RunId>>,
+    /// The runs this driver executes now, claimed for its requests.
+    executing: Mutex<std::collections::BTreeSet<RunId>>,
 }
 
 /// Parked calls of a principal and tool read per bind (SPEC §22.3); the oldest match wins.
@@ -731,12 +728,14 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 next_event_sequence: 1,
                 created_at: now,
             })?;
-            super::open_in_tx(tx, &connection, now)
+            crate::conversation::open_in_tx(tx, &connection, now)
         })?;
         let recording = worker.env().clone();
         live.set_taint_recorder(Arc::new(move |by: &str| {
             let now = recording.clock.now();
-            match recording.transact(|tx| super::taint_in_tx(tx, session_id, None, by, now)) {
+            match recording
+                .transact(|tx| crate::conversation::taint_in_tx(tx, session_id, None, by, now))
+            {
                 Ok(()) => true,
                 Err(error) => {
                     tracing::warn!(%error, "a read's taint was not recorded on the conversation");
@@ -750,6 +749,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             connection,
             template,
             driving: Mutex::new(std::collections::BTreeSet::new()),
+            executing: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -781,7 +781,8 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             }
             let now = env.clock.now();
             let until = now.saturating_add_micros(lease_micros);
-            match env.transact(|tx| super::renew_in_tx(tx, self.connection.id, until)) {
+            match env.transact(|tx| crate::conversation::renew_in_tx(tx, self.connection.id, until))
+            {
                 Ok(true) => {}
                 Ok(false) => {
                     self.live.close();
@@ -806,10 +807,18 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let env = self.worker.env();
         let now = env.clock.now();
         let flagged = env.transact(|tx| {
-            super::close_in_tx(tx, self.connection.id, CloseReason::Disconnected, now)
+            crate::conversation::close_in_tx(tx, self.connection.id, CloseReason::Disconnected, now)
         })?;
         for run in flagged {
             self.worker.tokens().cancel(run, CancelReason::Requested);
+        }
+        // Another conversation's parked call that this connection claimed for its request and
+        // executes now: that request has gone with the client, and an approved call executes
+        // only while a request waits (§22.3), so its START must refuse like this conversation's
+        // own calls.
+        let executing: Vec<RunId> = lock(&self.executing).iter().copied().collect();
+        for run in executing {
+            self.cancel_run(run)?;
         }
         Ok(())
     }
@@ -867,7 +876,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let run_id = RunId(env.new_uuid());
         let actor = Actor::principal(&self.connection.principal_id);
         let admission = env.transact(|tx| {
-            let admission = super::admit_call_in_tx(
+            let admission = crate::conversation::admit_call_in_tx(
                 tx,
                 self.connection.id,
                 self.template.conversation_calls,
@@ -876,7 +885,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             )?;
             if let CallAdmission::Admitted { deadline_at } = admission {
                 let run = self.call_run(run_id, deadline_at, now);
-                insert_queued_run(tx, &run, &actor, now)?;
+                crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
             }
             Ok(admission)
         });
@@ -1021,7 +1030,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let actor = Actor::principal(&self.connection.principal_id);
         let outcome = env.transact(|tx| {
             let run = tx.run(run_id)?.ok_or(TxError::NotFound)?;
-            crate::control::request_cancel_in_tx(tx, &run, &actor, now)
+            crate::run::cancel_request::request_cancel_in_tx(tx, &run, &actor, now)
         })?;
         if outcome.0.status == RunStatus::Running {
             self.worker.tokens().cancel(run_id, CancelReason::Requested);
@@ -1096,7 +1105,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             // (§22.3), and another conversation's run bound here is that conversation's: this
             // connection's requests of it end without an answer. Anything else of this
             // conversation was cancelled by the close, and is followed to its end.
-            let parked = env.read(|tx| super::awaits_request_in_tx(tx, &run, now))?;
+            let parked = env.read(|tx| crate::conversation::awaits_request_in_tx(tx, &run, now))?;
             if parked.is_some() || run.session_id != self.connection.session_id {
                 self.live.release(run_id);
                 return Ok(Drive::Ended);
@@ -1124,7 +1133,14 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                     .claim_for_connection(run_id, self.connection.id)
                     .await?
                 {
+                    lock(&self.executing).insert(run_id);
+                    // A client that left between the claim and here cancels nothing the close
+                    // did not see: look once more now that the close would see this run.
+                    if self.live.is_closed() {
+                        self.cancel_run(run_id)?;
+                    }
                     self.worker.execute_for_request(claimed, lease).await;
+                    lock(&self.executing).remove(&run_id);
                     return Ok(Drive::Again);
                 }
             }
@@ -1135,40 +1151,4 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         }
         Ok(Drive::Until(wake_at))
     }
-}
-
-/// SUBMIT's writes for a built run: the row, its seed checkpoint, `run.queued` and
-/// `run.checkpointed` (shared with [`crate::control::ControlService::submit_run`]).
-pub(crate) fn insert_queued_run(
-    tx: &mut dyn StoreTx,
-    run: &Run,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<(), TxError> {
-    tx.insert_run(run)?;
-    tx.insert_checkpoint(&Checkpoint {
-        run_id: run.id,
-        version: 1,
-        trigger: CheckpointTrigger::Seed,
-        state: CheckpointState::default(),
-        created_at: now,
-    })?;
-    for (event_type, payload) in [
-        (EventType::RunQueued, json!({"run_id": run.id.to_string()})),
-        (
-            EventType::RunCheckpointed,
-            json!({"version": 1, "trigger": "seed"}),
-        ),
-    ] {
-        tx.append_event(&NewEvent {
-            session_id: run.session_id,
-            run_id: Some(run.id),
-            event_type,
-            actor: actor.clone(),
-            payload,
-            derivation_key: None,
-            created_at: now,
-        })?;
-    }
-    Ok(())
 }

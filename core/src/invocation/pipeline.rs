@@ -13,7 +13,7 @@ use crate::action::{JsonMap, PolicyDecision, ProposedAction, Target};
 use crate::approval::revalidate::{ActionIdentity, Approved, Fresh, Revalidation, revalidate};
 use crate::approval::{Approval, redact::redact};
 use crate::canonical::{IdempotencyKeyInput, arguments_hash, idempotency_key, to_canonical_string};
-use crate::connection::live::MCP_PLANNER_KIND;
+use crate::conversation::MCP_PLANNER_KIND;
 use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, ParallelGroupId};
@@ -771,14 +771,14 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         #[cfg(feature = "mutants")]
         let ledger = crate::testing::mutants::ledger_at_propose(ledger, &row);
         let reads_conversation = action.origin_trust != TrustLevel::ExternalUntrusted
-            && site.run.planner_kind == crate::connection::live::MCP_PLANNER_KIND;
+            && site.run.planner_kind == crate::conversation::MCP_PLANNER_KIND;
         self.transact_call(site, |tx| {
             tx.guard_lease(site.lease)?;
             // §22.2: a call run reads its conversation's taint in its first transaction.
             #[cfg(feature = "mutants")]
             let reads_conversation =
                 reads_conversation && !crate::testing::mutants::stale_conversation_taint();
-            if reads_conversation && crate::connection::tainted_in_tx(tx, site.run.session_id)? {
+            if reads_conversation && crate::conversation::tainted_in_tx(tx, site.run.session_id)? {
                 return Ok(FirstCommit::Tainted);
             }
             if let Some(ledger) = ledger {
@@ -829,7 +829,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                         site.ledger,
                         &proposed,
                     ) {
-                        ledger.stage_closing(tx, &crate::testing::mutants::provisional_result(started), now)?;
+                        ledger.stage_closing(tx, &provisional_result(started), now)?;
                     }
                     Ok(FirstCommit::Proposed(proposed))
                 }
@@ -1637,5 +1637,25 @@ fn classify(
                 fail(OutcomeStatus::Failed, code)
             }
         },
+    }
+}
+
+/// `batch_before_last_finish`: a success result for a row that has only started.
+#[cfg(feature = "mutants")]
+fn provisional_result(row: &Invocation) -> CallResult {
+    use crate::invocation::outcome::{Outcome, ResultItem};
+    let outcome = Outcome::succeeded(&row.tool_name);
+    CallResult {
+        reference: crate::run::checkpoint::ResultRef::Invocation {
+            invocation_id: row.id,
+        },
+        item: ResultItem::from_outcome(
+            &row.call_id,
+            &outcome,
+            crate::vocab::TrustLevel::InternalTool,
+        ),
+        status: outcome.status,
+        reason_code: outcome.reason_code.clone(),
+        arguments_hash: row.effective_arguments_hash.clone(),
     }
 }

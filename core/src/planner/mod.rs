@@ -8,4 +8,4 @@ pub use script::{RunScript, ScriptError, ScriptStep, ScriptedPlanner, ScriptedPl
 /// The `runs.planner_kind` of a scripted run (SPEC §14).
 pub const SCRIPTED_PLANNER_KIND: &str = "scripted";
 
-pub use crate::connection::live::MCP_PLANNER_KIND;
+pub use crate::conversation::MCP_PLANNER_KIND;

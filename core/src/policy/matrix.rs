@@ -121,7 +121,7 @@ fn host_on_allowlist(action: &ProposedAction) -> bool {
         && matches!(action.name.as_str(), "browser.navigate" | "browser.observe");
     // SPEC §19.6: a read of an upstream MCP server the operator listed in the gateway's file
     // (its name and target come from the gateway, never from an argument).
-    web || browser || crate::connection::read::is_configured_upstream_read(action)
+    web || browser || crate::policy::upstream_read::is_configured_upstream_read(action)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod matrix;
 pub mod overlay;
 pub mod profile;
 pub mod shipped;
+pub mod upstream_read;
 pub mod version;
 
 pub use engine::{evaluate, evaluate_with};

@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use serde_json::json;
 
 use crate::canonical::is_valid_call_id;
-use crate::connection::{RunBinding, binding_of};
+use crate::conversation::{RunBinding, binding_of};
 use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, ParallelGroupId};

@@ -3,10 +3,12 @@
 
 pub mod abandon;
 pub mod cancel;
+pub mod cancel_request;
 pub mod checkpoint;
 pub mod executor;
 pub mod state;
 pub mod step_writes;
+pub mod submit;
 
 use serde::{Deserialize, Serialize};
 

@@ -76,7 +76,7 @@ pub fn close_step(
     next.pending = None;
     next.tainted |= results
         .iter()
-        .any(|r| crate::connection::read::taints(r.item.trust));
+        .any(|r| crate::conversation::taints(r.item.trust));
     let mut counts: BTreeMap<String, u32> = next.denial_counts;
     for result in results.iter().filter(|r| r.status == OutcomeStatus::Denied) {
         let count = counts
@@ -299,16 +299,16 @@ impl<'a> StepLedger<'a> {
         tx.insert_step_record(&record)?;
         // A call run's untrusted result taints its conversation in the transaction that
         // records it, before it is answered (SPEC §22.2).
-        if self.run.planner_kind == crate::connection::live::MCP_PLANNER_KIND
+        if self.run.planner_kind == crate::conversation::MCP_PLANNER_KIND
             && let Some(tainting) = results
                 .iter()
-                .find(|r| crate::connection::read::taints(r.item.trust))
+                .find(|r| crate::conversation::taints(r.item.trust))
         {
             let by = format!(
                 "{} (call {} of run {})",
                 tainting.item.name, tainting.item.call_id, self.run.id
             );
-            crate::connection::taint_in_tx(tx, self.run.session_id, Some(self.run.id), &by, now)?;
+            crate::conversation::taint_in_tx(tx, self.run.session_id, Some(self.run.id), &by, now)?;
         }
         position.state = state;
         position.version = position.version.saturating_add(1);

@@ -9,7 +9,7 @@
 //! `mem_store::is_rule_breach` matches fragments of them.
 
 use crate::approval::Approval;
-use crate::connection::{Connection, ConnectionStatus};
+use crate::conversation::record::{Connection, ConnectionStatus};
 use crate::invocation::Invocation;
 use crate::run::state::edge_allowed;
 use crate::run::{Lease, Run, RunGuard, RunState};

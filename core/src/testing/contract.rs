@@ -595,7 +595,7 @@ fn duplicate_primary_keys_conflict<S: Store>(store: &S) {
 /// conflicts with another active non-mcp run of its session. `active_runs_in_session` lists
 /// every active run of the session, of either kind, by `(created_at, id)`.
 fn one_active_run_per_session<S: Store>(store: &S) {
-    use crate::connection::live::MCP_PLANNER_KIND;
+    use crate::conversation::MCP_PLANNER_KIND;
     let first = seed_run(store, 1, RunStatus::Queued);
     for status in [
         RunStatus::Queued,
@@ -2794,7 +2794,7 @@ fn waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool<S: Store>
 /// `update_connection` while it is open, the counter never goes down, and
 /// `connections_of_tenant` lists one tenant's newest first.
 fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
-    use crate::connection::{CloseReason, Connection, ConnectionState, ConnectionStatus, Taint};
+    use crate::conversation::{CloseReason, Connection, ConnectionState, ConnectionStatus, Taint};
     use crate::ids::ConnectionId;
     let connection = |n: u128, session: crate::ids::SessionId, alive: i64| Connection {
         id: ConnectionId(uuid::Uuid::from_u128(0xc044_0000 + n)),
@@ -2814,7 +2814,7 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
     let bound = {
         let session = sample_session(1);
         let mut run = sample_run(1, session.id, RunStatus::Queued);
-        run.planner_kind = crate::connection::live::MCP_PLANNER_KIND.to_owned();
+        run.planner_kind = crate::conversation::MCP_PLANNER_KIND.to_owned();
         commit(store, "seed a call run", |tx| {
             tx.insert_session(&session)?;
             tx.insert_run(&run)

@@ -105,8 +105,9 @@ fn every_name() -> impl Iterator<Item = &'static str> {
 }
 
 /// `disconnect_not_recorded`: whether a close for `reason` commits nothing.
-pub fn disconnect_not_recorded(reason: crate::connection::CloseReason) -> bool {
-    active("disconnect_not_recorded") && reason == crate::connection::CloseReason::Disconnected
+pub fn disconnect_not_recorded(reason: crate::conversation::record::CloseReason) -> bool {
+    active("disconnect_not_recorded")
+        && reason == crate::conversation::record::CloseReason::Disconnected
 }
 
 /// `no_in_flight_check`: whether step 5 ignores twins in flight.
@@ -249,28 +250,9 @@ pub fn start_before_observation() -> bool {
 }
 
 /// `batch_before_last_finish`: whether the last call's folded PROPOSE·START also commits the
-/// step's BATCH, with [`provisional_result`] standing in for the result FINISH will store.
+/// step's BATCH, with a provisional success result (the pipeline's `provisional_result`) standing in for the result FINISH will store.
 pub fn batch_before_last_finish() -> bool {
     active("batch_before_last_finish")
-}
-
-/// `batch_before_last_finish`: a success result for a row that has only started.
-pub fn provisional_result(row: &Invocation) -> crate::invocation::pipeline::CallResult {
-    use crate::invocation::outcome::{Outcome, ResultItem};
-    let outcome = Outcome::succeeded(&row.tool_name);
-    crate::invocation::pipeline::CallResult {
-        reference: crate::run::checkpoint::ResultRef::Invocation {
-            invocation_id: row.id,
-        },
-        item: ResultItem::from_outcome(
-            &row.call_id,
-            &outcome,
-            crate::vocab::TrustLevel::InternalTool,
-        ),
-        status: outcome.status,
-        reason_code: outcome.reason_code.clone(),
-        arguments_hash: row.effective_arguments_hash.clone(),
-    }
 }
 
 /// `pending_after_first_call`: whether an allowed call's PROPOSE·START leaves the step's

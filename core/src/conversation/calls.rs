@@ -2,7 +2,7 @@
 //! call runs of its session, read in one transaction.
 
 use crate::approval::Approval;
-use crate::connection::{Connection, ConnectionState};
+use crate::conversation::record::{Connection, ConnectionState};
 use crate::ids::RunId;
 use crate::invocation::Invocation;
 use crate::store::{RunCursor, StoreTx, TxError};
