@@ -69,6 +69,15 @@ impl<S: Store> LivePlanners<S> {
             .unwrap_or_else(|p| p.into_inner())
             .insert(session, live);
     }
+
+    /// Forgets a connection whose driver has returned (nothing of it runs any more), so a
+    /// long-lived process keeps only its open connections.
+    pub fn remove(&self, session: SessionId) {
+        self.connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session);
+    }
 }
 
 impl<S: Store + 'static> PlannerFactory for LivePlanners<S> {
@@ -296,6 +305,7 @@ impl<S: Store + 'static> GatewayProcess<S> {
                 run_task,
                 renew_task,
                 gateway: Arc::clone(&self.gateway),
+                planners: Arc::clone(&self.planners),
             },
         ))
     }
@@ -314,6 +324,8 @@ pub struct OpenConnection<S: Store> {
     renew_task: tokio::task::JoinHandle<()>,
     /// Where its session is attached for relays (detached on close).
     gateway: Arc<Gateway>,
+    /// Where its planner is registered (removed once its driver has returned).
+    planners: Arc<LivePlanners<S>>,
 }
 
 impl<S: Store + 'static> OpenConnection<S> {
@@ -327,10 +339,12 @@ impl<S: Store + 'static> OpenConnection<S> {
     }
 
     pub async fn close(self) -> Result<(), TxError> {
-        self.gateway.clients().detach(self.session_id());
+        let session = self.session_id();
+        self.gateway.clients().detach(session);
         let closed = self.driver.disconnect();
         let ended = self.run_task.await;
         self.renew_task.abort();
+        self.planners.remove(session);
         closed?;
         match ended {
             Ok(Err(error)) => Err(error),
