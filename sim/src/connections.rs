@@ -219,6 +219,9 @@ pub struct ConnectionStore {
     violations: Mutex<Vec<String>>,
     /// Every connection's mailbox by session: whether a request waits for a run (§22.3).
     lives: Mutex<BTreeMap<SessionId, Arc<LiveConnection>>>,
+    /// STARTs of a call whose client had left, for an identical call sent again on another
+    /// connection that waited for it (§22.3): the cross-connection binding at work.
+    rebound_starts: AtomicU64,
 }
 
 impl ConnectionStore {
@@ -231,6 +234,7 @@ impl ConnectionStore {
             known_in: Mutex::new(BTreeMap::new()),
             violations: Mutex::new(Vec::new()),
             lives: Mutex::new(BTreeMap::new()),
+            rebound_starts: AtomicU64::new(0),
         }
     }
 
@@ -289,6 +293,9 @@ impl Store for ConnectionStore {
                     let rebound = event
                         .run_id
                         .is_some_and(|run| self.waited_elsewhere(run, &closed_at));
+                    if closed_at.contains_key(&event.session_id) && rebound {
+                        self.rebound_starts.fetch_add(1, Ordering::SeqCst);
+                    }
                     if let Some(closed) = closed_at.get(&event.session_id)
                         && !rebound
                     {
@@ -871,6 +878,9 @@ pub struct ConnectionReport {
     /// Calls of a restarted host refused `policy.uncertain.in_flight` / `.repeat` (§19.7).
     pub refused_in_flight: usize,
     pub refused_repeat: usize,
+    /// Calls STARTed for an identical call sent again on another connection after their own
+    /// client had left (§22.3).
+    pub rebound_starts: u64,
     pub plan: Value,
 }
 
@@ -909,7 +919,7 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     let mut runtime =
         madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
     runtime.set_time_limit(WORKLOAD + QUIET_BOUND + Duration::from_secs(60));
-    let (snapshot, effects, mut violations) = runtime.block_on(simulate(plan));
+    let (snapshot, effects, mut violations, rebound_starts) = runtime.block_on(simulate(plan));
     violations.extend(check(&snapshot, &effects, 3));
     violations.extend(liveness(&snapshot));
     let refused = |code: &str| {
@@ -925,6 +935,7 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
         seed,
         refused_in_flight: refused("policy.uncertain.in_flight"),
         refused_repeat: refused("policy.uncertain.repeat"),
+        rebound_starts,
         runs: snapshot.runs.len(),
         calls: snapshot.invocations.len(),
         effects: effects.len(),
@@ -934,7 +945,7 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     }
 }
 
-async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violation>) {
+async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violation>, u64) {
     let seed = plan.seed;
     let world = Arc::new(ConnectionWorld {
         store: Arc::new(ConnectionStore::new()),
@@ -1068,5 +1079,6 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
             detail: detail.clone(),
         });
     }
-    (snapshot, effects, violations)
+    let rebound_starts = world.store.rebound_starts.load(Ordering::SeqCst);
+    (snapshot, effects, violations, rebound_starts)
 }

@@ -69,7 +69,7 @@ fn execute(command: &str, seed: u64, count: u64, seeds: u64) -> ExitCode {
     match command {
         "run" => {
             let (mut runs, mut calls, mut effects) = (0, 0, 0);
-            let (mut in_flight, mut repeat) = (0, 0);
+            let (mut in_flight, mut repeat, mut rebound) = (0, 0, 0);
             let began = std::time::Instant::now();
             let mut last_line = began;
             for (done, seed) in (seed..seed.saturating_add(count)).enumerate() {
@@ -87,6 +87,7 @@ fn execute(command: &str, seed: u64, count: u64, seeds: u64) -> ExitCode {
                 effects += report.effects;
                 in_flight += report.refused_in_flight;
                 repeat += report.refused_repeat;
+                rebound += report.rebound_starts;
                 if let Some(v) = report.violations.first() {
                     println!("seed {seed}: VIOLATION {}: {}", v.invariant, v.detail);
                     println!("plan: {}", report.plan);
@@ -98,7 +99,8 @@ fn execute(command: &str, seed: u64, count: u64, seeds: u64) -> ExitCode {
             }
             println!(
                 "connection world: {count} seeds from {seed} passed ({runs} runs, {calls} calls, \
-                 {effects} effects; retries refused in flight {in_flight}, as repeats {repeat})"
+                 {effects} effects; retries refused in flight {in_flight}, as repeats {repeat}; \
+                 calls run for a request sent again after their client left {rebound})"
             );
             println!(
                 "summary: seeds={count} runs={runs} calls={calls} effects={effects} failed=0 seconds={:.1}",
