@@ -10,7 +10,8 @@ use futures_util::future::{Either, select};
 
 use crate::control::ControlService;
 use crate::conversation::{
-    CloseReason, RunBinding, awaits_request_in_tx, binding_of, call_parked_in_tx, close_in_tx,
+    CloseReason, RunBinding, awaits_request_in_tx, binding_of, claimable_for_request_in_tx,
+    close_in_tx,
 };
 use crate::env::Env;
 use crate::events::Actor;
@@ -235,8 +236,8 @@ impl<S: Store + 'static> Worker<S> {
                 (Some(ours), RunBinding::Live(bound)) if ours == bound => true,
                 // Another conversation's parked call, bound to a request held here (§22.3):
                 // its call is recorded, so no planner of that conversation is needed.
-                (Some(_), RunBinding::Live(_) | RunBinding::Orphaned(_)) => {
-                    call_parked_in_tx(tx, &run)?
+                (Some(ours), RunBinding::Live(_) | RunBinding::Orphaned(_)) => {
+                    claimable_for_request_in_tx(tx, &run, ours, now)?
                 }
                 (Some(_), RunBinding::Unbound) => false,
                 (None, RunBinding::Live(_)) => false,

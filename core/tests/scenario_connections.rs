@@ -70,6 +70,7 @@ fn template() -> RunTemplate {
             deadline_seconds: None,
         },
         conversation_calls: None,
+        upstreams: String::new(),
     }
 }
 
@@ -528,6 +529,56 @@ async fn a_gateway_killed_while_a_call_waits_leaves_the_approval_to_the_retried_
     );
 }
 
+/// §22.2 with §22.3: the untrusted result of a call bound from another conversation taints
+/// the conversation it is answered on, before the answer (under-taint never happens).
+#[tokio::test(start_paused = true)]
+async fn a_bound_calls_untrusted_result_taints_the_conversation_it_is_answered_on() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.send_untrusted", "x"));
+    let approval = parked(&first).await;
+    g.driver.disconnect().expect("disconnect");
+    let again = gateway(&h, "gateway-b");
+    let retried = again.live.submit(1, call("test.send_untrusted", "x"));
+    assert_eq!(parked(&retried).await, approval);
+    assert!(conversation(&h, &again).taint.is_none());
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    assert!(matches!(
+        answer(&retried).await,
+        TicketEnd::Answered(CallAnswer::Executed {
+            trust: TrustLevel::ExternalUntrusted,
+            ..
+        })
+    ));
+    assert!(
+        conversation(&h, &again).taint.is_some(),
+        "the conversation that was answered untrusted content is tainted"
+    );
+}
+
+/// §22.3: a call binds only to a parked call of the same upstreams (the same gateway file's
+/// servers): two files of one principal may name different servers alike.
+#[tokio::test(start_paused = true)]
+async fn a_call_through_other_upstreams_does_not_bind() {
+    let h = Harness::new();
+    let g = gateway(&h, "gateway-a");
+    let first = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&first).await;
+    g.driver.disconnect().expect("disconnect");
+    let mut elsewhere = template();
+    elsewhere.upstreams = "another gateway file".to_owned();
+    let again = gateway_with(&h, "gateway-b", elsewhere);
+    let retried = again.live.submit(1, call("test.send", "hello"));
+    assert_ne!(
+        parked(&retried).await,
+        approval,
+        "asked for its own approval"
+    );
+}
+
 /// §22.3 and issue 26: binding never widens a token's reach: a conversation whose scopes lack
 /// one the parked run held asks for its own approval instead of binding.
 #[tokio::test(start_paused = true)]
@@ -609,6 +660,14 @@ async fn an_ordinary_worker_never_claims_a_live_connections_run() {
     assert!(
         worker.claim(Some(run)).await.unwrap().is_none(),
         "not even by id (runs resume, the inline dispatcher)"
+    );
+    assert!(
+        worker
+            .claim_for_connection(run, ConnectionId(uuid::Uuid::new_v4()))
+            .await
+            .unwrap()
+            .is_none(),
+        "nor for a request of a connection the store does not have open"
     );
     assert!(matches!(
         answer(&ticket).await,

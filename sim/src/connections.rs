@@ -568,6 +568,7 @@ impl ConnectionWorld {
                 deadline_seconds: None,
             },
             conversation_calls: None,
+            upstreams: String::new(),
         };
         let driver = match ConnectionDriver::open(
             Arc::clone(&worker),

@@ -117,7 +117,26 @@ pub fn run_template(config: &GatewayConfig) -> RunTemplate {
         origin_trust: config.origin_trust,
         limits: config.limits,
         conversation_calls: config.conversation_calls,
+        upstreams: upstreams_fingerprint(config),
     }
+}
+
+/// Where the file's tools run, as one hash: each server's id and transport (command, arguments,
+/// environment and working directory, or URL and headers; only the hash is kept). A call binds
+/// only to a parked call of the same fingerprint (SPEC §22.3), so an approval given through one
+/// gateway file never runs against another file's server of the same name.
+pub fn upstreams_fingerprint(config: &GatewayConfig) -> String {
+    let servers: serde_json::Map<String, serde_json::Value> = config
+        .servers
+        .iter()
+        .map(|(id, server)| {
+            (
+                id.clone(),
+                serde_json::Value::String(format!("{:?}", server.transport)),
+            )
+        })
+        .collect();
+    airlock_core::canonical::arguments_hash(&serde_json::Value::Object(servers))
 }
 
 /// The principal elicited approvals resolve as: the session's principal, with the scopes to

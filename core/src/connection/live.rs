@@ -190,6 +190,18 @@ struct Handed {
     entry: Entry,
     run: RunId,
     step: u32,
+    origin: Origin,
+}
+
+/// Whose run a request was handed to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A run of this conversation.
+    Own,
+    /// Another conversation's parked call, bound to an identical call sent here (§22.3). Its
+    /// result taints that conversation's row in the run's writes, and this one's when it is
+    /// answered here ([`LiveConnection::settle`]).
+    Bound,
 }
 
 impl Handed {
@@ -404,7 +416,7 @@ impl LiveConnection {
     }
 
     /// Hands `entry` to `run` as its call `r1`.
-    fn hand(&self, entry: Entry, run: RunId) {
+    fn hand(&self, entry: Entry, run: RunId, origin: Origin) {
         entry
             .ticket
             .set_status(TicketStatus::Proposed { run, step: 1 });
@@ -413,8 +425,20 @@ impl LiveConnection {
                 entry,
                 run,
                 step: 1,
+                origin,
             })
         });
+    }
+
+    /// An untrusted result of another conversation's run is about to be answered here (§22.2):
+    /// this conversation is tainted first, on its row, or by the in-memory flag if that commit
+    /// fails, exactly as for a read outside the journal.
+    fn note_bound_result(&self, what: &str) {
+        let recorder = lock(&self.taint_recorder).clone();
+        let recorded = recorder.is_some_and(|record| record(what));
+        if !recorded {
+            self.read_taint_unrecorded.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Ends the requests of `run` without an answer (the client has gone).
@@ -454,6 +478,7 @@ impl LiveConnection {
         // A failed read changes nothing: the next settle reads again.
         let Ok(states) = states else { return false };
         let mut finished: Vec<(Ticket, TicketEnd)> = Vec::new();
+        let mut bound_untrusted = false;
         self.with(|m| {
             for (key, state) in states {
                 let Some(position) = m.handed.iter().position(|h| h.entry.key == key) else {
@@ -464,6 +489,11 @@ impl LiveConnection {
                     CallState::Answered(answer) => {
                         let handed = m.handed.remove(position);
                         m.cancelled.retain(|k| *k != key);
+                        if handed.origin == Origin::Bound
+                            && matches!(&answer, CallAnswer::Executed { trust, .. } if crate::conversation::taints(*trust))
+                        {
+                            bound_untrusted = true;
+                        }
                         // A client that cancelled, or has gone, gets no answer (§19.3).
                         let end = if cancelled || m.closed {
                             TicketEnd::Dropped
@@ -517,6 +547,10 @@ impl LiveConnection {
                 }
             }
         });
+        // Before any answer leaves: what this conversation is told taints it (§22.2).
+        if bound_untrusted {
+            self.note_bound_result(&format!("the result of run {run}, bound here"));
+        }
         for (ticket, end) in finished {
             ticket.finish(end);
         }
@@ -668,6 +702,18 @@ pub struct RunTemplate {
     /// The conversation's `[limits] max_tool_calls`: `None` when the file sets none, so a long
     /// session is never cut off by a default it did not choose.
     pub conversation_calls: Option<u32>,
+    /// An opaque fingerprint of where the conversation's tools run (the gateway file's
+    /// upstreams), kept in each call run's `planner_input`. A call binds only to a parked call
+    /// of the same fingerprint (§22.3): two gateway files of one principal may both have a server
+    /// `fs`, over different roots, and an approval given for one must not run against the other.
+    pub upstreams: String,
+}
+
+/// The upstreams fingerprint a call run was created with ([`RunTemplate::upstreams`]); `None`
+/// for a run of a build that recorded none, which nothing binds to.
+fn upstreams_of(run: &Run) -> Option<String> {
+    let input: Value = serde_json::from_str(&run.planner_input).ok()?;
+    input.get("upstreams")?.as_str().map(str::to_owned)
 }
 
 /// Keeps one connection's runs moving; see the module docs.
@@ -860,9 +906,9 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     /// not be recorded, is answered.
     fn admit(&self, entry: Entry) -> Option<RunId> {
         match self.parked_twin(&entry.call) {
-            Ok(Some(run)) => {
+            Ok(Some((run, origin))) => {
                 tracing::info!(run = %run, connection = %self.connection.id, "a call sent again binds to its parked twin");
-                self.live.hand(entry, run);
+                self.live.hand(entry, run, origin);
                 return self.start_driving(run);
             }
             Ok(None) => {}
@@ -905,7 +951,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 entry
                     .ticket
                     .set_status(TicketStatus::Proposed { run: run_id, step: 1 });
-                self.live.hand(entry, run_id);
+                self.live.hand(entry, run_id, Origin::Own);
                 return self.start_driving(run_id);
             }
             CallAdmission::Closed => None,
@@ -937,7 +983,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     /// arguments (so the same effective arguments hash) and waits for its approval (pending, or
     /// approved and not expired), and which held no scope this conversation lacks (binding
     /// never widens what a token may do, issue 26). The oldest, when there are several.
-    fn parked_twin(&self, call: &ClientCall) -> Result<Option<RunId>, TxError> {
+    fn parked_twin(&self, call: &ClientCall) -> Result<Option<(RunId, Origin)>, TxError> {
         let env = self.worker.env();
         let now = env.clock.now();
         let ours = &self.connection;
@@ -967,8 +1013,14 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                     && run
                         .principal_scopes
                         .is_subset(&self.template.principal_scopes)
+                    && upstreams_of(&run).as_deref() == Some(self.template.upstreams.as_str())
                 {
-                    return Ok(Some(run.id));
+                    let origin = if run.session_id == ours.session_id {
+                        Origin::Own
+                    } else {
+                        Origin::Bound
+                    };
+                    return Ok(Some((run.id, origin)));
                 }
             }
             Ok(None)
@@ -985,7 +1037,11 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             principal_scopes: self.template.principal_scopes.clone(),
             origin_trust: self.template.origin_trust,
             planner_kind: MCP_PLANNER_KIND.to_owned(),
-            planner_input: json!({"connection_id": self.connection.id.to_string()}).to_string(),
+            planner_input: json!({
+                "connection_id": self.connection.id.to_string(),
+                "upstreams": self.template.upstreams,
+            })
+            .to_string(),
             state: RunState::Queued {
                 scheduled_for: None,
             },

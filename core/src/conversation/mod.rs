@@ -169,6 +169,12 @@ pub fn close_in_tx(
         if awaits_request_in_tx(tx, &run, now)?.is_some() {
             continue;
         }
+        // Another gateway process executes it for a request it holds, bound to this
+        // conversation's parked call (§22.3): that request has not left with this client.
+        if matches!(&run.state, crate::run::RunState::Running { lease_owner, .. } if *lease_owner != current.gateway_id)
+        {
+            continue;
+        }
         let (outcome, _) = crate::run::cancel_request::request_cancel_in_tx(tx, &run, &actor, now)?;
         if outcome.status == crate::vocab::RunStatus::Running {
             flagged.push(run_id);
@@ -208,16 +214,35 @@ pub fn awaits_request_in_tx(
     })
 }
 
-/// Whether the call `r1` of a call run is parked: recorded, waiting for its approval (of any
-/// status, resolved or not, until the run executes it).
-pub fn call_parked_in_tx(tx: &mut dyn StoreTx, run: &Run) -> Result<bool, TxError> {
+/// Whether a gateway may claim another conversation's call run for a request it holds on its
+/// connection `ours` (SPEC §22.3: an identical call sent again bound to the run's parked call):
+/// `ours` is open in the store and of the run's tenant and principal, and the run's call is
+/// parked, unless its approval is an approved one past its expiry (an approved call is never
+/// sent after that). Read inside the claim's transaction.
+pub fn claimable_for_request_in_tx(
+    tx: &mut dyn StoreTx,
+    run: &Run,
+    ours: ConnectionId,
+    now: Timestamp,
+) -> Result<bool, TxError> {
     if run.planner_kind != MCP_PLANNER_KIND {
         return Ok(false);
     }
-    Ok(matches!(
-        answer::call_state(tx, run.id, 1, &call_id_of(1))?,
-        answer::CallState::Parked { .. }
-    ))
+    let Some(connection) = tx.connection(ours)? else {
+        return Ok(false);
+    };
+    if !connection.is_open()
+        || connection.tenant_id != run.tenant_id
+        || connection.principal_id != run.principal_id
+    {
+        return Ok(false);
+    }
+    Ok(match answer::call_state(tx, run.id, 1, &call_id_of(1))? {
+        answer::CallState::Parked { approval } => {
+            !(approval.status == ApprovalStatus::Approved && approval.expires_at <= now)
+        }
+        _ => false,
+    })
 }
 
 /// Whether a call run of `session` may start now, and if so the conversation counts it

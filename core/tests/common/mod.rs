@@ -424,6 +424,10 @@ pub fn test_tools(ledger: &Arc<Ledger>) -> Vec<TestTool> {
             Behaviour::Claim(TrustLevel::ExternalUntrusted),
         ),
         tool(
+            test_spec("test.send_untrusted", ExternalWrite, NonIdempotent, false),
+            Behaviour::Claim(TrustLevel::ExternalUntrusted),
+        ),
+        tool(
             test_spec("test.fail", None, ReadOnly, false),
             Behaviour::Fail(ToolFailureKind::UpstreamError, "tool.upstream.unavailable"),
         ),
