@@ -164,6 +164,17 @@ async fn settle_for(seconds: u64) {
     tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
 }
 
+/// A client of a new gateway sends `tool` with `text`, waits until it parks, and disconnects
+/// (SPEC §22.3: the approval stays pending). Returns the approval.
+async fn parked_and_left(h: &Harness, tool: &str, text: &str) -> ApprovalId {
+    let g = gateway(h, "gateway-a");
+    let first = g.live.submit(1, call(tool, text));
+    let approval = parked(&first).await;
+    g.driver.disconnect().expect("disconnect");
+    assert_eq!(answer(&first).await, TicketEnd::Dropped);
+    approval
+}
+
 /// §22.2: every `tools/call` is its own run of one step with one call, answered from what
 /// committed; the conversation counts its calls.
 #[tokio::test(start_paused = true)]
@@ -534,10 +545,7 @@ async fn a_gateway_killed_while_a_call_waits_leaves_the_approval_to_the_retried_
 #[tokio::test(start_paused = true)]
 async fn a_bound_calls_untrusted_result_taints_the_conversation_it_is_answered_on() {
     let h = Harness::new();
-    let g = gateway(&h, "gateway-a");
-    let first = g.live.submit(1, call("test.send_untrusted", "x"));
-    let approval = parked(&first).await;
-    g.driver.disconnect().expect("disconnect");
+    let approval = parked_and_left(&h, "test.send_untrusted", "x").await;
     let again = gateway(&h, "gateway-b");
     let retried = again.live.submit(1, call("test.send_untrusted", "x"));
     assert_eq!(parked(&retried).await, approval);
@@ -564,10 +572,7 @@ async fn a_bound_calls_untrusted_result_taints_the_conversation_it_is_answered_o
 #[tokio::test(start_paused = true)]
 async fn a_call_through_other_upstreams_does_not_bind() {
     let h = Harness::new();
-    let g = gateway(&h, "gateway-a");
-    let first = g.live.submit(1, call("test.send", "hello"));
-    let approval = parked(&first).await;
-    g.driver.disconnect().expect("disconnect");
+    let approval = parked_and_left(&h, "test.send", "hello").await;
     let mut elsewhere = template();
     elsewhere.upstreams = "another gateway file".to_owned();
     let again = gateway_with(&h, "gateway-b", elsewhere);
@@ -584,10 +589,7 @@ async fn a_call_through_other_upstreams_does_not_bind() {
 #[tokio::test(start_paused = true)]
 async fn a_conversation_with_fewer_scopes_does_not_bind_to_a_wider_parked_call() {
     let h = Harness::new();
-    let g = gateway(&h, "gateway-a");
-    let first = g.live.submit(1, call("test.send", "hello"));
-    let approval = parked(&first).await;
-    g.driver.disconnect().expect("disconnect");
+    let approval = parked_and_left(&h, "test.send", "hello").await;
     let mut narrower = template();
     narrower
         .principal_scopes
