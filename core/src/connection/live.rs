@@ -725,8 +725,9 @@ pub struct ConnectionDriver<S: Store> {
     /// The runs [`Self::run`] drives now, so a request bound to one of them adds no second
     /// driver.
     driving: Mutex<std::collections::BTreeSet<RunId>>,
-    /// The runs this driver executes now, claimed for its requests.
-    executing: Mutex<std::collections::BTreeSet<RunId>>,
+    /// Another conversation's runs this driver executes now, claimed for requests bound to
+    /// their parked calls.
+    executing_bound: Mutex<std::collections::BTreeSet<RunId>>,
 }
 
 /// Parked calls of a principal and tool read per bind (SPEC §22.3); the oldest match wins.
@@ -795,7 +796,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             connection,
             template,
             driving: Mutex::new(std::collections::BTreeSet::new()),
-            executing: Mutex::new(std::collections::BTreeSet::new()),
+            executing_bound: Mutex::new(std::collections::BTreeSet::new()),
         })
     }
 
@@ -862,7 +863,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         // executes now: that request has gone with the client, and an approved call executes
         // only while a request waits (§22.3), so its START must refuse like this conversation's
         // own calls.
-        let executing: Vec<RunId> = lock(&self.executing).iter().copied().collect();
+        let executing: Vec<RunId> = lock(&self.executing_bound).iter().copied().collect();
         for run in executing {
             self.cancel_run(run)?;
         }
@@ -1189,14 +1190,21 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                     .claim_for_connection(run_id, self.connection.id)
                     .await?
                 {
-                    lock(&self.executing).insert(run_id);
-                    // A client that left between the claim and here cancels nothing the close
-                    // did not see: look once more now that the close would see this run.
-                    if self.live.is_closed() {
-                        self.cancel_run(run_id)?;
+                    // This conversation's own runs are cancelled by its close (close_in_tx);
+                    // another's, bound here, by `close_now` through this set.
+                    let bound = claimed.session_id != self.connection.session_id;
+                    if bound {
+                        lock(&self.executing_bound).insert(run_id);
+                        // A client that left between the claim and here: look once more, now
+                        // that a close would see this run.
+                        if self.live.is_closed() {
+                            self.cancel_run(run_id)?;
+                        }
                     }
                     self.worker.execute_for_request(claimed, lease).await;
-                    lock(&self.executing).remove(&run_id);
+                    if bound {
+                        lock(&self.executing_bound).remove(&run_id);
+                    }
                     return Ok(Drive::Again);
                 }
             }
