@@ -750,6 +750,16 @@ fn cross(mut left: Vec<Vec<Word>>, right: Vec<Vec<Word>>) -> Vec<Vec<Word>> {
 mod tests {
     use super::*;
 
+    /// brush-parser 0.4 panics on an I/O number too large for a file descriptor; the guard
+    /// refuses such a line before the parser sees it (it gets no shell reading, §21.3), and an
+    /// ordinary I/O number still reads. The fuzz target's input is in its corpus.
+    #[test]
+    fn an_oversized_io_number_gets_no_shell_reading_and_no_panic() {
+        assert!(joined("cat 143474676128<5252031").is_empty());
+        assert!(joined("cat 99999999999>out").is_empty());
+        assert_eq!(joined("cat 2>out a"), ["cat a"]);
+    }
+
     /// Each argv of the shell reading of `text`, joined by spaces.
     fn joined(text: &str) -> Vec<String> {
         joined_argvs(&read_shell(text, Prefilter::On))

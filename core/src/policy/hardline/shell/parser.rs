@@ -13,7 +13,8 @@
 //! second) and on an unclosed `case`, and recurses once per nesting level, so [`parse`] refuses,
 //! before parsing, a string whose brackets nest deeper than [`MAX_NESTING`], whose `(` operators
 //! are not all closed, whose `case` words outnumber its `esac` words, or that has more than
-//! [`MAX_TOKENS`] tokens. A refused or rejected string is retried line by line (bash runs the
+//! [`MAX_TOKENS`] tokens, and one whose I/O number overflows a file descriptor (the grammar
+//! unwraps its parse). A refused or rejected string is retried line by line (bash runs the
 //! complete commands before a syntax error, so a bad last line must not hide the first ones); a
 //! line that still fails gets no shell reading, which SPEC §21.3 allows ("a string the parser
 //! rejects keeps the other readings"). The tokenizer and parser are called through their uncached
@@ -156,8 +157,23 @@ fn nesting_depth(text: &str) -> usize {
 
 /// Every `(` operator is closed by a later `)` (a `)` with nothing open is a `case` pattern's),
 /// and no `case` is left without its `esac`: the two shapes on which the grammar backtracks
-/// exponentially.
+/// exponentially. And no I/O number (digits right before a `<` or `>` operator) is too large
+/// for a file descriptor: brush-parser 0.4 parses one with `unwrap` and panics (found by the
+/// `hardline_readings` fuzz target: `14347467612 8<…`).
 fn tokens_are_safe(tokens: &[Token]) -> bool {
+    let oversized_io_number = tokens.windows(2).any(|pair| {
+        matches!(
+            pair,
+            [Token::Word(word, _), Token::Operator(op, _)]
+                if op.starts_with(['<', '>'])
+                    && !word.is_empty()
+                    && word.chars().all(|c| c.is_ascii_digit())
+                    && word.parse::<ast::IoFd>().is_err()
+        )
+    });
+    if oversized_io_number {
+        return false;
+    }
     let (mut open, mut cases) = (0usize, 0isize);
     for token in tokens {
         match token {
