@@ -212,18 +212,14 @@ impl<'e> PgTx<'e> {
         if self.wire.access != Access::Write || self.locked_connections.contains(&id) {
             return Ok(());
         }
-        let ids: Vec<String> = self.all(
+        let runs = self.run_ids(
             "SELECT r.id FROM runs AS r WHERE r.session_id = \
                (SELECT c.session_id FROM connections AS c WHERE c.id = $1) \
              AND r.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') \
              ORDER BY r.created_at, r.id FOR NO KEY UPDATE OF r",
             &[&id.to_string()],
-            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
         )?;
-        for id in ids {
-            let run: RunId = id
-                .parse()
-                .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))?;
+        for run in runs {
             self.note_locked(run);
         }
         Ok(())
@@ -267,6 +263,20 @@ impl<'e> PgTx<'e> {
         decode: impl Fn(&tokio_postgres::Row) -> Result<T, TxError>,
     ) -> Result<Vec<T>, TxError> {
         self.wire.rows(sql, params)?.iter().map(decode).collect()
+    }
+
+    /// The run ids in the first column of every row, parsed (a malformed one is a backend
+    /// error, not a skipped row).
+    fn run_ids(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Vec<RunId>, TxError> {
+        let ids: Vec<String> = self.all(sql, params, |row| {
+            row.try_get(0).map_err(|e| TxError::Backend(e.to_string()))
+        })?;
+        ids.into_iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+            })
+            .collect()
     }
 
     /// Why `append_event`'s INSERT wrote nothing, checked in `MemStore`'s order: the
@@ -436,18 +446,11 @@ impl StoreTx for PgTx<'_> {
     /// Served by `ix_runs_active_by_session` (V5), whose WHERE is this query's and whose order
     /// is the answer's.
     fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
-        let ids: Vec<String> = self.all(
+        self.run_ids(
             "SELECT id FROM runs WHERE session_id = $1 \
              AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at, id",
             &[&session.to_string()],
-            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
-        )?;
-        ids.into_iter()
-            .map(|id| {
-                id.parse()
-                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
-            })
-            .collect()
+        )
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
@@ -772,21 +775,14 @@ impl StoreTx for PgTx<'_> {
         now: Timestamp,
         limit_rows: usize,
     ) -> Result<Vec<RunId>, TxError> {
-        let ids: Vec<String> = self.all(
+        self.run_ids(
             "SELECT id FROM runs WHERE status = 'QUEUED' AND planner_kind = 'mcp' \
              AND (scheduled_for IS NULL OR scheduled_for <= $1) \
              AND EXISTS (SELECT 1 FROM connections AS c \
                  WHERE c.session_id = runs.session_id AND c.status = 'closed') \
              ORDER BY created_at, id LIMIT $2",
             &[&ts(now), &limit(limit_rows)],
-            |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
-        )?;
-        ids.into_iter()
-            .map(|id| {
-                id.parse()
-                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
-            })
-            .collect()
+        )
     }
 
     fn waiting_call_approvals(

@@ -132,6 +132,18 @@ impl<'c> SqliteTx<'c> {
         rows.collect::<rusqlite::Result<Vec<T>>>().map_err(tx_error)
     }
 
+    /// The run ids in the first column of every row, parsed (a malformed one is a backend
+    /// error, not a skipped row).
+    fn run_ids(&self, sql: &str, params: &[&dyn ToSql]) -> Result<Vec<RunId>, TxError> {
+        let ids: Vec<String> = self.all(sql, params, |row| row.get(0))?;
+        ids.into_iter()
+            .map(|id| {
+                id.parse()
+                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
+            })
+            .collect()
+    }
+
     /// Why `append_event`'s INSERT wrote nothing, checked in `MemStore`'s order: the
     /// idempotent repeat of a derivation key first (it returns the stored event), then the
     /// payload, the session and the run. `insert_error` is the INSERT's own constraint error,
@@ -286,18 +298,11 @@ impl StoreTx for SqliteTx<'_> {
     /// Served by `ix_runs_active_by_session` (M7), whose WHERE is this query's and whose order
     /// is the answer's.
     fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
-        let ids: Vec<String> = self.all(
+        self.run_ids(
             "SELECT id FROM runs WHERE session_id = ?1 \
              AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at, id",
             params![session.to_string()],
-            |row| row.get(0),
-        )?;
-        ids.into_iter()
-            .map(|id| {
-                id.parse()
-                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
-            })
-            .collect()
+        )
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
@@ -569,21 +574,14 @@ impl StoreTx for SqliteTx<'_> {
         now: Timestamp,
         limit_rows: usize,
     ) -> Result<Vec<RunId>, TxError> {
-        let ids: Vec<String> = self.all(
+        self.run_ids(
             "SELECT id FROM runs WHERE status = 'QUEUED' AND planner_kind = 'mcp' \
              AND (scheduled_for IS NULL OR scheduled_for <= ?1) \
              AND EXISTS (SELECT 1 FROM connections AS c \
                  WHERE c.session_id = runs.session_id AND c.status = 'closed') \
              ORDER BY created_at, id LIMIT ?2",
             params![ts(now), limit(limit_rows)],
-            |row| row.get(0),
-        )?;
-        ids.into_iter()
-            .map(|id| {
-                id.parse()
-                    .map_err(|e| TxError::Backend(format!("runs.id '{id}': {e}")))
-            })
-            .collect()
+        )
     }
 
     fn waiting_call_approvals(
