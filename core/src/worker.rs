@@ -504,20 +504,18 @@ impl<S: Store + 'static> Worker<S> {
     /// claimed and ended (finalized without a planner, nothing invoked), unless its call waits
     /// for an identical call sent again (approved, not expired: [`awaits_request_in_tx`], read in
     /// the claim). Ordinary claims never take call runs, so this is what ends them, in every
-    /// process's sweep. One page, oldest first; returns how many it ended.
-    async fn end_orphaned_calls(&self) -> Result<usize, TxError> {
+    /// process's sweep. One page, oldest first.
+    async fn end_orphaned_calls(&self) -> Result<(), TxError> {
         let now = self.env.clock.now();
         let orphans = self
             .env
             .read(|tx| tx.orphaned_call_runs(now, ORPHAN_PAGE))?;
-        let mut ended = 0;
         for run in orphans {
             if let Some((claimed, lease)) = self.claim(Some(run)).await? {
                 self.execute(claimed, lease).await;
-                ended += 1;
             }
         }
-        Ok(ended)
+        Ok(())
     }
 
     /// The periodic jobs every airlock process on the store runs, each when due: the connection

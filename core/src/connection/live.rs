@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use futures_util::StreamExt;
 use futures_util::future::select;
@@ -316,13 +316,7 @@ impl LiveConnection {
     pub fn note_read_content(&self, trust: TrustLevel, what: &str) {
         if crate::conversation::taints(trust) {
             self.read_tainted.store(true, Ordering::SeqCst);
-            // The conversation's row (§22.2), so a later call run, or another process, sees it;
-            // if that fails, this connection's calls are tainted by the flag instead.
-            let recorder = lock(&self.taint_recorder).clone();
-            let recorded = recorder.is_some_and(|record| record(what));
-            if !recorded {
-                self.read_taint_unrecorded.store(true, Ordering::SeqCst);
-            }
+            self.record_taint(what);
         }
     }
 
@@ -430,10 +424,11 @@ impl LiveConnection {
         });
     }
 
-    /// An untrusted result of another conversation's run is about to be answered here (§22.2):
-    /// this conversation is tainted first, on its row, or by the in-memory flag if that commit
-    /// fails, exactly as for a read outside the journal.
-    fn note_bound_result(&self, what: &str) {
+    /// Taints this conversation for content that reaches its client outside its own runs' writes
+    /// (a read outside the journal, or another conversation's result bound here): on the
+    /// conversation's row (§22.2), so a later call run, or another process, sees it; if that
+    /// commit fails, this connection's calls are tainted by the in-memory flag instead.
+    fn record_taint(&self, what: &str) {
         let recorder = lock(&self.taint_recorder).clone();
         let recorded = recorder.is_some_and(|record| record(what));
         if !recorded {
@@ -549,7 +544,7 @@ impl LiveConnection {
         });
         // Before any answer leaves: what this conversation is told taints it (§22.2).
         if bound_untrusted {
-            self.note_bound_result(&format!("the result of run {run}, bound here"));
+            self.record_taint(&format!("the result of run {run}, bound here"));
         }
         for (ticket, end) in finished {
             ticket.finish(end);
@@ -709,13 +704,6 @@ pub struct RunTemplate {
     pub upstreams: String,
 }
 
-/// The upstreams fingerprint a call run was created with ([`RunTemplate::upstreams`]); `None`
-/// for a run of a build that recorded none, which nothing binds to.
-fn upstreams_of(run: &Run) -> Option<String> {
-    let input: Value = serde_json::from_str(&run.planner_input).ok()?;
-    input.get("upstreams")?.as_str().map(str::to_owned)
-}
-
 /// Keeps one connection's runs moving; see the module docs.
 pub struct ConnectionDriver<S: Store> {
     worker: Arc<Worker<S>>,
@@ -729,9 +717,6 @@ pub struct ConnectionDriver<S: Store> {
     /// their parked calls.
     executing_bound: Mutex<std::collections::BTreeSet<RunId>>,
 }
-
-/// Parked calls of a principal and tool read per bind (SPEC §22.3); the oldest match wins.
-const TWIN_PAGE: usize = 32;
 
 /// How often a driver looks at a parked or not-yet-due run: the worker's poll interval.
 fn poll_micros<S: Store + 'static>(worker: &Worker<S>) -> i64 {
@@ -949,9 +934,6 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         };
         let refusal = match admission {
             CallAdmission::Admitted { .. } => {
-                entry
-                    .ticket
-                    .set_status(TicketStatus::Proposed { run: run_id, step: 1 });
                 self.live.hand(entry, run_id, Origin::Own);
                 return self.start_driving(run_id);
             }
@@ -979,53 +961,28 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         lock(&self.driving).insert(run).then_some(run)
     }
 
-    /// The parked call an identical request binds to (SPEC §22.3): a call run of the same
-    /// tenant and principal, on any conversation, whose call `r1` is the same tool with equal
-    /// arguments (so the same effective arguments hash) and waits for its approval (pending, or
-    /// approved and not expired), and which held no scope this conversation lacks (binding
-    /// never widens what a token may do, issue 26). The oldest, when there are several.
+    /// The parked call an identical request binds to (SPEC §22.3), and whose run it is.
     fn parked_twin(&self, call: &ClientCall) -> Result<Option<(RunId, Origin)>, TxError> {
         let env = self.worker.env();
         let now = env.clock.now();
-        let ours = &self.connection;
-        env.read(|tx| {
-            let waiting = tx.waiting_call_approvals(
-                &ours.tenant_id,
-                &ours.principal_id,
-                &call.tool,
+        let twin = env.read(|tx| {
+            crate::conversation::parked_twin_in_tx(
+                tx,
+                &self.connection,
+                &self.template.principal_scopes,
+                &self.template.upstreams,
+                (&call.tool, &call.arguments),
                 now,
-                TWIN_PAGE,
-            )?;
-            for approval in waiting {
-                let Some(invocation) = tx.invocation(approval.action_id)? else {
-                    continue;
-                };
-                if invocation.step_number != 1
-                    || invocation.call_id != call_id_of(1)
-                    || invocation.raw_arguments != call.arguments
-                {
-                    continue;
-                }
-                let Some(run) = tx.run(approval.run_id)? else {
-                    continue;
-                };
-                if run.planner_kind == MCP_PLANNER_KIND
-                    && !run.status().is_terminal()
-                    && run
-                        .principal_scopes
-                        .is_subset(&self.template.principal_scopes)
-                    && upstreams_of(&run).as_deref() == Some(self.template.upstreams.as_str())
-                {
-                    let origin = if run.session_id == ours.session_id {
-                        Origin::Own
-                    } else {
-                        Origin::Bound
-                    };
-                    return Ok(Some((run.id, origin)));
-                }
-            }
-            Ok(None)
-        })
+            )
+        })?;
+        Ok(twin.map(|run| {
+            let origin = if run.session_id == self.connection.session_id {
+                Origin::Own
+            } else {
+                Origin::Bound
+            };
+            (run.id, origin)
+        }))
     }
 
     /// A call run, QUEUED, planner kind `mcp`, with the conversation's deadline.
@@ -1038,11 +995,10 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             principal_scopes: self.template.principal_scopes.clone(),
             origin_trust: self.template.origin_trust,
             planner_kind: MCP_PLANNER_KIND.to_owned(),
-            planner_input: json!({
-                "connection_id": self.connection.id.to_string(),
-                "upstreams": self.template.upstreams,
-            })
-            .to_string(),
+            planner_input: crate::conversation::call_planner_input(
+                self.connection.id,
+                &self.template.upstreams,
+            ),
             state: RunState::Queued {
                 scheduled_for: None,
             },

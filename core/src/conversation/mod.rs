@@ -1,6 +1,8 @@
-//! Live client connections (SPEC §19.1, §19.4): the durable record that binds a session to the
-//! one gateway connection whose client plans its runs, and the transactions that open, renew and
-//! close it.
+//! The durable conversation (SPEC §19.1, §19.4, §22): the row of a live client connection,
+//! whose session holds the conversation's call runs, and the rules read and written inside
+//! transactions: open, renew and close; admission against `[limits]`; taint; which process may
+//! claim a call run; and which parked call an identical call sent again binds to. The gateway
+//! side that drives call runs through the worker is `connection::live`, above this module.
 //!
 //! **Liveness.** A connection is `open` with an `alive_until` that its gateway renews every
 //! lease/3 (as a worker renews a lease), or `closed`. A gateway closes it when its client goes
@@ -35,6 +37,7 @@ pub use record::{
 
 use serde_json::json;
 
+use crate::approval::Approval;
 use crate::events::{Actor, EventType, ProcessEvent};
 use crate::ids::{ConnectionId, RunId, SessionId};
 use crate::run::Run;
@@ -47,9 +50,11 @@ use crate::vocab::{ApprovalStatus, TrustLevel};
 pub enum RunBinding {
     /// No connection: any worker executes it.
     Unbound,
-    /// Its connection is open: only that connection's gateway executes it.
+    /// Its connection is open: that connection's gateway executes it, or, once its call is
+    /// parked, a gateway holding an identical call sent again ([`claimable_for_request_in_tx`]).
     Live(ConnectionId),
-    /// Its connection is closed: anyone may claim it, only to end it.
+    /// Its connection is closed: a gateway holding an identical call sent again executes its
+    /// parked call; otherwise any process claims it only to end it.
     Orphaned(ConnectionId),
 }
 
@@ -198,18 +203,27 @@ pub fn awaits_request_in_tx(
         run.status(),
         crate::vocab::RunStatus::WaitingForApproval | crate::vocab::RunStatus::Queued
     );
-    if run.planner_kind != MCP_PLANNER_KIND || !resting {
+    if !resting {
+        return Ok(None);
+    }
+    Ok(parked_approval_in_tx(tx, run)?
+        .filter(|approval| {
+            matches!(
+                approval.status,
+                ApprovalStatus::Pending | ApprovalStatus::Approved
+            ) && approval.expires_at > now
+        })
+        .map(|approval| approval.expires_at))
+}
+
+/// The approval a call run's call `r1` is parked on, of any status, until the run executes
+/// or closes the call; `None` for any other run.
+fn parked_approval_in_tx(tx: &mut dyn StoreTx, run: &Run) -> Result<Option<Approval>, TxError> {
+    if run.planner_kind != MCP_PLANNER_KIND {
         return Ok(None);
     }
     Ok(match answer::call_state(tx, run.id, 1, &call_id_of(1))? {
-        answer::CallState::Parked { approval }
-            if matches!(
-                approval.status,
-                ApprovalStatus::Pending | ApprovalStatus::Approved
-            ) && approval.expires_at > now =>
-        {
-            Some(approval.expires_at)
-        }
+        answer::CallState::Parked { approval } => Some(*approval),
         _ => None,
     })
 }
@@ -225,9 +239,6 @@ pub fn claimable_for_request_in_tx(
     ours: ConnectionId,
     now: Timestamp,
 ) -> Result<bool, TxError> {
-    if run.planner_kind != MCP_PLANNER_KIND {
-        return Ok(false);
-    }
     let Some(connection) = tx.connection(ours)? else {
         return Ok(false);
     };
@@ -237,12 +248,66 @@ pub fn claimable_for_request_in_tx(
     {
         return Ok(false);
     }
-    Ok(match answer::call_state(tx, run.id, 1, &call_id_of(1))? {
-        answer::CallState::Parked { approval } => {
-            !(approval.status == ApprovalStatus::Approved && approval.expires_at <= now)
+    Ok(parked_approval_in_tx(tx, run)?.is_some_and(|approval| {
+        !(approval.status == ApprovalStatus::Approved && approval.expires_at <= now)
+    }))
+}
+
+/// Parked calls of a principal and tool read per bind (SPEC §22.3); the oldest match wins.
+const TWIN_PAGE: usize = 32;
+
+/// A call run's `planner_input`: the connection that opened it, and the fingerprint of where
+/// its tools run (the gateway file's upstreams), which binding compares ([`parked_twin_in_tx`]).
+pub fn call_planner_input(connection: ConnectionId, upstreams: &str) -> String {
+    json!({"connection_id": connection.to_string(), "upstreams": upstreams}).to_string()
+}
+
+/// The upstreams fingerprint a call run was created with; `None` for a run of a build that
+/// recorded none, which nothing binds to.
+fn upstreams_of(run: &Run) -> Option<String> {
+    let input: serde_json::Value = serde_json::from_str(&run.planner_input).ok()?;
+    input.get("upstreams")?.as_str().map(str::to_owned)
+}
+
+/// The parked call that the call `(tool, arguments)`, sent on conversation `ours`, binds to
+/// instead of asking again (SPEC §22.3): a call run of the same tenant and principal, on any
+/// conversation, whose call `r1` is the same tool with equal arguments (so the same effective
+/// arguments hash) and waits for its approval (pending, or approved and not expired); created
+/// through the same upstreams (an approval given through one gateway file never runs against
+/// another file's server of the same name); and holding no scope `scopes` lacks (binding never
+/// widens what a token may do, issue 26). The oldest, when there are several.
+pub fn parked_twin_in_tx(
+    tx: &mut dyn StoreTx,
+    ours: &Connection,
+    scopes: &crate::scope::ScopeSet,
+    upstreams: &str,
+    (tool, arguments): (&str, &serde_json::Value),
+    now: Timestamp,
+) -> Result<Option<Run>, TxError> {
+    let waiting =
+        tx.waiting_call_approvals(&ours.tenant_id, &ours.principal_id, tool, now, TWIN_PAGE)?;
+    for approval in waiting {
+        let Some(invocation) = tx.invocation(approval.action_id)? else {
+            continue;
+        };
+        if invocation.step_number != 1
+            || invocation.call_id != call_id_of(1)
+            || invocation.raw_arguments != *arguments
+        {
+            continue;
         }
-        _ => false,
-    })
+        let Some(run) = tx.run(approval.run_id)? else {
+            continue;
+        };
+        if run.planner_kind == MCP_PLANNER_KIND
+            && !run.status().is_terminal()
+            && run.principal_scopes.is_subset(scopes)
+            && upstreams_of(&run).as_deref() == Some(upstreams)
+        {
+            return Ok(Some(run));
+        }
+    }
+    Ok(None)
 }
 
 /// Whether a call run of `session` may start now, and if so the conversation counts it
