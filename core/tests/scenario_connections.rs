@@ -584,6 +584,94 @@ async fn a_call_through_other_upstreams_does_not_bind() {
     );
 }
 
+/// §22.3 with §19.4: a close cancels its conversation's running call runs (nothing STARTs after
+/// its client left), except one another gateway process executes for a request bound to its
+/// parked call: that request has not left with this client.
+#[tokio::test(start_paused = true)]
+async fn a_close_leaves_a_call_another_gateway_executes_for_its_request() {
+    for (claimant, cancelled) in [("gateway-b", false), ("gateway-a", true)] {
+        let h = Harness::new();
+        let g = gateway(&h, "gateway-a");
+        let ticket = g.live.submit(1, call("test.send", "hello"));
+        let approval = parked(&ticket).await;
+        // The host gives up: gateway-a withholds the approved call it holds no request for.
+        g.live.cancel(1);
+        settle_for(1).await;
+        h.control
+            .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+            .await
+            .expect("approve");
+        let run = session_runs(&h, &g)[0].id;
+        let other = gateway(&h, "gateway-b");
+        let requester = if claimant == "gateway-b" {
+            other.driver.connection().id
+        } else {
+            g.driver.connection().id
+        };
+        let (claimed, _lease) = h
+            .worker(claimant)
+            .claim_for_connection(run, requester)
+            .await
+            .unwrap()
+            .expect("claimed for a request");
+        assert_eq!(claimed.status(), RunStatus::Running);
+        g.driver.disconnect().expect("disconnect");
+        assert_eq!(
+            h.run(run).cancel_requested_at.is_some(),
+            cancelled,
+            "the close of gateway-a, the run executed by {claimant}"
+        );
+    }
+}
+
+/// §22.3: a gateway claims another conversation's parked call only for a request of the run's
+/// own tenant and principal on a connection open in the store, and never an approved call past
+/// its approval's expiry (the gateway that parked it is dead here, so nothing else ends it).
+#[tokio::test(start_paused = true)]
+async fn a_claim_for_a_request_needs_the_runs_principal_and_an_unexpired_approval() {
+    let h = Harness::new();
+    let mut short = template();
+    short.limits.deadline_seconds = Some(30);
+    let g = gateway_with(&h, "gateway-a", short);
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    let run = session_runs(&h, &g)[0].id;
+    g.kill();
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    // Another principal's open connection.
+    let mallory = ConnectionDriver::open(
+        h.worker("gateway-m"),
+        LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true),
+        "acme",
+        "mallory",
+        template(),
+    )
+    .expect("open");
+    let claimer = h.worker("gateway-b");
+    assert!(
+        claimer
+            .claim_for_connection(run, mallory.connection().id)
+            .await
+            .unwrap()
+            .is_none(),
+        "not for another principal's request"
+    );
+    settle_for(31).await;
+    let alice = gateway(&h, "gateway-b");
+    assert!(
+        claimer
+            .claim_for_connection(run, alice.driver.connection().id)
+            .await
+            .unwrap()
+            .is_none(),
+        "not an approved call past its expiry"
+    );
+    assert_eq!(h.run(run).status(), RunStatus::Queued);
+}
+
 /// §22.3 and issue 26: binding never widens a token's reach: a conversation whose scopes lack
 /// one the parked run held asks for its own approval instead of binding.
 #[tokio::test(start_paused = true)]
