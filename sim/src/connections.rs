@@ -351,6 +351,9 @@ struct ConnectionWorld {
     tickets: Mutex<BTreeMap<(usize, usize), Ticket>>,
     /// Clients whose gateway a service asked to die right after an effect.
     crash_requests: Mutex<BTreeSet<usize>>,
+    /// The session of each client's first gateway, so its crash can take its mailbox out of
+    /// [`ConnectionStore::lives`]: a dead gateway's requests wait for nothing.
+    gateway_sessions: Mutex<BTreeMap<usize, SessionId>>,
     /// When a client was answered untrusted content, by session (§22.2's taint rule).
     untrusted_answers: Mutex<Vec<(SessionId, Timestamp)>>,
     /// Calls a service got while no request waited for their run (§22.3).
@@ -630,6 +633,7 @@ impl ConnectionWorld {
             Some(index),
             &format!("gw{index}"),
         );
+        lock(&self.gateway_sessions).insert(index, session);
         // The client.
         let started = Instant::now();
         let mut tickets = Vec::new();
@@ -957,6 +961,7 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         crash_requests: Mutex::new(BTreeSet::new()),
         untrusted_answers: Mutex::new(Vec::new()),
         unwaited: Mutex::new(Vec::new()),
+        gateway_sessions: Mutex::new(BTreeMap::new()),
         plan,
     });
     let handle = Handle::current();
@@ -998,6 +1003,9 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
                 sleep(Duration::from_millis(5)).await;
             }
             handle.kill(node);
+            if let Some(session) = lock(&w.gateway_sessions).get(&index) {
+                lock(&w.store.lives).remove(session);
+            }
             let Some(pause) = w.plan.clients[index].retry_after else {
                 return;
             };
