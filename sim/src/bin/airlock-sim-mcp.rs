@@ -1,7 +1,8 @@
 //! `airlock-sim-mcp`: the connection world of SPEC §19.5 (see `airlock_sim::connections`).
 //!
 //! ```text
-//! airlock-sim-mcp run --seed N [--count K]     # seeds N..N+K; exit 1 on the first violation
+//! airlock-sim-mcp run --seed N [--count K] [--jobs J] [--keep-going]
+//!                                              # seeds N..N+K on J threads; exit 1 on a violation
 //! airlock-sim-mcp mutants [--seeds 1000]       # each connection mutant must be caught
 //! ```
 //!
@@ -21,7 +22,9 @@ fn flag(args: &[String], name: &str, default: u64) -> Result<u64, String> {
 }
 
 const USAGE: &str = "usage:
-  airlock-sim-mcp run --seed N [--count K]     # seeds N..N+K; exit 1 on the first violation
+  airlock-sim-mcp run --seed N [--count K] [--jobs J] [--keep-going]
+                                               # seeds N..N+K on J threads (default 1); exit 1 on
+                                               # a violation, after the first unless --keep-going
   airlock-sim-mcp mutants [--seeds 1000]       # each connection mutant must be caught
   airlock-sim-mcp help | --help | -h           (also after a command)
 Needs a madsim build: RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim cargo run --release -p airlock-sim --bin airlock-sim-mcp -- ...";
@@ -36,17 +39,18 @@ fn main() -> ExitCode {
         println!("{USAGE}");
         return ExitCode::SUCCESS;
     }
-    let parsed = (|| -> Result<(String, u64, u64, u64), String> {
+    let parsed = (|| -> Result<(String, Sweep, u64), String> {
         let command = args.first().cloned().unwrap_or_default();
-        Ok((
-            command,
-            flag(&args, "--seed", 1)?,
-            flag(&args, "--count", 1)?,
-            flag(&args, "--seeds", 1_000)?,
-        ))
+        let sweep = Sweep {
+            start: flag(&args, "--seed", 1)?,
+            count: flag(&args, "--count", 1)?,
+            jobs: flag(&args, "--jobs", 1)?.max(1),
+            keep_going: args.iter().any(|a| a == "--keep-going"),
+        };
+        Ok((command, sweep, flag(&args, "--seeds", 1_000)?))
     })();
     match parsed {
-        Ok((command, seed, count, seeds)) => execute(&command, seed, count, seeds),
+        Ok((command, sweep, seeds)) => execute(&command, &sweep, seeds),
         Err(message) => {
             eprintln!("airlock-sim-mcp: {message}");
             ExitCode::from(2)
@@ -54,8 +58,17 @@ fn main() -> ExitCode {
     }
 }
 
+/// What `run` sweeps.
+#[cfg_attr(not(madsim), allow(dead_code))]
+struct Sweep {
+    start: u64,
+    count: u64,
+    jobs: u64,
+    keep_going: bool,
+}
+
 #[cfg(not(madsim))]
-fn execute(_command: &str, _seed: u64, _count: u64, _seeds: u64) -> ExitCode {
+fn execute(_command: &str, _sweep: &Sweep, _seeds: u64) -> ExitCode {
     eprintln!(
         "airlock-sim-mcp needs a madsim build: RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim \
          cargo run --release -p airlock-sim --bin airlock-sim-mcp -- run --seed 1"
@@ -64,55 +77,117 @@ fn execute(_command: &str, _seed: u64, _count: u64, _seeds: u64) -> ExitCode {
 }
 
 #[cfg(madsim)]
-fn execute(command: &str, seed: u64, count: u64, seeds: u64) -> ExitCode {
-    use airlock_sim::connections::run_seed;
+fn execute(command: &str, sweep: &Sweep, seeds: u64) -> ExitCode {
     match command {
-        "run" => {
-            let (mut runs, mut calls, mut effects) = (0, 0, 0);
-            let (mut in_flight, mut repeat, mut rebound) = (0, 0, 0);
-            let began = std::time::Instant::now();
-            let mut last_line = began;
-            for (done, seed) in (seed..seed.saturating_add(count)).enumerate() {
-                if last_line.elapsed() >= std::time::Duration::from_secs(10) {
-                    last_line = std::time::Instant::now();
-                    let rate = done as f64 / began.elapsed().as_secs_f64().max(1e-9);
-                    eprintln!(
-                        "progress: {done}/{count} seeds  {rate:.1} seeds/s  failed 0  about {:.0} s left",
-                        (count - done as u64) as f64 / rate.max(1e-9)
-                    );
-                }
-                let report = run_seed(seed);
-                runs += report.runs;
-                calls += report.calls;
-                effects += report.effects;
-                in_flight += report.refused_in_flight;
-                repeat += report.refused_repeat;
-                rebound += report.rebound_starts;
-                if let Some(v) = report.violations.first() {
-                    println!("seed {seed}: VIOLATION {}: {}", v.invariant, v.detail);
-                    println!("plan: {}", report.plan);
-                    println!(
-                        "reproduce: RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim cargo run --release -p airlock-sim --bin airlock-sim-mcp -- run --seed {seed}"
-                    );
-                    return ExitCode::from(1);
-                }
-            }
-            println!(
-                "connection world: {count} seeds from {seed} passed ({runs} runs, {calls} calls, \
-                 {effects} effects; retries refused in flight {in_flight}, as repeats {repeat}; \
-                 calls run for a request sent again after their client left {rebound})"
-            );
-            println!(
-                "summary: seeds={count} runs={runs} calls={calls} effects={effects} failed=0 seconds={:.1}",
-                began.elapsed().as_secs_f64()
-            );
-            ExitCode::SUCCESS
-        }
+        "run" => run(sweep),
         "mutants" => mutants(seeds),
         other => {
             eprintln!("airlock-sim-mcp: unknown command '{other}' (run or mutants)");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Runs the seeds on `jobs` threads (one madsim runtime per seed), each taking the next seed;
+/// prints every violation with its plan and how to reproduce it, and stops at the first unless
+/// `keep_going`.
+#[cfg(madsim)]
+fn run(sweep: &Sweep) -> ExitCode {
+    use airlock_sim::connections::run_seed;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, mpsc};
+    let (start, count) = (sweep.start, sweep.count);
+    let end = start.saturating_add(count);
+    let next = Arc::new(AtomicU64::new(start));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sender, receiver) = mpsc::channel();
+    for _ in 0..sweep.jobs {
+        let (next, stop, sender) = (Arc::clone(&next), Arc::clone(&stop), sender.clone());
+        std::thread::spawn(move || {
+            loop {
+                let seed = next.fetch_add(1, Ordering::SeqCst);
+                if seed >= end || stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                // A seed that panics is a failure to report, not a thread that quietly ends.
+                let report = std::panic::catch_unwind(|| run_seed(seed)).map_err(|panic| {
+                    panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                        .unwrap_or_else(|| "a panic".to_owned())
+                });
+                if sender.send((seed, report)).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    drop(sender);
+    let (mut runs, mut calls, mut effects) = (0, 0, 0);
+    let (mut in_flight, mut repeat, mut rebound) = (0, 0, 0);
+    let (mut done, mut failed) = (0u64, Vec::new());
+    let began = std::time::Instant::now();
+    let mut last_line = began;
+    for (seed, report) in receiver {
+        done += 1;
+        let report = match report {
+            Ok(report) => report,
+            Err(panic) => {
+                failed.push(seed);
+                println!("seed {seed}: PANIC {panic}");
+                if !sweep.keep_going {
+                    stop.store(true, Ordering::SeqCst);
+                }
+                continue;
+            }
+        };
+        runs += report.runs;
+        calls += report.calls;
+        effects += report.effects;
+        in_flight += report.refused_in_flight;
+        repeat += report.refused_repeat;
+        rebound += report.rebound_starts;
+        if let Some(v) = report.violations.first() {
+            failed.push(seed);
+            println!("seed {seed}: VIOLATION {}: {}", v.invariant, v.detail);
+            println!("plan: {}", report.plan);
+            println!(
+                "reproduce: RUSTFLAGS=\"--cfg madsim\" CARGO_TARGET_DIR=target/madsim cargo run --release -p airlock-sim --bin airlock-sim-mcp -- run --seed {seed}"
+            );
+            if !sweep.keep_going {
+                stop.store(true, Ordering::SeqCst);
+            }
+        }
+        if last_line.elapsed() >= std::time::Duration::from_secs(10) {
+            last_line = std::time::Instant::now();
+            let rate = done as f64 / began.elapsed().as_secs_f64().max(1e-9);
+            eprintln!(
+                "progress: {done}/{count} seeds  {rate:.1} seeds/s  failed {}  about {:.0} s left",
+                failed.len(),
+                count.saturating_sub(done) as f64 / rate.max(1e-9)
+            );
+        }
+    }
+    failed.sort_unstable();
+    if failed.is_empty() {
+        println!(
+            "connection world: {count} seeds from {start} passed ({runs} runs, {calls} calls, \
+             {effects} effects; retries refused in flight {in_flight}, as repeats {repeat}; \
+             calls run for a request sent again after their client left {rebound})"
+        );
+    } else {
+        println!("connection world: failed seeds {failed:?}");
+    }
+    println!(
+        "summary: seeds={done} runs={runs} calls={calls} effects={effects} failed={} seconds={:.1}",
+        failed.len(),
+        began.elapsed().as_secs_f64()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
