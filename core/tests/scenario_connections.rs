@@ -12,7 +12,7 @@ use airlock_core::connection::live::{
     LivePlanner, MCP_PLANNER_KIND, RunTemplate, Ticket, TicketEnd, TicketStatus,
 };
 use airlock_core::env::Env;
-use airlock_core::ids::{ApprovalId, ConnectionId};
+use airlock_core::ids::{ApprovalId, ConnectionId, RunId};
 use airlock_core::mem_store::MemStore;
 use airlock_core::ports::{Clock, Planner, PlannerError, PlannerFactory};
 use airlock_core::run::{Limits, Run, RunState};
@@ -162,6 +162,21 @@ fn conversation(h: &Harness, g: &Gateway) -> airlock_core::connection::Connectio
 
 async fn settle_for(seconds: u64) {
     tokio::time::sleep(std::time::Duration::from_secs(seconds)).await;
+}
+
+/// A reviewer approves `approval`; the request `waiting` is answered with the result, the
+/// effect (`test.send`) is done once and the call's run `run` completes.
+async fn approved_runs_once(h: &Harness, approval: ApprovalId, waiting: &Ticket, run: RunId) {
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    assert!(matches!(
+        answer(waiting).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    assert_eq!(h.ledger.count("test.send"), 1, "the effect, once");
+    assert_eq!(h.run(run).status(), RunStatus::Completed);
 }
 
 /// A client of a new gateway sends `tool` with `text`, waits until it parks, and disconnects
@@ -488,16 +503,7 @@ async fn a_disconnect_keeps_the_approval_and_the_identical_call_on_a_new_connect
     // A different call is not bound.
     let other = again.live.submit(2, call("test.send", "another"));
     assert_ne!(parked(&other).await, approval);
-    h.control
-        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
-        .await
-        .expect("approve");
-    assert!(matches!(
-        answer(&retried).await,
-        TicketEnd::Answered(CallAnswer::Executed { .. })
-    ));
-    assert_eq!(h.ledger.count("test.send"), 1, "the effect, once");
-    assert_eq!(h.run(run).status(), RunStatus::Completed);
+    approved_runs_once(&h, approval, &retried, run).await;
 }
 
 /// §22.3, §19.7: a gateway killed while a call waits leaves its approval (its connection is
@@ -519,16 +525,7 @@ async fn a_gateway_killed_while_a_call_waits_leaves_the_approval_to_the_retried_
         approval,
         "bound to the surviving approval"
     );
-    h.control
-        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
-        .await
-        .expect("approve");
-    assert!(matches!(
-        answer(&retried).await,
-        TicketEnd::Answered(CallAnswer::Executed { .. })
-    ));
-    assert_eq!(h.ledger.count("test.send"), 1, "the effect, once");
-    assert_eq!(h.run(run).status(), RunStatus::Completed);
+    approved_runs_once(&h, approval, &retried, run).await;
     let dead = h
         .store
         .read(|tx| tx.connection(dead_session))
