@@ -455,3 +455,42 @@ where
     connection.close().await?;
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(root: &str, scopes: &str) -> GatewayConfig {
+        let text = format!(
+            r#"schema_version = 1
+tenant_id = "acme"
+principal_id = "alice"
+scopes = [{scopes}]
+origin_trust = "user"
+[servers.fs]
+command = "npx"
+args = ["@modelcontextprotocol/server-filesystem", "{root}"]
+"#
+        );
+        match GatewayConfig::parse(&text) {
+            Ok(config) => config,
+            Err(error) => panic!("the test file loads: {error}"),
+        }
+    }
+
+    /// SPEC §22.3: a call binds only within the same upstreams, so the fingerprint follows where
+    /// the servers run (a server `fs` over another root is another fingerprint) and nothing else
+    /// of the file (its scopes).
+    #[test]
+    fn the_upstreams_fingerprint_follows_the_servers_and_only_them() {
+        let one = upstreams_fingerprint(&file("/srv/a", r#""mcp.fs.call""#));
+        assert_eq!(
+            one,
+            upstreams_fingerprint(&file("/srv/a", r#""mcp.fs.call", "mcp.fs.read""#))
+        );
+        assert_ne!(
+            one,
+            upstreams_fingerprint(&file("/srv/b", r#""mcp.fs.call""#))
+        );
+    }
+}
