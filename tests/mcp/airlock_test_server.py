@@ -18,7 +18,9 @@ Resources and prompts (so that their list changes are declared): the resource
 - `ask(prompt)`: asks the client's model (`sampling/createMessage`) and answers with what it
   said: a server-to-client request on 2025-11-25, an input-required result on 2026-07-28.
 
-Each process appends its pid to `$AIRLOCK_TEST_LEDGER.pids` when it starts.
+Each process appends its pid to `$AIRLOCK_TEST_LEDGER.pids` when it starts. With
+`AIRLOCK_TEST_LINGER=1` it stays alive after its stdin closes, as a server that ignores the
+end of its client would, so a test can see that the gateway ends it.
 
 Run: `python airlock_test_server.py` (stdio) or `python airlock_test_server.py --http PORT`
 (Streamable HTTP at http://127.0.0.1:PORT/mcp).
@@ -28,6 +30,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 
 import mcp_types as types
 
@@ -129,5 +132,11 @@ if __name__ == "__main__":
             f.write(f"{os.getpid()}\n")
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    elif os.environ.get("AIRLOCK_TEST_LINGER") == "1":
+        try:
+            server.run()
+        except BaseException:  # noqa: BLE001 - its client went (a broken pipe); stay anyway
+            pass
+        time.sleep(600)
     else:
         server.run()

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The repository's root.
 pub fn repo() -> PathBuf {
@@ -146,4 +147,25 @@ pub fn test_server_pids(ledger: &Path) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect()
+}
+
+/// Waits until process `pid` has ended (gone, or a zombie: its parent is gone and reaping is
+/// init's); `Err` with its state when it still runs after `within`.
+pub fn wait_until_ended(pid: &str, within: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.chars().next())
+            });
+        if matches!(state, None | Some('Z' | 'X')) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("process {pid} still runs (state {state:?})"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -577,6 +577,95 @@ fn kill_9_while_a_call_waits_leaves_its_approval_to_the_retried_call() {
     scene.assert_no_approval_pending("no second approval was asked");
 }
 
+/// How a stdio gateway ends in [`a_stdio_upstream_ends_with_its_gateway`].
+#[derive(Debug, Clone, Copy)]
+enum GatewayEnd {
+    /// Its client closes its stdin; it exits.
+    ClientLeaves,
+    /// kill -9: nothing of it runs after.
+    Killed,
+}
+
+/// SPEC §19.7: a stdio upstream (here the test server told to outlive its closed stdin) ends
+/// with the gateway that started it, however the gateway ends.
+fn a_stdio_upstream_ends_with_its_gateway(test: &str, end: GatewayEnd) {
+    let Some(peers) = peers(test) else {
+        return;
+    };
+    let data = DataDir::new();
+    let ledger = data.path().join("ledger.txt");
+    let tables = airlock_e2e::mcp::test_server_tables(&peers.python, &ledger);
+    let lingering = tables.replace(
+        "env = { AIRLOCK_TEST_LEDGER",
+        "env = { AIRLOCK_TEST_LINGER = \"1\", AIRLOCK_TEST_LEDGER",
+    );
+    assert_ne!(lingering, tables, "the test server's env table moved");
+    let config = data.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "schema_version = 1\ntenant_id = \"acme\"\nprincipal_id = \"alice\"\nscopes = [\"mcp.test.call\"]\norigin_trust = \"user\"\n{lingering}"
+        ),
+    )
+    .unwrap();
+    let mut gateway = data
+        .command("operator", &["mcp", "serve", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The upstream is started before any client; it writes its pid once it runs.
+    let mut pids = ledger.as_os_str().to_owned();
+    pids.push(".pids");
+    let started = Instant::now();
+    while !std::path::Path::new(&pids).exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the gateway never started its upstream"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let upstream = airlock_e2e::mcp::test_server_pids(&ledger);
+    match end {
+        GatewayEnd::ClientLeaves => drop(gateway.stdin.take()),
+        // SAFETY: kill(2) on the gateway's pid, which this test started.
+        GatewayEnd::Killed => {
+            assert_eq!(unsafe { libc::kill(gateway.id() as i32, libc::SIGKILL) }, 0)
+        }
+    }
+    // A client that leaves before `initialize` ends the gateway with status 2; how it exits is
+    // not the point, only that it does and takes its upstream along.
+    wait_within(&mut gateway, Duration::from_secs(30), "the gateway");
+    for pid in upstream {
+        if let Err(why) = airlock_e2e::mcp::wait_until_ended(&pid, Duration::from_secs(10)) {
+            // Leave nothing behind for the next test.
+            if let Ok(pid) = pid.parse::<i32>() {
+                // SAFETY: kill(2) on the upstream this test's gateway started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            panic!("the upstream outlived its gateway ({end:?}): {why}");
+        }
+    }
+}
+
+#[test]
+fn a_stdio_upstream_ends_when_its_gateway_is_killed_with_9() {
+    a_stdio_upstream_ends_with_its_gateway(
+        "a_stdio_upstream_ends_when_its_gateway_is_killed_with_9",
+        GatewayEnd::Killed,
+    );
+}
+
+#[test]
+fn a_stdio_upstream_ends_when_its_gateway_shuts_down() {
+    a_stdio_upstream_ends_with_its_gateway(
+        "a_stdio_upstream_ends_when_its_gateway_shuts_down",
+        GatewayEnd::ClientLeaves,
+    );
+}
+
 /// The approval id an `isError` answer names.
 fn approval_named_in(result: &Value) -> Option<String> {
     let said = result["text"].as_str()?;

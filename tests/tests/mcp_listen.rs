@@ -185,23 +185,9 @@ origin_trust = "user"
     /// beside the ledger): a stopped gateway leaves no upstream behind. A zombie counts as
     /// ended: its parent is gone, and reaping is init's.
     fn assert_upstreams_ended(&self) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
         for pid in airlock_e2e::mcp::test_server_pids(&self.ledger) {
-            loop {
-                let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|stat| {
-                        stat.rsplit_once(") ")
-                            .and_then(|(_, rest)| rest.chars().next())
-                    });
-                if matches!(state, None | Some('Z' | 'X')) {
-                    break;
-                }
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "upstream test server {pid} outlived the gateway (state {state:?})"
-                );
-                std::thread::sleep(Duration::from_millis(100));
+            if let Err(why) = airlock_e2e::mcp::wait_until_ended(&pid, Duration::from_secs(10)) {
+                panic!("an upstream test server outlived the gateway: {why}");
             }
         }
     }

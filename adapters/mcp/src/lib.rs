@@ -7,6 +7,7 @@
 
 pub mod body;
 pub mod catalog;
+pub mod child;
 pub mod config;
 pub mod draft;
 pub mod fuzzing;

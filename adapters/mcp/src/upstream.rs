@@ -38,7 +38,7 @@ use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RequestContext,
     RoleClient, RunningService, ServiceError,
 };
-use rmcp::transport::{IntoTransport, StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{IntoTransport, StreamableHttpClientTransport};
 use rmcp::{ClientHandler, ErrorData};
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc};
@@ -264,9 +264,8 @@ impl Upstream {
                 if let Some(cwd) = cwd {
                     cmd.current_dir(cwd);
                 }
-                let (transport, _stderr) = TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::inherit())
-                    .spawn()
+                let transport = crate::child::spawn(cmd)
+                    .await
                     .map_err(|e| fail(format!("cannot start '{command}': {e}")))?;
                 handshake(handler, transport, lifecycle)
                     .await
@@ -606,7 +605,7 @@ impl Upstream {
         )))
     }
 
-    /// Ends the session (a stdio child is killed when its transport drops).
+    /// Ends the session (a stdio child is killed when its transport drops, [`crate::child`]).
     pub fn close(&self) {
         self.service.cancellation_token().cancel();
     }
