@@ -265,6 +265,14 @@ async def scenario(args):
                 observed["hardline_denied"] = await call(
                     session, "files__write_file", {"path": "/etc/airlock-test", "content": "x"}
                 )
+            elif s == "allowed_directories":
+                # server-filesystem takes its roots asynchronously after it started; ask until
+                # it names the expected directory, or give up after 10 s and report what it said.
+                for _ in range(50):
+                    observed["allowed"] = await call(session, "files__list_allowed_directories", {})
+                    if args.arg in observed["allowed"].get("text", ""):
+                        break
+                    await anyio.sleep(0.2)
             elif s in ("approve", "reviewer_deny"):
                 verb = "approve" if s == "approve" else "deny"
 

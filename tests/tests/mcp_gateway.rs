@@ -666,6 +666,48 @@ fn a_stdio_upstream_ends_when_its_gateway_shuts_down() {
     );
 }
 
+/// SPEC §23: server-filesystem asks for the client's roots as soon as it starts, before any
+/// client is there; the gateway answers with FILE's `roots` of that server, so the server
+/// serves the configured directory instead of its command-line one (before, the answer was an
+/// error, and the server warned and fell back).
+#[test]
+fn an_upstreams_roots_outside_a_call_are_the_files() {
+    let Some(peers) = peers("an_upstreams_roots_outside_a_call_are_the_files") else {
+        return;
+    };
+    let scene = scene_with(&peers, "");
+    let root = scene.data.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let root = root.canonicalize().unwrap();
+    let text = std::fs::read_to_string(&scene.config).unwrap();
+    let sandbox_args = format!(
+        "args = [\"{}\", \"{}\"]\n",
+        peers.filesystem.display(),
+        scene.sandbox.display()
+    );
+    let with_roots = text.replacen(
+        &sandbox_args,
+        &format!(
+            "{sandbox_args}roots = [\"{}\"]\n\n[servers.files.tools.list_allowed_directories]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"low\"\nscope = \"mcp.files.read\"\n",
+            root.display()
+        ),
+        1,
+    );
+    assert_ne!(with_roots, text, "the files server's table moved");
+    std::fs::write(&scene.config, with_roots).unwrap();
+    let root = root.display().to_string();
+    let seen = scene.client(&peers, "allowed_directories", "legacy", &root);
+    let said = seen["allowed"]["text"].as_str().unwrap_or_default();
+    assert!(
+        said.contains(&root),
+        "the configured root is served: {seen}"
+    );
+    assert!(
+        !said.contains(&scene.sandbox.display().to_string()),
+        "the command-line directory is replaced: {seen}"
+    );
+}
+
 /// The approval id an `isError` answer names.
 fn approval_named_in(result: &Value) -> Option<String> {
     let said = result["text"].as_str()?;

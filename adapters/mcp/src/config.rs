@@ -103,6 +103,10 @@ pub struct ServerConfig {
     pub read_scope: Scope,
     /// Its tools, prompts and resource URIs go to the client under their own names (§19.6).
     pub exposure: Exposure,
+    /// `roots`: the `file://` URIs the gateway answers the server's `roots/list` with when it
+    /// asks outside any call (SPEC §23); empty when the file gives none. An absolute path in
+    /// the file is turned into its URI here.
+    pub roots: Vec<String>,
 }
 
 /// How a server's names reach the client (SPEC §19.2, §19.6).
@@ -293,7 +297,7 @@ const TOP_KEYS: [&str; 8] = [
     "limits",
     "servers",
 ];
-const SERVER_KEYS: [&str; 14] = [
+const SERVER_KEYS: [&str; 15] = [
     "command",
     "args",
     "env",
@@ -308,6 +312,7 @@ const SERVER_KEYS: [&str; 14] = [
     "tools",
     "read_scope",
     "expose_unprefixed",
+    "roots",
 ];
 const TOOL_KEYS: [&str; 7] = [
     "side_effect",
@@ -523,8 +528,35 @@ impl GatewayConfig {
             tools,
             read_scope,
             exposure,
+            roots: roots(t, at)?,
         })
     }
+}
+
+/// `roots`: absolute paths or `file://` URIs, each as the URI an MCP root names (SPEC §23).
+fn roots(t: &Table, at: &str) -> Result<Vec<String>, ConfigError> {
+    let listed = strings(t, "roots", at)?.unwrap_or_default();
+    let at = join(at, "roots");
+    let mut uris = Vec::new();
+    for (i, root) in listed.into_iter().enumerate() {
+        let uri = if root.starts_with("file://") {
+            url::Url::parse(&root)
+                .ok()
+                .filter(|u| u.scheme() == "file" && u.to_file_path().is_ok())
+        } else if root.starts_with('/') {
+            url::Url::from_file_path(&root).ok()
+        } else {
+            None
+        };
+        let Some(uri) = uri else {
+            return Err(error(
+                &format!("{at}[{i}]"),
+                format!("'{root}' is neither an absolute path nor a file:// URI of one"),
+            ));
+        };
+        uris.push(uri.to_string());
+    }
+    Ok(uris)
 }
 
 /// A scope of server `id`: valid, and starting with `mcp.{id}.` (§19.2).
@@ -596,7 +628,22 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
     /// Each broken variant names the offending key's path.
     #[test]
     fn unknown_keys_and_bad_values_name_their_path() {
-        let cases: [(&str, &str, &str); 15] = [
+        let cases: [(&str, &str, &str); 18] = [
+            (
+                "trust_annotations = false",
+                "trust_annotations = false\nroots = \"/srv\"",
+                "servers.files.roots",
+            ),
+            (
+                "trust_annotations = false",
+                "trust_annotations = false\nroots = [\"/srv\", \"srv/relative\"]",
+                "servers.files.roots[1]",
+            ),
+            (
+                "trust_annotations = false",
+                "trust_annotations = false\nroots = [\"https://example.com/srv\"]",
+                "servers.files.roots[0]",
+            ),
             (
                 "trust_annotations = false",
                 "trust_annotations = false\nread_scope = \"mcp.other.read\"",
@@ -677,6 +724,24 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
         assert_eq!(err.path, "servers");
         let err = GatewayConfig::parse("not toml [").unwrap_err();
         assert_eq!(err.path, "(file)");
+    }
+
+    /// SPEC §23: the roots a server is answered with outside a call are file URIs, whichever
+    /// way the file names them; none when it names none.
+    #[test]
+    fn roots_are_file_uris_of_absolute_paths() {
+        let config = GatewayConfig::parse(EXAMPLE).expect("loads");
+        assert_eq!(config.servers["files"].roots, Vec::<String>::new());
+        let text = EXAMPLE.replacen(
+            "trust_annotations = false",
+            "trust_annotations = false\nroots = [\"/srv/my repo\", \"file:///srv/other\"]",
+            1,
+        );
+        let config = GatewayConfig::parse(&text).expect("loads");
+        assert_eq!(
+            config.servers["files"].roots,
+            ["file:///srv/my%20repo", "file:///srv/other"]
+        );
     }
 
     #[test]

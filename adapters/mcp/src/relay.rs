@@ -14,8 +14,10 @@
 //! - `sampling/createMessage`, `elicitation/create` and `roots/list` carry no request
 //!   association on the wire of a 2025-11-25 stdio connection. They go to the call whose gateway
 //!   token the request's `_meta.progressToken` names, else to the only call in flight on that
-//!   upstream. With no call in flight, or several (two clients' calls on the same upstream at
-//!   once), the upstream is answered an error: guessing could hand one client's data to another.
+//!   upstream. With several calls in flight (two clients' calls on the same upstream at once),
+//!   the upstream is answered an error: guessing could hand one client's data to another. With
+//!   none, sampling and elicitation are answered an error too, and `roots/list` with FILE's
+//!   `roots` of that server, or an empty list (SPEC §23).
 //!   On 2026-07-28 they come inside the call's own input-required result, so they always go to
 //!   that call's client ([`UpstreamRelay::input`]).
 //! - `notifications/message` follows the same rule; one that comes outside any call goes to the
@@ -41,7 +43,7 @@ use airlock_core::ids::{ConnectionId, RunId, SessionId};
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
     ElicitResult, ErrorCode, InputRequest, ListRootsResult, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, Root,
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData, Peer};
@@ -289,6 +291,8 @@ pub struct RelayContext {
 /// One upstream connection's calls in flight and their relays.
 pub struct UpstreamRelay {
     server: String,
+    /// FILE's `roots` of the server (file URIs): its `roots/list` outside any call.
+    roots: Vec<String>,
     context: RelayContext,
     next: AtomicU64,
     in_flight: Mutex<BTreeMap<u64, Flight>>,
@@ -320,9 +324,10 @@ impl Asked {
 }
 
 impl UpstreamRelay {
-    pub fn new(server: String, context: RelayContext) -> Arc<UpstreamRelay> {
+    pub fn new(server: String, roots: Vec<String>, context: RelayContext) -> Arc<UpstreamRelay> {
         Arc::new(UpstreamRelay {
             server,
+            roots,
             context,
             next: AtomicU64::new(1),
             in_flight: Mutex::new(BTreeMap::new()),
@@ -401,6 +406,11 @@ impl UpstreamRelay {
         param.total = param.total.map(|t| t + offset);
         // A client that went is noticed by its transport, not here.
         let _ = link.peer.notify_progress(param).await;
+    }
+
+    /// FILE's `roots` of this server.
+    fn configured_roots(&self) -> ListRootsResult {
+        ListRootsResult::new(self.roots.iter().map(Root::new).collect())
     }
 
     /// `notifications/message`: to the call's client; outside a call, to the only client.
@@ -560,9 +570,14 @@ impl UpstreamRelay {
             })
     }
 
-    /// `roots/list`, asked of the call's client.
+    /// `roots/list`: asked of the call's client during a call; outside any call (a server that
+    /// asks at start, as server-filesystem does) answered with FILE's `roots`, or none, since
+    /// no client is there to ask and an error only makes the server log a warning (SPEC §23).
     pub async fn roots(&self, token: Option<ProgressToken>) -> Result<ListRootsResult, ErrorData> {
-        let link = self.target(token.as_ref(), Asked::Roots.method());
+        let link = match self.target(token.as_ref(), Asked::Roots.method()) {
+            Err(NotRelayed::NoCall { .. }) => return Ok(self.configured_roots()),
+            link => link,
+        };
         let peer = self.client_for(Asked::Roots, link, 0)?;
         peer.list_roots()
             .await
@@ -579,6 +594,7 @@ mod tests {
     fn relay() -> Arc<UpstreamRelay> {
         UpstreamRelay::new(
             "up".into(),
+            vec!["file:///srv/repo".into()],
             RelayContext {
                 clients: Clients::new(),
                 events: Arc::new(|_| {}),
@@ -629,6 +645,32 @@ mod tests {
             Some(NotRelayed::NoCall { method }),
             "an answered call relays nothing more"
         );
+    }
+
+    /// SPEC §23: a `roots/list` outside any call is answered with FILE's roots, never an
+    /// error; during a call it is the call's client's to answer.
+    #[tokio::test]
+    async fn roots_asked_outside_a_call_are_the_files() {
+        let relay = relay();
+        let answer = relay.roots(None).await.expect("answered, not refused");
+        let uris: Vec<&str> = answer.roots.iter().map(|r| r.uri.as_str()).collect();
+        assert_eq!(uris, ["file:///srv/repo"]);
+        let call = relay.begin(None);
+        assert!(
+            relay.roots(None).await.is_err(),
+            "a call no live client made has nobody to ask, and FILE's roots are not its answer"
+        );
+        drop(call);
+        let bare = UpstreamRelay::new(
+            "up".into(),
+            Vec::new(),
+            RelayContext {
+                clients: Clients::new(),
+                events: Arc::new(|_| {}),
+                now: Arc::new(|| Timestamp::from_micros(0)),
+            },
+        );
+        assert_eq!(bare.roots(None).await.ok().map(|r| r.roots.len()), Some(0));
     }
 
     #[test]

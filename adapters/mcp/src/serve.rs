@@ -122,18 +122,22 @@ pub fn run_template(config: &GatewayConfig) -> RunTemplate {
 }
 
 /// Where the file's tools run, as one hash: each server's id and transport (command, arguments,
-/// environment and working directory, or URL and headers; only the hash is kept). A call binds
-/// only to a parked call of the same fingerprint (SPEC §22.3), so an approval given through one
-/// gateway file never runs against another file's server of the same name.
+/// environment and working directory, or URL and headers; only the hash is kept), and the
+/// `roots` it is given (they decide what a server such as server-filesystem may reach). A call
+/// binds only to a parked call of the same fingerprint (SPEC §22.3), so an approval given
+/// through one gateway file never runs against another file's server of the same name. A
+/// server without `roots` hashes as it did before the key existed, so an upgrade keeps the
+/// parked calls of an unchanged file bindable.
 pub fn upstreams_fingerprint(config: &GatewayConfig) -> String {
     let servers: serde_json::Map<String, serde_json::Value> = config
         .servers
         .iter()
         .map(|(id, server)| {
-            (
-                id.clone(),
-                serde_json::Value::String(format!("{:?}", server.transport)),
-            )
+            let mut runs = format!("{:?}", server.transport);
+            if !server.roots.is_empty() {
+                runs.push_str(&format!(" roots {:?}", server.roots));
+            }
+            (id.clone(), serde_json::Value::String(runs))
         })
         .collect();
     airlock_core::canonical::arguments_hash(&serde_json::Value::Object(servers))
@@ -491,6 +495,21 @@ args = ["@modelcontextprotocol/server-filesystem", "{root}"]
         assert_ne!(
             one,
             upstreams_fingerprint(&file("/srv/b", r#""mcp.fs.call""#))
+        );
+        let mut rooted = file("/srv/a", r#""mcp.fs.call""#);
+        if let Some(fs) = rooted.servers.get_mut("fs") {
+            fs.roots = vec!["file:///srv/b".into()];
+        }
+        assert_ne!(
+            one,
+            upstreams_fingerprint(&rooted),
+            "roots change what it reaches"
+        );
+        // The value a store written before `roots` existed holds for this file: an upgrade
+        // must not change it, or its parked calls would no longer bind.
+        assert_eq!(
+            one,
+            "ba35f18d98564a1abc52edc38d24907047cce00e3bfe4657be08b9293e159d4d"
         );
     }
 }

@@ -241,7 +241,7 @@ impl Upstream {
             server: config.id.clone(),
             message,
         };
-        let relay = UpstreamRelay::new(config.id.clone(), relays);
+        let relay = UpstreamRelay::new(config.id.clone(), config.roots.clone(), relays);
         let handler = UpstreamHandler {
             server: config.id.clone(),
             changed: changed.clone(),
