@@ -19,6 +19,10 @@ Scenarios:
   and a call without a progressToken (SPEC 22.2, 22.3).
 - `leave`, then `rejoin`: a call without a progressToken on one session, which then ends; the
   identical call on a new session, its approval approved, and the call sent again (SPEC 22.3).
+- `logs`: two sessions at once (SPEC 19.7). `strict` asks for `error` and up, then `chatty` for
+  `debug` and up and turns on server-everything's simulated logging, which sends a message of a
+  random level every 5 s outside any call; waits (up to 60 s) until `chatty` heard a message
+  below `error` and one at or above it, and reports the levels each heard.
 """
 
 import argparse
@@ -186,9 +190,44 @@ async def scenario(args):
     return observed
 
 
+BELOW_ERROR = {"debug", "info", "notice", "warning"}
+
+
+async def logs(args):
+    observed = {"strict": [], "chatty": []}
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+
+    def heard(name):
+        async def on_log(params):
+            observed[name].append(params.level)
+
+        return on_log
+
+    async with (
+        create_mcp_http_client(headers=headers) as http_strict,
+        create_mcp_http_client(headers=headers) as http_chatty,
+        streamable_http_client(args.url, http_client=http_strict) as s,
+        streamable_http_client(args.url, http_client=http_chatty) as c,
+        ClientSession(s[0], s[1], logging_callback=heard("strict")) as strict,
+        ClientSession(c[0], c[1], logging_callback=heard("chatty")) as chatty,
+    ):
+        await strict.initialize()
+        await strict.set_logging_level("error")
+        await chatty.initialize()
+        await chatty.set_logging_level("debug")
+        observed["toggle"] = await call(chatty, "everything__toggle-simulated-logging", {})
+        with anyio.move_on_after(60):
+            while not (set(observed["chatty"]) & BELOW_ERROR and set(observed["chatty"]) - BELOW_ERROR):
+                await anyio.sleep(0.2)
+        # The same message reaches the other session's stream a moment later, if at all.
+        await anyio.sleep(1)
+    return observed
+
+
 def main():
     args = parse_args()
-    print(json.dumps(anyio.run(scenario, args)))
+    run = logs if args.scenario == "logs" else scenario
+    print(json.dumps(anyio.run(run, args)))
 
 
 if __name__ == "__main__":

@@ -463,6 +463,59 @@ fn over_http_an_ended_sessions_approval_is_bound_by_the_identical_call_on_a_new_
     assert_eq!(gateway.stop(), Some(0));
 }
 
+/// SPEC §19.7: an upstream's log messages outside any call (server-everything's simulated
+/// logging, a random level every 5 s) reach every connected session whose level admits them:
+/// one that asked for `debug` hears messages below `error` and above, one that asked for
+/// `error` hears only those at `error` or above, and the stricter session, which asked last
+/// but one, does not silence the other. (Before, with two sessions, such a message went to
+/// neither.)
+#[test]
+fn log_messages_outside_calls_reach_every_session_whose_level_admits_them() {
+    let test = "log_messages_outside_calls_reach_every_session_whose_level_admits_them";
+    let Some(peers) =
+        airlock_e2e::mcp::peers(&format!("mcp_listen::{test}"), Need::SdkAndNpmServers)
+    else {
+        return;
+    };
+    let scene = Scene::with(
+        peers.python.clone(),
+        &["mcp.test.call", "mcp.everything.call"],
+        &format!(
+            "\n[servers.everything]\ncommand = \"node\"\nargs = [\"{}\"]\ndefault = {{ side_effect = \"none\", idempotency = \"read_only\", risk = \"low\" }}\n",
+            peers.everything.display()
+        ),
+    );
+    let gateway = scene.listen(&["--listen-no-auth"]);
+    let seen = scene.client(&gateway, "logs", None);
+    assert_eq!(seen["toggle"]["is_error"], false, "{seen}");
+    let levels = |who: &str| -> Vec<String> {
+        seen[who]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|l| l.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let below_error = ["debug", "info", "notice", "warning"];
+    let chatty = levels("chatty");
+    assert!(
+        chatty.iter().any(|l| below_error.contains(&l.as_str()))
+            && chatty.iter().any(|l| !below_error.contains(&l.as_str())),
+        "the debug session hears every level: {seen}"
+    );
+    let strict = levels("strict");
+    assert!(
+        !strict.is_empty(),
+        "the error session hears the severe ones: {seen}"
+    );
+    assert!(
+        strict.iter().all(|l| !below_error.contains(&l.as_str())),
+        "the error session hears nothing below error: {seen}"
+    );
+}
+
 #[test]
 fn requests_without_a_valid_token_of_the_files_tenant_or_from_a_foreign_host_or_origin_are_refused()
 {

@@ -20,8 +20,10 @@
 //!   `roots` of that server, or an empty list (SPEC §23).
 //!   On 2026-07-28 they come inside the call's own input-required result, so they always go to
 //!   that call's client ([`UpstreamRelay::input`]).
-//! - `notifications/message` follows the same rule; one that comes outside any call goes to the
-//!   gateway's only client if it has exactly one (stdio), and is dropped (logged) otherwise.
+//! - `notifications/message` follows the same rule; one that comes outside any call goes to every
+//!   connected client whose `logging/setLevel` admits it (all of them until they ask), since
+//!   the upstream is shared and nothing names one client (SPEC §19.7). In a call it goes to the
+//!   call's client as the upstream sent it.
 //!
 //! **Capabilities.** The upstream connection is opened before any client connects, so it declares
 //! what the gateway can relay (sampling, form and URL elicitation, roots); each relayed request is
@@ -42,8 +44,9 @@ use airlock_core::events::EventType;
 use airlock_core::ids::{ConnectionId, RunId, SessionId};
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ErrorCode, InputRequest, ListRootsResult, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, Root,
+    ElicitResult, ErrorCode, InputRequest, ListRootsResult, LoggingLevel,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    Root,
 };
 use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData, Peer};
@@ -115,6 +118,29 @@ pub struct Clients {
 struct Attached {
     connection: ConnectionId,
     peer: Option<Peer<RoleServer>>,
+    /// The least severe log level it asked for (`logging/setLevel`); `None` until it asks.
+    level: Option<LoggingLevel>,
+}
+
+/// Whether a client that asked for `wanted` hears a log message of `level`: one at least as
+/// severe (MCP's levels are syslog's, RFC 5424). A client that never asked hears every
+/// message, as MCP leaves the choice to the server until it asks.
+pub fn admits(wanted: Option<LoggingLevel>, level: LoggingLevel) -> bool {
+    wanted.is_none_or(|wanted| severity(level) >= severity(wanted))
+}
+
+/// The syslog order of MCP's log levels, least severe first.
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
 }
 
 /// Removes a call's link when its request ends.
@@ -141,7 +167,32 @@ impl Clients {
         connection: ConnectionId,
         peer: Option<Peer<RoleServer>>,
     ) {
-        lock(&self.sessions).insert(session, Attached { connection, peer });
+        let mut sessions = lock(&self.sessions);
+        let level = sessions.get(&session).and_then(|a| a.level);
+        sessions.insert(
+            session,
+            Attached {
+                connection,
+                peer,
+                level,
+            },
+        );
+    }
+
+    /// `session`'s client asked for log messages of `level` and above. Returns the level the
+    /// shared upstreams must send at so that every client hears what it asked for: the least
+    /// severe any connected client asked for (each client's own filter is [`admits`]).
+    pub fn set_level(&self, session: SessionId, level: LoggingLevel) -> LoggingLevel {
+        let mut sessions = lock(&self.sessions);
+        if let Some(attached) = sessions.get_mut(&session) {
+            attached.level = Some(level);
+        }
+        sessions
+            .values()
+            .filter_map(|a| a.level)
+            .chain(std::iter::once(level))
+            .min_by_key(|l| severity(*l))
+            .unwrap_or(level)
     }
 
     pub fn detach(&self, session: SessionId) {
@@ -180,13 +231,16 @@ impl Clients {
             .cloned()
     }
 
-    /// The gateway's client when it has exactly one.
-    fn sole_peer(&self) -> Option<Peer<RoleServer>> {
-        let sessions = lock(&self.sessions);
-        match sessions.values().collect::<Vec<_>>().as_slice() {
-            [only] => only.peer.clone(),
-            _ => None,
-        }
+    /// The clients a log message of `level` outside any call goes to (SPEC §19.7): every
+    /// session whose client is connected, began with `initialize` (a 2026-07-28 client is sent
+    /// nothing outside its own requests) and whose level admits it.
+    fn log_audience(&self, level: LoggingLevel) -> Vec<Peer<RoleServer>> {
+        lock(&self.sessions)
+            .values()
+            .filter(|a| admits(a.level, level))
+            .filter_map(|a| a.peer.clone())
+            .filter(|peer| peer.peer_info().is_some())
+            .collect()
     }
 }
 
@@ -413,23 +467,21 @@ impl UpstreamRelay {
         ListRootsResult::new(self.roots.iter().map(Root::new).collect())
     }
 
-    /// `notifications/message`: to the call's client; outside a call, to the only client.
+    /// `notifications/message`: to the call's client; outside a call, to every connected
+    /// client whose level admits it.
     pub async fn log(&self, param: LoggingMessageNotificationParam) {
-        let peer = match self.target(None, "notifications/message") {
-            Ok(link) => link.peer,
-            Err(NotRelayed::NoCall { .. }) => match self.context.clients.sole_peer() {
-                Some(peer) => peer,
-                None => {
-                    tracing::debug!(server = %self.server, "a log message outside any call, with no single client; dropped");
-                    return;
-                }
-            },
+        let peers = match self.target(None, "notifications/message") {
+            Ok(link) => vec![link.peer],
+            Err(NotRelayed::NoCall { .. }) => self.context.clients.log_audience(param.level),
             Err(why) => {
                 tracing::debug!(server = %self.server, reason = %why, "a log message not relayed");
                 return;
             }
         };
-        let _ = peer.notify_logging_message(param).await;
+        for peer in peers {
+            // A client that went is noticed by its transport, not here.
+            let _ = peer.notify_logging_message(param.clone()).await;
+        }
     }
 
     /// The client to ask, checked against what it declared; records the relay.
@@ -671,6 +723,52 @@ mod tests {
             },
         );
         assert_eq!(bare.roots(None).await.ok().map(|r| r.roots.len()), Some(0));
+    }
+
+    /// SPEC §19.7: a client hears the messages at least as severe as the level it asked for,
+    /// and all of them until it asks.
+    #[test]
+    fn the_upstreams_send_at_the_least_severe_level_any_client_asked_for() {
+        let clients = Clients::new();
+        let (a, b) = (
+            SessionId(uuid::Uuid::from_u128(1)),
+            SessionId(uuid::Uuid::from_u128(2)),
+        );
+        let connection = ConnectionId(uuid::Uuid::from_u128(3));
+        clients.attach(a, connection, None);
+        clients.attach(b, connection, None);
+        assert_eq!(
+            clients.set_level(a, LoggingLevel::Debug),
+            LoggingLevel::Debug
+        );
+        assert_eq!(
+            clients.set_level(b, LoggingLevel::Error),
+            LoggingLevel::Debug,
+            "a later, stricter client must not silence the first"
+        );
+        clients.detach(a);
+        assert_eq!(
+            clients.set_level(b, LoggingLevel::Error),
+            LoggingLevel::Error
+        );
+    }
+
+    #[test]
+    fn a_log_level_admits_messages_at_least_as_severe() {
+        use LoggingLevel::*;
+        let order = [
+            Debug, Info, Notice, Warning, Error, Critical, Alert, Emergency,
+        ];
+        for (i, wanted) in order.iter().enumerate() {
+            for (j, level) in order.iter().enumerate() {
+                assert_eq!(
+                    admits(Some(*wanted), *level),
+                    j >= i,
+                    "{wanted:?} hears {level:?}"
+                );
+            }
+        }
+        assert!(order.iter().all(|level| admits(None, *level)));
     }
 
     #[test]
