@@ -19,6 +19,10 @@ Scenarios:
   and a call without a progressToken (SPEC 22.2, 22.3).
 - `leave`, then `rejoin`: a call without a progressToken on one session, which then ends; the
   identical call on a new session, its approval approved, and the call sent again (SPEC 22.3).
+- `auto`: the SDK's `negotiate_auto` (a `server/discover` probe at 2026-07-28 first), then
+  `test__slow` with 0 seconds; reports the version it settled on.
+- `modern_only`: a `server/discover` probe at 2026-07-28 alone, as a client that speaks only that
+  version; reports the error it got.
 - `logs`: two sessions at once (SPEC 19.7). `strict` asks for `error` and up, then `chatty` for
   `debug` and up and turns on server-everything's simulated logging, which sends a message of a
   random level every 5 s outside any call; waits (up to 60 s) until `chatty` heard a message
@@ -32,6 +36,7 @@ import subprocess
 
 import anyio
 import mcp_types as types
+from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -190,6 +195,28 @@ async def scenario(args):
     return observed
 
 
+async def probe(args):
+    observed = {}
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(args.url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        if args.scenario == "auto":
+            await negotiate_auto(session)
+            observed["protocol_version"] = session.protocol_version
+            observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+        else:
+            try:
+                observed["discover"] = await session.send_discover("2026-07-28")
+            except MCPError as e:
+                observed["error_code"] = e.error.code
+                observed["error_message"] = e.error.message
+                observed["error_data"] = e.error.data
+    return observed
+
+
 BELOW_ERROR = {"debug", "info", "notice", "warning"}
 
 
@@ -226,7 +253,7 @@ async def logs(args):
 
 def main():
     args = parse_args()
-    run = logs if args.scenario == "logs" else scenario
+    run = {"logs": logs, "auto": probe, "modern_only": probe}.get(args.scenario, scenario)
     print(json.dumps(anyio.run(run, args)))
 
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use airlock_e2e::mcp::{Need, repo};
 use airlock_e2e::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// CI's virtual environment's Python with the `mcp` SDK, or `None` (skip; a failure in CI).
 fn python(test: &str) -> Option<PathBuf> {
@@ -461,6 +461,57 @@ fn over_http_an_ended_sessions_approval_is_bound_by_the_identical_call_on_a_new_
         "the effect done once"
     );
     assert_eq!(gateway.stop(), Some(0));
+}
+
+/// SPEC §23, until 2026-07-28 is served over HTTP: a sessionless 2026-07-28 request is told
+/// which versions this listener serves (−32022 with `supported: ["2025-11-25"]`, a JSON-RPC
+/// body with the request's id), so the Python SDK's `negotiate_auto` opens a 2025-11-25
+/// session and calls, and a client that speaks only 2026-07-28 reads why instead of −32603
+/// "Server returned an error response"; a sessionless request naming no version is told to
+/// `initialize` (−32600).
+#[test]
+fn a_sessionless_2026_07_28_request_is_told_the_versions_served_over_http() {
+    let Some(python) = python("a_sessionless_2026_07_28_request") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&["--listen-no-auth"]);
+    let discover = gateway.raw(
+        "POST",
+        &[("mcp-protocol-version", "2026-07-28")],
+        r#"{"jsonrpc":"2.0","id":"probe-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+    );
+    assert_eq!(discover.status, 400, "{}", discover.body);
+    assert_eq!(
+        discover.header("content-type"),
+        Some("application/json"),
+        "{:?}",
+        discover.headers
+    );
+    let error: Value = serde_json::from_str(&discover.body).expect("a JSON-RPC error body");
+    assert_eq!(error["id"], "probe-1", "{error}");
+    assert_eq!(error["error"]["code"], -32022, "{error}");
+    assert_eq!(
+        error["error"]["data"],
+        json!({"requested": "2026-07-28", "supported": ["2025-11-25"]}),
+        "{error}"
+    );
+    let listed = gateway.raw("POST", &[], TOOLS_LIST);
+    assert_eq!(listed.status, 400, "{}", listed.body);
+    let error: Value = serde_json::from_str(&listed.body).expect("a JSON-RPC error body");
+    assert_eq!(error["error"]["code"], -32600, "{error}");
+    assert_eq!(error["id"], 2, "{error}");
+
+    let auto = scene.client(&gateway, "auto", None);
+    assert_eq!(auto["protocol_version"], "2025-11-25", "{auto}");
+    assert_eq!(auto["slow"]["is_error"], false, "{auto}");
+    let modern = scene.client(&gateway, "modern_only", None);
+    assert_eq!(modern["error_code"], -32022, "{modern}");
+    assert_eq!(
+        modern["error_data"]["supported"],
+        json!(["2025-11-25"]),
+        "{modern}"
+    );
 }
 
 /// SPEC §19.7: an upstream's log messages outside any call (server-everything's simulated

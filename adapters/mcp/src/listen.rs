@@ -32,7 +32,13 @@
 //! 6. **Sessionless requests** other than `initialize` are 400: 2026-07-28's sessionless mode
 //!    would make every request its own airlock session, and a run's taint would not reach the
 //!    next call (an untrusted read, then an effect with no approval). Over HTTP the gateway
-//!    therefore serves 2025-11-25 sessions; stdio serves both versions.
+//!    therefore serves 2025-11-25 sessions; stdio serves both versions. A request naming
+//!    another version (2026-07-28's `server/discover` and requests) gets −32022
+//!    `UnsupportedProtocolVersion` with `supported: ["2025-11-25"]`, on which a client of
+//!    both eras opens a session; any other gets −32600 saying to `initialize` first.
+//!
+//! Every refusal is a JSON-RPC error body (`application/json`, the request's id once the body
+//! was read, `null` before), whose message says why; the HTTP status says which step refused.
 //! 7. **Session caps**: an `initialize` beyond [`ListenSettings::max_sessions_per_credential`]
 //!    open sessions of its token (default [`DEFAULT_MAX_SESSIONS_PER_CREDENTIAL`]) is 429,
 //!    beyond [`ListenSettings::max_sessions`] in all (default [`DEFAULT_MAX_SESSIONS`]) 503,
@@ -329,18 +335,40 @@ pub fn listener<S: Store + 'static>(
     }
 }
 
-/// Why the guard refused a request: its status and a plain-text body saying why.
+/// Why the guard refused a request: its HTTP status, and a JSON-RPC error body saying why
+/// (SPEC §23: every error a JSON-RPC body, so an SDK shows the reason instead of a bare status).
 #[derive(Debug)]
 struct Refusal {
     status: StatusCode,
+    /// The JSON-RPC error code: [`SERVER_ERROR`] unless the refusal has a code of its own.
+    code: i32,
     message: String,
+    /// The error's `data`, when its code defines one.
+    data: Option<serde_json::Value>,
+    /// The refused request's id, when the body was read (`null` before).
+    id: serde_json::Value,
     retry_after: Option<u64>,
 }
+
+/// JSON-RPC's implementation-defined server error: a refusal at the HTTP layer (host, origin,
+/// token, session owner, caps), whose HTTP status says which.
+const SERVER_ERROR: i32 = -32000;
+/// JSON-RPC's invalid request.
+const INVALID_REQUEST: i32 = -32600;
+/// MCP 2026-07-28's `UnsupportedProtocolVersion`: `data` is `{requested, supported}`.
+const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+/// The protocol versions this listener serves: sessions opened by `initialize`.
+const HTTP_VERSIONS: [&str; 1] = ["2025-11-25"];
+/// Where a 2026-07-28 request names its protocol version.
+const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
 fn refuse(status: StatusCode, message: String) -> Refusal {
     Refusal {
         status,
+        code: SERVER_ERROR,
         message,
+        data: None,
+        id: serde_json::Value::Null,
         retry_after: None,
     }
 }
@@ -362,11 +390,19 @@ fn parse_error() -> Response {
 
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        let mut response = (self.status, format!("airlock: {}\n", self.message)).into_response();
+        let mut error = serde_json::json!({
+            "code": self.code,
+            "message": format!("airlock: {}", self.message),
+        });
+        if let Some(data) = self.data {
+            error["data"] = data;
+        }
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": self.id, "error": error});
+        let mut response = (self.status, body.to_string()).into_response();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
+            HeaderValue::from_static("application/json"),
         );
         if let Some(seconds) = self.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
@@ -589,9 +625,8 @@ fn reserve_session<S: Store + 'static>(
     };
     if let Some((status, message)) = over {
         return Err(Refusal {
-            status,
-            message,
             retry_after: Some(RETRY_AFTER_SECONDS),
+            ..refuse(status, message)
         });
     }
     *table.opening.entry(credential).or_default() += 1;
@@ -602,6 +637,49 @@ fn reserve_session<S: Store + 'static>(
 enum BodyRefusal {
     NotJson,
     Refused(Refusal),
+}
+
+/// Step 6 of the module docs: a sessionless request other than `initialize`. One that names
+/// a protocol version this listener does not serve (a 2026-07-28 request names it in its
+/// `_meta` and the `MCP-Protocol-Version` header) is told so with −32022 and the versions it
+/// does serve, which a client of both eras takes as its cue to `initialize` (the Python SDK's
+/// `negotiate_auto` falls back on exactly this); any other is told to `initialize` first.
+fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>) -> Refusal {
+    let id = message
+        .get("id")
+        .cloned()
+        .unwrap_or(serde_json::Value::Null);
+    let requested = message
+        .pointer("/params/_meta")
+        .and_then(|meta| meta.get(VERSION_META))
+        .and_then(serde_json::Value::as_str)
+        .or(header_version)
+        .filter(|version| !HTTP_VERSIONS.contains(version));
+    match requested {
+        Some(requested) => Refusal {
+            status: StatusCode::BAD_REQUEST,
+            code: UNSUPPORTED_PROTOCOL_VERSION,
+            message: format!(
+                "protocol version {requested} is not served over HTTP by this gateway (stdio \
+                 serves it); open a {} session with `initialize`",
+                HTTP_VERSIONS.join(", ")
+            ),
+            data: Some(serde_json::json!({"requested": requested, "supported": HTTP_VERSIONS})),
+            id,
+            retry_after: None,
+        },
+        None => Refusal {
+            code: INVALID_REQUEST,
+            id,
+            ..refuse(
+                StatusCode::BAD_REQUEST,
+                "this listener serves MCP sessions: send `initialize` first, then every request \
+                 with its Mcp-Session-Id (a sessionless request would be an airlock session of \
+                 its own, and a run's taint would not reach the next call)"
+                    .to_owned(),
+            )
+        },
+    }
 }
 
 /// Steps 5 and 6 of the module docs: a POST body must be JSON, and a sessionless one an
@@ -619,12 +697,13 @@ async fn read_json_body(request: Request, sessionless: bool) -> Result<Request, 
     let message =
         serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|_| BodyRefusal::NotJson)?;
     if sessionless && message.get("method").and_then(|m| m.as_str()) != Some("initialize") {
-        return Err(BodyRefusal::Refused(refuse(
-            StatusCode::BAD_REQUEST,
-            "this listener serves MCP sessions: send `initialize` first, then every request \
-             with its Mcp-Session-Id (a sessionless request would be an airlock session of its \
-             own, and a run's taint would not reach the next call)"
-                .to_owned(),
+        let header_version = parts
+            .headers
+            .get("mcp-protocol-version")
+            .and_then(|v| v.to_str().ok());
+        return Err(BodyRefusal::Refused(sessionless_refusal(
+            &message,
+            header_version,
         )));
     }
     Ok(Request::from_parts(parts, Body::from(bytes)))
@@ -660,6 +739,37 @@ mod tests {
             "{}",
             storage.message
         );
+    }
+
+    /// SPEC §23: a sessionless request naming a version the listener does not serve gets
+    /// −32022 with the versions it does (its id kept), by `_meta` or by header; one naming none
+    /// (or 2025-11-25, a client that lost its session) is told to `initialize`.
+    #[test]
+    fn a_sessionless_request_learns_which_versions_are_served() {
+        let discover = serde_json::json!({
+            "jsonrpc": "2.0", "id": 7, "method": "server/discover",
+            "params": {"_meta": {VERSION_META: "2026-07-28"}},
+        });
+        let refusal = sessionless_refusal(&discover, None);
+        assert_eq!(refusal.code, UNSUPPORTED_PROTOCOL_VERSION);
+        assert_eq!(refusal.id, serde_json::json!(7));
+        assert_eq!(
+            refusal.data,
+            Some(serde_json::json!({"requested": "2026-07-28", "supported": ["2025-11-25"]}))
+        );
+        let list = serde_json::json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list"});
+        let by_header = sessionless_refusal(&list, Some("2026-07-28"));
+        assert_eq!(by_header.code, UNSUPPORTED_PROTOCOL_VERSION);
+        for header in [None, Some("2025-11-25")] {
+            let refusal = sessionless_refusal(&list, header);
+            assert_eq!(refusal.code, INVALID_REQUEST, "{header:?}");
+            assert_eq!(refusal.data, None);
+            assert!(
+                refusal.message.contains("initialize"),
+                "{}",
+                refusal.message
+            );
+        }
     }
 
     #[test]
