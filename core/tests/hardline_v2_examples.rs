@@ -167,6 +167,31 @@ fn shell_reading_reaches_root_deletes() {
     );
 }
 
+/// Issue 30 item 4 (SPEC §21.3): a command word only a running shell knows (a glob, a command
+/// substitution, a variable without a literal value) is read as each protected program it
+/// could be; each of these was allowed (`policy.matrix.code_execution`) before.
+#[test]
+fn dynamic_command_words_reach_root_deletes() {
+    assert_v2_denies(
+        "policy.hardline.destructive_command",
+        &[
+            ("glob of ? in both components", exec(json!("/b??/r? -rf /"))),
+            ("glob of *", exec(json!("/bin/r* -rf /"))),
+            ("bracket glob", exec(json!("[r]m -rf /"))),
+            ("which", exec(json!("$(which rm) -rf /"))),
+            ("backticks of echo", exec(json!("`echo rm` -rf /"))),
+            ("printf", exec(json!("$(printf rm) -rf /"))),
+            ("an unset variable", exec(json!("$TOOL -rf /"))),
+            ("behind sudo", exec(json!("sudo $(command -v rm) -rf /"))),
+            (
+                "a shell found at run time",
+                exec(json!("$(which bash) -c \"r''m -rf /\"")),
+            ),
+            ("a globbed find", exec(json!("f?nd / -delete"))),
+        ],
+    );
+}
+
 #[test]
 fn shell_and_url_readings_reach_host_paths() {
     assert_v2_denies(
@@ -307,6 +332,13 @@ fn benign_neighbours_stay_with_the_matrix() {
         ("expect:// with a space", fetch("expect://cat /etc/passwd")),
         ("ls *", exec(json!("ls *"))),
         ("rm in a build dir", exec(json!("cd build && rm -rf *"))),
+        // A glob that cannot name rm, and a dynamic program whose operands are harmless.
+        ("a globbed ls of the root", exec(json!("/bin/l? -la /"))),
+        (
+            "a found python",
+            exec(json!("$(which python3) -c 'print(1)'")),
+        ),
+        ("an editor variable", exec(json!("$EDITOR notes.txt"))),
         ("rm.exe", exec(json!("rm.exe -rf /"))),
         (
             "an unknown substitution",

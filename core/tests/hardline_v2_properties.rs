@@ -230,6 +230,94 @@ proptest! {
     }
 }
 
+/// Static command words and what follows them, for the dynamic-word property below.
+const PROGRAMS: &[&str] = &[
+    "rm",
+    "/bin/rm",
+    "/usr/bin/rm",
+    "sh",
+    "bash",
+    "find",
+    "xargs",
+    "eval",
+    "ls",
+    "cat",
+    "echo",
+];
+const TAILS: &[&str] = &[
+    "-rf /",
+    "-rf /*",
+    "-fr //",
+    "-c 'rm -rf /'",
+    "-c \"r''m -rf /\"",
+    "/ -delete",
+    "/ -exec rm -rf {} +",
+    "rm -rf /",
+    "-la /",
+    "/etc/passwd",
+    "-rf ./build",
+    "hello",
+];
+
+/// A dynamic spelling of `program`: a command substitution, backticks, a variable without a
+/// literal value, or one of three globs that match it (a `?` for one character, a `*` for the
+/// rest of its last component, a bracket).
+fn dynamic(program: &str, form: usize, at: usize) -> String {
+    let (dir, base) = match program.rfind('/') {
+        Some(i) => program.split_at(i + 1),
+        None => ("", program),
+    };
+    let at = at % base.len();
+    let (before, rest) = base.split_at(at);
+    let after = &rest[1..];
+    let here = &rest[..1];
+    match form % 6 {
+        0 => format!("$(which {program})"),
+        1 => format!("`command -v {program}`"),
+        2 => "$TOOL".to_owned(),
+        3 => format!("{dir}{before}?{after}"),
+        4 => format!("{dir}{before}{here}*"),
+        _ => format!("{dir}{before}[{here}]{after}"),
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// Issue 30 item 4 (SPEC §21.3): a command word only a running shell knows never reads
+    /// weaker than any static word it could expand to. A glob keeps its directory, so it is
+    /// compared with the program's path as written; a substitution or a variable could expand
+    /// to any path of the program, so it is compared with the program's name (a path such as
+    /// `/usr/bin/rm` is itself a protected host path, which no reading of `$TOOL` can know).
+    #[test]
+    fn a_dynamic_command_word_never_reads_weaker_than_a_static_word_it_could_be(
+        program in select(PROGRAMS),
+        tail in select(TAILS),
+        form in 0usize..6,
+        at in 0usize..8,
+    ) {
+        let rules = shipped_ruleset();
+        let command = |word: &str| {
+            let mut arguments = JsonMap::new();
+            arguments.insert("command".into(), Value::String(format!("{word} {tail}")));
+            arguments
+        };
+        let spelled = dynamic(program, form, at);
+        let name = program.rsplit('/').next().unwrap_or(program);
+        let static_word = if form % 6 >= 3 { program } else { name };
+        for side_effect in [SideEffectClass::CodeExecution, SideEffectClass::SandboxNetwork] {
+            let fixed = action(side_effect, TargetKind::Sandbox, command(static_word));
+            let unknown = action(side_effect, TargetKind::Sandbox, command(&spelled));
+            let fixed = evaluate_with(&fixed, rules, Passes::Both, Prefilter::On);
+            let unknown = evaluate_with(&unknown, rules, Passes::Both, Prefilter::On);
+            prop_assert!(
+                rank(unknown.decision) >= rank(fixed.decision),
+                "{spelled} {tail}: {unknown:?}\n{static_word} {tail}: {fixed:?}"
+            );
+        }
+    }
+}
+
 /// The generator reaches pass 2: some generated actions are denied only by the v2 readings, so
 /// the properties above are not vacuous.
 #[test]

@@ -57,6 +57,56 @@ fn is_plain_char(c: char) -> bool {
         )
 }
 
+/// The programs a command word only a running shell knows is read as (SPEC §21.3, fail
+/// closed): `rm`, the program of the destructive-command rule, and the programs whose own
+/// reading reads further commands (the shells, `eval`, `xargs`, `find`), so that what they
+/// would run is read too. A glob is read only as those its last component matches.
+pub const DYNAMIC_PROGRAMS: [&str; 9] = [
+    "rm", "sh", "bash", "dash", "zsh", "ksh", "eval", "xargs", "find",
+];
+
+/// How many dynamic command words of one string are read as every program they could be. Each
+/// such reading may read the rest of the command again (as `eval`, `sh -c`, `xargs`), so a
+/// string of many dynamic words would cost a parse per word and level; past this many, a dynamic
+/// word is read as `rm` alone (still fail-closed for the destructive-command rule, without the
+/// readings that re-read). Measured on `$a $a …` (2,000 bytes, release): 0.56 ms before dynamic
+/// words were read, 6.4 ms with every one read fully as an argv per program; with this bound
+/// and the programs other than `rm` read only for what they run, the bench's 4,000 such words
+/// take about 1.7× what they took before (BENCHMARKS.md), within SPEC §21.5's 10 ms.
+pub const MAX_FULL_DYNAMIC: usize = 4;
+
+/// The programs a command word could be when no static reading knows it: every one of
+/// [`DYNAMIC_PROGRAMS`] for a word made by a substitution or a variable without a literal
+/// value (`⟨?⟩`), those its last component matches for a glob whose last component is a
+/// pattern (`/b??/r?`, `/bin/r*`, `[r]m`); `None` for a static word (a glob only in a
+/// directory, `/b?n/rm`, names its program already).
+fn dynamic_programs(word: &Word) -> Option<Vec<&'static str>> {
+    match word {
+        Word::Unknown => Some(DYNAMIC_PROGRAMS.to_vec()),
+        Word::Known {
+            glob: Some(pattern),
+            ..
+        } => {
+            let last = basename(pattern);
+            glob::is_pattern(last).then(|| {
+                DYNAMIC_PROGRAMS
+                    .into_iter()
+                    .filter(|program| glob::matches(last, program, false))
+                    .collect()
+            })
+        }
+        Word::Known { glob: None, .. } => None,
+    }
+}
+
+/// Whether `text` would parse as itself, one word: plain characters and no blank.
+fn is_one_plain_word(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| is_plain_char(c) && !matches!(c, ' ' | '\t'))
+}
+
 /// Words the grammar treats specially at the start of a command.
 const RESERVED: [&str; 22] = [
     "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in", "then",
@@ -202,6 +252,9 @@ struct Reader {
     variables: Variables,
     cwd: Cwd,
     out: ShellReading,
+    /// Dynamic command words read as every program of [`DYNAMIC_PROGRAMS`] so far (see
+    /// [`MAX_FULL_DYNAMIC`]).
+    full_dynamic: usize,
 }
 
 /// What an `echo`/`printf` earlier in the same pipeline wrote.
@@ -214,6 +267,7 @@ impl Reader {
             variables: Variables::new(),
             cwd: Cwd::Initial,
             out: ShellReading::default(),
+            full_dynamic: 0,
         }
     }
 
@@ -340,6 +394,10 @@ impl Reader {
             return;
         }
         let mut words = self.strip_wrappers(argv);
+        if let Some(programs) = words.first().and_then(dynamic_programs) {
+            self.read_dynamic(programs, words, redirects, piped, last_in_pipeline, depth);
+            return;
+        }
         let Some(program) = words
             .first()
             .and_then(Word::text)
@@ -361,17 +419,73 @@ impl Reader {
                     }
                 }
             }
+            "curl" | "wget" if user_password(&args) => self.out.user_password = true,
+            other => self.read_what_it_runs(other, &args, piped, last_in_pipeline, depth),
+        }
+        self.emit(words, redirects);
+    }
+
+    /// The commands a program of [`DYNAMIC_PROGRAMS`] other than `rm` would run with `args`:
+    /// a shell's `-c` script or piped input, `eval`'s words, `xargs`'s command, `find`'s
+    /// deletions and `-exec`s. Other programs run nothing further.
+    fn read_what_it_runs(
+        &mut self,
+        program: &str,
+        args: &[Word],
+        piped: &Piped,
+        last_in_pipeline: bool,
+        depth: usize,
+    ) {
+        match program {
             "sh" | "bash" | "dash" | "zsh" | "ksh" => {
-                self.shell_program(&args, piped, last_in_pipeline, depth)
+                self.shell_program(args, piped, last_in_pipeline, depth)
             }
+            // Words with nothing for a parser to find (unknown, or plain text without blanks)
+            // are read as the command they are, without printing and parsing them again.
+            "eval" if args.iter().all(|w| w.text().is_none_or(is_one_plain_word)) => self.analyze(
+                args.to_vec(),
+                Vec::new(),
+                piped,
+                last_in_pipeline,
+                depth + 1,
+            ),
             "eval" => {
                 let script: Vec<&str> = args.iter().map(Word::shown).collect();
                 self.read_text(&script.join(" "), depth + 1);
             }
-            "xargs" => self.xargs(&args, piped, depth),
-            "find" => self.find(&args, depth),
-            "curl" | "wget" if user_password(&args) => self.out.user_password = true,
+            "xargs" => self.xargs(args, piped, depth),
+            "find" => self.find(args, depth),
             _ => {}
+        }
+    }
+
+    /// A command word only a running shell knows (SPEC §21.3, fail closed): read as `rm` (an
+    /// argv, for the destructive-command rule) and as what each other program it could be would
+    /// run ([`Reader::read_what_it_runs`]; their own argvs would add nothing a rule could
+    /// match), and as written, so a glob is also tested as every protected path it can match.
+    /// Past [`MAX_FULL_DYNAMIC`] such words in one string, as `rm` and as written only.
+    fn read_dynamic(
+        &mut self,
+        mut programs: Vec<&'static str>,
+        words: Vec<Word>,
+        redirects: Vec<Word>,
+        piped: &Piped,
+        last_in_pipeline: bool,
+        depth: usize,
+    ) {
+        if self.full_dynamic >= MAX_FULL_DYNAMIC {
+            programs.retain(|p| *p == "rm");
+        } else if programs.iter().any(|p| *p != "rm") {
+            self.full_dynamic += 1;
+        }
+        for program in programs {
+            if program == "rm" {
+                let mut as_rm = words.clone();
+                as_rm[0] = Word::literal(program);
+                self.emit(as_rm, redirects.clone());
+            } else {
+                self.read_what_it_runs(program, &words[1..], piped, last_in_pipeline, depth);
+            }
         }
         self.emit(words, redirects);
     }
@@ -832,6 +946,34 @@ mod tests {
             ["rm -rf /"]
         );
         assert_eq!(joined("time rm -rf /"), ["rm -rf /"]);
+    }
+
+    /// Issue 30 item 4: a command word only a running shell knows is read as each protected
+    /// program it could be, each read as that program's command, and as written.
+    #[test]
+    fn dynamic_command_words_read_as_each_program_they_could_be() {
+        let globbed = joined("/b??/r? -rf /");
+        assert!(globbed.contains(&"rm -rf /".to_owned()), "{globbed:?}");
+        assert!(globbed.contains(&"/b??/r? -rf /".to_owned()), "{globbed:?}");
+        assert_eq!(globbed.len(), 2, "only rm matches r?: {globbed:?}");
+        assert_eq!(
+            joined("/bin/l? -la /"),
+            ["/bin/l? -la /"],
+            "no program of the list"
+        );
+        assert_eq!(joined("/b?n/rm -rf /"), ["rm -rf /"], "a static program");
+        let found = joined("$(which rm) -rf /");
+        for reading in ["which rm", "rm -rf /", "⟨?⟩ -rf /"] {
+            assert!(found.contains(&reading.to_owned()), "{reading}: {found:?}");
+        }
+        assert_eq!(
+            found,
+            ["which rm", "rm -rf /", "-rf /", " ⟨?⟩", "⟨?⟩ -rf /"],
+            "the substitution's own command, as rm, as eval's and xargs's commands (xargs \
+             without input runs its command with an unknown word), and as written"
+        );
+        let shell = joined("$SHELL -c 'r\"\"m -rf /'");
+        assert!(shell.contains(&"rm -rf /".to_owned()), "{shell:?}");
     }
 
     #[test]
