@@ -516,10 +516,11 @@ fn a_sessionless_2026_07_28_request_is_told_the_versions_served_over_http() {
 
 /// SPEC §19.7: an upstream's log messages outside any call (server-everything's simulated
 /// logging, a random level every 5 s) reach every connected session whose level admits them:
-/// one that asked for `debug` hears messages below `error` and above, one that asked for
-/// `error` hears only those at `error` or above, and the stricter session, which asked last
-/// but one, does not silence the other. (Before, with two sessions, such a message went to
-/// neither.)
+/// after the call that turned it on was answered (the message the tool sends at once comes
+/// during the call, to its client alone), one that asked for `debug` hears messages below
+/// `error` and above, one that asked for `error` hears only those at `error` or above, and the
+/// stricter session, which asked first, does not silence the other. (Before, with two
+/// sessions, such a message went to neither.)
 #[test]
 fn log_messages_outside_calls_reach_every_session_whose_level_admits_them() {
     let test = "log_messages_outside_calls_reach_every_session_whose_level_admits_them";
