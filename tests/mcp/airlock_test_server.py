@@ -17,6 +17,8 @@ Resources and prompts (so that their list changes are declared): the resource
 `test://status` and the prompt `greet(name)`.
 - `ask(prompt)`: asks the client's model (`sampling/createMessage`) and answers with what it
   said: a server-to-client request on 2025-11-25, an input-required result on 2026-07-28.
+- `roots()`: asks the client for its roots (`roots/list`, the same two ways) and answers with
+  their URIs.
 
 Each process appends its pid to `$AIRLOCK_TEST_LEDGER.pids` when it starts. With
 `AIRLOCK_TEST_LINGER=1` it stays alive after its stdin closes, as a server that ignores the
@@ -123,6 +125,19 @@ async def ask(prompt: str, ctx: Context):
     if hasattr(answer, "model_dump"):
         answer = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
     return f"sampled on {version}: {json.dumps(answer, sort_keys=True)}"
+
+
+@server.tool(description="Ask the client for its roots and answer with their URIs.")
+async def roots(ctx: Context):
+    if ctx.protocol_version == "2026-07-28":
+        answer = (ctx.input_responses or {}).get("roots")
+        if answer is None:
+            return types.InputRequiredResult(input_requests={"roots": types.ListRootsRequest()})
+    else:
+        answer = await ctx.session.list_roots()
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return "roots: " + " ".join(sorted(r.get("uri", "?") for r in answer.get("roots", [])))
 
 
 if __name__ == "__main__":

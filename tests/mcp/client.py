@@ -475,6 +475,12 @@ async def scenario(args):
                 )
                 observed["elicitation"] = await call(session, "everything__trigger-elicitation-request", {})
                 observed["roots"] = await call(session, "everything__get-roots-list", {})
+                # The project's test server asks for the client's roots during its call.
+                observed["test_roots"] = await call(session, "test__roots", {})
+                # server-everything sends one log message at once, during this call.
+                before = len(observed.get("logs", []))
+                observed["toggle"] = await call(session, "everything__toggle-simulated-logging", {})
+                observed["logs_during_toggle"] = observed.get("logs", [])[before:]
             elif s == "ask":
                 # The project's test server asks for sampling during its call `ask`.
                 observed["ask"] = await call(session, "test__ask", {"prompt": "relay me"})

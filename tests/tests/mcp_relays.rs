@@ -1,10 +1,11 @@
 //! In-call relays through `airlock mcp serve` (SPEC §19.6): `@modelcontextprotocol/server-everything`
 //! as the upstream and the Python `mcp` SDK (`tests/mcp/client.py`, scenario `relays`) as the
 //! client, over stdio. The upstream's progress during a long tool reaches the client under the
-//! client's own token; its sampling, elicitation and roots requests are answered by the client,
-//! each sampling and elicitation recorded as `mcp.upstream.request`; its log messages reach the
-//! client. The project's test server (`tests/mcp/airlock_test_server.py`, tool `ask`) covers a
-//! 2026-07-28 upstream, whose sampling comes as an input-required result.
+//! client's own token; its sampling and elicitation requests are answered by the client, each
+//! recorded as `mcp.upstream.request`; its log messages reach the client. Its `roots/list` at start, before any client is there, is answered with the gateway
+//! file's roots. The project's test server (`tests/mcp/airlock_test_server.py`, tools `ask` and
+//! `roots`) covers a 2026-07-28 upstream, whose sampling and roots requests come as
+//! input-required results.
 //!
 //! The peers are the ones of `mcp_gateway.rs` (installed by `.ci/mcp.sh`); without them the test is
 //! skipped with a line on stderr, and under `CI=true` it fails instead.
@@ -38,6 +39,7 @@ origin_trust = "user"
 command = "node"
 args = ["{everything}"]
 default = {{ side_effect = "none", idempotency = "read_only", risk = "low" }}
+roots = ["/srv/everything-root"]
 
 {test_tables}"#,
             everything = peers.everything.display(),
@@ -147,18 +149,29 @@ fn progress_logs_sampling_elicitation_and_roots_reach_the_client_of_the_call() {
     assert_eq!(seen["elicited"].as_array().map(Vec::len), Some(1), "{seen}");
     assert!(text(&seen["elicitation"]).contains("decline"), "{seen}");
 
-    // Roots: asked of the client during the call, and the upstream's log line about them came
-    // back to the client.
-    assert_eq!(seen["roots_asked"], 1, "{seen}");
+    // Roots: server-everything asks at its start, before any client is there, and is answered
+    // the gateway file's roots (SPEC §23), which its tool then reports. Asked during a call (the
+    // project's test server, through an input-required round), they are the client's.
     assert!(
-        text(&seen["roots"]).contains("file:///relayed/root"),
+        text(&seen["roots"]).contains("file:///srv/everything-root"),
         "{seen}"
     );
-    let logs = seen["logs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(seen["roots_asked"], 1, "{seen}");
+    assert_eq!(
+        text(&seen["test_roots"]),
+        "roots: file:///relayed/root",
+        "{seen}"
+    );
+
+    // Logs: the message server-everything sends during the call that turns its simulated
+    // logging on reaches the client of that call.
+    let logs = seen["logs_during_toggle"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     assert!(
-        logs.iter().any(|l| l["data"]
-            .as_str()
-            .is_some_and(|d| d.contains("Roots updated: 1 root(s)"))),
+        logs.iter()
+            .any(|l| l["data"].as_str().is_some_and(|d| d.contains("message"))),
         "{seen}"
     );
 
