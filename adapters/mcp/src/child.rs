@@ -33,7 +33,9 @@ fn spawner() -> Option<&'static mpsc::Sender<Job>> {
                 .name("airlock-upstream-spawner".into())
                 .spawn(move || {
                     for job in queue {
-                        job();
+                        // A panicking start must not end this thread: the kernel would kill
+                        // every upstream it forked. The caller then hears its start dropped.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
                     }
                 })
                 .ok()

@@ -359,6 +359,8 @@ const INVALID_REQUEST: i32 = -32600;
 const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
 /// The protocol versions this listener serves: sessions opened by `initialize`.
 const HTTP_VERSIONS: [&str; 1] = ["2025-11-25"];
+/// The longest request id or protocol version a refusal echoes.
+const MAX_ECHOED: usize = 64;
 /// Where a 2026-07-28 request names its protocol version.
 const VERSION_META: &str = "io.modelcontextprotocol/protocolVersion";
 
@@ -645,16 +647,19 @@ enum BodyRefusal {
 /// does serve, which a client of both eras takes as its cue to `initialize` (the Python SDK's
 /// `negotiate_auto` falls back on exactly this); any other is told to `initialize` first.
 fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>) -> Refusal {
-    let id = message
-        .get("id")
-        .cloned()
-        .unwrap_or(serde_json::Value::Null);
+    // JSON-RPC ids are strings or numbers; anything else is not echoed (nor a long string).
+    let id = match message.get("id") {
+        Some(id @ serde_json::Value::Number(_)) => id.clone(),
+        Some(id @ serde_json::Value::String(text)) if text.len() <= MAX_ECHOED => id.clone(),
+        _ => serde_json::Value::Null,
+    };
     let requested = message
         .pointer("/params/_meta")
         .and_then(|meta| meta.get(VERSION_META))
         .and_then(serde_json::Value::as_str)
         .or(header_version)
-        .filter(|version| !HTTP_VERSIONS.contains(version));
+        .filter(|version| !HTTP_VERSIONS.contains(version))
+        .map(|version| version.chars().take(MAX_ECHOED).collect::<String>());
     match requested {
         Some(requested) => Refusal {
             status: StatusCode::BAD_REQUEST,
@@ -768,6 +773,33 @@ mod tests {
                 refusal.message.contains("initialize"),
                 "{}",
                 refusal.message
+            );
+        }
+    }
+
+    /// A refusal echoes a request id only if it is a number or a short string, and a requested
+    /// version only up to 64 characters.
+    #[test]
+    fn a_refusal_echoes_only_short_ids_and_versions() {
+        let long = "v".repeat(1000);
+        for id in [
+            serde_json::json!({"a": 1}),
+            serde_json::json!([1]),
+            serde_json::json!(long),
+        ] {
+            let request = serde_json::json!({
+                "jsonrpc": "2.0", "id": id, "method": "tools/list",
+                "params": {"_meta": {VERSION_META: long}},
+            });
+            let refusal = sessionless_refusal(&request, None);
+            assert_eq!(refusal.id, serde_json::Value::Null, "{id}");
+            assert_eq!(
+                refusal
+                    .data
+                    .as_ref()
+                    .and_then(|d| d["requested"].as_str())
+                    .map(str::len),
+                Some(MAX_ECHOED)
             );
         }
     }

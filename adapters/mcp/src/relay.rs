@@ -195,6 +195,15 @@ impl Clients {
             .unwrap_or(level)
     }
 
+    /// The least severe level any connected client asked for, read again just before each
+    /// upstream is told (two clients asking at once must not leave a stale level upstream).
+    pub fn least_severe_level(&self) -> Option<LoggingLevel> {
+        lock(&self.sessions)
+            .values()
+            .filter_map(|a| a.level)
+            .min_by_key(|l| severity(*l))
+    }
+
     pub fn detach(&self, session: SessionId) {
         lock(&self.sessions).remove(&session);
     }

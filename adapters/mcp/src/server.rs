@@ -906,10 +906,11 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             if upstream.capabilities().logging.is_none() {
                 continue;
             }
-            match upstream
-                .set_level(request.clone(), Self::timeout(&server))
-                .await
-            {
+            let mut request = request.clone();
+            if let Some(level) = self.gateway.clients().least_severe_level() {
+                request.level = level;
+            }
+            match upstream.set_level(request, Self::timeout(&server)).await {
                 Ok(()) => reached += 1,
                 Err(error) => {
                     tracing::warn!(server = %server.id, error = %error.message, "logging/setLevel failed upstream");
