@@ -179,6 +179,17 @@ async fn approved_runs_once(h: &Harness, approval: ApprovalId, waiting: &Ticket,
     assert_eq!(h.run(run).status(), RunStatus::Completed);
 }
 
+/// A gateway whose conversation deadline (30 s) bounds an approval's expiry (§10.1), with one
+/// `test.send` of "hello" parked for approval: the gateway, the call's ticket and its approval.
+async fn parked_with_a_30_s_deadline(h: &Harness) -> (Gateway, Ticket, ApprovalId) {
+    let mut short = template();
+    short.limits.deadline_seconds = Some(30);
+    let g = gateway_with(h, "gateway-a", short);
+    let ticket = g.live.submit(1, call("test.send", "hello"));
+    let approval = parked(&ticket).await;
+    (g, ticket, approval)
+}
+
 /// A client of a new gateway sends `tool` with `text`, waits until it parks, and disconnects
 /// (SPEC §22.3: the approval stays pending). Returns the approval.
 async fn parked_and_left(h: &Harness, tool: &str, text: &str) -> ApprovalId {
@@ -440,12 +451,7 @@ async fn a_reviewer_denial_is_answered_with_the_reviewers_reason() {
 #[tokio::test(start_paused = true)]
 async fn an_approved_call_of_a_client_that_left_is_never_sent() {
     let h = Harness::new();
-    // A 30 s conversation deadline bounds the approval's expiry (§10.1).
-    let mut short = template();
-    short.limits.deadline_seconds = Some(30);
-    let g = gateway_with(&h, "gateway-a", short);
-    let ticket = g.live.submit(1, call("test.send", "hello"));
-    let approval = parked(&ticket).await;
+    let (g, ticket, approval) = parked_with_a_30_s_deadline(&h).await;
     g.driver.disconnect().expect("disconnect");
     assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
     h.control
@@ -627,11 +633,7 @@ async fn a_close_leaves_a_call_another_gateway_executes_for_its_request() {
 #[tokio::test(start_paused = true)]
 async fn a_claim_for_a_request_needs_the_runs_principal_and_an_unexpired_approval() {
     let h = Harness::new();
-    let mut short = template();
-    short.limits.deadline_seconds = Some(30);
-    let g = gateway_with(&h, "gateway-a", short);
-    let ticket = g.live.submit(1, call("test.send", "hello"));
-    let approval = parked(&ticket).await;
+    let (g, _ticket, approval) = parked_with_a_30_s_deadline(&h).await;
     let run = session_runs(&h, &g)[0].id;
     g.kill();
     h.control
