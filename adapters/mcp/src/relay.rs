@@ -179,24 +179,17 @@ impl Clients {
         );
     }
 
-    /// `session`'s client asked for log messages of `level` and above. Returns the level the
-    /// shared upstreams must send at so that every client hears what it asked for: the least
-    /// severe any connected client asked for (each client's own filter is [`admits`]).
-    pub fn set_level(&self, session: SessionId, level: LoggingLevel) -> LoggingLevel {
-        let mut sessions = lock(&self.sessions);
-        if let Some(attached) = sessions.get_mut(&session) {
+    /// `session`'s client asked for log messages of `level` and above (its own filter is
+    /// [`admits`]; what the shared upstreams are told is [`Clients::least_severe_level`]).
+    pub fn set_level(&self, session: SessionId, level: LoggingLevel) {
+        if let Some(attached) = lock(&self.sessions).get_mut(&session) {
             attached.level = Some(level);
         }
-        sessions
-            .values()
-            .filter_map(|a| a.level)
-            .chain(std::iter::once(level))
-            .min_by_key(|l| severity(*l))
-            .unwrap_or(level)
     }
 
-    /// The least severe level any connected client asked for, read again just before each
-    /// upstream is told (two clients asking at once must not leave a stale level upstream).
+    /// The level the shared upstreams must send at so that every client hears what it asked
+    /// for: the least severe any connected client asked for. Read just before each upstream is
+    /// told, so two clients asking at once do not leave a stale level upstream.
     pub fn least_severe_level(&self) -> Option<LoggingLevel> {
         lock(&self.sessions)
             .values()
@@ -746,20 +739,16 @@ mod tests {
         let connection = ConnectionId(uuid::Uuid::from_u128(3));
         clients.attach(a, connection, None);
         clients.attach(b, connection, None);
+        clients.set_level(a, LoggingLevel::Debug);
+        assert_eq!(clients.least_severe_level(), Some(LoggingLevel::Debug));
+        clients.set_level(b, LoggingLevel::Error);
         assert_eq!(
-            clients.set_level(a, LoggingLevel::Debug),
-            LoggingLevel::Debug
-        );
-        assert_eq!(
-            clients.set_level(b, LoggingLevel::Error),
-            LoggingLevel::Debug,
+            clients.least_severe_level(),
+            Some(LoggingLevel::Debug),
             "a later, stricter client must not silence the first"
         );
         clients.detach(a);
-        assert_eq!(
-            clients.set_level(b, LoggingLevel::Error),
-            LoggingLevel::Error
-        );
+        assert_eq!(clients.least_severe_level(), Some(LoggingLevel::Error));
     }
 
     #[test]

@@ -896,9 +896,8 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
     ) -> Result<(), McpError> {
         // The upstreams are shared: they send at the least severe level any client asked for,
         // and what each client hears outside its calls is filtered by its own (relay.rs).
-        let mut request = request;
         if let Some(session) = self.session {
-            request.level = self.gateway.clients().set_level(session, request.level);
+            self.gateway.clients().set_level(session, request.level);
         }
         let mut reached = 0usize;
         let mut last_error = None;
