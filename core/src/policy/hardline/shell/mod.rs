@@ -70,10 +70,11 @@ pub const DYNAMIC_PROGRAMS: [&str; 9] = [
 /// so a string of many dynamic words would cost a parse per word and level; past this many, a
 /// dynamic word is read as `rm`, the shells and `find` only (their readings read only what they
 /// are given: a `-c` script, piped input, `find`'s operands), still fail-closed for the
-/// destructive-command rule and for a shell's script. Measured on `$a $a …` (2,000 bytes, release): 0.56 ms before dynamic
-/// words were read, 6.4 ms with every one read fully as an argv per program; with this bound
-/// and the programs other than `rm` read only for what they run, the bench's 4,000 such words
-/// take about 1.7× what they took before (BENCHMARKS.md), within SPEC §21.5's 10 ms.
+/// destructive-command rule and for a shell's script. Measured on `$a $a …` (2,000 bytes,
+/// release): 0.56 ms before dynamic words were read, 6.4 ms with every one read fully as an
+/// argv per program; with this bound and the programs other than `rm` read only for what they
+/// run, the bench's 4,000 such words take about 1.7× what they took before (BENCHMARKS.md),
+/// within SPEC §21.5's 10 ms.
 pub const MAX_FULL_DYNAMIC: usize = 4;
 
 /// The programs a command word could be when no static reading knows it: every one of
@@ -256,8 +257,7 @@ struct Reader {
     variables: Variables,
     cwd: Cwd,
     out: ShellReading,
-    /// Dynamic command words read as every program of [`DYNAMIC_PROGRAMS`] so far (see
-    /// [`MAX_FULL_DYNAMIC`]).
+    /// Dynamic command words read as `eval` and `xargs` so far (see [`MAX_FULL_DYNAMIC`]).
     full_dynamic: usize,
 }
 
