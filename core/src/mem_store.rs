@@ -34,7 +34,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::access::ApiToken;
 use crate::approval::Approval;
-use crate::conversation::{Connection, ConnectionState, ConnectionStatus};
+use crate::conversation::{Connection, ConnectionState, ConnectionStatus, ConversationKey};
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{
     ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId,
@@ -434,6 +434,18 @@ impl StoreTx for MemTx<'_> {
                 connection.session_id
             )));
         }
+        if let Some(key) = &connection.conversation_key
+            && connection.is_open()
+            && connections.values().any(|c| {
+                c.is_open()
+                    && c.tenant_id == connection.tenant_id
+                    && c.conversation_key.as_ref() == Some(key)
+            })
+        {
+            return Err(conflict(format!(
+                "connections: UNIQUE(tenant_id, conversation_key) WHERE open: conversation {key} is open"
+            )));
+        }
         if !self
             .tables
             .rows
@@ -460,6 +472,22 @@ impl StoreTx for MemTx<'_> {
             .connections
             .values()
             .find(|c| c.session_id == session)
+            .cloned())
+    }
+
+    fn open_connection_by_key(
+        &mut self,
+        tenant: &str,
+        key: &ConversationKey,
+    ) -> Result<Option<Connection>, TxError> {
+        Ok(self
+            .tables
+            .rows
+            .connections
+            .values()
+            .find(|c| {
+                c.is_open() && c.tenant_id == tenant && c.conversation_key.as_ref() == Some(key)
+            })
             .cloned())
     }
 

@@ -6,7 +6,7 @@ pub mod guards;
 
 use crate::access::token::ApiToken;
 use crate::approval::Approval;
-use crate::conversation::record::{Connection, ConnectionStatus};
+use crate::conversation::record::{Connection, ConnectionStatus, ConversationKey};
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
@@ -144,11 +144,19 @@ pub trait StoreTx {
     ) -> Result<Vec<RunSummary>, TxError>;
 
     // Connections (SPEC §19.4): the liveness of gateway clients.
-    /// `Conflict` on a duplicate id or a session that already has a connection; `NotFound`
-    /// without the session.
+    /// `Conflict` on a duplicate id, a session that already has a connection, or a conversation
+    /// key that already has an open connection of the tenant; `NotFound` without the session.
     fn insert_connection(&mut self, connection: &Connection) -> Result<(), TxError>;
     fn connection(&mut self, id: ConnectionId) -> Result<Option<Connection>, TxError>;
     fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError>;
+    /// The open connection of `tenant` whose conversation is `key` (SPEC §22.1: a sessionless
+    /// 2026-07-28 HTTP conversation), whether or not its `alive_until` has passed. At most one
+    /// exists: `insert_connection` refuses a second open row of a tenant and key (`Conflict`).
+    fn open_connection_by_key(
+        &mut self,
+        tenant: &str,
+        key: &ConversationKey,
+    ) -> Result<Option<Connection>, TxError>;
     /// Guarded by the expected status (`Conflict` otherwise); immutable fields must be unchanged
     /// and a closed connection never changes.
     fn update_connection(

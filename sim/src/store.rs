@@ -717,6 +717,13 @@ impl StoreTx for TxProbe<'_> {
     fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
         self.inner.connection_by_session(session)
     }
+    fn open_connection_by_key(
+        &mut self,
+        tenant: &str,
+        key: &airlock_core::conversation::ConversationKey,
+    ) -> Result<Option<Connection>, TxError> {
+        self.inner.open_connection_by_key(tenant, key)
+    }
     fn update_connection(
         &mut self,
         expected: ConnectionStatus,

@@ -57,6 +57,7 @@ fn seed(store: &SqliteStore, at: Timestamp, s: &Seed<'_>) -> Seeded {
         taint: None,
         call_count: 0,
         last_seen_at: at,
+        conversation_key: None,
     };
     commit(store, "open", |tx| {
         tx.insert_session(&Session {

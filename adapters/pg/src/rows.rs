@@ -18,7 +18,7 @@ use tokio_postgres::types::FromSql;
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{
-    Connection as ClientConnection, ConnectionState, ConnectionStatus, Taint,
+    Connection as ClientConnection, ConnectionState, ConnectionStatus, ConversationKey, Taint,
 };
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
@@ -487,7 +487,7 @@ pub(crate) fn profile(row: &Row) -> Result<PolicyProfileRecord, TxError> {
 
 pub(crate) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
      gateway_id, status, alive_until, closed_at, close_reason, opened_at, tainted_at, \
-     tainted_by, call_count, last_seen_at";
+     tainted_by, call_count, last_seen_at, conversation_key";
 
 pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
     let status: ConnectionStatus = parse(row, 5)?;
@@ -521,6 +521,7 @@ pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
         },
         call_count: unsigned(row, 12)?,
         last_seen_at: time(row, 13)?,
+        conversation_key: get::<Option<String>>(row, 14)?.map(ConversationKey::from_stored),
     })
 }
 

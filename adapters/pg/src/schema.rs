@@ -54,11 +54,18 @@ const V5: (&str, &str) = (
     include_str!("../migrations/V5__conversations.sql"),
 );
 
+/// V6: a sessionless 2026-07-28 conversation is the connection row of its key, one open row per
+/// tenant and key (§22.1, §23).
+const V6: (&str, &str) = (
+    "V6__conversation_keys",
+    include_str!("../migrations/V6__conversation_keys.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

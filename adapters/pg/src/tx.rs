@@ -58,6 +58,7 @@ use tokio_postgres::types::ToSql;
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionStatus};
+use airlock_core::conversation::ConversationKey;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
@@ -620,7 +621,9 @@ impl StoreTx for PgTx<'_> {
     }
 
     /// Duplicate id or session: the primary key or `uq_connections_session` (`Conflict`); a
-    /// missing session: the foreign key (`NotFound`).
+    /// second open row of a tenant and conversation key: `uq_connections_open_key`, whose
+    /// insert waits for the first row's transaction and then fails (`Conflict`); a missing
+    /// session: the foreign key (`NotFound`).
     fn insert_connection(&mut self, connection: &ClientConnection) -> Result<(), TxError> {
         let (alive_until, closed_at, reason) = rows::connection_state_columns(&connection.state);
         let (tainted_at, tainted_by) = rows::taint_columns(connection.taint.as_ref());
@@ -628,7 +631,7 @@ impl StoreTx for PgTx<'_> {
             .write(
                 &format!(
                     "INSERT INTO connections ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-                     $10, $11, $12, $13, $14)",
+                     $10, $11, $12, $13, $14, $15)",
                     rows::CONNECTION_COLUMNS
                 ),
                 &[
@@ -646,6 +649,7 @@ impl StoreTx for PgTx<'_> {
                     &tainted_by,
                     &i64::from(connection.call_count),
                     &ts(connection.last_seen_at),
+                    &connection.conversation_key.as_ref().map(|k| k.as_str()),
                 ],
             )
             .map(drop)
@@ -687,6 +691,29 @@ impl StoreTx for PgTx<'_> {
         )?;
         self.note_connection_locked(found.as_ref());
         Ok(found)
+    }
+
+    /// Found through `uq_connections_open_key` (V6), then read again by id, which in a write
+    /// transaction takes the locks in their order (the session's active runs, then the row;
+    /// see "Connections" in the module docs); a row closed in between is not the conversation.
+    fn open_connection_by_key(
+        &mut self,
+        tenant: &str,
+        key: &ConversationKey,
+    ) -> Result<Option<ClientConnection>, TxError> {
+        let found = self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE tenant_id = $1 AND conversation_key = $2 \
+                 AND status = 'open'",
+                rows::CONNECTION_COLUMNS,
+            ),
+            &[&tenant, &key.as_str()],
+            rows::connection,
+        )?;
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        Ok(self.connection(found.id)?.filter(|c| c.is_open()))
     }
 
     /// The current row is read locked (in a write transaction), so the checks and the guarded

@@ -667,6 +667,7 @@ fn conversation_of(run: &airlock_core::run::Run) -> airlock_core::connection::Co
         taint: None,
         call_count: 0,
         last_seen_at: T0,
+        conversation_key: None,
     }
 }
 

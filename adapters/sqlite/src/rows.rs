@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{
-    Connection as ClientConnection, ConnectionState, ConnectionStatus, Taint,
+    Connection as ClientConnection, ConnectionState, ConnectionStatus, ConversationKey, Taint,
 };
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
@@ -189,7 +189,7 @@ fn required<T>(value: Option<T>, index: usize, what: &str) -> rusqlite::Result<T
 
 pub(super) const CONNECTION_COLUMNS: &str = "id, tenant_id, principal_id, session_id, \
      gateway_id, status, alive_until, closed_at, close_reason, opened_at, tainted_at, \
-     tainted_by, call_count, last_seen_at";
+     tainted_by, call_count, last_seen_at, conversation_key";
 
 /// `tainted_at` and `tainted_by` of a conversation's taint (SPEC §22.1): both NULL, or both set
 /// (`ck_connections_taint_together`).
@@ -239,6 +239,9 @@ pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
         },
         call_count: unsigned(row, 12)?,
         last_seen_at: time(row, 13)?,
+        conversation_key: row
+            .get::<_, Option<String>>(14)?
+            .map(ConversationKey::from_stored),
     })
 }
 

@@ -429,6 +429,19 @@ CREATE INDEX ix_runs_active_by_session ON runs (session_id, created_at, id)
     WHERE status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED');
 "#;
 
+/// M8 (SPEC §22.1, §23): a sessionless 2026-07-28 HTTP conversation is the connection row of its
+/// key (the hash of principal, token id and client name), which any gateway process of the
+/// store joins. `uq_connections_open_key` keeps one open row per tenant and key, so two
+/// processes opening the key's conversation at once cannot both commit (one retries and joins
+/// the other's). Existing rows are connections of their own (NULL key), which the index leaves out.
+const M_CONVERSATION_KEYS: &str = r#"
+ALTER TABLE connections ADD COLUMN conversation_key TEXT
+    CONSTRAINT ck_connections_conversation_key
+        CHECK (conversation_key IS NULL OR length(conversation_key) = 64);
+CREATE UNIQUE INDEX uq_connections_open_key ON connections (tenant_id, conversation_key)
+    WHERE status = 'open' AND conversation_key IS NOT NULL;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -438,10 +451,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_TWINS),
     M::up(M_RUNS_BY_TENANT),
     M::up(M_CONVERSATIONS),
+    M::up(M_CONVERSATION_KEYS),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -28,6 +28,7 @@ use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
+use airlock_core::conversation::ConversationKey;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
@@ -451,7 +452,7 @@ impl StoreTx for SqliteTx<'_> {
         self.execute(
             &format!(
                 "INSERT INTO connections ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, \
-                 ?11, ?12, ?13, ?14)",
+                 ?11, ?12, ?13, ?14, ?15)",
                 rows::CONNECTION_COLUMNS
             ),
             params![
@@ -469,6 +470,7 @@ impl StoreTx for SqliteTx<'_> {
                 tainted_by,
                 connection.call_count,
                 ts(connection.last_seen_at),
+                connection.conversation_key.as_ref().map(|k| k.as_str()),
             ],
         )?;
         Ok(())
@@ -495,6 +497,23 @@ impl StoreTx for SqliteTx<'_> {
                 rows::CONNECTION_COLUMNS
             ),
             params![session.to_string()],
+            rows::connection,
+        )
+    }
+
+    /// Served by `uq_connections_open_key` (M8).
+    fn open_connection_by_key(
+        &mut self,
+        tenant: &str,
+        key: &ConversationKey,
+    ) -> Result<Option<ClientConnection>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM connections WHERE tenant_id = ?1 AND conversation_key = ?2 \
+                 AND status = 'open'",
+                rows::CONNECTION_COLUMNS
+            ),
+            params![tenant, key.as_str()],
             rows::connection,
         )
     }

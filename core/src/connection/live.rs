@@ -704,18 +704,46 @@ pub struct RunTemplate {
     pub upstreams: String,
 }
 
+/// How a driver's connection stays open, and who ends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// The connection is its client's (stdio, an HTTP `Mcp-Session-Id`): this driver renews it
+    /// every lease/3 and closes it (DISCONNECT) when the client goes.
+    Leased,
+    /// A sessionless 2026-07-28 conversation (SPEC §22.1), which any gateway process of the
+    /// store may serve: each request, and each lease/3 while a call of this process is in
+    /// flight, pushes its `alive_until` to `idle_micros` ahead; no process closes it (the sweep
+    /// does, once no request came for that long). When this process lets go of it, it cancels
+    /// only the calls its own requests started (parked ones stay, §22.3).
+    Idle { idle_micros: i64 },
+}
+
 /// Keeps one connection's runs moving; see the module docs.
 pub struct ConnectionDriver<S: Store> {
     worker: Arc<Worker<S>>,
     live: Arc<LiveConnection>,
     connection: Connection,
     template: RunTemplate,
+    liveness: Liveness,
+    /// When this process last pushed an idle conversation's `alive_until` ([`Self::touch`]).
+    extended_at: Mutex<Timestamp>,
     /// The runs [`Self::run`] drives now, so a request bound to one of them adds no second
     /// driver.
     driving: Mutex<std::collections::BTreeSet<RunId>>,
     /// Another conversation's runs this driver executes now, claimed for requests bound to
     /// their parked calls.
     executing_bound: Mutex<std::collections::BTreeSet<RunId>>,
+}
+
+/// The session a new connection's call runs live in.
+fn new_session(connection: &Connection, now: Timestamp) -> Session {
+    Session {
+        id: connection.session_id,
+        tenant_id: connection.tenant_id.clone(),
+        principal_id: connection.principal_id.clone(),
+        next_event_sequence: 1,
+        created_at: now,
+    }
 }
 
 /// How often a driver looks at a parked or not-yet-due run: the worker's poll interval.
@@ -751,17 +779,91 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             taint: None,
             call_count: 0,
             last_seen_at: now,
+            conversation_key: None,
         };
         env.transact(|tx| {
-            tx.insert_session(&Session {
-                id: session_id,
-                tenant_id: tenant_id.to_owned(),
-                principal_id: principal_id.to_owned(),
-                next_event_sequence: 1,
-                created_at: now,
-            })?;
+            tx.insert_session(&new_session(&connection, now))?;
             crate::conversation::open_in_tx(tx, &connection, now)
         })?;
+        Ok(Self::over(
+            worker,
+            live,
+            connection,
+            template,
+            Liveness::Leased,
+        ))
+    }
+
+    /// JOIN (SPEC §22.1): the open conversation of `key` (a sessionless 2026-07-28 client of
+    /// the tenant and principal), opened when there is none, its `alive_until` pushed
+    /// `idle_seconds` ahead. Another process may serve the same conversation at the same time:
+    /// the row, its taint and its call counter are the store's. The live connection is new and
+    /// this process's alone.
+    pub fn join(
+        worker: Arc<Worker<S>>,
+        tenant_id: &str,
+        principal_id: &str,
+        key: crate::conversation::ConversationKey,
+        idle_seconds: u32,
+        arguments_from_user: bool,
+        template: RunTemplate,
+    ) -> Result<ConnectionDriver<S>, TxError> {
+        let env = worker.env();
+        let idle_micros = i64::from(idle_seconds).saturating_mul(1_000_000);
+        let mut attempts = 0;
+        let joined = loop {
+            let now = env.clock.now();
+            let fresh = Connection {
+                id: ConnectionId(env.new_uuid()),
+                tenant_id: tenant_id.to_owned(),
+                principal_id: principal_id.to_owned(),
+                session_id: crate::ids::SessionId(env.new_uuid()),
+                gateway_id: worker.settings().worker_id.clone(),
+                state: ConnectionState::Open {
+                    alive_until: now.saturating_add_micros(idle_micros),
+                },
+                opened_at: now,
+                taint: None,
+                call_count: 0,
+                last_seen_at: now,
+                conversation_key: Some(key.clone()),
+            };
+            let session = new_session(&fresh, now);
+            let joined = env.transact(|tx| {
+                crate::conversation::join_in_tx(
+                    tx,
+                    &fresh,
+                    &mut |tx| tx.insert_session(&session),
+                    now,
+                )
+            });
+            match joined {
+                // Another process opened the conversation between our read and our insert.
+                Err(TxError::Conflict(_)) if attempts == 0 => attempts += 1,
+                joined => break joined?,
+            }
+        };
+        let connection = joined.connection().clone();
+        let live = LiveConnection::new(connection.id, arguments_from_user);
+        Ok(Self::over(
+            worker,
+            live,
+            connection,
+            template,
+            Liveness::Idle { idle_micros },
+        ))
+    }
+
+    /// The driver of `connection`, committed, served through `live`.
+    fn over(
+        worker: Arc<Worker<S>>,
+        live: Arc<LiveConnection>,
+        connection: Connection,
+        template: RunTemplate,
+        liveness: Liveness,
+    ) -> ConnectionDriver<S> {
+        let session_id = connection.session_id;
+        let now = worker.env().clock.now();
         let recording = worker.env().clone();
         live.set_taint_recorder(Arc::new(move |by: &str| {
             let now = recording.clock.now();
@@ -775,14 +877,59 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 }
             }
         }));
-        Ok(ConnectionDriver {
+        ConnectionDriver {
             worker,
             live,
             connection,
             template,
+            liveness,
+            extended_at: Mutex::new(now),
             driving: Mutex::new(std::collections::BTreeSet::new()),
             executing_bound: Mutex::new(std::collections::BTreeSet::new()),
-        })
+        }
+    }
+
+    pub fn liveness(&self) -> Liveness {
+        self.liveness
+    }
+
+    /// A request of an idle conversation arrived in this process: its `alive_until` is pushed
+    /// ahead, at most once per tenth of the idle time (a busy client does not write a row per
+    /// request; the horizon is then at least nine tenths of it). `false` once the conversation
+    /// is no longer open (the sweep ended it): the caller joins a new one. A leased connection
+    /// is renewed by [`Self::keep_alive`] and always answers `true`.
+    pub fn touch(&self) -> Result<bool, TxError> {
+        let Liveness::Idle { idle_micros } = self.liveness else {
+            return Ok(!self.live.is_closed());
+        };
+        if self.live.is_closed() {
+            return Ok(false);
+        }
+        let env = self.worker.env();
+        let now = env.clock.now();
+        {
+            let extended_at = lock(&self.extended_at);
+            if now.as_micros() - extended_at.as_micros() < idle_micros / 10 {
+                return Ok(true);
+            }
+        }
+        let open = env.transact(|tx| {
+            crate::conversation::extend_in_tx(
+                tx,
+                self.connection.id,
+                now.saturating_add_micros(idle_micros),
+            )
+        })?;
+        *lock(&self.extended_at) = now;
+        if !open {
+            self.live.close();
+        }
+        Ok(open)
+    }
+
+    /// Whether any call of this process's requests is still being driven.
+    pub fn is_busy(&self) -> bool {
+        !lock(&self.driving).is_empty()
     }
 
     pub fn connection(&self) -> &Connection {
@@ -812,9 +959,28 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 return;
             }
             let now = env.clock.now();
-            let until = now.saturating_add_micros(lease_micros);
-            match env.transact(|tx| crate::conversation::renew_in_tx(tx, self.connection.id, until))
-            {
+            let renewed = match self.liveness {
+                Liveness::Leased => {
+                    let until = now.saturating_add_micros(lease_micros);
+                    env.transact(|tx| {
+                        crate::conversation::renew_in_tx(tx, self.connection.id, until)
+                    })
+                }
+                // A call in flight is a request still being served: the conversation stays.
+                Liveness::Idle { idle_micros } if self.is_busy() => env.transact(|tx| {
+                    crate::conversation::extend_in_tx(
+                        tx,
+                        self.connection.id,
+                        now.saturating_add_micros(idle_micros),
+                    )
+                }),
+                Liveness::Idle { .. } => env.read(|tx| {
+                    Ok(tx
+                        .connection(self.connection.id)?
+                        .is_some_and(|c| c.is_open()))
+                }),
+            };
+            match renewed {
                 Ok(true) => {}
                 Ok(false) => {
                     self.live.close();
@@ -838,11 +1004,39 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     fn close_now(&self) -> Result<(), TxError> {
         let env = self.worker.env();
         let now = env.clock.now();
-        let flagged = env.transact(|tx| {
-            crate::conversation::close_in_tx(tx, self.connection.id, CloseReason::Disconnected, now)
-        })?;
-        for run in flagged {
-            self.worker.tokens().cancel(run, CancelReason::Requested);
+        match self.liveness {
+            Liveness::Leased => {
+                let flagged = env.transact(|tx| {
+                    crate::conversation::close_in_tx(
+                        tx,
+                        self.connection.id,
+                        CloseReason::Disconnected,
+                        now,
+                    )
+                })?;
+                for run in flagged {
+                    self.worker.tokens().cancel(run, CancelReason::Requested);
+                }
+            }
+            // The conversation is not this process's to close (others may serve it): only the
+            // calls its own requests started go with them, as close_in_tx would end them, and a
+            // parked one stays for an identical call sent again (§22.3).
+            Liveness::Idle { .. } => {
+                let own: Vec<RunId> = lock(&self.driving).iter().copied().collect();
+                for run_id in own {
+                    let ends = env.read(|tx| {
+                        let Some(run) = tx.run(run_id)? else {
+                            return Ok(false);
+                        };
+                        Ok(run.session_id == self.connection.session_id
+                            && !run.status().is_terminal()
+                            && crate::conversation::awaits_request_in_tx(tx, &run, now)?.is_none())
+                    })?;
+                    if ends {
+                        self.cancel_run(run_id)?;
+                    }
+                }
+            }
         }
         // Another conversation's parked call that this connection claimed for its request and
         // executes now: that request has gone with the client, and an approved call executes
@@ -918,6 +1112,13 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             if let CallAdmission::Admitted { deadline_at } = admission {
                 let run = self.call_run(run_id, deadline_at, now);
                 crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
+                if let Liveness::Idle { idle_micros } = self.liveness {
+                    crate::conversation::extend_in_tx(
+                        tx,
+                        self.connection.id,
+                        now.saturating_add_micros(idle_micros),
+                    )?;
+                }
             }
             Ok(admission)
         });

@@ -32,7 +32,8 @@ pub mod calls;
 pub mod record;
 
 pub use record::{
-    CloseReason, Connection, ConnectionState, ConnectionStatus, MCP_PLANNER_KIND, Taint, call_id_of,
+    CloseReason, Connection, ConnectionState, ConnectionStatus, ConversationKey, MCP_PLANNER_KIND,
+    Taint, call_id_of,
 };
 
 use serde_json::json;
@@ -121,6 +122,94 @@ pub fn renew_in_tx(
         return Ok(false);
     }
     let mut next = current.clone();
+    next.state = ConnectionState::Open { alive_until };
+    tx.update_connection(ConnectionStatus::Open, &next)?;
+    Ok(true)
+}
+
+/// What JOIN found for a sessionless conversation's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Joined {
+    /// The key's open row, `alive_until` pushed to the request's idle horizon.
+    Existing(Connection),
+    /// No open row (or one whose `alive_until` had passed, closed here as the sweep would):
+    /// `fresh`, inserted with its session by the caller's closure.
+    Opened(Connection),
+}
+
+impl Joined {
+    pub fn connection(&self) -> &Connection {
+        match self {
+            Joined::Existing(c) | Joined::Opened(c) => c,
+        }
+    }
+}
+
+/// JOIN inside a transaction (SPEC §22.1): the open conversation of `fresh`'s tenant and key, or
+/// `fresh` itself opened (its session inserted first by `insert_session`). A row whose
+/// `alive_until` has passed is over (no request for `conversation_idle_seconds`): it is closed
+/// `expired` in the same transaction, and a new conversation starts untainted. Two processes
+/// joining at once both try to insert; the store's uniqueness lets one commit and the other's
+/// transaction fails `Conflict`, whose retry finds the winner's row.
+pub fn join_in_tx(
+    tx: &mut dyn StoreTx,
+    fresh: &Connection,
+    insert_session: &mut dyn FnMut(&mut dyn StoreTx) -> Result<(), TxError>,
+    now: Timestamp,
+) -> Result<Joined, TxError> {
+    let (Some(key), ConnectionState::Open { alive_until }) = (&fresh.conversation_key, fresh.state)
+    else {
+        return Err(TxError::Conflict(
+            "join: only an open keyed conversation can be joined".into(),
+        ));
+    };
+    if let Some(current) = tx.open_connection_by_key(&fresh.tenant_id, key)? {
+        match current.state {
+            ConnectionState::Open { alive_until: until } if until > now => {
+                if current.principal_id != fresh.principal_id {
+                    // The key hashes the principal: a different one here is a corrupt row.
+                    return Err(TxError::Conflict(format!(
+                        "conversation {} belongs to another principal",
+                        current.id
+                    )));
+                }
+                let mut next = current.clone();
+                next.state = ConnectionState::Open {
+                    alive_until: until.max(alive_until),
+                };
+                if next != current {
+                    tx.update_connection(ConnectionStatus::Open, &next)?;
+                }
+                return Ok(Joined::Existing(next));
+            }
+            _ => {
+                close_in_tx(tx, current.id, CloseReason::Expired, now)?;
+            }
+        }
+    }
+    insert_session(tx)?;
+    open_in_tx(tx, fresh, now)?;
+    Ok(Joined::Opened(fresh.clone()))
+}
+
+/// EXTEND: a request of a sessionless conversation (SPEC §22.1) pushes its `alive_until` to
+/// `alive_until` unless it is already later (another process's request may have pushed it
+/// further); `false` when the conversation is no longer open.
+pub fn extend_in_tx(
+    tx: &mut dyn StoreTx,
+    id: ConnectionId,
+    alive_until: Timestamp,
+) -> Result<bool, TxError> {
+    let Some(current) = tx.connection(id)? else {
+        return Ok(false);
+    };
+    let ConnectionState::Open { alive_until: until } = current.state else {
+        return Ok(false);
+    };
+    if until >= alive_until {
+        return Ok(true);
+    }
+    let mut next = current;
     next.state = ConnectionState::Open { alive_until };
     tx.update_connection(ConnectionStatus::Open, &next)?;
     Ok(true)

@@ -54,6 +54,41 @@ pub struct Taint {
     pub by: String,
 }
 
+/// Which 2026-07-28 HTTP conversation a connection row is (SPEC §22.1): a client without a
+/// session is known by the tuple (tenant, principal, token id, `clientInfo.name`), so every
+/// request of that tuple, on any gateway process of the store, is the same conversation while it
+/// lasts. Kept as the SHA-256 of the tuple's canonical JSON (the client's name is whatever it
+/// sends, of any length): the tenant is the row's own column, so the key hashes the other three.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConversationKey(String);
+
+impl ConversationKey {
+    /// The key of `principal`'s requests sent with token `token` (`None`: a tokenless caller
+    /// of `--listen-no-auth`) by a client naming itself `client_name`.
+    pub fn of(principal: &str, token: Option<&str>, client_name: &str) -> ConversationKey {
+        ConversationKey(crate::canonical::arguments_hash(&serde_json::json!([
+            principal,
+            token,
+            client_name
+        ])))
+    }
+
+    /// A key read back from the store.
+    pub fn from_stored(text: String) -> ConversationKey {
+        ConversationKey(text)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ConversationKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One row of `connections`: a live client connection, which for a 2025-11-25 client (a stdio
 /// connection, or one HTTP `Mcp-Session-Id`) is also its **conversation** (SPEC §22.1), the unit
 /// of taint and `[limits]`. The conversation fields are `taint`, `call_count` and
@@ -78,6 +113,13 @@ pub struct Connection {
     pub call_count: u32,
     /// The last request that started a call run (opened_at until then).
     pub last_seen_at: Timestamp,
+    /// `None` for a connection that is its own conversation (a stdio client, an HTTP
+    /// `Mcp-Session-Id`), which its gateway renews every lease/3 and closes when its client
+    /// goes. `Some` for a sessionless 2026-07-28 HTTP conversation (SPEC §22.1): no gateway
+    /// owns it; any gateway process serving a request of the key joins it, pushes its
+    /// `alive_until` to `conversation_idle_seconds` after that request, and never closes it;
+    /// it ends when the sweep finds `alive_until` passed. At most one open row per tenant and key.
+    pub conversation_key: Option<ConversationKey>,
 }
 
 impl Connection {
@@ -100,5 +142,6 @@ impl Connection {
             && self.session_id == other.session_id
             && self.gateway_id == other.gateway_id
             && self.opened_at == other.opened_at
+            && self.conversation_key == other.conversation_key
     }
 }

@@ -73,6 +73,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     missing_parents_are_not_found(&make());
     settlements_only_of_uncertain_invocations(&make());
     connections_are_guarded_and_bind_their_sessions_runs(&make());
+    a_conversation_key_has_one_open_row_per_tenant(&make());
     waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool(&make());
     crate::testing::contract_http::run(&make);
 }
@@ -2787,6 +2788,101 @@ fn waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool<S: Store>
     );
 }
 
+/// SPEC §22.1: a sessionless conversation's key round-trips and finds its open row; a second
+/// open row of the same tenant and key is refused (two gateway processes opening one at once:
+/// one commits, the other retries and joins), while another tenant's row of the same key, or a
+/// new row once the old one closed, is accepted. The key never changes once written.
+fn a_conversation_key_has_one_open_row_per_tenant<S: Store>(store: &S) {
+    use crate::conversation::{
+        CloseReason, Connection, ConnectionState, ConnectionStatus, ConversationKey,
+    };
+    use crate::ids::ConnectionId;
+    let key = ConversationKey::of(PRINCIPAL, Some("token"), "claude-code");
+    let keyed = |n: u128, tenant: &str| {
+        let session = crate::session::Session {
+            tenant_id: tenant.to_owned(),
+            ..sample_session(0x7e00 + n)
+        };
+        commit(store, "seed a conversation's session", |tx| {
+            tx.insert_session(&session)
+        });
+        Connection {
+            id: ConnectionId(uuid::Uuid::from_u128(0xc045_0000 + n)),
+            tenant_id: tenant.to_owned(),
+            principal_id: PRINCIPAL.to_owned(),
+            session_id: session.id,
+            gateway_id: WORKER.to_owned(),
+            state: ConnectionState::Open {
+                alive_until: at(30),
+            },
+            opened_at: T0,
+            taint: None,
+            call_count: 0,
+            last_seen_at: T0,
+            conversation_key: Some(key.clone()),
+        }
+    };
+    assert_eq!(
+        read(store, |tx| tx.open_connection_by_key(TENANT, &key)),
+        None,
+        "open_connection_by_key: none yet"
+    );
+    let first = keyed(1, TENANT);
+    commit(store, "open a keyed conversation", |tx| {
+        tx.insert_connection(&first)
+    });
+    assert_eq!(
+        read(store, |tx| tx.connection(first.id)),
+        Some(first.clone()),
+        "a keyed connection reads back as written"
+    );
+    assert_eq!(
+        read(store, |tx| tx.open_connection_by_key(TENANT, &key)),
+        Some(first.clone()),
+        "open_connection_by_key"
+    );
+    let second = keyed(2, TENANT);
+    assert_conflict(
+        store.transact(|tx| tx.insert_connection(&second)),
+        "connections: one open row per tenant and conversation key",
+    );
+    let elsewhere = keyed(3, "other-tenant");
+    commit(store, "the same key in another tenant", |tx| {
+        tx.insert_connection(&elsewhere)
+    });
+    assert_eq!(
+        read(store, |tx| tx.open_connection_by_key(TENANT, &key)).map(|c| c.id),
+        Some(first.id),
+        "open_connection_by_key: the tenant's own"
+    );
+    let mut rekeyed = first.clone();
+    rekeyed.conversation_key = Some(ConversationKey::of(PRINCIPAL, None, "claude-code"));
+    assert_conflict(
+        store.transact(|tx| tx.update_connection(ConnectionStatus::Open, &rekeyed)),
+        "connections: the conversation key never changes",
+    );
+    let mut closed = first.clone();
+    closed.state = ConnectionState::Closed {
+        closed_at: at(31),
+        reason: CloseReason::Expired,
+    };
+    commit(store, "close it", |tx| {
+        tx.update_connection(ConnectionStatus::Open, &closed)
+    });
+    assert_eq!(
+        read(store, |tx| tx.open_connection_by_key(TENANT, &key)),
+        None,
+        "open_connection_by_key: a closed row is not the conversation"
+    );
+    commit(store, "the key's next conversation", |tx| {
+        tx.insert_connection(&second)
+    });
+    assert_eq!(
+        read(store, |tx| tx.open_connection_by_key(TENANT, &key)).map(|c| c.id),
+        Some(second.id)
+    );
+}
+
 /// SPEC §19.4: a connection per session, guarded by its status, closed for good; the sweep's
 /// input is open connections past `alive_until`, oldest first; a run of an open connection's
 /// session is claimed only by id, one of a closed connection's by anyone. §22.1: the
@@ -2809,6 +2905,7 @@ fn connections_are_guarded_and_bind_their_sessions_runs<S: Store>(store: &S) {
         taint: None,
         call_count: 0,
         last_seen_at: T0,
+        conversation_key: None,
     };
     // The conversation's call run (§22.2), and a scripted run of no connection.
     let bound = {

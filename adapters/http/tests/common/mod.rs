@@ -395,6 +395,7 @@ impl World {
             taint: None,
             call_count: 0,
             last_seen_at: now,
+            conversation_key: None,
         };
         airlock_core::testing::fixtures::commit(&*self.store, "open the conversation", |tx| {
             tx.insert_session(&Session {
