@@ -4,7 +4,7 @@ one JSON object of what it observed on stdout; the Rust test asserts on it. Noth
 decides pass or fail. (A file of its own beside client.py, which drives stdio, so the two
 transports' scenarios do not tangle.)
 
-usage: http_client.py SCENARIO --url URL [--token TOKEN] [--airlock BIN --data DIR]
+usage: http_client.py SCENARIO --url URL [--token TOKEN] [--airlock BIN --data DIR [--store URL]]
 
 Scenarios:
 - `call`: initialize, list tools, call `test__slow` with 0 seconds.
@@ -21,8 +21,13 @@ Scenarios:
   identical call on a new session, its approval approved, and the call sent again (SPEC 22.3).
 - `auto`: the SDK's `negotiate_auto` (a `server/discover` probe at 2026-07-28 first), then
   `test__slow` with 0 seconds; reports the version it settled on.
-- `modern_only`: a `server/discover` probe at 2026-07-28 alone, as a client that speaks only that
-  version; reports the error it got.
+- `modern`: a 2026-07-28 client without a session (SPEC 22.1, 23), as two HTTP clients one after
+  the other with the same `clientInfo` (a host that restarted, or two gateway processes behind
+  one URL: `--url` may name two, comma-separated, the second client using the second): the
+  first negotiates (`server/discover`), lists tools (reporting the listing's `ttlMs` and
+  `cacheScope`) and calls `test__slow`; the second calls
+  `test__append` without a progressToken (answered at once, naming its approval), which is
+  approved from another process, and calls it again (the approved result).
 - `logs`: two sessions at once (SPEC 19.7). `strict` asks for `error` and up, then `chatty` for
   `debug` and up and turns on server-everything's simulated logging, which sends a message of a
   random level every 5 s outside any call; waits (up to 60 s) until `chatty` heard, after the
@@ -54,6 +59,7 @@ def parse_args():
     p.add_argument("--airlock")
     p.add_argument("--data")
     p.add_argument("--policy-dir")
+    p.add_argument("--store")
     return p.parse_args()
 
 
@@ -90,6 +96,8 @@ def approve(args, approval):
     argv = [args.airlock, "--data-dir", args.data, "--tenant", "acme"]
     if args.policy_dir:
         argv += ["--policy-dir", args.policy_dir]
+    if args.store:
+        argv += ["--store", args.store]
     argv += ["approvals", "approve", approval, "--reason", "checked by ci"]
     out = subprocess.run(argv, capture_output=True, text=True, check=False)
     return out.returncode
@@ -204,17 +212,36 @@ async def probe(args):
         streamable_http_client(args.url, http_client=http) as streams,
         ClientSession(streams[0], streams[1]) as session,
     ):
-        if args.scenario == "auto":
+        await negotiate_auto(session)
+        observed["protocol_version"] = session.protocol_version
+        observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+    return observed
+
+
+async def modern(args):
+    observed = {}
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+    urls = args.url.split(",")
+    for turn, url in enumerate([urls[0], urls[-1]]):
+        async with (
+            create_mcp_http_client(headers=headers) as http,
+            streamable_http_client(url, http_client=http) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
             await negotiate_auto(session)
-            observed["protocol_version"] = session.protocol_version
-            observed["slow"] = await call(session, "test__slow", {"seconds": 0})
-        else:
-            try:
-                observed["discover"] = await session.send_discover("2026-07-28")
-            except MCPError as e:
-                observed["error_code"] = e.error.code
-                observed["error_message"] = e.error.message
-                observed["error_data"] = e.error.data
+            if turn == 0:
+                observed["protocol_version"] = session.protocol_version
+                listed = await session.list_tools()
+                observed["tools"] = sorted(t.name for t in listed.tools)
+                observed["list_cache"] = [listed.ttl_ms, listed.cache_scope]
+                observed["slow"] = await call(session, "test__slow", {"seconds": 0})
+            else:
+                observed["asked"] = await call(session, "test__append", {"text": "stateless"})
+                match = APPROVAL.search(observed["asked"].get("text", ""))
+                observed["approval"] = match.group(1) if match else None
+                if observed["approval"]:
+                    observed["approve_exit"] = await anyio.to_thread.run_sync(approve, args, observed["approval"])
+                observed["retry"] = await call(session, "test__append", {"text": "stateless"})
     return observed
 
 
@@ -262,7 +289,7 @@ async def logs(args):
 
 def main():
     args = parse_args()
-    run = {"logs": logs, "auto": probe, "modern_only": probe}.get(args.scenario, scenario)
+    run = {"logs": logs, "auto": probe, "modern": modern}.get(args.scenario, scenario)
     print(json.dumps(anyio.run(run, args)))
 
 

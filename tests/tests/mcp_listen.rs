@@ -36,7 +36,15 @@ impl Scene {
 
     /// A scene whose file holds `scopes`, with `extra` TOML appended to the server tables.
     fn with(python: PathBuf, scopes: &[&str], extra: &str) -> Scene {
-        let data = DataDir::new();
+        Scene::over(DataDir::new(), python, scopes, extra)
+    }
+
+    /// A scene whose store is a fresh schema on the PostgreSQL `server`.
+    fn on_postgres(python: PathBuf, server: &str) -> Scene {
+        Scene::over(DataDir::on_postgres(server), python, &["mcp.test.call"], "")
+    }
+
+    fn over(data: DataDir, python: PathBuf, scopes: &[&str], extra: &str) -> Scene {
         let ledger = data.path().join("ledger.txt");
         let config = data.path().join("gateway.toml");
         std::fs::write(
@@ -151,15 +159,28 @@ origin_trust = "user"
 
     /// Runs `http_client.py SCENARIO` against `gateway`; its JSON observations.
     fn client(&self, gateway: &Gateway, scenario: &str, token: Option<&str>) -> Value {
+        self.client_at(&gateway.url, scenario, token)
+    }
+
+    /// [`Scene::client`] at `url` (several gateways' URLs, comma-separated, for a scenario that
+    /// takes them).
+    fn client_at(&self, url: &str, scenario: &str, token: Option<&str>) -> Value {
         let mut command = Command::new(&self.python);
         command
             .arg(repo().join("tests/mcp/http_client.py"))
             .arg(scenario)
-            .args(["--url", &gateway.url])
+            .args(["--url", url])
             .arg("--airlock")
             .arg(airlock_bin())
             .arg("--data")
             .arg(self.data.path())
+            .args(
+                self.data
+                    .store_url()
+                    .map(|url| ["--store", url])
+                    .iter()
+                    .flatten(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -216,6 +237,15 @@ struct Gateway {
 }
 
 impl Gateway {
+    /// The URLs of `gateways`, comma-separated (for a scenario that alternates between them).
+    fn urls(gateways: &[&Gateway]) -> String {
+        gateways
+            .iter()
+            .map(|g| g.url.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// One raw HTTP/1.1 `initialize` POST with `headers` (the Host header is the caller's):
     /// the status code and the body.
     fn raw_initialize(&self, headers: &[(&str, &str)]) -> (u16, String) {
@@ -463,23 +493,28 @@ fn over_http_an_ended_sessions_approval_is_bound_by_the_identical_call_on_a_new_
     assert_eq!(gateway.stop(), Some(0));
 }
 
-/// SPEC §23, until 2026-07-28 is served over HTTP: a sessionless 2026-07-28 request is told
-/// which versions this listener serves (−32022 with `supported: ["2025-11-25"]`, a JSON-RPC
-/// body with the request's id), so the Python SDK's `negotiate_auto` opens a 2025-11-25
-/// session and calls, and a client that speaks only 2026-07-28 reads why instead of −32603
-/// "Server returned an error response"; a sessionless request naming no version is told to
-/// `initialize` (−32600).
+/// SPEC §22.1, §23: a 2026-07-28 client is served over HTTP without a session. Its requests
+/// name their version in `_meta` and the header, and its conversation is the store's row of
+/// (tenant, principal, token, `clientInfo.name`), so two gateway processes on one store serve it
+/// as one: the Python SDK (2.3, `negotiate_auto`) settles on 2026-07-28, lists tools and calls a
+/// read through one gateway; a new client with the same name, through the other gateway, calls
+/// a write that needs approval (answered at once, no progressToken), approved from the CLI, and
+/// sends it again: the approved result, the effect done once, one conversation row counting
+/// the calls of both and tainted by the read's untrusted result. A version neither era is is
+/// told −32022 with both; a sessionless request naming none, how to begin (−32600); a sessionless
+/// 2026-07-28 notification, 202.
 #[test]
-fn a_sessionless_2026_07_28_request_is_told_the_versions_served_over_http() {
-    let Some(python) = python("a_sessionless_2026_07_28_request") else {
+fn a_2026_07_28_client_without_a_session_is_one_conversation_across_two_gateways() {
+    let Some(python) = python("a_2026_07_28_client_without_a_session") else {
         return;
     };
     let scene = Scene::new(python);
-    let gateway = scene.listen(&["--listen-no-auth"]);
-    let discover = gateway.raw(
+    let first = scene.listen(&["--listen-no-auth"]);
+    let second = scene.listen(&["--listen-no-auth"]);
+    let discover = first.raw(
         "POST",
-        &[("mcp-protocol-version", "2026-07-28")],
-        r#"{"jsonrpc":"2.0","id":"probe-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        &[("mcp-protocol-version", "2099-01-01")],
+        r#"{"jsonrpc":"2.0","id":"probe-1","method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01"}}}"#,
     );
     assert_eq!(discover.status, 400, "{}", discover.body);
     assert_eq!(
@@ -493,24 +528,98 @@ fn a_sessionless_2026_07_28_request_is_told_the_versions_served_over_http() {
     assert_eq!(error["error"]["code"], -32022, "{error}");
     assert_eq!(
         error["error"]["data"],
-        json!({"requested": "2026-07-28", "supported": ["2025-11-25"]}),
+        json!({"requested": "2099-01-01", "supported": ["2025-11-25", "2026-07-28"]}),
         "{error}"
     );
-    let listed = gateway.raw("POST", &[], TOOLS_LIST);
+    let listed = first.raw("POST", &[], TOOLS_LIST);
     assert_eq!(listed.status, 400, "{}", listed.body);
     let error: Value = serde_json::from_str(&listed.body).expect("a JSON-RPC error body");
     assert_eq!(error["error"]["code"], -32600, "{error}");
     assert_eq!(error["id"], 2, "{error}");
-
-    let auto = scene.client(&gateway, "auto", None);
-    assert_eq!(auto["protocol_version"], "2025-11-25", "{auto}");
+    let notified = first.raw(
+        "POST",
+        &[("mcp-protocol-version", "2026-07-28")],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+    );
+    assert_eq!(notified.status, 202, "{}", notified.body);
+    let auto = scene.client(&first, "auto", None);
+    assert_eq!(auto["protocol_version"], "2026-07-28", "{auto}");
     assert_eq!(auto["slow"]["is_error"], false, "{auto}");
-    let modern = scene.client(&gateway, "modern_only", None);
-    assert_eq!(modern["error_code"], -32022, "{modern}");
+
+    one_conversation_across(&scene, &first, &second, 3);
+}
+
+/// §23's scale-out, on PostgreSQL: two gateway processes on one store serve a 2026-07-28
+/// client's requests alternately as one conversation (its taint, its approval and the bound
+/// retry), as on one SQLite file above.
+#[test]
+fn a_2026_07_28_conversation_spans_two_gateways_on_postgresql() {
+    let test = "a_2026_07_28_conversation_spans_two_gateways_on_postgresql";
+    let Some(python) = python(test) else {
+        return;
+    };
+    let Some(server) = airlock_e2e::pg::server(&format!("mcp_listen::{test}")) else {
+        return;
+    };
+    let scene = Scene::on_postgres(python, &server);
+    let first = scene.listen(&["--listen-no-auth"]);
+    let second = scene.listen(&["--listen-no-auth"]);
+    one_conversation_across(&scene, &first, &second, 2);
+}
+
+/// The `modern` scenario through `first` then `second`: the Python SDK (2.3) settles on
+/// 2026-07-28, its listing is private for a minute, a read through `first` is answered and
+/// taints; a new client of the same name through `second` asks for a write that needs approval
+/// (answered at once, no progressToken), which the CLI approves, and its retry gets the result,
+/// the effect once. One conversation row holds it all, with `calls` admitted calls (the
+/// `modern` scenario's read and write, and any earlier call of the same client name), tainted by
+/// the read.
+fn one_conversation_across(scene: &Scene, first: &Gateway, second: &Gateway, calls: u64) {
+    let both = Gateway::urls(&[first, second]);
+    let seen = scene.client_at(&both, "modern", None);
+    assert_eq!(seen["protocol_version"], "2026-07-28", "{seen}");
     assert_eq!(
-        modern["error_data"]["supported"],
-        json!(["2025-11-25"]),
-        "{modern}"
+        seen["list_cache"],
+        json!([60000, "private"]),
+        "a listing depends on the principal's scopes: {seen}"
+    );
+    assert_eq!(seen["slow"]["is_error"], false, "{seen}");
+    assert_eq!(seen["asked"]["is_error"], true, "{seen}");
+    assert!(
+        seen["asked"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("needs approval") && t.contains("retry the same call")),
+        "{seen}"
+    );
+    assert_eq!(seen["approve_exit"], 0, "{seen}");
+    assert_eq!(seen["retry"]["is_error"], false, "{seen}");
+    assert_eq!(seen["retry"]["text"], "appended", "{seen}");
+    let ledger = std::fs::read_to_string(&scene.ledger).unwrap_or_default();
+    assert_eq!(
+        ledger.lines().filter(|l| *l == "stateless").count(),
+        1,
+        "{ledger}"
+    );
+
+    // One key (the SDK's own client name, no token), so one conversation, which the second
+    // gateway joined instead of opening its own.
+    let listed = scene.data.json("operator", &["conversations", "list"]);
+    let items = listed["items"].as_array().cloned().unwrap_or_default();
+    let served: Vec<&Value> = items
+        .iter()
+        .filter(|c| c["call_count"].as_u64().unwrap_or(0) > 0)
+        .collect();
+    assert_eq!(served.len(), 1, "{listed}");
+    assert_eq!(served[0]["status"], "open", "{listed}");
+    assert_eq!(
+        served[0]["call_count"], calls,
+        "the reads and the write (its retry bound to it): {listed}"
+    );
+    assert!(
+        served[0]["tainted_by"]
+            .as_str()
+            .is_some_and(|by| by.contains("mcp.test.slow")),
+        "the first read's untrusted result tainted it: {listed}"
     );
 }
 

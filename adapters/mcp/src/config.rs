@@ -130,8 +130,15 @@ pub struct GatewayConfig {
     /// `[limits] max_tool_calls` as the file gives it: per conversation (SPEC §22.1); `None`
     /// when the file sets none (no cap on a long session).
     pub conversation_calls: Option<u32>,
+    /// `conversation_idle_seconds` (SPEC §22.1): a sessionless 2026-07-28 HTTP conversation ends
+    /// after this long without a request (default [`DEFAULT_CONVERSATION_IDLE_SECONDS`]).
+    pub conversation_idle_seconds: u32,
     pub servers: BTreeMap<String, ServerConfig>,
 }
+
+/// How long a sessionless conversation lasts without a request unless the file says otherwise
+/// (SPEC §22.1): an hour, long enough for a person to read an answer and ask the next thing.
+pub const DEFAULT_CONVERSATION_IDLE_SECONDS: u32 = 3600;
 
 /// The default per-call timeout (SPEC §19.2).
 pub const DEFAULT_TIMEOUT_SECONDS: u32 = 60;
@@ -287,13 +294,14 @@ fn pin(table: &Table, at: &str) -> Result<Option<String>, ConfigError> {
     Ok(Some(pin))
 }
 
-const TOP_KEYS: [&str; 8] = [
+const TOP_KEYS: [&str; 9] = [
     "schema_version",
     "tenant_id",
     "principal_id",
     "scopes",
     "origin_trust",
     "approve_via_elicitation",
+    "conversation_idle_seconds",
     "limits",
     "servers",
 ];
@@ -362,6 +370,11 @@ impl GatewayConfig {
         };
         let approve_via_elicitation =
             boolean(&root, "approve_via_elicitation", "")?.unwrap_or(false);
+        // At least a minute (a conversation shorter than a person's pause would drop its taint
+        // between two questions: over-taint is safe, under-taint is not); at most a week.
+        let conversation_idle_seconds =
+            integer_in(&root, "conversation_idle_seconds", "", 60..=604_800)?
+                .map_or(DEFAULT_CONVERSATION_IDLE_SECONDS, |n| n as u32);
         let mut limits = Limits {
             max_steps: 1000,
             max_tool_calls: 1000,
@@ -413,6 +426,7 @@ impl GatewayConfig {
             approve_via_elicitation,
             limits,
             conversation_calls,
+            conversation_idle_seconds,
             servers,
         })
     }
@@ -612,6 +626,21 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
         assert_eq!(config.limits.max_tool_calls, 500);
         assert_eq!(config.conversation_calls, Some(500), "per conversation");
         assert_eq!(config.limits.deadline_seconds, Some(86400));
+        assert_eq!(
+            config.conversation_idle_seconds, DEFAULT_CONVERSATION_IDLE_SECONDS,
+            "an hour unless the file says"
+        );
+        let idle = EXAMPLE.replacen(
+            "origin_trust = \"user\"",
+            "origin_trust = \"user\"\nconversation_idle_seconds = 900",
+            1,
+        );
+        assert_eq!(
+            GatewayConfig::parse(&idle)
+                .expect("loads")
+                .conversation_idle_seconds,
+            900
+        );
         let files = &config.servers["files"];
         assert_eq!(files.timeout_seconds, 60);
         assert_eq!(files.max_output_bytes, 1024 * 1024);
@@ -628,7 +657,12 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
     /// Each broken variant names the offending key's path.
     #[test]
     fn unknown_keys_and_bad_values_name_their_path() {
-        let cases: [(&str, &str, &str); 18] = [
+        let cases: [(&str, &str, &str); 19] = [
+            (
+                "origin_trust = \"user\"",
+                "origin_trust = \"user\"\nconversation_idle_seconds = 5",
+                "conversation_idle_seconds",
+            ),
             (
                 "trust_annotations = false",
                 "trust_annotations = false\nroots = \"/srv\"",

@@ -17,5 +17,6 @@ pub mod relay;
 pub mod render;
 pub mod serve;
 pub mod server;
+pub mod sessionless;
 pub mod tls;
 pub mod upstream;

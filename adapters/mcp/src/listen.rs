@@ -29,13 +29,18 @@
 //!    principal: the session's scopes are the opening token's, and revoking that token must
 //!    end what it opened.
 //! 5. **Body**: a POST body that is not JSON is answered 400 with the JSON-RPC error −32700.
-//! 6. **Sessionless requests** other than `initialize` are 400: 2026-07-28's sessionless mode
-//!    would make every request its own airlock session, and a run's taint would not reach the
-//!    next call (an untrusted read, then an effect with no approval). Over HTTP the gateway
-//!    therefore serves 2025-11-25 sessions; stdio serves both versions. A request naming
-//!    another version (2026-07-28's `server/discover` and requests) gets −32022
-//!    `UnsupportedProtocolVersion` with `supported: ["2025-11-25"]`, on which a client of
-//!    both eras opens a session; any other gets −32600 saying to `initialize` first.
+//! 6. **Sessionless requests.** An `initialize` opens a 2025-11-25 session. A request of
+//!    2026-07-28 (its `_meta` or its `MCP-Protocol-Version` names that version) is served
+//!    without a session (SPEC §23): its conversation is the store's row of (tenant, principal,
+//!    token id, `_meta`'s `clientInfo.name`), which this process joins
+//!    ([`GatewayProcess::sessionless`], [`crate::sessionless`]), so a client's taint and
+//!    `[limits]` carry from one request to the next, and across gateway processes of one
+//!    store. rmcp checks the rest of 2026-07-28's rules (the headers must match the body,
+//!    −32020; required `_meta` keys, −32602). A sessionless 2026-07-28 notification is
+//!    answered 202 and does nothing (that wire sends none: a cancel is the closed stream). A
+//!    request naming another version gets −32022 `UnsupportedProtocolVersion` with `supported:
+//!    ["2025-11-25", "2026-07-28"]`; any other sessionless request gets −32600 saying how to
+//!    begin. A sessionless request takes no session slot of step 7.
 //!
 //! Every refusal is a JSON-RPC error body (`application/json`, the request's id once the body
 //! was read, `null` before), whose message says why; the HTTP status says which step refused.
@@ -71,6 +76,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::{GatewayProcess, OpenConnection, SessionPrincipal};
+use airlock_core::conversation::ConversationKey;
 
 /// The path MCP is served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -128,6 +134,8 @@ tokio::task_local! {
     /// The caller of the request being handed to rmcp: a session opened while handling it
     /// belongs to this principal (rmcp's service factory sees no request).
     static CALLER: SessionPrincipal;
+    /// Set for a sessionless 2026-07-28 request: the conversation it belongs to (§22.1).
+    static CONVERSATION: ConversationKey;
 }
 
 /// Open HTTP connections, so shutdown can wait for their runs to end.
@@ -172,6 +180,16 @@ enum Credential {
     Token(ApiTokenId),
     /// `--listen-no-auth` without a token: the file's principal.
     Tokenless,
+}
+
+impl Credential {
+    /// The token's id, part of a sessionless conversation's key (§22.1).
+    fn token_id(self) -> Option<String> {
+        match self {
+            Credential::Token(id) => Some(id.to_string()),
+            Credential::Tokenless => None,
+        }
+    }
 }
 
 /// The open sessions and the `initialize` requests on their way to opening one.
@@ -297,6 +315,11 @@ pub fn listener<S: Store + 'static>(
             let who = CALLER
                 .try_with(Clone::clone)
                 .map_err(|_| std::io::Error::other("a session opened outside the guard"))?;
+            if let Ok(key) = CONVERSATION.try_with(Clone::clone) {
+                return process
+                    .sessionless(&who, &key)
+                    .map_err(std::io::Error::other);
+            }
             let (session, connection) = process.open(&who).map_err(std::io::Error::other)?;
             count.open.fetch_add(1, Ordering::SeqCst);
             Ok(session.forwarding_list_changed().holding(ConnectionGuard {
@@ -357,8 +380,13 @@ const SERVER_ERROR: i32 = -32000;
 const INVALID_REQUEST: i32 = -32600;
 /// MCP 2026-07-28's `UnsupportedProtocolVersion`: `data` is `{requested, supported}`.
 const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
-/// The protocol versions this listener serves: sessions opened by `initialize`.
-const HTTP_VERSIONS: [&str; 1] = ["2025-11-25"];
+/// The protocol versions this listener serves: sessions opened by `initialize` (2025-11-25),
+/// and sessionless requests (2026-07-28).
+const HTTP_VERSIONS: [&str; 2] = ["2025-11-25", SESSIONLESS_VERSION];
+/// The version whose requests are served without a session (SPEC §23).
+const SESSIONLESS_VERSION: &str = "2026-07-28";
+/// Where a 2026-07-28 request names its client.
+const CLIENT_INFO_META: &str = "io.modelcontextprotocol/clientInfo";
 /// The longest request id or protocol version a refusal echoes.
 const MAX_ECHOED: usize = 64;
 /// Where a 2026-07-28 request names its protocol version.
@@ -564,9 +592,20 @@ async fn guard_request<S: Store + 'static>(
     }
     let request = if request.method() == http::Method::POST {
         match read_json_body(request, session.is_none()).await {
-            Ok(request) => request,
+            Ok(PostBody::OfSession(request)) => request,
+            Ok(PostBody::Sessionless { request, client }) => {
+                let key = ConversationKey::of(
+                    &who.principal_id,
+                    credential.token_id().as_deref(),
+                    &client,
+                );
+                return CALLER
+                    .scope(who, CONVERSATION.scope(key, next.run(request)))
+                    .await;
+            }
             Err(BodyRefusal::NotJson) => return parse_error(),
             Err(BodyRefusal::Refused(refused)) => return refused.into_response(),
+            Err(BodyRefusal::Accepted) => return StatusCode::ACCEPTED.into_response(),
         }
     } else {
         request
@@ -639,13 +678,38 @@ fn reserve_session<S: Store + 'static>(
 enum BodyRefusal {
     NotJson,
     Refused(Refusal),
+    /// A sessionless 2026-07-28 notification: nothing to do (the 2026-07-28 HTTP wire sends
+    /// none; a cancel is the request's closed stream), answered 202 like rmcp would.
+    Accepted,
 }
 
-/// Step 6 of the module docs: a sessionless request other than `initialize`. One that names
-/// a protocol version this listener does not serve (a 2026-07-28 request names it in its
-/// `_meta` and the `MCP-Protocol-Version` header) is told so with −32022 and the versions it
-/// does serve, which a client of both eras takes as its cue to `initialize` (the Python SDK's
-/// `negotiate_auto` falls back on exactly this); any other is told to `initialize` first.
+/// What a POST body is, for the guard.
+enum PostBody {
+    /// A request or notification of a session, or an `initialize` opening one.
+    OfSession(Request),
+    /// A sessionless 2026-07-28 request (SPEC §23), with the name its client gives itself
+    /// (`_meta["io.modelcontextprotocol/clientInfo"].name`, empty when it gives none): with
+    /// the caller, its conversation's key (§22.1).
+    Sessionless { request: Request, client: String },
+}
+
+/// The version a sessionless message names: its `_meta`'s, else the `MCP-Protocol-Version`
+/// header's (rmcp checks afterwards that both agree, −32020 otherwise).
+fn named_version<'m>(
+    message: &'m serde_json::Value,
+    header_version: Option<&'m str>,
+) -> Option<&'m str> {
+    message
+        .pointer("/params/_meta")
+        .and_then(|meta| meta.get(VERSION_META))
+        .and_then(serde_json::Value::as_str)
+        .or(header_version)
+}
+
+/// Step 6 of the module docs: a sessionless message that is neither an `initialize` nor of
+/// 2026-07-28. One that names a protocol version this listener does not serve is told so with
+/// −32022 and the versions it does serve, on which a client of both eras picks one; any other is
+/// told how to begin.
 fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>) -> Refusal {
     // JSON-RPC ids are strings or numbers; anything else is not echoed (nor a long string).
     let id = match message.get("id") {
@@ -653,11 +717,7 @@ fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>
         Some(id @ serde_json::Value::String(text)) if text.len() <= MAX_ECHOED => id.clone(),
         _ => serde_json::Value::Null,
     };
-    let requested = message
-        .pointer("/params/_meta")
-        .and_then(|meta| meta.get(VERSION_META))
-        .and_then(serde_json::Value::as_str)
-        .or(header_version)
+    let requested = named_version(message, header_version)
         .filter(|version| !HTTP_VERSIONS.contains(version))
         .map(|version| version.chars().take(MAX_ECHOED).collect::<String>());
     match requested {
@@ -665,9 +725,9 @@ fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>
             status: StatusCode::BAD_REQUEST,
             code: UNSUPPORTED_PROTOCOL_VERSION,
             message: format!(
-                "protocol version {requested} is not served over HTTP by this gateway (stdio \
-                 serves it); open a {} session with `initialize`",
-                HTTP_VERSIONS.join(", ")
+                "protocol version {requested} is not served by this gateway; it serves {} \
+                 (2025-11-25 in a session opened with `initialize`, 2026-07-28 without one)",
+                HTTP_VERSIONS.join(" and ")
             ),
             data: Some(serde_json::json!({"requested": requested, "supported": HTTP_VERSIONS})),
             id,
@@ -678,9 +738,9 @@ fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>
             id,
             ..refuse(
                 StatusCode::BAD_REQUEST,
-                "this listener serves MCP sessions: send `initialize` first, then every request \
-                 with its Mcp-Session-Id (a sessionless request would be an airlock session of \
-                 its own, and a run's taint would not reach the next call)"
+                "a request without an Mcp-Session-Id must be an `initialize` (2025-11-25: then \
+                 send its session id with every request) or a 2026-07-28 request naming its \
+                 version in `_meta` and the MCP-Protocol-Version header"
                     .to_owned(),
             )
         },
@@ -688,8 +748,8 @@ fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>
 }
 
 /// Steps 5 and 6 of the module docs: a POST body must be JSON, and a sessionless one an
-/// `initialize`.
-async fn read_json_body(request: Request, sessionless: bool) -> Result<Request, BodyRefusal> {
+/// `initialize` or of 2026-07-28.
+async fn read_json_body(request: Request, sessionless: bool) -> Result<PostBody, BodyRefusal> {
     let (parts, body) = request.into_parts();
     let bytes = axum::body::to_bytes(body, MAX_PEEK_BYTES)
         .await
@@ -701,17 +761,37 @@ async fn read_json_body(request: Request, sessionless: bool) -> Result<Request, 
         })?;
     let message =
         serde_json::from_slice::<serde_json::Value>(&bytes).map_err(|_| BodyRefusal::NotJson)?;
-    if sessionless && message.get("method").and_then(|m| m.as_str()) != Some("initialize") {
-        let header_version = parts
-            .headers
-            .get("mcp-protocol-version")
-            .and_then(|v| v.to_str().ok());
-        return Err(BodyRefusal::Refused(sessionless_refusal(
-            &message,
-            header_version,
+    let method = message.get("method").and_then(|m| m.as_str());
+    if !sessionless || method == Some("initialize") {
+        return Ok(PostBody::OfSession(Request::from_parts(
+            parts,
+            Body::from(bytes),
         )));
     }
-    Ok(Request::from_parts(parts, Body::from(bytes)))
+    let header_version = parts
+        .headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok());
+    if named_version(&message, header_version) == Some(SESSIONLESS_VERSION) && method.is_some() {
+        if message.get("id").is_none() {
+            return Err(BodyRefusal::Accepted);
+        }
+        let client = message
+            .pointer("/params/_meta")
+            .and_then(|meta| meta.get(CLIENT_INFO_META))
+            .and_then(|info| info.get("name"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        return Ok(PostBody::Sessionless {
+            request: Request::from_parts(parts, Body::from(bytes)),
+            client,
+        });
+    }
+    Err(BodyRefusal::Refused(sessionless_refusal(
+        &message,
+        header_version,
+    )))
 }
 
 #[cfg(test)]
@@ -748,29 +828,32 @@ mod tests {
 
     /// SPEC §23: a sessionless request naming a version the listener does not serve gets
     /// −32022 with the versions it does (its id kept), by `_meta` or by header; one naming none
-    /// (or 2025-11-25, a client that lost its session) is told to `initialize`.
+    /// (or 2025-11-25, a client that lost its session) is told how to begin.
     #[test]
     fn a_sessionless_request_learns_which_versions_are_served() {
         let discover = serde_json::json!({
             "jsonrpc": "2.0", "id": 7, "method": "server/discover",
-            "params": {"_meta": {VERSION_META: "2026-07-28"}},
+            "params": {"_meta": {VERSION_META: "2099-01-01"}},
         });
         let refusal = sessionless_refusal(&discover, None);
         assert_eq!(refusal.code, UNSUPPORTED_PROTOCOL_VERSION);
         assert_eq!(refusal.id, serde_json::json!(7));
         assert_eq!(
             refusal.data,
-            Some(serde_json::json!({"requested": "2026-07-28", "supported": ["2025-11-25"]}))
+            Some(serde_json::json!({
+                "requested": "2099-01-01",
+                "supported": ["2025-11-25", "2026-07-28"]
+            }))
         );
         let list = serde_json::json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list"});
-        let by_header = sessionless_refusal(&list, Some("2026-07-28"));
+        let by_header = sessionless_refusal(&list, Some("2099-01-01"));
         assert_eq!(by_header.code, UNSUPPORTED_PROTOCOL_VERSION);
         for header in [None, Some("2025-11-25")] {
             let refusal = sessionless_refusal(&list, header);
             assert_eq!(refusal.code, INVALID_REQUEST, "{header:?}");
             assert_eq!(refusal.data, None);
             assert!(
-                refusal.message.contains("initialize"),
+                refusal.message.contains("initialize") && refusal.message.contains("2026-07-28"),
                 "{}",
                 refusal.message
             );

@@ -39,6 +39,8 @@ use rmcp::ServiceExt;
 use crate::config::GatewayConfig;
 use crate::gateway::Gateway;
 use crate::server::{ClientSession, ElicitedApprovals};
+use crate::sessionless::{Holds, JoinWith};
+use airlock_core::conversation::ConversationKey;
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +208,27 @@ async fn maintain<S: Store + 'static>(worker: Arc<Worker<S>>, control: ControlSe
     }
 }
 
+/// Every so often (a tenth of the idle time, at most a minute), lets go of the sessionless
+/// conversations idle for `idle_seconds` here ([`Holds::let_go_of_idle`]), forever.
+async fn let_go_of_idle_holds<S: Store + 'static>(
+    holds: Arc<Holds<S>>,
+    gateway: Arc<Gateway>,
+    planners: Arc<LivePlanners<S>>,
+    idle_seconds: u32,
+) {
+    let idle = std::time::Duration::from_secs(u64::from(idle_seconds));
+    let every = (idle / 10).min(std::time::Duration::from_secs(60));
+    loop {
+        tokio::time::sleep(every).await;
+        holds
+            .let_go_of_idle(idle, &|session| {
+                gateway.clients().detach(session);
+                planners.remove(session);
+            })
+            .await;
+    }
+}
+
 /// Who one client connection's airlock session belongs to: the tenant is always the file's;
 /// the principal and scopes are the file's for stdio (and `--listen-no-auth`), and the token's
 /// principal with the token's scopes intersected with the file's for an authenticated HTTP
@@ -235,6 +258,10 @@ pub struct GatewayProcess<S: Store> {
     planners: Arc<LivePlanners<S>>,
     worker: Arc<Worker<S>>,
     maintenance: tokio::task::JoinHandle<()>,
+    /// This process's holds on sessionless 2026-07-28 conversations (SPEC §22.1).
+    sessionless: Arc<Holds<S>>,
+    /// Lets go of the holds idle for the file's `conversation_idle_seconds`.
+    reaper: tokio::task::JoinHandle<()>,
 }
 
 impl<S: Store + 'static> GatewayProcess<S> {
@@ -254,6 +281,13 @@ impl<S: Store + 'static> GatewayProcess<S> {
             Some(worker.tokens().clone()),
         );
         let maintenance = tokio::spawn(maintain(Arc::clone(&worker), control));
+        let sessionless = Arc::new(Holds::default());
+        let reaper = tokio::spawn(let_go_of_idle_holds(
+            Arc::clone(&sessionless),
+            Arc::clone(&gateway),
+            Arc::clone(&planners),
+            config.conversation_idle_seconds,
+        ));
         Arc::new(GatewayProcess {
             config,
             env,
@@ -261,6 +295,8 @@ impl<S: Store + 'static> GatewayProcess<S> {
             planners,
             worker,
             maintenance,
+            sessionless,
+            reaper,
         })
     }
 
@@ -333,9 +369,79 @@ impl<S: Store + 'static> GatewayProcess<S> {
         ))
     }
 
-    /// Stops the maintenance loop and the upstreams (after every connection has closed).
+    /// The MCP server for one sessionless 2026-07-28 request of `who` (SPEC §22.1, §23): its
+    /// conversation is the store's row of `key`, joined (or opened) by this process at the
+    /// key's first request since it last let go of it; every request of the key served here
+    /// shares one live connection and one driver.
+    pub fn sessionless(
+        &self,
+        who: &SessionPrincipal,
+        key: &ConversationKey,
+    ) -> Result<ClientSession<S>, TxError> {
+        let mut template = run_template(&self.config);
+        template.principal_scopes = who.scopes.clone();
+        let request = self.sessionless.for_request(
+            key,
+            JoinWith {
+                worker: &self.worker,
+                tenant_id: &self.config.tenant_id,
+                principal_id: &who.principal_id,
+                idle_seconds: self.config.conversation_idle_seconds,
+                arguments_from_user: self.config.origin_trust == TrustLevel::User,
+                template,
+            },
+        )?;
+        let hold = request.hold;
+        let session_id = hold.session_id();
+        let live = Arc::clone(hold.driver().live());
+        if let Some(ended) = request.ended {
+            let gateway = Arc::clone(&self.gateway);
+            let planners = Arc::clone(&self.planners);
+            tokio::spawn(async move {
+                Holds::let_go(&ended, &|session| {
+                    gateway.clients().detach(session);
+                    planners.remove(session);
+                })
+                .await;
+            });
+        }
+        if request.joined {
+            self.planners.add(session_id, Arc::clone(&live));
+            self.gateway.clients().attach(session_id, live.id(), None);
+        }
+        let elicitation = self
+            .config
+            .approve_via_elicitation
+            .then(|| ElicitedApprovals {
+                control: self.control(),
+                principal: elicitation_principal(&self.config, who),
+            });
+        Ok(
+            ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
+                .with_session(session_id)
+                .with_scopes(who.scopes.clone())
+                .with_request_keys(hold.request_keys()),
+        )
+    }
+
+    /// How many sessionless conversations this process holds now.
+    pub fn sessionless_held(&self) -> usize {
+        self.sessionless.len()
+    }
+
+    /// Stops the maintenance loop, lets go of the sessionless conversations (their rows stay
+    /// for other processes) and stops the upstreams (after every connection has closed).
     pub async fn shutdown(&self) {
         self.maintenance.abort();
+        self.reaper.abort();
+        let gateway = Arc::clone(&self.gateway);
+        let planners = Arc::clone(&self.planners);
+        self.sessionless
+            .let_go_of_all(&|session| {
+                gateway.clients().detach(session);
+                planners.remove(session);
+            })
+            .await;
         self.gateway.shutdown().await;
     }
 }

@@ -62,12 +62,13 @@ use airlock_core::scope::ScopeSet;
 use airlock_core::store::Store;
 use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ElicitRequestParams, ElicitationAction, ErrorCode, GetPromptRequestParams, GetPromptResponse,
-    GetPromptResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestParams,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
+    CompleteResult, ElicitRequestParams, ElicitationAction, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{
     ElicitationMode, NotificationContext, RequestContext, RoleServer, SubscriptionContext,
@@ -109,7 +110,10 @@ pub struct ClientSession<S: Store> {
     gateway: Arc<Gateway>,
     live: Arc<LiveConnection>,
     elicitation: Option<Arc<ElicitedApprovals<S>>>,
-    next_key: AtomicU64,
+    /// The keys of this client's requests in its live connection's mailbox: the server's own,
+    /// or shared by every request's server of a sessionless conversation (one per request,
+    /// one mailbox), so two requests never share a key.
+    next_key: Arc<AtomicU64>,
     /// The session the connection's runs live in (for the read gate's audit fields).
     session: Option<SessionId>,
     /// The exposed URIs this client subscribed to (`resources/subscribe`).
@@ -139,7 +143,7 @@ impl<S: Store + 'static> ClientSession<S> {
             gateway,
             live,
             elicitation: elicitation.map(Arc::new),
-            next_key: AtomicU64::new(1),
+            next_key: Arc::new(AtomicU64::new(1)),
             session: None,
             subscriptions: Arc::new(Mutex::new(BTreeSet::new())),
             held: None,
@@ -147,6 +151,12 @@ impl<S: Store + 'static> ClientSession<S> {
             notice_relay: TaskSlot::default(),
             scopes: None,
         }
+    }
+
+    /// Takes request keys from `keys`, shared with the other servers of one live connection.
+    pub fn with_request_keys(mut self, keys: Arc<AtomicU64>) -> ClientSession<S> {
+        self.next_key = keys;
+        self
     }
 
     /// Names the session of the connection (reads are gated with it).
@@ -320,6 +330,13 @@ fn map_key(mut value: Value, key: &str, f: impl Fn(&str) -> Option<String>) -> O
         .insert(key.to_owned(), Value::String(mapped));
     Some(value)
 }
+
+/// How long a listing may be treated as fresh (2026-07-28 `ttlMs`), and by whom (`cacheScope`
+/// `private`: what is listed depends on the principal's scopes, so no shared cache may serve it
+/// to another). A minute: list changes also reach a client as notifications (2025-11-25) or on
+/// its `subscriptions/listen` stream (2026-07-28), and a tool unlisted since a client's cached
+/// listing is refused when called (fail closed), never run.
+pub const LIST_TTL_MS: u64 = 60_000;
 
 /// An upstream answer as a 2026-07-28 client needs it: a 2025-11-25 upstream sends no
 /// `resultType`, and rmcp strips it again for a 2025-11-25 client.
@@ -584,7 +601,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             .into_iter()
             .filter_map(|tool| serde_json::from_value(tool).ok())
             .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
     }
 
     async fn call_tool(
@@ -689,7 +708,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 |server, uri| Some(exposed_uri(server, uri)),
             )
             .await?;
-        from_json(json!({"resources": resources, "resultType": "complete"}))
+        from_json(
+            json!({"resources": resources, "resultType": "complete", "ttlMs": LIST_TTL_MS, "cacheScope": "private"}),
+        )
     }
 
     async fn list_resource_templates(
@@ -706,7 +727,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 |server, uri| Some(exposed_uri(server, uri)),
             )
             .await?;
-        from_json(json!({"resourceTemplates": templates, "resultType": "complete"}))
+        from_json(
+            json!({"resourceTemplates": templates, "resultType": "complete", "ttlMs": LIST_TTL_MS, "cacheScope": "private"}),
+        )
     }
 
     async fn read_resource(
@@ -800,7 +823,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 exposed_name_of,
             )
             .await?;
-        from_json(json!({"prompts": prompts, "resultType": "complete"}))
+        from_json(
+            json!({"prompts": prompts, "resultType": "complete", "ttlMs": LIST_TTL_MS, "cacheScope": "private"}),
+        )
     }
 
     async fn get_prompt(
