@@ -39,6 +39,7 @@ crate::vocab::wire_enum! {
         McpToolRegistered = "mcp.tool.registered",
         McpToolPinMismatch = "mcp.tool.pin_mismatch",
         McpUpstreamRequest = "mcp.upstream.request",
+        McpTaskOpened = "mcp.task.opened",
         ConversationTainted = "conversation.tainted",
         ConversationTaintCleared = "conversation.taint_cleared",
     }

@@ -34,6 +34,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::access::ApiToken;
 use crate::approval::Approval;
+use crate::conversation::task::CallTask;
 use crate::conversation::{Connection, ConnectionState, ConnectionStatus, ConversationKey};
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{
@@ -70,6 +71,8 @@ pub struct MemSnapshot {
     pub connections: BTreeMap<ConnectionId, Connection>,
     /// SPEC §20.
     pub api_tokens: BTreeMap<ApiTokenId, ApiToken>,
+    /// SPEC §22.3 item 1: by the SHA-256 of their ids.
+    pub call_tasks: BTreeMap<String, CallTask>,
 }
 
 /// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
@@ -473,6 +476,31 @@ impl StoreTx for MemTx<'_> {
             .values()
             .find(|c| c.session_id == session)
             .cloned())
+    }
+
+    fn insert_call_task(&mut self, task: &CallTask) -> Result<(), TxError> {
+        let tasks = &self.tables.rows.call_tasks;
+        if tasks.contains_key(&task.id_sha256) {
+            return Err(conflict("call_tasks: duplicate id".to_owned()));
+        }
+        if tasks.values().any(|t| t.run_id == task.run_id) {
+            return Err(conflict(format!(
+                "call_tasks: UNIQUE(run_id): run {} has a task",
+                task.run_id
+            )));
+        }
+        if !self.tables.rows.runs.contains_key(&task.run_id) {
+            return Err(TxError::NotFound);
+        }
+        self.tables
+            .rows
+            .call_tasks
+            .insert(task.id_sha256.clone(), task.clone());
+        Ok(())
+    }
+
+    fn call_task(&mut self, id_sha256: &str) -> Result<Option<CallTask>, TxError> {
+        Ok(self.tables.rows.call_tasks.get(id_sha256).cloned())
     }
 
     fn open_connection_by_key(

@@ -7,6 +7,7 @@ pub mod guards;
 use crate::access::token::ApiToken;
 use crate::approval::Approval;
 use crate::conversation::record::{Connection, ConnectionStatus, ConversationKey};
+use crate::conversation::task::CallTask;
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
@@ -157,6 +158,11 @@ pub trait StoreTx {
         tenant: &str,
         key: &ConversationKey,
     ) -> Result<Option<Connection>, TxError>;
+    /// A task row (SPEC §22.3 item 1): `Conflict` on a duplicate id or a run that has a task
+    /// already; `NotFound` without the run. Rows never change.
+    fn insert_call_task(&mut self, task: &CallTask) -> Result<(), TxError>;
+    /// The task whose id hashes to `id_sha256`.
+    fn call_task(&mut self, id_sha256: &str) -> Result<Option<CallTask>, TxError>;
     /// Guarded by the expected status (`Conflict` otherwise); immutable fields must be unchanged
     /// and a closed connection never changes.
     fn update_connection(

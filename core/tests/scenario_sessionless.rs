@@ -10,16 +10,20 @@ use std::sync::{Arc, OnceLock};
 use airlock_core::connection::answer::CallAnswer;
 use airlock_core::connection::live::{
     ClientCall, ConnectionDriver, LiveConnection, LivePlanner, Liveness, MCP_PLANNER_KIND,
-    RunTemplate, Ticket, TicketEnd,
+    RunTemplate, Ticket, TicketEnd, TicketStatus,
 };
+use airlock_core::connection::tasks::Tasks;
 use airlock_core::conversation::ConversationKey;
+use airlock_core::conversation::task::{TaskRefused, TaskView};
 use airlock_core::env::Env;
+use airlock_core::ids::ApprovalId;
 use airlock_core::mem_store::MemStore;
 use airlock_core::ports::{Planner, PlannerError, PlannerFactory};
 use airlock_core::run::{Limits, Run};
 use airlock_core::scope::{Scope, ScopeSet};
 use airlock_core::store::Store;
 use airlock_core::vocab::TrustLevel;
+use airlock_core::vocab::{ApprovalResolution, RunStatus};
 use airlock_core::worker::{Worker, WorkerSettings};
 use common::*;
 use serde_json::json;
@@ -74,6 +78,41 @@ fn template() -> RunTemplate {
 
 fn key(client: &str) -> ConversationKey {
     ConversationKey::of("alice", Some("token-1"), client)
+}
+
+/// The tasks of alice in `h`'s tenant.
+fn tasks(h: &Harness) -> Tasks<MemStore> {
+    Tasks::new(h.env_over(Arc::clone(&h.store)), "acme", "alice")
+}
+
+/// Waits (in paused time) until the ticket is parked; returns its run and approval.
+async fn parked(ticket: &Ticket) -> (airlock_core::ids::RunId, ApprovalId) {
+    for _ in 0..1000 {
+        if let TicketStatus::Parked {
+            run, approval_id, ..
+        } = ticket.status()
+        {
+            return (run, approval_id);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("never parked: {:?}", ticket.status());
+}
+
+/// Polls task `id` (in paused time) until its view satisfies `done`.
+async fn polled_until(
+    tasks: &Tasks<MemStore>,
+    id: &str,
+    done: impl Fn(&TaskView) -> bool,
+) -> TaskView {
+    for _ in 0..1000 {
+        let polled = tasks.poll(id).expect("poll").expect("ours");
+        if done(&polled.view) {
+            return polled.view;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("task {id} never got there");
 }
 
 /// Process `id` joins the conversation of `key`.
@@ -254,4 +293,82 @@ async fn a_sessionless_conversation_ends_only_after_its_idle_time() {
     assert_ne!(c.driver.connection().id, first, "a new conversation");
     executed(&c, 1, "test.echo", "new").await;
     assert_eq!(trust_of_calls(&h, &c), [Some(TrustLevel::User)]);
+}
+
+/// §22.3 item 1: a call answered as a task executes once approved, with no request waiting
+/// (the task stands for it), and its poll reads the result from the store; another principal
+/// (or an unknown id) learns nothing of it.
+#[tokio::test(start_paused = true)]
+async fn a_task_executes_once_approved_with_no_request_waiting() {
+    let h = Harness::new();
+    let a = join(&h, "gateway-a", key("claude-code"));
+    let ticket = a.live.submit(1, call("test.send", "by task"));
+    let (run, approval) = parked(&ticket).await;
+    let desk = tasks(&h);
+    let id = desk.open(run).expect("task");
+    a.live.adopt(run);
+    assert!(a.live.detach(1), "the request is answered with the task");
+    assert!(matches!(
+        desk.poll(&id).unwrap().unwrap().view,
+        TaskView::Waiting { .. }
+    ));
+    let mallory = Tasks::new(h.env_over(Arc::clone(&h.store)), "acme", "mallory");
+    assert!(matches!(
+        mallory.poll(&id).unwrap(),
+        Err(TaskRefused::Unknown(_))
+    ));
+    assert!(matches!(
+        desk.poll("tsk_guess").unwrap(),
+        Err(TaskRefused::Unknown(_))
+    ));
+
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    let view = polled_until(&desk, &id, |v| matches!(v, TaskView::Answered(_))).await;
+    assert!(
+        matches!(view, TaskView::Answered(CallAnswer::Executed { .. })),
+        "{view:?}"
+    );
+    assert_eq!(h.ledger.count("test.send"), 1, "executed once");
+    assert_eq!(h.run(run).status(), RunStatus::Completed);
+}
+
+/// §22.3 item 1 and §23: the process that answered the task is killed while it waits; once
+/// approved, a poll through another process of the store finds it adoptable, adopts it, and the
+/// call executes exactly once, even when a third process adopts it at the same time.
+#[tokio::test(start_paused = true)]
+async fn a_task_whose_process_died_executes_once_through_the_next_poll() {
+    let h = Harness::new();
+    let a = join(&h, "gateway-a", key("claude-code"));
+    let ticket = a.live.submit(1, call("test.send", "survives"));
+    let (run, approval) = parked(&ticket).await;
+    let desk = tasks(&h);
+    let id = desk.open(run).expect("task");
+    a.live.adopt(run);
+    a.live.detach(1);
+    a.run_task.abort();
+    a.keep_alive.abort();
+
+    h.control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await
+        .expect("approve");
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(h.ledger.count("test.send"), 0, "nobody drives it yet");
+    let polled = desk.poll(&id).unwrap().unwrap();
+    assert!(polled.adoptable, "{polled:?}");
+    let b = join(&h, "gateway-b", key("claude-code"));
+    let c = join(&h, "gateway-c", key("claude-code"));
+    b.live.adopt(run);
+    c.live.adopt(run);
+    let view = polled_until(&desk, &id, |v| matches!(v, TaskView::Answered(_))).await;
+    assert!(
+        matches!(view, TaskView::Answered(CallAnswer::Executed { .. })),
+        "{view:?}"
+    );
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(h.ledger.count("test.send"), 1, "exactly once");
+    assert!(!desk.poll(&id).unwrap().unwrap().adoptable);
 }

@@ -717,6 +717,18 @@ impl StoreTx for TxProbe<'_> {
     fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
         self.inner.connection_by_session(session)
     }
+    fn insert_call_task(
+        &mut self,
+        task: &airlock_core::conversation::task::CallTask,
+    ) -> Result<(), TxError> {
+        self.inner.insert_call_task(task)
+    }
+    fn call_task(
+        &mut self,
+        id_sha256: &str,
+    ) -> Result<Option<airlock_core::conversation::task::CallTask>, TxError> {
+        self.inner.call_task(id_sha256)
+    }
     fn open_connection_by_key(
         &mut self,
         tenant: &str,

@@ -95,7 +95,7 @@ impl<S: Store + 'static> PlannerFactory for LivePlanners<S> {
         let connections = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         let live = connections
             .values()
-            .find(|live| live.waits_for(run.id))
+            .find(|live| live.serves(run.id))
             .or_else(|| connections.get(&run.session_id))
             .cloned()
             .ok_or_else(|| PlannerError("no live connection for this run's session".into()))?;

@@ -20,6 +20,7 @@ use airlock_core::approval::Approval;
 use airlock_core::connection::{
     Connection as ClientConnection, ConnectionState, ConnectionStatus, ConversationKey, Taint,
 };
+use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -522,6 +523,16 @@ pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
         call_count: unsigned(row, 12)?,
         last_seen_at: time(row, 13)?,
         conversation_key: get::<Option<String>>(row, 14)?.map(ConversationKey::from_stored),
+    })
+}
+
+pub(crate) fn call_task(row: &Row) -> Result<CallTask, TxError> {
+    Ok(CallTask {
+        id_sha256: get(row, 0)?,
+        run_id: parse(row, 1)?,
+        tenant_id: get(row, 2)?,
+        principal_id: get(row, 3)?,
+        created_at: time(row, 4)?,
     })
 }
 

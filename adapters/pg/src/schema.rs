@@ -61,11 +61,17 @@ const V6: (&str, &str) = (
     include_str!("../migrations/V6__conversation_keys.sql"),
 );
 
+/// V7: approval tasks, one per call run, append-only (§22.3 item 1).
+const V7: (&str, &str) = (
+    "V7__call_tasks",
+    include_str!("../migrations/V7__call_tasks.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

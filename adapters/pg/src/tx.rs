@@ -59,6 +59,7 @@ use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionStatus};
 use airlock_core::conversation::ConversationKey;
+use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
@@ -691,6 +692,33 @@ impl StoreTx for PgTx<'_> {
         )?;
         self.note_connection_locked(found.as_ref());
         Ok(found)
+    }
+
+    /// `Conflict` from the primary key or `uq_call_tasks_run`; `NotFound` from the run's
+    /// foreign key.
+    fn insert_call_task(&mut self, task: &CallTask) -> Result<(), TxError> {
+        self.wire
+            .write(
+                "INSERT INTO call_tasks (id_sha256, run_id, tenant_id, principal_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+                &[
+                    &task.id_sha256,
+                    &task.run_id.to_string(),
+                    &task.tenant_id,
+                    &task.principal_id,
+                    &ts(task.created_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn call_task(&mut self, id_sha256: &str) -> Result<Option<CallTask>, TxError> {
+        self.one(
+            "SELECT id_sha256, run_id, tenant_id, principal_id, created_at FROM call_tasks \
+             WHERE id_sha256 = $1",
+            &[&id_sha256],
+            rows::call_task,
+        )
     }
 
     /// Found through `uq_connections_open_key` (V6), then read again by id, which in a write

@@ -19,6 +19,7 @@ use airlock_core::approval::Approval;
 use airlock_core::connection::{
     Connection as ClientConnection, ConnectionState, ConnectionStatus, ConversationKey, Taint,
 };
+use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -242,6 +243,16 @@ pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
         conversation_key: row
             .get::<_, Option<String>>(14)?
             .map(ConversationKey::from_stored),
+    })
+}
+
+pub(super) fn call_task(row: &Row<'_>) -> rusqlite::Result<CallTask> {
+    Ok(CallTask {
+        id_sha256: row.get(0)?,
+        run_id: parse(row, 1)?,
+        tenant_id: row.get(2)?,
+        principal_id: row.get(3)?,
+        created_at: time(row, 4)?,
     })
 }
 

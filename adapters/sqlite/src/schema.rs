@@ -442,6 +442,29 @@ CREATE UNIQUE INDEX uq_connections_open_key ON connections (tenant_id, conversat
     WHERE status = 'open' AND conversation_key IS NOT NULL;
 "#;
 
+/// M9 (SPEC §22.3 item 1): approval tasks. A row binds the SHA-256 of a task id (the client holds
+/// the id; the store never does) to its call run, one task per run, with the tenant and principal
+/// every `tasks/*` request is checked against. Rows never change or go: the status is the run's.
+const M_CALL_TASKS: &str = r#"
+CREATE TABLE call_tasks (
+    id_sha256    TEXT    NOT NULL PRIMARY KEY
+        CONSTRAINT ck_call_tasks_id_sha256 CHECK (length(id_sha256) = 64),
+    run_id       TEXT    NOT NULL REFERENCES runs (id),
+    tenant_id    TEXT    NOT NULL,
+    principal_id TEXT    NOT NULL,
+    created_at   INTEGER NOT NULL,
+    CONSTRAINT uq_call_tasks_run UNIQUE (run_id)
+);
+CREATE TRIGGER call_tasks_no_update BEFORE UPDATE ON call_tasks
+BEGIN
+    SELECT RAISE(ABORT, 'call_tasks: a task row never changes');
+END;
+CREATE TRIGGER call_tasks_no_delete BEFORE DELETE ON call_tasks
+BEGIN
+    SELECT RAISE(ABORT, 'call_tasks: a task row is kept');
+END;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -452,10 +475,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_RUNS_BY_TENANT),
     M::up(M_CONVERSATIONS),
     M::up(M_CONVERSATION_KEYS),
+    M::up(M_CALL_TASKS),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

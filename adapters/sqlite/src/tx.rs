@@ -29,6 +29,7 @@ use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::conversation::ConversationKey;
+use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
@@ -498,6 +499,32 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![session.to_string()],
             rows::connection,
+        )
+    }
+
+    /// `Conflict` from the primary key or `uq_call_tasks_run`; `NotFound` from the run's
+    /// foreign key.
+    fn insert_call_task(&mut self, task: &CallTask) -> Result<(), TxError> {
+        self.execute(
+            "INSERT INTO call_tasks (id_sha256, run_id, tenant_id, principal_id, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                task.id_sha256,
+                task.run_id.to_string(),
+                task.tenant_id,
+                task.principal_id,
+                ts(task.created_at)
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn call_task(&mut self, id_sha256: &str) -> Result<Option<CallTask>, TxError> {
+        self.one(
+            "SELECT id_sha256, run_id, tenant_id, principal_id, created_at FROM call_tasks \
+             WHERE id_sha256 = ?1",
+            params![id_sha256],
+            rows::call_task,
         )
     }
 

@@ -217,6 +217,11 @@ struct Mailbox {
     handed: Vec<Handed>,
     /// Requests the client cancelled after they were handed to a run.
     cancelled: Vec<RequestKey>,
+    /// Task runs this connection executes without a request (SPEC §22.3 item 1): a task stands
+    /// for its request.
+    adopted: std::collections::BTreeSet<RunId>,
+    /// Adopted runs the driver has not picked up yet.
+    adopting: Vec<RunId>,
     closed: bool,
     wakers: Vec<Waker>,
 }
@@ -407,6 +412,26 @@ impl LiveConnection {
     /// only while one does).
     pub fn waits_for(&self, run: RunId) -> bool {
         lock(&self.mailbox).handed.iter().any(|h| h.run == run)
+    }
+
+    /// Whether this connection serves `run` now: a request waits for it, or it is a task run
+    /// this connection adopted ([`Self::adopt`]).
+    pub fn serves(&self, run: RunId) -> bool {
+        let mailbox = lock(&self.mailbox);
+        mailbox.adopted.contains(&run) || mailbox.handed.iter().any(|h| h.run == run)
+    }
+
+    /// ADOPT (SPEC §22.3 item 1): the driver drives task run `run` to its end, executing its
+    /// call once approved, with no request waiting. Only for a run that has a task
+    /// ([`crate::conversation::task`]): outside tasks an approved call executes only while a
+    /// request waits. Another process may adopt the same run; the store's claim lets one of
+    /// them execute it.
+    pub fn adopt(&self, run: RunId) {
+        self.with(|m| {
+            if m.adopted.insert(run) {
+                m.adopting.push(run);
+            }
+        });
     }
 
     /// Hands `entry` to `run` as its call `r1`.
@@ -1057,9 +1082,16 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     pub async fn run(&self) -> Result<(), TxError> {
         let mut runs = FuturesUnordered::new();
         loop {
-            let arrived: Vec<Entry> = self.live.with(|m| m.queue.drain(..).collect());
+            let (arrived, adopted): (Vec<Entry>, Vec<RunId>) = self
+                .live
+                .with(|m| (m.queue.drain(..).collect(), m.adopting.drain(..).collect()));
             for entry in arrived {
                 if let Some(run) = self.admit(entry) {
+                    runs.push(self.drive(run));
+                }
+            }
+            for run in adopted {
+                if self.start_driving(run).is_some() {
                     runs.push(self.drive(run));
                 }
             }
@@ -1070,10 +1102,14 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 continue;
             }
             if runs.is_empty() {
-                self.live.until(|m| !m.queue.is_empty() || m.closed).await;
+                self.live
+                    .until(|m| !m.queue.is_empty() || !m.adopting.is_empty() || m.closed)
+                    .await;
                 continue;
             }
-            let arrivals = self.live.until(|m| !m.queue.is_empty() || m.closed);
+            let arrivals = self
+                .live
+                .until(|m| !m.queue.is_empty() || !m.adopting.is_empty() || m.closed);
             let _ = select(arrivals, runs.next()).await;
         }
         self.close_now()
@@ -1256,7 +1292,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     /// executed: `Some(expiry)`); a run whose approval was denied or expired is executed to
     /// record that, and sends nothing.
     fn withheld_until(&self, run_id: RunId) -> Result<Option<Timestamp>, TxError> {
-        if self.live.waits_for(run_id) {
+        if self.live.serves(run_id) {
             return Ok(None);
         }
         #[cfg(feature = "mutants")]
@@ -1281,6 +1317,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             let wake_at = match self.drive_once(run_id, &mut cancel_sent).await {
                 Ok(Drive::Ended) => {
                     lock(&self.driving).remove(&run_id);
+                    self.live.with(|m| m.adopted.remove(&run_id));
                     return;
                 }
                 Ok(Drive::Again) => continue,

@@ -8,5 +8,6 @@
 pub mod elicit;
 pub mod live;
 pub mod read;
+pub mod tasks;
 
 pub use crate::conversation::*;

@@ -30,6 +30,7 @@
 pub mod answer;
 pub mod calls;
 pub mod record;
+pub mod task;
 
 pub use record::{
     CloseReason, Connection, ConnectionState, ConnectionStatus, ConversationKey, MCP_PLANNER_KIND,

@@ -74,6 +74,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     settlements_only_of_uncertain_invocations(&make());
     connections_are_guarded_and_bind_their_sessions_runs(&make());
     a_conversation_key_has_one_open_row_per_tenant(&make());
+    a_call_task_is_one_per_run_and_found_by_its_hash(&make());
     waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool(&make());
     crate::testing::contract_http::run(&make);
 }
@@ -2785,6 +2786,66 @@ fn waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool<S: Store>
         found(TENANT, PRINCIPAL, &tool, 99, 10),
         vec![pending.id, soon.id],
         "waiting_call_approvals: an action that no longer waits is not listed"
+    );
+}
+
+/// SPEC §22.3 item 1: a task row round-trips and is found by its id's hash alone; a second task
+/// of the same run, or a duplicate id, is refused; a task of no run is `NotFound`.
+fn a_call_task_is_one_per_run_and_found_by_its_hash<S: Store>(store: &S) {
+    use crate::conversation::task::{CallTask, task_id_sha256};
+    let run = seed_run(store, 0x7a5c, RunStatus::WaitingForApproval);
+    let task = CallTask {
+        id_sha256: task_id_sha256("tsk_one"),
+        run_id: run.id,
+        tenant_id: TENANT.to_owned(),
+        principal_id: PRINCIPAL.to_owned(),
+        created_at: T0,
+    };
+    assert_eq!(
+        read(store, |tx| tx.call_task(&task.id_sha256)),
+        None,
+        "call_task: none yet"
+    );
+    commit(store, "insert a task", |tx| tx.insert_call_task(&task));
+    assert_eq!(
+        read(store, |tx| tx.call_task(&task.id_sha256)),
+        Some(task.clone()),
+        "call_task: reads back as written"
+    );
+    assert_eq!(
+        read(store, |tx| tx.call_task(&task_id_sha256("tsk_other"))),
+        None,
+        "call_task: another id finds nothing"
+    );
+    assert_conflict(
+        store.transact(|tx| {
+            tx.insert_call_task(&CallTask {
+                id_sha256: task_id_sha256("tsk_two"),
+                ..task.clone()
+            })
+        }),
+        "call_tasks: one task per run",
+    );
+    let other = seed_run(store, 0x7a5d, RunStatus::WaitingForApproval);
+    assert_conflict(
+        store.transact(|tx| {
+            tx.insert_call_task(&CallTask {
+                run_id: other.id,
+                ..task.clone()
+            })
+        }),
+        "call_tasks: duplicate id",
+    );
+    assert_eq!(
+        store.transact(|tx| {
+            tx.insert_call_task(&CallTask {
+                id_sha256: task_id_sha256("tsk_three"),
+                run_id: crate::ids::RunId(uuid::Uuid::from_u128(0x7a5e_dead)),
+                ..task.clone()
+            })
+        }),
+        Err(TxError::NotFound),
+        "call_tasks: the run must exist"
     );
 }
 
