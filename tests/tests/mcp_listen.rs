@@ -282,6 +282,51 @@ impl Gateway {
         RawAnswer::parse(&String::from_utf8_lossy(&answer))
     }
 
+    /// One sessionless 2026-07-28 request (SPEC §23) of the client `client`, with `token` if
+    /// any: `method` with `params` (given `_meta` here, declaring the tasks extension), its
+    /// `Mcp-Name` header `name`; the JSON-RPC answer, from a JSON body or the SSE stream's
+    /// last message.
+    fn modern(
+        &self,
+        token: Option<&str>,
+        (method, name): (&str, &str),
+        mut params: Value,
+    ) -> Value {
+        params["_meta"] = json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "raw-tasks", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {
+                "extensions": {"io.modelcontextprotocol/tasks": {}}
+            },
+        });
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let mut headers = vec![
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+            ("mcp-name", name),
+        ];
+        if let Some(bearer) = &bearer {
+            headers.push(("authorization", bearer));
+        }
+        let answer = self.raw("POST", &headers, &body.to_string());
+        let text = answer
+            .body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .rfind(|data| !data.trim().is_empty())
+            .unwrap_or(&answer.body);
+        serde_json::from_str(text).unwrap_or_else(|e| {
+            panic!("{method}: not a JSON-RPC answer ({e}): {} {}", answer.status, answer.body)
+        })
+    }
+
+    /// SIGKILL: the process ends where it stands.
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// `GET /mcp` (the session's event stream) with `headers`: its status, and a channel that
     /// receives once the server ends the stream.
     fn open_stream(&self, headers: &[(&str, &str)]) -> (u16, std::sync::mpsc::Receiver<()>) {
@@ -620,6 +665,93 @@ fn one_conversation_across(scene: &Scene, first: &Gateway, second: &Gateway, cal
             .as_str()
             .is_some_and(|by| by.contains("mcp.test.slow")),
         "the first read's untrusted result tainted it: {listed}"
+    );
+}
+
+/// SPEC §22.3 item 1 with §23: a 2026-07-28 client that declared the tasks extension is answered
+/// a task the moment its write parks (`resultType: "task"`, status `working`, the approval named,
+/// `ttlMs` past the approval's expiry); `tasks/get` reads it. Another principal's poll, a guessed
+/// id, a `tasks/update` (airlock's tasks ask for no input) are −32602. The gateway is killed
+/// with SIGKILL while the task waits; a new gateway process starts on the store; the CLI
+/// approves; polls through the new process complete the task with the upstream's result, and
+/// the ledger has exactly one line.
+#[test]
+fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
+    let Some(python) = python("an_approval_task_outlives_kill_9_of_its_gateway") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let alice = scene.token("acme", "alice");
+    let bob = scene.token("acme", "bob");
+    let first = scene.listen(&[]);
+    let answered = first.modern(
+        Some(&alice),
+        ("tools/call", "test__append"),
+        json!({"name": "test__append", "arguments": {"text": "by task"}}),
+    );
+    let task = &answered["result"];
+    assert_eq!(task["resultType"], "task", "{answered}");
+    assert_eq!(task["status"], "working", "{answered}");
+    let id = task["taskId"].as_str().expect("a task id").to_owned();
+    assert!(id.starts_with("tsk_") && id.len() > 60, "{id}");
+    let message = task["statusMessage"].as_str().unwrap_or_default();
+    let approval = message
+        .split_whitespace()
+        .nth(3)
+        .expect("the approval's id in the message")
+        .to_owned();
+    assert!(message.starts_with("waiting for approval "), "{message}");
+    assert!(
+        task["ttlMs"].as_u64().is_some_and(|ttl| ttl > 3_600_000),
+        "{answered}"
+    );
+
+    let get = |gateway: &Gateway, token: &str, id: &str| {
+        gateway.modern(Some(token), ("tasks/get", id), json!({"taskId": id}))
+    };
+    assert_eq!(get(&first, &alice, &id)["result"]["status"], "working");
+    assert_eq!(get(&first, &bob, &id)["error"]["code"], -32602, "another's task");
+    assert_eq!(get(&first, &alice, "tsk_guess")["error"]["code"], -32602);
+    let update = first.modern(
+        Some(&alice),
+        ("tasks/update", &id),
+        json!({"taskId": id, "inputResponses": {}}),
+    );
+    assert_eq!(update["error"]["code"], -32602, "{update}");
+
+    first.kill9();
+    let second = scene.listen(&[]);
+    let approved = scene.data.run(
+        "operator",
+        &["approvals", "approve", &approval, "--reason", "checked by ci"],
+    );
+    assert!(approved.status.success(), "{approved:?}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let done = loop {
+        let polled = get(&second, &alice, &id);
+        if polled["result"]["status"] == "completed" {
+            break polled;
+        }
+        assert_eq!(polled["result"]["status"], "working", "{polled}");
+        assert!(std::time::Instant::now() < deadline, "never completed: {polled}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(done["result"]["result"]["isError"], false, "{done}");
+    assert_eq!(
+        done["result"]["result"]["content"][0]["text"], "appended",
+        "{done}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let ledger = std::fs::read_to_string(&scene.ledger).unwrap_or_default();
+    assert_eq!(
+        ledger.lines().filter(|l| *l == "by task").count(),
+        1,
+        "{ledger}"
+    );
+    assert_eq!(
+        get(&second, &alice, &id)["result"]["status"],
+        "completed",
+        "still there for the next poll"
     );
 }
 

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use airlock_core::connection::live::{
     ConnectionDriver, LiveConnection, LivePlanner, MCP_PLANNER_KIND, RunTemplate,
 };
+use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
 use airlock_core::env::Env;
 use airlock_core::events::ProcessEvent;
@@ -356,7 +357,8 @@ impl<S: Store + 'static> GatewayProcess<S> {
         self.gateway.clients().attach(session_id, live.id(), None);
         let session = ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
             .with_session(session_id)
-            .with_scopes(who.scopes.clone());
+            .with_scopes(who.scopes.clone())
+            .with_tasks(self.tasks_of(who));
         Ok((
             session,
             OpenConnection {
@@ -420,8 +422,14 @@ impl<S: Store + 'static> GatewayProcess<S> {
             ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
                 .with_session(session_id)
                 .with_scopes(who.scopes.clone())
-                .with_request_keys(hold.request_keys()),
+                .with_request_keys(hold.request_keys())
+                .with_tasks(self.tasks_of(who)),
         )
+    }
+
+    /// The approval tasks of `who` (SPEC §22.3 item 1).
+    fn tasks_of(&self, who: &SessionPrincipal) -> Tasks<S> {
+        Tasks::new(self.env.clone(), &self.config.tenant_id, &who.principal_id)
     }
 
     /// How many sessionless conversations this process holds now.

@@ -55,20 +55,26 @@ use std::time::Duration;
 use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
 use airlock_core::connection::live::{ClientCall, LiveConnection, TicketEnd, TicketStatus};
 use airlock_core::connection::read::{OutsideRead, ReadContext, ReadKind, ReadRefusal};
+use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
+use airlock_core::conversation::task::TaskView;
+use airlock_core::ids::RunId;
 use airlock_core::ids::{ApprovalId, SessionId};
 use airlock_core::principal::Principal;
 use airlock_core::scope::ScopeSet;
 use airlock_core::store::Store;
+use airlock_core::time::Timestamp;
 use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams,
-    CompleteResult, ElicitRequestParams, ElicitationAction, ErrorCode, GetPromptRequestParams,
-    GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask, ElicitRequestParams,
+    ElicitationAction, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    GetTaskParams, GetTaskResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter, Tool,
-    UnsubscribeRequestParams,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    TASKS_EXTENSION_ID, Task, TaskPayload, TaskStatus, Tool, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 use rmcp::service::{
     ElicitationMode, NotificationContext, RequestContext, RoleServer, SubscriptionContext,
@@ -131,6 +137,8 @@ pub struct ClientSession<S: Store> {
     /// The session principal's scopes when they are not the file's (an HTTP client's token
     /// narrows them, SPEC §19.6): reads are gated and listed with these.
     scopes: Option<ScopeSet>,
+    /// The session principal's approval tasks (SPEC §22.3 item 1); `None`: tasks are not offered.
+    tasks: Option<Arc<Tasks<S>>>,
 }
 
 impl<S: Store + 'static> ClientSession<S> {
@@ -150,7 +158,15 @@ impl<S: Store + 'static> ClientSession<S> {
             forwarder: None,
             notice_relay: TaskSlot::default(),
             scopes: None,
+            tasks: None,
         }
+    }
+
+    /// Offers approval tasks (SPEC §22.3 item 1) to clients that declare the tasks extension,
+    /// as `tasks`' principal.
+    pub fn with_tasks(mut self, tasks: Tasks<S>) -> ClientSession<S> {
+        self.tasks = Some(Arc::new(tasks));
+        self
     }
 
     /// Takes request keys from `keys`, shared with the other servers of one live connection.
@@ -296,6 +312,101 @@ impl<S: Store + 'static> ClientSession<S> {
         self
     }
 
+    /// SPEC §22.3 item 1: the parked call `run` of request `key` answered as a task: the task
+    /// row, the run adopted (it executes once approved, with no request waiting), the request
+    /// detached. `None` when the request was answered meanwhile, or the task could not be
+    /// recorded (the caller answers as it would without tasks: the approval stays, and the
+    /// identical call sent again binds to it).
+    fn answer_as_task(
+        &self,
+        key: u64,
+        run: RunId,
+        approval: ApprovalId,
+        expires_at: Timestamp,
+    ) -> Option<CreateTaskResult> {
+        let tasks = self.tasks.as_ref()?;
+        let id = match tasks.open(run) {
+            Ok(id) => id,
+            Err(error) => {
+                tracing::warn!(%error, %run, "a parked call's task was not recorded; it is answered without one");
+                return None;
+            }
+        };
+        self.live.adopt(run);
+        if !self.live.detach(key) {
+            return None;
+        }
+        let now = self.gateway.now();
+        let task = Task::new(id, TaskStatus::Working, now.to_string(), now.to_string())
+            .with_status_message(render::parked_message(approval, expires_at))
+            .with_ttl_ms(self.task_ttl_ms(expires_at, now))
+            .with_poll_interval_ms(TASK_POLL_MS);
+        Some(CreateTaskResult::new(task))
+    }
+
+    /// How long a task is kept for its client (`ttlMs`): until its approval expires, plus the
+    /// longest call timeout of the file, so a call approved at the last moment is still polled.
+    fn task_ttl_ms(&self, expires_at: Timestamp, now: Timestamp) -> u64 {
+        let longest = self
+            .gateway
+            .config()
+            .servers
+            .values()
+            .map(|server| u64::from(server.timeout_seconds))
+            .max()
+            .unwrap_or(0);
+        let until = u64::try_from(expires_at.as_micros().saturating_sub(now.as_micros()) / 1000)
+            .unwrap_or(0);
+        until.saturating_add(longest.saturating_mul(1000))
+    }
+
+    /// The task `id` as `tasks/get` answers it; a task no process drives that can execute now
+    /// is adopted by this connection (SPEC §22.3 item 1: a restart, or another gateway of the
+    /// store, executes an approved task exactly once: the store's claim decides which).
+    fn task_state(&self, id: &str) -> Result<GetTaskResult, McpError> {
+        let tasks = self
+            .tasks
+            .as_ref()
+            .ok_or_else(McpError::method_not_found::<rmcp::model::GetTaskMethod>)?;
+        let polled = tasks
+            .poll(id)
+            .map_err(|e| McpError::internal_error(format!("storage: {e}"), None))?
+            .map_err(|refused| McpError::invalid_params(refused.to_string(), None))?;
+        if polled.adoptable && !self.live.serves(polled.task.run_id) {
+            self.live.adopt(polled.task.run_id);
+        }
+        let now = self.gateway.now();
+        let task = Task::new(
+            id.to_owned(),
+            TaskStatus::Working,
+            polled.task.created_at.to_string(),
+            now.to_string(),
+        )
+        .with_poll_interval_ms(TASK_POLL_MS);
+        let (task, payload) = match polled.view {
+            TaskView::Waiting { approval } => {
+                let message = if approval.status == airlock_core::vocab::ApprovalStatus::Approved {
+                    format!("approval {} was approved; the call runs now", approval.id)
+                } else {
+                    render::parked_message(approval.id, approval.expires_at)
+                };
+                (task.with_status_message(message), TaskPayload::Working)
+            }
+            TaskView::Working => (
+                task.with_status_message("the call runs now"),
+                TaskPayload::Working,
+            ),
+            TaskView::Answered(answer) => {
+                let Value::Object(result) = completed(render::call_result(&answer)) else {
+                    return Err(McpError::internal_error("unrenderable result", None));
+                };
+                (task, TaskPayload::Completed { result })
+            }
+            TaskView::Cancelled => (task, TaskPayload::Cancelled),
+        };
+        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
+    }
+
     /// Whether this request's client can be asked for an approval.
     fn can_elicit(&self, context: &RequestContext<RoleServer>) -> bool {
         let legacy = context
@@ -337,6 +448,9 @@ fn map_key(mut value: Value, key: &str, f: impl Fn(&str) -> Option<String>) -> O
 /// its `subscriptions/listen` stream (2026-07-28), and a tool unlisted since a client's cached
 /// listing is refused when called (fail closed), never run.
 pub const LIST_TTL_MS: u64 = 60_000;
+
+/// How often a task's client is asked to poll (`pollIntervalMs`).
+pub const TASK_POLL_MS: u64 = 2_000;
 
 /// An upstream answer as a 2026-07-28 client needs it: a 2025-11-25 upstream sends no
 /// `resultType`, and rmcp strips it again for a 2025-11-25 client.
@@ -565,6 +679,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 capabilities["logging"] = json!({});
             }
         }
+        if self.tasks.is_some() {
+            capabilities["extensions"] = json!({TASKS_EXTENSION_ID: {}});
+        }
         let capabilities: ServerCapabilities =
             serde_json::from_value(capabilities).unwrap_or_else(|_| {
                 ServerCapabilities::builder()
@@ -639,6 +756,10 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let mut last_progress: Option<tokio::time::Instant> = None;
         let mut elicited = false;
         let can_elicit = self.can_elicit(&context);
+        let declares_tasks = self.tasks.is_some()
+            && context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.supports_tasks());
         let ended = ticket.ended();
         tokio::pin!(ended);
         loop {
@@ -659,9 +780,12 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     return Err(McpError::internal_error("the call was cancelled", None));
                 }
                 _ = tokio::time::sleep(LOOK_EVERY) => {
-                    let TicketStatus::Parked { approval_id, expires_at, .. } = ticket.status() else {
+                    let TicketStatus::Parked { run, approval_id, expires_at } = ticket.status() else {
                         continue;
                     };
+                    if declares_tasks && let Some(task) = self.answer_as_task(key, run, approval_id, expires_at) {
+                        return Ok(CallToolResponse::Task(task));
+                    }
                     let asks = can_elicit && self.elicitation.is_some();
                     // §22.3: answered at once; the approval stays pending for a retry. Only
                     // if the request was still waiting (it may have just been answered).
@@ -692,6 +816,50 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 }
             }
         }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        self.task_state(&request.task_id)
+    }
+
+    /// A client cancel of the task's call (SPEC §8.5): recorded in the store; a call in flight
+    /// stops at its next observation point.
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let tasks = self
+            .tasks
+            .as_ref()
+            .ok_or_else(McpError::method_not_found::<rmcp::model::CancelTaskMethod>)?;
+        tasks
+            .cancel(&request.task_id)
+            .map_err(|e| McpError::internal_error(format!("storage: {e}"), None))?
+            .map_err(|refused| McpError::invalid_params(refused.to_string(), None))?;
+        Ok(())
+    }
+
+    /// airlock's tasks never ask for input (an approval comes from a reviewer, or from the
+    /// form of a 2025-11-25 elicitation): every update is refused, after the task is checked
+    /// to be the caller's.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.task_state(&request.task_id)?;
+        Err(McpError::invalid_params(
+            format!(
+                "task {} asks for no input",
+                request.task_id.chars().take(64).collect::<String>()
+            ),
+            None,
+        ))
     }
 
     async fn list_resources(
