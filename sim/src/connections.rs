@@ -36,9 +36,15 @@
 //! - **every call proposed after an untrusted result was answered is tainted** (§22.2): an
 //!   invocation of a conversation created after its client was answered untrusted content was
 //!   decided `external_untrusted`;
-//! - **an approved call executes only while a request waits for it** (§22.3): no service gets
-//!   a call whose run has no request attached in its gateway's mailbox. (No call executes
-//!   before its approval, and none twice, are S invariants.)
+//! - **an approved call executes only while a request waits for it, outside tasks** (§22.3): no
+//!   service gets a call whose run has no request attached in its gateway's mailbox and no task
+//!   row in the store. (No call executes before its approval, and none twice, are S
+//!   invariants: for a task across crashes too.)
+//!
+//! Some clients declare the tasks extension (§22.3 item 1): a write of theirs that parks is
+//! answered as a task (the run adopted, the request detached) and polled every second until
+//! it ends; the gateway may crash while it waits, and a restarted host polls the task through
+//! its new gateway instead of sending the call again, adopting the approved run nobody drives.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,9 +55,11 @@ use airlock_core::action::JsonMap;
 use airlock_core::connection::answer::CallAnswer;
 use airlock_core::connection::live::{
     ClientCall, ConnectionDriver, LiveConnection, LivePlanner, MCP_PLANNER_KIND, RunTemplate,
-    Ticket, TicketEnd,
+    Ticket, TicketEnd, TicketStatus,
 };
+use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
+use airlock_core::conversation::task::TaskView;
 use airlock_core::env::Env;
 use airlock_core::events::EventType;
 use airlock_core::ids::{RunId, SessionId};
@@ -114,6 +122,9 @@ struct ClientPlan {
     retry_after: Option<Duration>,
     /// How long the restarted host stays connected before it disconnects.
     retry_stays: Duration,
+    /// The client declared the tasks extension: its parked calls are answered as tasks and
+    /// polled (§22.3 item 1).
+    tasks: bool,
 }
 
 /// The seed's plan, drawn before the world starts.
@@ -161,8 +172,10 @@ impl ConnectionPlan {
                         _ => rng.range(LEASE_MS + 1_000, 3 * LEASE_MS),
                     })
                 });
+                let tasks = rng.chance(0.35);
                 ClientPlan {
-                    cancel,
+                    tasks,
+                    cancel: cancel.filter(|_| !tasks),
                     resend_after,
                     fate,
                     fate_at,
@@ -195,6 +208,7 @@ impl ConnectionPlan {
                 "crash_after_effect": c.crash_after_effect,
                 "retry_after_ms": c.retry_after.map(|d| d.as_millis() as u64),
                 "retry_stays_ms": c.retry_stays.as_millis() as u64,
+                "tasks": c.tasks,
             })).collect::<Vec<_>>(),
             "approve_after_ms": [self.approve_after_ms.0, self.approve_after_ms.1],
             "deny_rate": self.deny_rate,
@@ -249,12 +263,19 @@ impl ConnectionStore {
     fn waited_elsewhere(&self, run: RunId, closed_at: &BTreeMap<SessionId, u64>) -> bool {
         lock(&self.lives)
             .iter()
-            .any(|(session, live)| !closed_at.contains_key(session) && live.waits_for(run))
+            .any(|(session, live)| !closed_at.contains_key(session) && live.serves(run))
     }
 
-    /// Whether any connection's request waits for `run`.
+    /// Whether any connection's request waits for `run`, or `run` is a task's (a task stands
+    /// for its request, §22.3 item 1), as the store says.
     fn waited(&self, run: RunId) -> bool {
-        lock(&self.lives).values().any(|live| live.waits_for(run))
+        lock(&self.lives).values().any(|live| live.waits_for(run)) || self.has_task(run)
+    }
+
+    /// Whether the store holds a task of `run`.
+    fn has_task(&self, run: RunId) -> bool {
+        self.inner
+            .inspect(|s| s.call_tasks.values().any(|task| task.run_id == run))
     }
 
     fn client_left(&self, session: SessionId) {
@@ -358,6 +379,10 @@ struct ConnectionWorld {
     untrusted_answers: Mutex<Vec<(SessionId, Timestamp)>>,
     /// Calls a service got while no request waited for their run (§22.3).
     unwaited: Mutex<Vec<String>>,
+    /// Tasks a client holds, by `(client, call index)`: the task id and its run (§22.3 item 1).
+    tasks: Mutex<BTreeMap<(usize, usize), (String, RunId)>>,
+    /// Task runs a restarted host's gateway adopted on a poll.
+    adopted_after_crash: AtomicU64,
 }
 
 /// A simulated service: records the request (the effect happens), waits, answers.
@@ -434,7 +459,7 @@ impl PlannerFactory for OneConnection {
     fn for_run(&self, run: &Run) -> Result<Arc<dyn Planner>, PlannerError> {
         // Its own connection's runs, and another's parked call bound to a request here (§22.3).
         if run.planner_kind != MCP_PLANNER_KIND
-            || (run.session_id != self.session && !self.live.waits_for(run.id))
+            || (run.session_id != self.session && !self.live.serves(run.id))
         {
             return Err(PlannerError("not this gateway's connection".into()));
         }
@@ -634,7 +659,12 @@ impl ConnectionWorld {
             &format!("gw{index}"),
         );
         lock(&self.gateway_sessions).insert(index, session);
-        // The client.
+        // The client, and its gateway's side of tasks (one id source for all of them).
+        let tasks = Arc::new(Tasks::new(
+            self.env(70 + index as u64, Some(index), Arc::new(NoPlanner)),
+            "acme",
+            "alice",
+        ));
         let started = Instant::now();
         let mut tickets = Vec::new();
         for (n, (at, tool)) in plan.calls.iter().enumerate() {
@@ -655,6 +685,14 @@ impl ConnectionWorld {
                 },
             );
             self.watch(session, &ticket);
+            if plan.tasks {
+                let world = Arc::clone(&self);
+                let (live, watched) = (Arc::clone(&live), ticket.clone());
+                let tasks = Arc::clone(&tasks);
+                madsim::task::spawn(async move {
+                    world.answer_as_task(index, n, &live, &watched, tasks).await;
+                });
+            }
             if plan.cancel == Some(n) {
                 let cancelling = Arc::clone(&live);
                 let watched = ticket.clone();
@@ -709,6 +747,25 @@ impl ConnectionWorld {
             None,
             &format!("gw{index}r"),
         );
+        // A task is polled, not sent again (§22.3 item 1): the restarted host still holds it.
+        let held: Vec<(String, RunId)> = lock(&self.tasks)
+            .iter()
+            .filter(|((client, _), _)| *client == index)
+            .map(|(_, task)| task.clone())
+            .collect();
+        let tasks = Arc::new(Tasks::new(
+            self.env(90 + index as u64, None, Arc::new(NoPlanner)),
+            "acme",
+            "alice",
+        ));
+        for (id, run) in held.iter().cloned() {
+            let world = Arc::clone(&self);
+            let (live, tasks) = (Arc::clone(&live), Arc::clone(&tasks));
+            madsim::task::spawn(async move {
+                world.poll_task(&tasks, &id, run, &live, true).await;
+            });
+        }
+        let tasked = |n: usize| lock(&self.tasks).contains_key(&(index, n));
         let unanswered: Vec<usize> = lock(&self.tickets)
             .iter()
             .filter(|((client, n), ticket)| {
@@ -717,6 +774,7 @@ impl ConnectionWorld {
                     && !matches!(ticket.end(), Some(TicketEnd::Answered(_)))
             })
             .map(|((_, n), _)| *n)
+            .filter(|n| !tasked(*n))
             .collect();
         for n in unanswered {
             let ticket = live.submit(
@@ -732,6 +790,64 @@ impl ConnectionWorld {
         let _ = driver.disconnect();
         self.store.client_left(session);
         std::future::pending::<()>().await;
+    }
+
+    /// A client that declared tasks (§22.3 item 1): once call `n`'s request parks, it is answered
+    /// as a task (the task row, the run adopted, the request detached, as the gateway does), and
+    /// the client polls it.
+    async fn answer_as_task(
+        self: Arc<Self>,
+        index: usize,
+        n: usize,
+        live: &Arc<LiveConnection>,
+        ticket: &Ticket,
+        tasks: Arc<Tasks<ConnectionStore>>,
+    ) {
+        let run = loop {
+            match ticket.status() {
+                TicketStatus::Parked { run, .. } => break run,
+                _ if ticket.end().is_some() => return,
+                _ => sleep(Duration::from_millis(50)).await,
+            }
+        };
+        let Ok(id) = tasks.open(run) else {
+            return;
+        };
+        live.adopt(run);
+        if !live.detach(n as u64) {
+            return;
+        }
+        lock(&self.tasks).insert((index, n), (id.clone(), run));
+        self.poll_task(&tasks, &id, run, live, false).await;
+    }
+
+    /// Polls task `id` every second until it ends; a poll that finds it adoptable while this
+    /// gateway does not serve it adopts it (after a crash: `after_crash`).
+    async fn poll_task(
+        &self,
+        tasks: &Tasks<ConnectionStore>,
+        id: &str,
+        run: RunId,
+        live: &Arc<LiveConnection>,
+        after_crash: bool,
+    ) {
+        loop {
+            if live.is_closed() {
+                return;
+            }
+            if let Ok(Ok(polled)) = tasks.poll(id) {
+                if matches!(polled.view, TaskView::Answered(_) | TaskView::Cancelled) {
+                    return;
+                }
+                if polled.adoptable && !live.serves(run) {
+                    live.adopt(run);
+                    if after_crash {
+                        self.adopted_after_crash.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            }
+            sleep(Duration::from_millis(1_000)).await;
+        }
     }
 
     /// Resolves pending approvals after a drawn delay, whether or not the client is still there.
@@ -886,6 +1002,9 @@ pub struct ConnectionReport {
     /// Calls STARTed for an identical call sent again on another connection after their own
     /// client had left (§22.3).
     pub rebound_starts: u64,
+    /// Tasks answered (§22.3 item 1), and task runs a restarted host's gateway adopted.
+    pub tasks: usize,
+    pub adopted_after_crash: u64,
     pub plan: Value,
 }
 
@@ -924,7 +1043,8 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     let mut runtime =
         madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
     runtime.set_time_limit(WORKLOAD + QUIET_BOUND + Duration::from_secs(60));
-    let (snapshot, effects, mut violations, rebound_starts) = runtime.block_on(simulate(plan));
+    let (snapshot, effects, mut violations, (rebound_starts, adopted_after_crash)) =
+        runtime.block_on(simulate(plan));
     violations.extend(check(&snapshot, &effects, 3));
     violations.extend(liveness(&snapshot));
     let refused = |code: &str| {
@@ -941,6 +1061,8 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
         refused_in_flight: refused("policy.uncertain.in_flight"),
         refused_repeat: refused("policy.uncertain.repeat"),
         rebound_starts,
+        tasks: snapshot.call_tasks.len(),
+        adopted_after_crash,
         runs: snapshot.runs.len(),
         calls: snapshot.invocations.len(),
         effects: effects.len(),
@@ -950,7 +1072,7 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     }
 }
 
-async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violation>, u64) {
+async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violation>, (u64, u64)) {
     let seed = plan.seed;
     let world = Arc::new(ConnectionWorld {
         store: Arc::new(ConnectionStore::new()),
@@ -962,6 +1084,8 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         untrusted_answers: Mutex::new(Vec::new()),
         unwaited: Mutex::new(Vec::new()),
         gateway_sessions: Mutex::new(BTreeMap::new()),
+        tasks: Mutex::new(BTreeMap::new()),
+        adopted_after_crash: AtomicU64::new(0),
         plan,
     });
     let handle = Handle::current();
@@ -1064,7 +1188,7 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         }),
     );
     violations.extend(lock(&world.unwaited).drain(..).map(|detail| Violation {
-        invariant: "§22.3 an approved call executes only while a request waits for it",
+        invariant: "§22.3 outside tasks, an approved call executes only while a request waits for it",
         detail,
     }));
     violations.extend(
@@ -1089,5 +1213,6 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         });
     }
     let rebound_starts = world.store.rebound_starts.load(Ordering::SeqCst);
-    (snapshot, effects, violations, rebound_starts)
+    let adopted = world.adopted_after_crash.load(Ordering::SeqCst);
+    (snapshot, effects, violations, (rebound_starts, adopted))
 }

@@ -317,7 +317,10 @@ impl Gateway {
             .rfind(|data| !data.trim().is_empty())
             .unwrap_or(&answer.body);
         serde_json::from_str(text).unwrap_or_else(|e| {
-            panic!("{method}: not a JSON-RPC answer ({e}): {} {}", answer.status, answer.body)
+            panic!(
+                "{method}: not a JSON-RPC answer ({e}): {} {}",
+                answer.status, answer.body
+            )
         })
     }
 
@@ -710,7 +713,11 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
         gateway.modern(Some(token), ("tasks/get", id), json!({"taskId": id}))
     };
     assert_eq!(get(&first, &alice, &id)["result"]["status"], "working");
-    assert_eq!(get(&first, &bob, &id)["error"]["code"], -32602, "another's task");
+    assert_eq!(
+        get(&first, &bob, &id)["error"]["code"],
+        -32602,
+        "another's task"
+    );
     assert_eq!(get(&first, &alice, "tsk_guess")["error"]["code"], -32602);
     let update = first.modern(
         Some(&alice),
@@ -723,7 +730,13 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
     let second = scene.listen(&[]);
     let approved = scene.data.run(
         "operator",
-        &["approvals", "approve", &approval, "--reason", "checked by ci"],
+        &[
+            "approvals",
+            "approve",
+            &approval,
+            "--reason",
+            "checked by ci",
+        ],
     );
     assert!(approved.status.success(), "{approved:?}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -733,7 +746,10 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
             break polled;
         }
         assert_eq!(polled["result"]["status"], "working", "{polled}");
-        assert!(std::time::Instant::now() < deadline, "never completed: {polled}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never completed: {polled}"
+        );
         std::thread::sleep(Duration::from_millis(500));
     };
     assert_eq!(done["result"]["result"]["isError"], false, "{done}");

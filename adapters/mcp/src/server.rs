@@ -36,6 +36,15 @@
 //! [`crate::relay`]). The gateway's own parked progress and the upstream's progress share the
 //! client's token, the upstream's counted on from the gateway's.
 //!
+//! **Tasks (SPEC §22.3 item 1).** A client that declared the `io.modelcontextprotocol/tasks`
+//! extension is answered a task the moment its call parks ([`airlock_core::connection::tasks`]):
+//! the run is adopted by this connection, so it executes once approved with no request
+//! waiting, and `tasks/get` reads where it stands from the store. A poll of an approved task
+//! nobody drives (its gateway died) adopts it here; the store's claim executes it once.
+//! `tasks/cancel` is a client cancel of the run (§8.5); `tasks/update` is refused (these tasks
+//! ask for no input). Every `tasks/*` request is checked against the task's tenant and
+//! principal (−32602 for another's, as for an unknown id).
+//!
 //! **A call without a `progressToken`** that parks, when the client is not asked to approve
 //! it, is answered at once (`isError`, naming the approval, its expiry and how to retry,
 //! §22.3): its host would otherwise show nothing until its own timeout. The approval stays

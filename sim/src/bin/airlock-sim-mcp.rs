@@ -126,6 +126,7 @@ fn run(sweep: &Sweep) -> ExitCode {
     drop(sender);
     let (mut runs, mut calls, mut effects) = (0, 0, 0);
     let (mut in_flight, mut repeat, mut rebound) = (0, 0, 0);
+    let (mut tasks, mut adopted) = (0, 0);
     let (mut done, mut failed) = (0u64, Vec::new());
     let began = std::time::Instant::now();
     let mut last_line = began;
@@ -148,6 +149,8 @@ fn run(sweep: &Sweep) -> ExitCode {
         in_flight += report.refused_in_flight;
         repeat += report.refused_repeat;
         rebound += report.rebound_starts;
+        tasks += report.tasks;
+        adopted += report.adopted_after_crash;
         if let Some(v) = report.violations.first() {
             failed.push(seed);
             println!("seed {seed}: VIOLATION {}: {}", v.invariant, v.detail);
@@ -174,7 +177,8 @@ fn run(sweep: &Sweep) -> ExitCode {
         println!(
             "connection world: {count} seeds from {start} passed ({runs} runs, {calls} calls, \
              {effects} effects; retries refused in flight {in_flight}, as repeats {repeat}; \
-             calls run for a request sent again after their client left {rebound})"
+             calls run for a request sent again after their client left {rebound}; tasks \
+             {tasks}, adopted by a restarted host's gateway {adopted})"
         );
     } else {
         println!("connection world: failed seeds {failed:?}");
