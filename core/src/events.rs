@@ -40,6 +40,7 @@ crate::vocab::wire_enum! {
         McpToolPinMismatch = "mcp.tool.pin_mismatch",
         McpUpstreamRequest = "mcp.upstream.request",
         McpTaskOpened = "mcp.task.opened",
+        McpStateKeyRotated = "mcp.state_key.rotated",
         ConversationTainted = "conversation.tainted",
         ConversationTaintCleared = "conversation.taint_cleared",
     }

@@ -34,6 +34,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use crate::access::ApiToken;
 use crate::approval::Approval;
+use crate::conversation::request_state::StateKey;
 use crate::conversation::task::CallTask;
 use crate::conversation::{Connection, ConnectionState, ConnectionStatus, ConversationKey};
 use crate::events::{Event, NewEvent, ProcessEvent};
@@ -73,6 +74,8 @@ pub struct MemSnapshot {
     pub api_tokens: BTreeMap<ApiTokenId, ApiToken>,
     /// SPEC §22.3 item 1: by the SHA-256 of their ids.
     pub call_tasks: BTreeMap<String, CallTask>,
+    /// SPEC §22.3 item 2: `requestState` sealing keys, by id.
+    pub state_keys: BTreeMap<String, StateKey>,
 }
 
 /// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
@@ -475,6 +478,31 @@ impl StoreTx for MemTx<'_> {
             .connections
             .values()
             .find(|c| c.session_id == session)
+            .cloned())
+    }
+
+    fn insert_state_key(&mut self, key: &StateKey) -> Result<(), TxError> {
+        if self.tables.rows.state_keys.contains_key(&key.id) {
+            return Err(conflict(format!("state_keys: duplicate id {}", key.id)));
+        }
+        self.tables
+            .rows
+            .state_keys
+            .insert(key.id.clone(), key.clone());
+        Ok(())
+    }
+
+    fn state_key(&mut self, id: &str) -> Result<Option<StateKey>, TxError> {
+        Ok(self.tables.rows.state_keys.get(id).cloned())
+    }
+
+    fn newest_state_key(&mut self) -> Result<Option<StateKey>, TxError> {
+        Ok(self
+            .tables
+            .rows
+            .state_keys
+            .values()
+            .max_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
             .cloned())
     }
 

@@ -7,6 +7,7 @@ pub mod guards;
 use crate::access::token::ApiToken;
 use crate::approval::Approval;
 use crate::conversation::record::{Connection, ConnectionStatus, ConversationKey};
+use crate::conversation::request_state::StateKey;
 use crate::conversation::task::CallTask;
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
@@ -158,6 +159,13 @@ pub trait StoreTx {
         tenant: &str,
         key: &ConversationKey,
     ) -> Result<Option<Connection>, TxError>;
+    /// A `requestState` sealing key (SPEC §22.3 item 2): `Conflict` on a duplicate id. Keys
+    /// never change.
+    fn insert_state_key(&mut self, key: &StateKey) -> Result<(), TxError>;
+    /// The key named `id`.
+    fn state_key(&mut self, id: &str) -> Result<Option<StateKey>, TxError>;
+    /// The newest key (by `created_at`, then id).
+    fn newest_state_key(&mut self) -> Result<Option<StateKey>, TxError>;
     /// A task row (SPEC §22.3 item 1): `Conflict` on a duplicate id or a run that has a task
     /// already; `NotFound` without the run. Rows never change.
     fn insert_call_task(&mut self, task: &CallTask) -> Result<(), TxError>;

@@ -717,6 +717,23 @@ impl StoreTx for TxProbe<'_> {
     fn connection_by_session(&mut self, session: SessionId) -> Result<Option<Connection>, TxError> {
         self.inner.connection_by_session(session)
     }
+    fn insert_state_key(
+        &mut self,
+        key: &airlock_core::conversation::request_state::StateKey,
+    ) -> Result<(), TxError> {
+        self.inner.insert_state_key(key)
+    }
+    fn state_key(
+        &mut self,
+        id: &str,
+    ) -> Result<Option<airlock_core::conversation::request_state::StateKey>, TxError> {
+        self.inner.state_key(id)
+    }
+    fn newest_state_key(
+        &mut self,
+    ) -> Result<Option<airlock_core::conversation::request_state::StateKey>, TxError> {
+        self.inner.newest_state_key()
+    }
     fn insert_call_task(
         &mut self,
         task: &airlock_core::conversation::task::CallTask,

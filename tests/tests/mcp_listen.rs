@@ -282,22 +282,31 @@ impl Gateway {
         RawAnswer::parse(&String::from_utf8_lossy(&answer))
     }
 
-    /// One sessionless 2026-07-28 request (SPEC §23) of the client `client`, with `token` if
-    /// any: `method` with `params` (given `_meta` here, declaring the tasks extension), its
+    /// One sessionless 2026-07-28 request (SPEC §23) of a client declaring the tasks
+    /// extension, with `token` if any: `method` with `params` (given `_meta` here), its
     /// `Mcp-Name` header `name`; the JSON-RPC answer, from a JSON body or the SSE stream's
     /// last message.
-    fn modern(
+    fn modern(&self, token: Option<&str>, method: (&str, &str), params: Value) -> Value {
+        self.modern_as(
+            token,
+            json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}),
+            method,
+            params,
+        )
+    }
+
+    /// [`Gateway::modern`] for a client declaring `capabilities`.
+    fn modern_as(
         &self,
         token: Option<&str>,
+        capabilities: Value,
         (method, name): (&str, &str),
         mut params: Value,
     ) -> Value {
         params["_meta"] = json!({
             "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientInfo": {"name": "raw-tasks", "version": "1"},
-            "io.modelcontextprotocol/clientCapabilities": {
-                "extensions": {"io.modelcontextprotocol/tasks": {}}
-            },
+            "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": capabilities,
         });
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let bearer = token.map(|t| format!("Bearer {t}"));
@@ -768,6 +777,110 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
         get(&second, &alice, &id)["result"]["status"],
         "completed",
         "still there for the next poll"
+    );
+}
+
+/// SPEC §22.3 item 2: with `approve_via_elicitation`, a 2026-07-28 client that declared form
+/// elicitation (and no tasks) is answered, when its write parks, `input_required`: the approval
+/// form as its one input request and a sealed `requestState`. A changed state, another
+/// principal's use of it, or its use for another call are −32602 and move nothing. The retry
+/// with the form's yes, through a second gateway process of the store (which opens the state
+/// with the store's key), approves and executes the call once; the same state used again is
+/// −32602 (used).
+#[test]
+fn an_input_required_approval_is_answered_on_the_retry_through_another_gateway() {
+    let Some(python) = python("an_input_required_approval") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let file = std::fs::read_to_string(&scene.config).unwrap();
+    std::fs::write(
+        &scene.config,
+        file.replacen(
+            "origin_trust = \"user\"\n",
+            "origin_trust = \"user\"\napprove_via_elicitation = true\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let alice = scene.token("acme", "alice");
+    let bob = scene.token("acme", "bob");
+    let first = scene.listen(&[]);
+    let second = scene.listen(&[]);
+    let form = json!({"elicitation": {"form": {}}});
+    let call = |gateway: &Gateway, token: &str, text: &str, extra: Value| {
+        let mut params = json!({"name": "test__append", "arguments": {"text": text}});
+        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        gateway.modern_as(
+            Some(token),
+            form.clone(),
+            ("tools/call", "test__append"),
+            params,
+        )
+    };
+    let asked = call(&first, &alice, "sealed", json!({}));
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    let request = &result["inputRequests"]["approval"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    assert_eq!(request["params"]["mode"], "form", "{asked}");
+    assert!(
+        request["params"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("approve this call?")),
+        "{asked}"
+    );
+    let state = result["requestState"]
+        .as_str()
+        .expect("a requestState")
+        .to_owned();
+    let yes = json!({"approval": {"action": "accept", "content": {"approve": true}}});
+
+    let mut changed = state.clone().into_bytes();
+    let last = changed.len() - 1;
+    changed[last] = if changed[last] == b'0' { b'1' } else { b'0' };
+    let changed = String::from_utf8(changed).unwrap();
+    for (who, text, state, why) in [
+        (&alice, "sealed", changed.as_str(), "changed"),
+        (&bob, "sealed", state.as_str(), "another principal"),
+        (&alice, "other", state.as_str(), "another call"),
+    ] {
+        let refused = call(
+            &second,
+            who,
+            text,
+            json!({"requestState": state, "inputResponses": yes}),
+        );
+        assert_eq!(refused["error"]["code"], -32602, "{why}: {refused}");
+    }
+    let ledger = || std::fs::read_to_string(&scene.ledger).unwrap_or_default();
+    assert!(!ledger().contains("sealed"), "{}", ledger());
+
+    let answered = call(
+        &second,
+        &alice,
+        "sealed",
+        json!({"requestState": state, "inputResponses": yes}),
+    );
+    assert_eq!(answered["result"]["isError"], false, "{answered}");
+    assert_eq!(
+        answered["result"]["content"][0]["text"], "appended",
+        "{answered}"
+    );
+    let again = call(
+        &first,
+        &alice,
+        "sealed",
+        json!({"requestState": state, "inputResponses": yes}),
+    );
+    assert_eq!(again["error"]["code"], -32602, "used: {again}");
+    assert_eq!(
+        ledger().lines().filter(|l| *l == "sealed").count(),
+        1,
+        "{}",
+        ledger()
     );
 }
 

@@ -39,6 +39,7 @@ use rmcp::ServiceExt;
 
 use crate::config::GatewayConfig;
 use crate::gateway::Gateway;
+use crate::sealed_state::StateSeal;
 use crate::server::{ClientSession, ElicitedApprovals};
 use crate::sessionless::{Holds, JoinWith};
 use airlock_core::conversation::ConversationKey;
@@ -358,7 +359,8 @@ impl<S: Store + 'static> GatewayProcess<S> {
         let session = ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
             .with_session(session_id)
             .with_scopes(who.scopes.clone())
-            .with_tasks(self.tasks_of(who));
+            .with_tasks(self.tasks_of(who))
+            .with_states(self.state_seal(), &who.principal_id);
         Ok((
             session,
             OpenConnection {
@@ -423,13 +425,19 @@ impl<S: Store + 'static> GatewayProcess<S> {
                 .with_session(session_id)
                 .with_scopes(who.scopes.clone())
                 .with_request_keys(hold.request_keys())
-                .with_tasks(self.tasks_of(who)),
+                .with_tasks(self.tasks_of(who))
+                .with_states(self.state_seal(), &who.principal_id),
         )
     }
 
     /// The approval tasks of `who` (SPEC §22.3 item 1).
     fn tasks_of(&self, who: &SessionPrincipal) -> Tasks<S> {
         Tasks::new(self.env.clone(), &self.config.tenant_id, &who.principal_id)
+    }
+
+    /// Sealing of `input_required` states with the store's keys (SPEC §22.3 item 2).
+    fn state_seal(&self) -> StateSeal<S> {
+        StateSeal::new(Arc::clone(&self.env.store), Arc::clone(&self.env.clock))
     }
 
     /// How many sessionless conversations this process holds now.

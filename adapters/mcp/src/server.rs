@@ -61,29 +61,34 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use airlock_core::canonical::arguments_hash;
 use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
 use airlock_core::connection::live::{ClientCall, LiveConnection, TicketEnd, TicketStatus};
 use airlock_core::connection::read::{OutsideRead, ReadContext, ReadKind, ReadRefusal};
 use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
+use airlock_core::conversation::request_state::SealedCall;
 use airlock_core::conversation::task::TaskView;
 use airlock_core::ids::RunId;
 use airlock_core::ids::{ApprovalId, SessionId};
 use airlock_core::principal::Principal;
 use airlock_core::scope::ScopeSet;
 use airlock_core::store::Store;
+use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
+
+use crate::sealed_state::StateSeal;
 use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask, ElicitRequestParams,
     ElicitationAction, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    GetTaskParams, GetTaskResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    TASKS_EXTENSION_ID, Task, TaskPayload, TaskStatus, Tool, UnsubscribeRequestParams,
-    UpdateTaskParams,
+    GetTaskParams, GetTaskResult, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    SubscriptionFilter, TASKS_EXTENSION_ID, Task, TaskPayload, TaskStatus, Tool,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{
     ElicitationMode, NotificationContext, RequestContext, RoleServer, SubscriptionContext,
@@ -148,6 +153,9 @@ pub struct ClientSession<S: Store> {
     scopes: Option<ScopeSet>,
     /// The session principal's approval tasks (SPEC §22.3 item 1); `None`: tasks are not offered.
     tasks: Option<Arc<Tasks<S>>>,
+    /// Sealing `requestState`s of `input_required` approvals (SPEC §22.3 item 2), and the
+    /// session principal they are bound to.
+    states: Option<(Arc<StateSeal<S>>, String)>,
 }
 
 impl<S: Store + 'static> ClientSession<S> {
@@ -168,6 +176,7 @@ impl<S: Store + 'static> ClientSession<S> {
             notice_relay: TaskSlot::default(),
             scopes: None,
             tasks: None,
+            states: None,
         }
     }
 
@@ -175,6 +184,14 @@ impl<S: Store + 'static> ClientSession<S> {
     /// as `tasks`' principal.
     pub fn with_tasks(mut self, tasks: Tasks<S>) -> ClientSession<S> {
         self.tasks = Some(Arc::new(tasks));
+        self
+    }
+
+    /// Answers parked calls of 2026-07-28 clients that declared form elicitation with
+    /// `input_required` results whose `requestState` `seal` seals for `principal` (SPEC §22.3
+    /// item 2), when `approve_via_elicitation` is on.
+    pub fn with_states(mut self, seal: StateSeal<S>, principal: &str) -> ClientSession<S> {
+        self.states = Some((Arc::new(seal), principal.to_owned()));
         self
     }
 
@@ -353,6 +370,106 @@ impl<S: Store + 'static> ClientSession<S> {
         Some(CreateTaskResult::new(task))
     }
 
+    /// Whether this request is a 2026-07-28 one (no `initialize`) whose client declared form
+    /// elicitation (an `elicitation` capability that names neither mode counts as form, as in
+    /// 2025-11-25).
+    fn modern_with_form(context: &RequestContext<RoleServer>) -> bool {
+        let modern = context
+            .protocol_version()
+            .is_some_and(|version| !version.has_initialize());
+        modern
+            && context
+                .client_capabilities()
+                .and_then(|capabilities| capabilities.elicitation)
+                .is_some_and(|elicitation| elicitation.form.is_some() || elicitation.url.is_none())
+    }
+
+    /// SPEC §22.3 item 2: the parked call `run` of request `key` answered `input_required`: the
+    /// approval form as its one input request, and a `requestState` sealed for this principal,
+    /// the call (`tool`, arguments hash) and the approval. The request is detached (the
+    /// approval stays pending; the retry binds to the parked run). `None` without
+    /// `approve_via_elicitation`, when the request was answered meanwhile, or when the state
+    /// could not be sealed (the caller answers as it would without it).
+    fn answer_input_required(
+        &self,
+        key: u64,
+        run: RunId,
+        approval: ApprovalId,
+        expires_at: Timestamp,
+        (tool, hash): &(String, String),
+    ) -> Option<InputRequiredResult> {
+        let approvals = self.elicitation.as_ref()?;
+        let (seal, principal) = self.states.as_ref()?;
+        let record = approvals
+            .control
+            .get_approval(&approvals.principal, approval)
+            .ok()?;
+        let sealed = SealedCall {
+            approval_id: approval,
+            run_id: run,
+            tenant_id: self.gateway.config().tenant_id.clone(),
+            principal_id: principal.clone(),
+            tool: tool.clone(),
+            arguments_hash: hash.clone(),
+            expires_at: expires_at.as_micros(),
+        };
+        let state = match seal.seal(&sealed) {
+            Ok(state) => state,
+            Err(error) => {
+                tracing::warn!(%error, %run, "a requestState was not sealed; the call is answered without one");
+                return None;
+            }
+        };
+        let (message, schema) = approval_form(&record);
+        let input: InputRequiredResult = serde_json::from_value(json!({
+            "resultType": "input_required",
+            "inputRequests": {APPROVAL_INPUT: {
+                "method": "elicitation/create",
+                "params": {"mode": "form", "message": message, "requestedSchema": schema},
+            }},
+            "requestState": state,
+        }))
+        .ok()?;
+        if !self.live.detach(key) {
+            return None;
+        }
+        Some(input)
+    }
+
+    /// A retry's `requestState` (SPEC §22.3 item 2): opened, checked against the retried call
+    /// `(tool, arguments hash)` and this principal, and its form answer applied to the approval
+    /// it names; the call then goes on as any identical call sent again (it binds to the parked
+    /// run). A tampered, foreign, expired, other call's or used state moves nothing: −32602.
+    async fn take_state(
+        &self,
+        state: &str,
+        (tool, hash): &(String, String),
+        responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<(), McpError> {
+        let refused = |why: String| McpError::invalid_params(why, None);
+        let storage = |e: TxError| McpError::internal_error(format!("storage: {e}"), None);
+        let Some((seal, principal)) = &self.states else {
+            return Err(refused(
+                "this gateway issues no requestState here".to_owned(),
+            ));
+        };
+        let sealed = seal
+            .open(state)
+            .map_err(storage)?
+            .map_err(|r| refused(r.to_string()))?;
+        let tenant = &self.gateway.config().tenant_id;
+        seal.check(&sealed, (tenant, principal), (tool, hash))
+            .map_err(storage)?
+            .map_err(|r| refused(r.to_string()))?;
+        if let (Some(reply), Some(approvals)) = (
+            responses.and_then(|r| r.get(APPROVAL_INPUT)),
+            &self.elicitation,
+        ) {
+            resolve_as_replied(approvals, sealed.approval_id, reply_of(reply)).await;
+        }
+        Ok(())
+    }
+
     /// How long a task is kept for its client (`ttlMs`): until its approval expires, plus the
     /// longest call timeout of the file, so a call approved at the last moment is still polled.
     fn task_ttl_ms(&self, expires_at: Timestamp, now: Timestamp) -> u64 {
@@ -458,6 +575,9 @@ fn map_key(mut value: Value, key: &str, f: impl Fn(&str) -> Option<String>) -> O
 /// listing is refused when called (fail closed), never run.
 pub const LIST_TTL_MS: u64 = 60_000;
 
+/// The key of the approval form among an `input_required` result's input requests.
+pub const APPROVAL_INPUT: &str = "approval";
+
 /// How often a task's client is asked to poll (`pollIntervalMs`).
 pub const TASK_POLL_MS: u64 = 2_000;
 
@@ -534,24 +654,7 @@ async fn elicit<S: Store + 'static>(
     else {
         return;
     };
-    let arguments = serde_json::to_string(&record.arguments).unwrap_or_default();
-    let message = format!(
-        "airlock: approve this call?\ntool: {}\nrisk: {}\narguments (redacted): {}\nreason: {} ({})\napproval: {} (expires {})",
-        record.tool_name,
-        record.risk.as_str(),
-        arguments,
-        record.policy_reason,
-        record.action_summary,
-        record.id,
-        record.expires_at,
-    );
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "approve": {"type": "boolean", "title": "Approve", "description": "Allow this call to run"}
-        },
-        "required": ["approve"]
-    });
+    let (message, schema) = approval_form(&record);
     let Ok(requested_schema) = serde_json::from_value(schema) else {
         return;
     };
@@ -579,7 +682,15 @@ async fn elicit<S: Store + 'static>(
         // Cancel, or an action this build does not know.
         _ => ElicitedReply::Cancelled,
     };
-    // What the reply resolves is core's rule (§19.4).
+    resolve_as_replied(&approvals, approval, reply).await;
+}
+
+/// What an elicited reply resolves (core's rule, §19.4), applied as the session's principal.
+async fn resolve_as_replied<S: Store + 'static>(
+    approvals: &ElicitedApprovals<S>,
+    approval: ApprovalId,
+    reply: ElicitedReply,
+) {
     let Some((resolution, reason)) = resolution_of(reply) else {
         return;
     };
@@ -592,6 +703,44 @@ async fn elicit<S: Store + 'static>(
         // approval stays as the store has it.
         tracing::info!(approval = %approval, error = %error, "elicited resolution refused");
     }
+}
+
+/// The reply to the approval form carried in a 2026-07-28 retry's `inputResponses` (an
+/// `ElicitResult` as JSON): accept with `approve`, decline, or anything else as a cancel.
+fn reply_of(response: &Value) -> ElicitedReply {
+    match response.get("action").and_then(Value::as_str) {
+        Some("accept") => ElicitedReply::Accepted {
+            approve: response
+                .pointer("/content/approve")
+                .and_then(Value::as_bool),
+        },
+        Some("decline") => ElicitedReply::Declined,
+        _ => ElicitedReply::Cancelled,
+    }
+}
+
+/// The approval form's text and schema (§19.4), for `elicitation/create` and for an
+/// `input_required` result's input request alike.
+fn approval_form(record: &airlock_core::approval::Approval) -> (String, Value) {
+    let arguments = serde_json::to_string(&record.arguments).unwrap_or_default();
+    let message = format!(
+        "airlock: approve this call?\ntool: {}\nrisk: {}\narguments (redacted): {}\nreason: {} ({})\napproval: {} (expires {})",
+        record.tool_name,
+        record.risk.as_str(),
+        arguments,
+        record.policy_reason,
+        record.action_summary,
+        record.id,
+        record.expires_at,
+    );
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "approve": {"type": "boolean", "title": "Approve", "description": "Allow this call to run"}
+        },
+        "required": ["approve"]
+    });
+    (message, schema)
 }
 
 /// A task that lives exactly as long as its client's server: aborted when another takes its
@@ -744,6 +893,11 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             ));
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let sealed_for = (internal.clone(), arguments_hash(&arguments));
+        if let Some(state) = &request.request_state {
+            self.take_state(state, &sealed_for, request.input_responses.as_ref())
+                .await?;
+        }
         let key = self.next_key.fetch_add(1, Ordering::SeqCst);
         let progress_token = context.meta.get_progress_token();
         let parked_progress = Arc::new(AtomicU32::new(0));
@@ -794,6 +948,11 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     };
                     if declares_tasks && let Some(task) = self.answer_as_task(key, run, approval_id, expires_at) {
                         return Ok(CallToolResponse::Task(task));
+                    }
+                    if !declares_tasks && Self::modern_with_form(&context)
+                        && let Some(input) = self.answer_input_required(key, run, approval_id, expires_at, &sealed_for)
+                    {
+                        return Ok(CallToolResponse::InputRequired(input));
                     }
                     let asks = can_elicit && self.elicitation.is_some();
                     // §22.3: answered at once; the approval stays pending for a retry. Only

@@ -20,6 +20,7 @@ use airlock_core::approval::Approval;
 use airlock_core::connection::{
     Connection as ClientConnection, ConnectionState, ConnectionStatus, ConversationKey, Taint,
 };
+use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
@@ -523,6 +524,14 @@ pub(crate) fn connection(row: &Row) -> Result<ClientConnection, TxError> {
         call_count: unsigned(row, 12)?,
         last_seen_at: time(row, 13)?,
         conversation_key: get::<Option<String>>(row, 14)?.map(ConversationKey::from_stored),
+    })
+}
+
+pub(crate) fn state_key(row: &Row) -> Result<StateKey, TxError> {
+    Ok(StateKey {
+        id: get(row, 0)?,
+        secret_hex: get(row, 1)?,
+        created_at: time(row, 2)?,
     })
 }
 

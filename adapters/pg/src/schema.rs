@@ -67,11 +67,17 @@ const V7: (&str, &str) = (
     include_str!("../migrations/V7__call_tasks.sql"),
 );
 
+/// V8: the keys `requestState`s are sealed with, append-only (§22.3 item 2).
+const V8: (&str, &str) = (
+    "V8__state_keys",
+    include_str!("../migrations/V8__state_keys.sql"),
+);
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

@@ -59,6 +59,7 @@ use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionStatus};
 use airlock_core::conversation::ConversationKey;
+use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
@@ -692,6 +693,33 @@ impl StoreTx for PgTx<'_> {
         )?;
         self.note_connection_locked(found.as_ref());
         Ok(found)
+    }
+
+    fn insert_state_key(&mut self, key: &StateKey) -> Result<(), TxError> {
+        self.wire
+            .write(
+                "INSERT INTO state_keys (id, secret_hex, created_at) VALUES ($1, $2, $3)",
+                &[&key.id, &key.secret_hex, &ts(key.created_at)],
+            )
+            .map(drop)
+    }
+
+    fn state_key(&mut self, id: &str) -> Result<Option<StateKey>, TxError> {
+        self.one(
+            "SELECT id, secret_hex, created_at FROM state_keys WHERE id = $1",
+            &[&id],
+            rows::state_key,
+        )
+    }
+
+    /// Served by `ix_state_keys_created` (V8), read backwards.
+    fn newest_state_key(&mut self) -> Result<Option<StateKey>, TxError> {
+        self.one(
+            "SELECT id, secret_hex, created_at FROM state_keys \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
+            &[],
+            rows::state_key,
+        )
     }
 
     /// `Conflict` from the primary key or `uq_call_tasks_run`; `NotFound` from the run's

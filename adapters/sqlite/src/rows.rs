@@ -19,6 +19,7 @@ use airlock_core::approval::Approval;
 use airlock_core::connection::{
     Connection as ClientConnection, ConnectionState, ConnectionStatus, ConversationKey, Taint,
 };
+use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
@@ -243,6 +244,14 @@ pub(super) fn connection(row: &Row<'_>) -> rusqlite::Result<ClientConnection> {
         conversation_key: row
             .get::<_, Option<String>>(14)?
             .map(ConversationKey::from_stored),
+    })
+}
+
+pub(super) fn state_key(row: &Row<'_>) -> rusqlite::Result<StateKey> {
+    Ok(StateKey {
+        id: row.get(0)?,
+        secret_hex: row.get(1)?,
+        created_at: time(row, 2)?,
     })
 }
 

@@ -465,6 +465,27 @@ BEGIN
 END;
 "#;
 
+/// M10 (SPEC §22.3 item 2): the keys `requestState`s are sealed with, so any gateway process of
+/// the store opens a state another sealed. Keys never change or go: a rotated key still opens
+/// the states it sealed (which expire with their approvals).
+const M_STATE_KEYS: &str = r#"
+CREATE TABLE state_keys (
+    id         TEXT    NOT NULL PRIMARY KEY,
+    secret_hex TEXT    NOT NULL
+        CONSTRAINT ck_state_keys_secret CHECK (length(secret_hex) = 64),
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX ix_state_keys_created ON state_keys (created_at, id);
+CREATE TRIGGER state_keys_no_update BEFORE UPDATE ON state_keys
+BEGIN
+    SELECT RAISE(ABORT, 'state_keys: a key never changes');
+END;
+CREATE TRIGGER state_keys_no_delete BEFORE DELETE ON state_keys
+BEGIN
+    SELECT RAISE(ABORT, 'state_keys: a key is kept');
+END;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -476,10 +497,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_CONVERSATIONS),
     M::up(M_CONVERSATION_KEYS),
     M::up(M_CALL_TASKS),
+    M::up(M_STATE_KEYS),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

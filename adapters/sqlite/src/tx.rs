@@ -29,6 +29,7 @@ use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::conversation::ConversationKey;
+use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
@@ -499,6 +500,32 @@ impl StoreTx for SqliteTx<'_> {
             ),
             params![session.to_string()],
             rows::connection,
+        )
+    }
+
+    fn insert_state_key(&mut self, key: &StateKey) -> Result<(), TxError> {
+        self.execute(
+            "INSERT INTO state_keys (id, secret_hex, created_at) VALUES (?1, ?2, ?3)",
+            params![key.id, key.secret_hex, ts(key.created_at)],
+        )?;
+        Ok(())
+    }
+
+    fn state_key(&mut self, id: &str) -> Result<Option<StateKey>, TxError> {
+        self.one(
+            "SELECT id, secret_hex, created_at FROM state_keys WHERE id = ?1",
+            params![id],
+            rows::state_key,
+        )
+    }
+
+    /// Served by `ix_state_keys_created` (M10), read backwards.
+    fn newest_state_key(&mut self) -> Result<Option<StateKey>, TxError> {
+        self.one(
+            "SELECT id, secret_hex, created_at FROM state_keys \
+             ORDER BY created_at DESC, id DESC LIMIT 1",
+            params![],
+            rows::state_key,
         )
     }
 

@@ -30,6 +30,7 @@
 pub mod answer;
 pub mod calls;
 pub mod record;
+pub mod request_state;
 pub mod task;
 
 pub use record::{

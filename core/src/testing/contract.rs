@@ -75,6 +75,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     connections_are_guarded_and_bind_their_sessions_runs(&make());
     a_conversation_key_has_one_open_row_per_tenant(&make());
     a_call_task_is_one_per_run_and_found_by_its_hash(&make());
+    state_keys_are_kept_and_the_newest_seals(&make());
     waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool(&make());
     crate::testing::contract_http::run(&make);
 }
@@ -2786,6 +2787,34 @@ fn waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool<S: Store>
         found(TENANT, PRINCIPAL, &tool, 99, 10),
         vec![pending.id, soon.id],
         "waiting_call_approvals: an action that no longer waits is not listed"
+    );
+}
+
+/// SPEC §22.3 item 2: keys round-trip, are found by id, a duplicate id is refused, and the
+/// newest (by creation, then id) is the one that seals.
+fn state_keys_are_kept_and_the_newest_seals<S: Store>(store: &S) {
+    use crate::conversation::request_state::StateKey;
+    let key = |id: &str, created: i64| StateKey {
+        id: id.to_owned(),
+        secret_hex: "ab".repeat(32),
+        created_at: at(created),
+    };
+    assert_eq!(read(store, |tx| tx.newest_state_key()), None, "no key yet");
+    commit(store, "first key", |tx| tx.insert_state_key(&key("k1", 1)));
+    commit(store, "second key", |tx| tx.insert_state_key(&key("k2", 5)));
+    commit(store, "an older third", |tx| {
+        tx.insert_state_key(&key("k0", 3))
+    });
+    assert_eq!(
+        read(store, |tx| tx.newest_state_key()),
+        Some(key("k2", 5)),
+        "newest_state_key: by created_at"
+    );
+    assert_eq!(read(store, |tx| tx.state_key("k1")), Some(key("k1", 1)));
+    assert_eq!(read(store, |tx| tx.state_key("nope")), None);
+    assert_conflict(
+        store.transact(|tx| tx.insert_state_key(&key("k1", 9))),
+        "state_keys: duplicate id",
     );
 }
 

@@ -211,7 +211,7 @@ fn mutants(seeds: u64) -> ExitCode {
         let rule = match name {
             "no_in_flight_check" => "§19.7 no effect",
             "stale_conversation_taint" => "§22.2 every call",
-            "approved_without_request" => "§22.3 an approved call",
+            "approved_without_request" => "§22.3 outside tasks, an approved call",
             _ => "§19.4 no call",
         };
         let caught = (1..=seeds).find_map(|seed| {
