@@ -786,7 +786,9 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
 /// principal's use of it, or its use for another call are −32602 and move nothing. The retry
 /// with the form's yes, through a second gateway process of the store (which opens the state
 /// with the store's key), approves and executes the call once; the same state used again is
-/// −32602 (used).
+/// −32602 (used). URL mode (a client that declared only URL elicitation, `console_url` set):
+/// the input request is the approval's console page, the client's "accept" decides nothing, and
+/// the retry after a reviewer approved from the CLI gets the result.
 #[test]
 fn an_input_required_approval_is_answered_on_the_retry_through_another_gateway() {
     let Some(python) = python("an_input_required_approval") else {
@@ -798,7 +800,8 @@ fn an_input_required_approval_is_answered_on_the_retry_through_another_gateway()
         &scene.config,
         file.replacen(
             "origin_trust = \"user\"\n",
-            "origin_trust = \"user\"\napprove_via_elicitation = true\n",
+            "origin_trust = \"user\"\napprove_via_elicitation = true\n\
+             console_url = \"https://console.example/\"\n",
             1,
         ),
     )
@@ -882,6 +885,62 @@ fn an_input_required_approval_is_answered_on_the_retry_through_another_gateway()
         "{}",
         ledger()
     );
+
+    // URL mode: a client that declared only URL elicitation is sent to the approval's console
+    // page; its "accept" (it opened the page) decides nothing; a reviewer does.
+    let url_only = json!({"elicitation": {"url": {}}});
+    let by_url = |extra: Value| {
+        let mut params = json!({"name": "test__append", "arguments": {"text": "by url"}});
+        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        first.modern_as(
+            Some(&alice),
+            url_only.clone(),
+            ("tools/call", "test__append"),
+            params,
+        )
+    };
+    let asked = by_url(json!({}));
+    let request = &asked["result"]["inputRequests"]["approval"]["params"];
+    assert_eq!(request["mode"], "url", "{asked}");
+    let approval = request["elicitationId"]
+        .as_str()
+        .expect("the approval")
+        .to_owned();
+    assert_eq!(
+        request["url"],
+        format!("https://console.example/approvals/{approval}"),
+        "{asked}"
+    );
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .expect("a state")
+        .to_owned();
+    let opened = json!({"approval": {"action": "accept"}});
+    let still = by_url(json!({"requestState": state, "inputResponses": opened}));
+    assert_eq!(
+        still["result"]["resultType"], "input_required",
+        "opening decides nothing: {still}"
+    );
+    let approved = scene.data.run(
+        "operator",
+        &[
+            "approvals",
+            "approve",
+            &approval,
+            "--reason",
+            "checked by ci",
+        ],
+    );
+    assert!(approved.status.success(), "{approved:?}");
+    let state = still["result"]["requestState"]
+        .as_str()
+        .expect("a new state")
+        .to_owned();
+    let done = by_url(json!({"requestState": state, "inputResponses": opened}));
+    assert_eq!(done["result"]["content"][0]["text"], "appended", "{done}");
+    assert_eq!(ledger().lines().filter(|l| *l == "by url").count(), 1);
 }
 
 /// SPEC §19.7: an upstream's log messages outside any call (server-everything's simulated

@@ -390,6 +390,53 @@ async fn the_review_queue_shows_uncertain_calls_and_settles_them() {
     assert!(shown.text.contains("outbox line found"));
 }
 
+/// SPEC §22.3: each approval has a page of its own (an MCP client's URL elicitation and task
+/// message point to it): its card and answer form while pending, which returns to it; what
+/// became of it once resolved; 404 for another tenant's.
+#[tokio::test]
+async fn an_approval_has_a_page_that_answers_it_and_shows_its_outcome() {
+    let world = World::new();
+    let (_run, approval) = world.parked_run("acme", "alice", "x").await;
+    let token = world.token("acme", "bob", None);
+    let browser = sign_in(&world, &token).await;
+    let path = format!("/approvals/{approval}");
+    let pending = page(&world, &path, &browser.cookie).await;
+    assert_eq!(pending.status, StatusCode::OK, "{}", pending.text);
+    for needed in [
+        format!("/approvals/{approval}/approve"),
+        format!("approval:{approval}"),
+    ] {
+        assert!(pending.text.contains(&needed), "missing {needed}");
+    }
+    let reply = form(
+        &world,
+        &format!("/approvals/{approval}/approve"),
+        &browser,
+        &format!(
+            "csrf={}&reason=seen+it&from=approval:{approval}",
+            browser.csrf
+        ),
+        &[ORIGIN],
+    )
+    .await;
+    assert_eq!(location(&reply), format!("{path}?notice=approved"));
+    let resolved = page(&world, &path, &browser.cookie).await;
+    assert_eq!(resolved.status, StatusCode::OK);
+    assert!(resolved.text.contains("approved"), "{}", resolved.text);
+    assert!(resolved.text.contains("seen it"), "{}", resolved.text);
+    assert!(
+        !resolved.text.contains("/approve\""),
+        "no form once resolved"
+    );
+
+    let mallory = world.token("globex", "mallory", None);
+    let theirs = sign_in(&world, &mallory).await;
+    let refused = page(&world, &path, &theirs.cookie).await;
+    assert_eq!(refused.status, StatusCode::NOT_FOUND);
+    let unknown = page(&world, "/approvals/not-an-id", &browser.cookie).await;
+    assert!(unknown.status.is_client_error(), "{}", unknown.status);
+}
+
 #[tokio::test]
 async fn the_run_page_shows_the_timeline_and_another_tenants_run_is_not_found() {
     let world = World::new();

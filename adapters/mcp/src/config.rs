@@ -133,6 +133,10 @@ pub struct GatewayConfig {
     /// `conversation_idle_seconds` (SPEC §22.1): a sessionless 2026-07-28 HTTP conversation ends
     /// after this long without a request (default [`DEFAULT_CONVERSATION_IDLE_SECONDS`]).
     pub conversation_idle_seconds: u32,
+    /// `console_url` (SPEC §22.3): where the web console (`airlock serve`) is reached, so an
+    /// approval's page is `{console_url}/approvals/{id}` (URL elicitation, task messages).
+    /// An `http(s)` URL without query or fragment, kept without a trailing `/`.
+    pub console_url: Option<String>,
     pub servers: BTreeMap<String, ServerConfig>,
 }
 
@@ -186,6 +190,25 @@ fn boolean(table: &Table, key: &str, at: &str) -> Result<Option<bool>, ConfigErr
         Some(Value::Boolean(b)) => Ok(Some(*b)),
         Some(_) => Err(error(&join(at, key), "must be a boolean")),
     }
+}
+
+/// `console_url`'s value: an absolute `http` or `https` URL with a host and no query or
+/// fragment, without its trailing `/`.
+fn console_url(text: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| {
+        error(
+            "console_url",
+            format!("{why} (e.g. \"https://airlock.example.com\")"),
+        )
+    };
+    let url = url::Url::parse(text).map_err(|_| bad("must be an absolute URL"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err(bad("must be an http or https URL with a host"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("must have no query or fragment"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
 }
 
 fn integer_in(
@@ -294,7 +317,8 @@ fn pin(table: &Table, at: &str) -> Result<Option<String>, ConfigError> {
     Ok(Some(pin))
 }
 
-const TOP_KEYS: [&str; 9] = [
+const TOP_KEYS: [&str; 10] = [
+    "console_url",
     "schema_version",
     "tenant_id",
     "principal_id",
@@ -372,6 +396,10 @@ impl GatewayConfig {
             boolean(&root, "approve_via_elicitation", "")?.unwrap_or(false);
         // At least a minute (a conversation shorter than a person's pause would drop its taint
         // between two questions: over-taint is safe, under-taint is not); at most a week.
+        let console_url = match string(&root, "console_url", "")? {
+            None => None,
+            Some(text) => Some(console_url(&text)?),
+        };
         let conversation_idle_seconds =
             integer_in(&root, "conversation_idle_seconds", "", 60..=604_800)?
                 .map_or(DEFAULT_CONVERSATION_IDLE_SECONDS, |n| n as u32);
@@ -427,6 +455,7 @@ impl GatewayConfig {
             limits,
             conversation_calls,
             conversation_idle_seconds,
+            console_url,
             servers,
         })
     }
@@ -641,6 +670,19 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
                 .conversation_idle_seconds,
             900
         );
+        assert_eq!(config.console_url, None);
+        let console = EXAMPLE.replacen(
+            "origin_trust = \"user\"",
+            "origin_trust = \"user\"\nconsole_url = \"https://airlock.example.com/\"",
+            1,
+        );
+        assert_eq!(
+            GatewayConfig::parse(&console)
+                .expect("loads")
+                .console_url
+                .as_deref(),
+            Some("https://airlock.example.com")
+        );
         let files = &config.servers["files"];
         assert_eq!(files.timeout_seconds, 60);
         assert_eq!(files.max_output_bytes, 1024 * 1024);
@@ -657,11 +699,21 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
     /// Each broken variant names the offending key's path.
     #[test]
     fn unknown_keys_and_bad_values_name_their_path() {
-        let cases: [(&str, &str, &str); 19] = [
+        let cases: [(&str, &str, &str); 21] = [
             (
                 "origin_trust = \"user\"",
                 "origin_trust = \"user\"\nconversation_idle_seconds = 5",
                 "conversation_idle_seconds",
+            ),
+            (
+                "origin_trust = \"user\"",
+                "origin_trust = \"user\"\nconsole_url = \"javascript:alert(1)\"",
+                "console_url",
+            ),
+            (
+                "origin_trust = \"user\"",
+                "origin_trust = \"user\"\nconsole_url = \"https://a.example/?x=1\"",
+                "console_url",
             ),
             (
                 "trust_annotations = false",

@@ -183,6 +183,7 @@ mod tests {
             tool: "test.append".into(),
             arguments_hash: "ab".repeat(32),
             expires_at: 99,
+            answers_form: true,
         }
     }
 

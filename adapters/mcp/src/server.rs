@@ -364,46 +364,72 @@ impl<S: Store + 'static> ClientSession<S> {
         }
         let now = self.gateway.now();
         let task = Task::new(id, TaskStatus::Working, now.to_string(), now.to_string())
-            .with_status_message(render::parked_message(approval, expires_at))
+            .with_status_message(self.parked_status(approval, expires_at))
             .with_ttl_ms(self.task_ttl_ms(expires_at, now))
             .with_poll_interval_ms(TASK_POLL_MS);
         Some(CreateTaskResult::new(task))
     }
 
-    /// Whether this request is a 2026-07-28 one (no `initialize`) whose client declared form
-    /// elicitation (an `elicitation` capability that names neither mode counts as form, as in
-    /// 2025-11-25).
-    fn modern_with_form(context: &RequestContext<RoleServer>) -> bool {
+    /// How a 2026-07-28 request's parked call asks for its approval (SPEC §22.3 item 2): the
+    /// yes/no form, when the client declared form elicitation (an `elicitation` capability that
+    /// names neither mode counts as form, as in 2025-11-25) and `approve_via_elicitation` is
+    /// on; else the approval's console page, when it declared URL elicitation and the file sets
+    /// `console_url`; else `None` (not a 2026-07-28 request, or nothing it can be asked with).
+    fn approval_input(
+        &self,
+        context: &RequestContext<RoleServer>,
+        approval: ApprovalId,
+    ) -> Option<ApprovalInput> {
         let modern = context
             .protocol_version()
             .is_some_and(|version| !version.has_initialize());
-        modern
-            && context
-                .client_capabilities()
-                .and_then(|capabilities| capabilities.elicitation)
-                .is_some_and(|elicitation| elicitation.form.is_some() || elicitation.url.is_none())
+        let elicitation = context.client_capabilities()?.elicitation?;
+        if !modern {
+            return None;
+        }
+        let form = elicitation.form.is_some() || elicitation.url.is_none();
+        if form && self.elicitation.is_some() {
+            return Some(ApprovalInput::Form);
+        }
+        if elicitation.url.is_some() {
+            return self.console_page(approval).map(ApprovalInput::Url);
+        }
+        None
+    }
+
+    /// The approval's page in the web console, when the file sets `console_url`.
+    fn console_page(&self, approval: ApprovalId) -> Option<String> {
+        self.gateway
+            .config()
+            .console_url
+            .as_ref()
+            .map(|base| format!("{base}/approvals/{approval}"))
+    }
+
+    /// What a parked call's task tells its client: the approval, its expiry, and its console
+    /// page when the file sets one.
+    fn parked_status(&self, approval: ApprovalId, expires_at: Timestamp) -> String {
+        let waiting = render::parked_message(approval, expires_at);
+        match self.console_page(approval) {
+            Some(page) => format!("{waiting}; a reviewer answers it at {page}"),
+            None => waiting,
+        }
     }
 
     /// SPEC §22.3 item 2: the parked call `run` of request `key` answered `input_required`: the
-    /// approval form as its one input request, and a `requestState` sealed for this principal,
-    /// the call (`tool`, arguments hash) and the approval. The request is detached (the
-    /// approval stays pending; the retry binds to the parked run). `None` without
-    /// `approve_via_elicitation`, when the request was answered meanwhile, or when the state
-    /// could not be sealed (the caller answers as it would without it).
+    /// approval's input request (`asked`) and a `requestState` sealed for this principal, the
+    /// call (`tool`, arguments hash) and the approval. The request is detached (the approval
+    /// stays pending; the retry binds to the parked run). `None` when the request was answered
+    /// meanwhile, or when the state could not be sealed (the caller answers as it would
+    /// without it).
     fn answer_input_required(
         &self,
         key: u64,
-        run: RunId,
-        approval: ApprovalId,
-        expires_at: Timestamp,
+        (run, approval, expires_at): (RunId, ApprovalId, Timestamp),
+        asked: ApprovalInput,
         (tool, hash): &(String, String),
     ) -> Option<InputRequiredResult> {
-        let approvals = self.elicitation.as_ref()?;
         let (seal, principal) = self.states.as_ref()?;
-        let record = approvals
-            .control
-            .get_approval(&approvals.principal, approval)
-            .ok()?;
         let sealed = SealedCall {
             approval_id: approval,
             run_id: run,
@@ -412,6 +438,7 @@ impl<S: Store + 'static> ClientSession<S> {
             tool: tool.clone(),
             arguments_hash: hash.clone(),
             expires_at: expires_at.as_micros(),
+            answers_form: asked == ApprovalInput::Form,
         };
         let state = match seal.seal(&sealed) {
             Ok(state) => state,
@@ -420,13 +447,28 @@ impl<S: Store + 'static> ClientSession<S> {
                 return None;
             }
         };
-        let (message, schema) = approval_form(&record);
+        let params = match asked {
+            ApprovalInput::Form => {
+                let approvals = self.elicitation.as_ref()?;
+                let record = approvals
+                    .control
+                    .get_approval(&approvals.principal, approval)
+                    .ok()?;
+                let (message, schema) = approval_form(&record);
+                json!({"mode": "form", "message": message, "requestedSchema": schema})
+            }
+            ApprovalInput::Url(page) => json!({
+                "mode": "url",
+                "message": format!(
+                    "airlock: this call needs approval {approval} (expires {expires_at}); a reviewer answers it on this page, then send the call again"
+                ),
+                "url": page,
+                "elicitationId": approval.to_string(),
+            }),
+        };
         let input: InputRequiredResult = serde_json::from_value(json!({
             "resultType": "input_required",
-            "inputRequests": {APPROVAL_INPUT: {
-                "method": "elicitation/create",
-                "params": {"mode": "form", "message": message, "requestedSchema": schema},
-            }},
+            "inputRequests": {APPROVAL_INPUT: {"method": "elicitation/create", "params": params}},
             "requestState": state,
         }))
         .ok()?;
@@ -461,7 +503,8 @@ impl<S: Store + 'static> ClientSession<S> {
         seal.check(&sealed, (tenant, principal), (tool, hash))
             .map_err(storage)?
             .map_err(|r| refused(r.to_string()))?;
-        if let (Some(reply), Some(approvals)) = (
+        if let (true, Some(reply), Some(approvals)) = (
+            sealed.answers_form,
             responses.and_then(|r| r.get(APPROVAL_INPUT)),
             &self.elicitation,
         ) {
@@ -514,7 +557,7 @@ impl<S: Store + 'static> ClientSession<S> {
                 let message = if approval.status == airlock_core::vocab::ApprovalStatus::Approved {
                     format!("approval {} was approved; the call runs now", approval.id)
                 } else {
-                    render::parked_message(approval.id, approval.expires_at)
+                    self.parked_status(approval.id, approval.expires_at)
                 };
                 (task.with_status_message(message), TaskPayload::Working)
             }
@@ -574,6 +617,15 @@ fn map_key(mut value: Value, key: &str, f: impl Fn(&str) -> Option<String>) -> O
 /// its `subscriptions/listen` stream (2026-07-28), and a tool unlisted since a client's cached
 /// listing is refused when called (fail closed), never run.
 pub const LIST_TTL_MS: u64 = 60_000;
+
+/// How a parked call of a 2026-07-28 client is asked about (SPEC §22.3 item 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ApprovalInput {
+    /// The yes/no form (`approve_via_elicitation`).
+    Form,
+    /// URL mode: the approval's console page.
+    Url(String),
+}
 
 /// The key of the approval form among an `input_required` result's input requests.
 pub const APPROVAL_INPUT: &str = "approval";
@@ -949,8 +1001,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     if declares_tasks && let Some(task) = self.answer_as_task(key, run, approval_id, expires_at) {
                         return Ok(CallToolResponse::Task(task));
                     }
-                    if !declares_tasks && Self::modern_with_form(&context)
-                        && let Some(input) = self.answer_input_required(key, run, approval_id, expires_at, &sealed_for)
+                    if !declares_tasks
+                        && let Some(asked) = self.approval_input(&context, approval_id)
+                        && let Some(input) = self.answer_input_required(key, (run, approval_id, expires_at), asked, &sealed_for)
                     {
                         return Ok(CallToolResponse::InputRequired(input));
                     }

@@ -47,6 +47,10 @@ pub struct SealedCall {
     pub arguments_hash: String,
     /// The approval's expiry, microseconds.
     pub expires_at: i64,
+    /// Whether the state's input request was the approval form, whose answer on the retry
+    /// resolves the approval; `false` for URL mode, where the reviewer answers on the console
+    /// page and the retry's answer only says the page was opened.
+    pub answers_form: bool,
 }
 
 /// Why a state brought back was refused (each is −32602 to the client).

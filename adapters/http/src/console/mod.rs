@@ -54,6 +54,7 @@ pub fn routes() -> Router<AppState> {
         .route("/conversations/{id}/clear-taint", post(clear_taint))
         .route("/login", get(login_page).post(login))
         .route("/logout", post(logout))
+        .route("/approvals/{id}", get(approval_page))
         .route("/approvals/{id}/approve", post(approve))
         .route("/approvals/{id}/deny", post(deny))
         .route("/invocations/{id}/settle", post(settle))
@@ -267,6 +268,39 @@ async fn approvals_fragment(
     let version = state.control.policy_version();
     let frame = frame(&state, &viewer, &csrf, &version, None)?;
     Ok(html(approvals_markup(&state, &viewer, &frame)?))
+}
+
+/// One approval's page (SPEC §22.3: the page an MCP client's URL elicitation or task message
+/// points its user to): the card with its answer form while it is pending, what became of it
+/// after. Another tenant's approval, or an unknown id, is 404 (`approval.read` as for the API).
+async fn approval_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(query): Query<NoticeQuery>,
+) -> Result<Response, Refusal> {
+    let viewer = viewer(&state, &headers)?;
+    let id: ApprovalId = parse_id(&id)?;
+    let csrf = viewer.session.csrf_token();
+    let version = state.control.policy_version();
+    let notice = query.notice.as_deref().and_then(Notice::from_query);
+    let frame = frame(&state, &viewer, &csrf, &version, notice)?;
+    let principal = &viewer.caller.principal;
+    let approval = state.control.get_approval(principal, id)?;
+    let explanations = state.control.approval_explanations(principal, &[id])?;
+    let conversations = conversations_of(&state, principal, std::slice::from_ref(&approval));
+    let content = views::approval_fragment(
+        &approval,
+        explanations.get(&id),
+        conversations.get(&approval.session_id).copied(),
+        &frame,
+    );
+    Ok(html(views::page(
+        "Approval",
+        Page::Approvals,
+        &frame,
+        content,
+    )))
 }
 
 async fn review_page(
@@ -577,8 +611,11 @@ struct ResolveForm {
     from: String,
 }
 
-/// Where a resolve form returns: the queue, or the run page it was sent from.
+/// Where a resolve form returns: the queue, or the run or approval page it was sent from.
 fn back_to(from: &str) -> String {
+    if let Some(Ok(approval)) = from.strip_prefix("approval:").map(str::parse::<ApprovalId>) {
+        return format!("/approvals/{approval}");
+    }
     match from.strip_prefix("run:").map(str::parse::<RunId>) {
         Some(Ok(run)) => format!("/runs/{run}"),
         _ => "/".to_owned(),

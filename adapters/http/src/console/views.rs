@@ -291,6 +291,45 @@ pub fn approvals_fragment(
     }
 }
 
+/// One approval on its own page: its card with the answer form while pending, else what became
+/// of it (who resolved it, when and why; or that it expired).
+pub fn approval_fragment(
+    a: &Approval,
+    explanation: Option<&String>,
+    conversation: Option<ConnectionId>,
+    frame: &Frame<'_>,
+) -> Markup {
+    html! {
+        section #approval {
+            @if a.status == airlock_core::vocab::ApprovalStatus::Pending {
+                (approval_card(a, explanation, conversation, frame, &format!("approval:{}", a.id)))
+            } @else {
+                article.card.approval.resolved id=(format!("approval-{}", a.id)) data-id=(a.id) {
+                    header {
+                        h2.tool { (a.tool_name) " " span.version { (a.tool_version) } }
+                        span.status { (a.status.as_str()) }
+                    }
+                    p.summary { (visible(&a.action_summary)) }
+                    dl.facts {
+                        dt { "Status" }
+                        dd { code { (a.status.as_str()) } }
+                        @if let Some(by) = &a.resolved_by {
+                            dt { "Resolved by" }
+                            dd { strong { (by) } @if let Some(at) = a.resolved_at { " · " (time_tag(at)) } }
+                        }
+                        @if let Some(reason) = &a.resolution_reason {
+                            dt { "Reason" }
+                            dd { (visible(reason)) }
+                        }
+                        dt { "Run" }
+                        dd { a href=(format!("/runs/{}", a.run_id)) { code { (short(a.run_id)) } } }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// One approval with its answer form. `conversation` is the MCP conversation whose call asked
 /// for it (SPEC §22.1), when its session belongs to one: the reviewer can see what else that
 /// conversation did and whether an untrusted result tainted it.
