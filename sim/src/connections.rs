@@ -59,6 +59,7 @@ use airlock_core::connection::live::{
 };
 use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
+use airlock_core::conversation::request_state::{SealedCall, check_in_tx};
 use airlock_core::conversation::task::TaskView;
 use airlock_core::env::Env;
 use airlock_core::events::EventType;
@@ -125,6 +126,10 @@ struct ClientPlan {
     /// The client declared the tasks extension: its parked calls are answered as tasks and
     /// polled (§22.3 item 1).
     tasks: bool,
+    /// The client is a 2026-07-28 one without tasks that declared elicitation: its parked calls
+    /// are answered `input_required` with a sealed state, which it brings back on each retry
+    /// (§22.3 item 2); a leaked copy is sometimes brought back by another principal first.
+    input_required: bool,
 }
 
 /// The seed's plan, drawn before the world starts.
@@ -172,10 +177,12 @@ impl ConnectionPlan {
                         _ => rng.range(LEASE_MS + 1_000, 3 * LEASE_MS),
                     })
                 });
-                let tasks = rng.chance(0.35);
+                let asks = rng.below(10);
+                let (tasks, input_required) = (asks < 3, (3..6).contains(&asks));
                 ClientPlan {
                     tasks,
-                    cancel: cancel.filter(|_| !tasks),
+                    input_required,
+                    cancel: cancel.filter(|_| !tasks && !input_required),
                     resend_after,
                     fate,
                     fate_at,
@@ -209,6 +216,7 @@ impl ConnectionPlan {
                 "retry_after_ms": c.retry_after.map(|d| d.as_millis() as u64),
                 "retry_stays_ms": c.retry_stays.as_millis() as u64,
                 "tasks": c.tasks,
+                "input_required": c.input_required,
             })).collect::<Vec<_>>(),
             "approve_after_ms": [self.approve_after_ms.0, self.approve_after_ms.1],
             "deny_rate": self.deny_rate,
@@ -383,6 +391,10 @@ struct ConnectionWorld {
     tasks: Mutex<BTreeMap<(usize, usize), (String, RunId)>>,
     /// Task runs a restarted host's gateway adopted on a poll.
     adopted_after_crash: AtomicU64,
+    /// Sealed states another principal brought back and that were accepted (§22.3 item 2).
+    foreign_states: Mutex<Vec<String>>,
+    /// Retries with a sealed state that moved their call.
+    state_retries: AtomicU64,
 }
 
 /// A simulated service: records the request (the effect happens), waits, answers.
@@ -693,6 +705,19 @@ impl ConnectionWorld {
                     world.answer_as_task(index, n, &live, &watched, tasks).await;
                 });
             }
+            if plan.input_required {
+                let world = Arc::clone(&self);
+                let (live, watched) = (Arc::clone(&live), ticket.clone());
+                let call = ClientCall {
+                    tool: TOOLS[*tool].to_owned(),
+                    arguments: json!({"text": format!("c{index}-{n}")}),
+                };
+                madsim::task::spawn(async move {
+                    world
+                        .retry_with_state(session, n, &live, watched, call)
+                        .await;
+                });
+            }
             if plan.cancel == Some(n) {
                 let cancelling = Arc::clone(&live);
                 let watched = ticket.clone();
@@ -819,6 +844,77 @@ impl ConnectionWorld {
         }
         lock(&self.tasks).insert((index, n), (id.clone(), run));
         self.poll_task(&tasks, &id, run, live, false).await;
+    }
+
+    /// A 2026-07-28 client without tasks (§22.3 item 2): each time call `n`'s request parks it
+    /// is answered `input_required` with a state sealed for alice and this call (the request
+    /// detached, as the gateway does); after a drawn pause the client sends the call again
+    /// with the state, checked first (core's `check_in_tx`), and the retry binds to the parked
+    /// run. Half the time a leaked copy of the state is first brought back by bob: it must be
+    /// refused.
+    async fn retry_with_state(
+        self: Arc<Self>,
+        session: SessionId,
+        n: usize,
+        live: &Arc<LiveConnection>,
+        first: Ticket,
+        call: ClientCall,
+    ) {
+        let hash = airlock_core::canonical::arguments_hash(&call.arguments);
+        let mut ticket = first;
+        let mut key = n as u64;
+        for round in 1..=20u64 {
+            let (run, approval, expires_at) = loop {
+                match ticket.status() {
+                    TicketStatus::Parked {
+                        run,
+                        approval_id,
+                        expires_at,
+                    } => break (run, approval_id, expires_at),
+                    _ if ticket.end().is_some() => return,
+                    _ => sleep(Duration::from_millis(50)).await,
+                }
+            };
+            let sealed = SealedCall {
+                approval_id: approval,
+                run_id: run,
+                tenant_id: "acme".into(),
+                principal_id: "alice".into(),
+                tool: call.tool.clone(),
+                arguments_hash: hash.clone(),
+                expires_at: expires_at.as_micros(),
+                answers_form: true,
+            };
+            if !live.detach(key) {
+                return;
+            }
+            let (pause, leaked) = {
+                let mut rng = lock(&self.rng);
+                (rng.range(200, 4_000), rng.chance(0.5))
+            };
+            sleep(Duration::from_millis(pause)).await;
+            if live.is_closed() {
+                return;
+            }
+            let check = |principal: &str| {
+                let now = self.clock.now();
+                self.store.read(|tx| {
+                    check_in_tx(tx, &sealed, ("acme", principal), (&call.tool, &hash), now)
+                })
+            };
+            if leaked && let Ok(Ok(())) = check("bob") {
+                lock(&self.foreign_states).push(format!(
+                    "bob's retry with alice's state for approval {approval} of run {run} was accepted"
+                ));
+            }
+            if !matches!(check("alice"), Ok(Ok(()))) {
+                return;
+            }
+            self.state_retries.fetch_add(1, Ordering::SeqCst);
+            key = 100_000 + (n as u64) * 100 + round;
+            ticket = live.submit(key, call.clone());
+            self.watch(session, &ticket);
+        }
     }
 
     /// Polls task `id` every second until it ends; a poll that finds it adoptable while this
@@ -1005,6 +1101,8 @@ pub struct ConnectionReport {
     /// Tasks answered (§22.3 item 1), and task runs a restarted host's gateway adopted.
     pub tasks: usize,
     pub adopted_after_crash: u64,
+    /// Retries that brought back a sealed state and moved their call (§22.3 item 2).
+    pub state_retries: u64,
     pub plan: Value,
 }
 
@@ -1043,7 +1141,7 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     let mut runtime =
         madsim::runtime::Runtime::with_seed_and_config(seed, madsim::Config::default());
     runtime.set_time_limit(WORKLOAD + QUIET_BOUND + Duration::from_secs(60));
-    let (snapshot, effects, mut violations, (rebound_starts, adopted_after_crash)) =
+    let (snapshot, effects, mut violations, (rebound_starts, adopted_after_crash, state_retries)) =
         runtime.block_on(simulate(plan));
     violations.extend(check(&snapshot, &effects, 3));
     violations.extend(liveness(&snapshot));
@@ -1063,6 +1161,7 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
         rebound_starts,
         tasks: snapshot.call_tasks.len(),
         adopted_after_crash,
+        state_retries,
         runs: snapshot.runs.len(),
         calls: snapshot.invocations.len(),
         effects: effects.len(),
@@ -1072,7 +1171,9 @@ pub fn run_seed(seed: u64) -> ConnectionReport {
     }
 }
 
-async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violation>, (u64, u64)) {
+async fn simulate(
+    plan: ConnectionPlan,
+) -> (MemSnapshot, Vec<Effect>, Vec<Violation>, (u64, u64, u64)) {
     let seed = plan.seed;
     let world = Arc::new(ConnectionWorld {
         store: Arc::new(ConnectionStore::new()),
@@ -1086,6 +1187,8 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
         gateway_sessions: Mutex::new(BTreeMap::new()),
         tasks: Mutex::new(BTreeMap::new()),
         adopted_after_crash: AtomicU64::new(0),
+        foreign_states: Mutex::new(Vec::new()),
+        state_retries: AtomicU64::new(0),
         plan,
     });
     let handle = Handle::current();
@@ -1187,6 +1290,14 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
             detail,
         }),
     );
+    violations.extend(
+        lock(&world.foreign_states)
+            .drain(..)
+            .map(|detail| Violation {
+                invariant: "§22.3 a sealed requestState moves only its own principal's call",
+                detail,
+            }),
+    );
     violations.extend(lock(&world.unwaited).drain(..).map(|detail| Violation {
         invariant: "§22.3 outside tasks, an approved call executes only while a request waits for it",
         detail,
@@ -1214,5 +1325,11 @@ async fn simulate(plan: ConnectionPlan) -> (MemSnapshot, Vec<Effect>, Vec<Violat
     }
     let rebound_starts = world.store.rebound_starts.load(Ordering::SeqCst);
     let adopted = world.adopted_after_crash.load(Ordering::SeqCst);
-    (snapshot, effects, violations, (rebound_starts, adopted))
+    let state_retries = world.state_retries.load(Ordering::SeqCst);
+    (
+        snapshot,
+        effects,
+        violations,
+        (rebound_starts, adopted, state_retries),
+    )
 }

@@ -692,7 +692,23 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
     let Some(python) = python("an_approval_task_outlives_kill_9_of_its_gateway") else {
         return;
     };
-    let scene = Scene::new(python);
+    task_outlives_kill_9(Scene::new(python));
+}
+
+/// The same on PostgreSQL (SPEC §23's scale-out: the task is the store's).
+#[test]
+fn an_approval_task_outlives_kill_9_of_its_gateway_on_postgresql() {
+    let test = "an_approval_task_outlives_kill_9_of_its_gateway_on_postgresql";
+    let Some(python) = python(test) else {
+        return;
+    };
+    let Some(server) = airlock_e2e::pg::server(&format!("mcp_listen::{test}")) else {
+        return;
+    };
+    task_outlives_kill_9(Scene::on_postgres(python, &server));
+}
+
+fn task_outlives_kill_9(scene: Scene) {
     let alice = scene.token("acme", "alice");
     let bob = scene.token("acme", "bob");
     let first = scene.listen(&[]);
@@ -794,7 +810,24 @@ fn an_input_required_approval_is_answered_on_the_retry_through_another_gateway()
     let Some(python) = python("an_input_required_approval") else {
         return;
     };
-    let scene = Scene::new(python);
+    input_required_across_gateways(Scene::new(python));
+}
+
+/// The same on PostgreSQL (SPEC §23's scale-out: a sealed `requestState` is opened by another
+/// gateway process with the store's key).
+#[test]
+fn an_input_required_approval_crosses_gateways_on_postgresql() {
+    let test = "an_input_required_approval_crosses_gateways_on_postgresql";
+    let Some(python) = python(test) else {
+        return;
+    };
+    let Some(server) = airlock_e2e::pg::server(&format!("mcp_listen::{test}")) else {
+        return;
+    };
+    input_required_across_gateways(Scene::on_postgres(python, &server));
+}
+
+fn input_required_across_gateways(scene: Scene) {
     let file = std::fs::read_to_string(&scene.config).unwrap();
     std::fs::write(
         &scene.config,

@@ -101,6 +101,12 @@ pub fn check_in_tx(
     (tool, arguments_hash): (&str, &str),
     now: Timestamp,
 ) -> Result<Result<(), StateRefused>, TxError> {
+    #[cfg(feature = "mutants")]
+    let principal = if crate::testing::mutants::state_not_bound_to_principal() {
+        sealed.principal_id.as_str()
+    } else {
+        principal
+    };
     if sealed.tenant_id != tenant || sealed.principal_id != principal {
         return Ok(Err(StateRefused::Foreign));
     }

@@ -66,11 +66,13 @@ pub const NAMES: [&str; 14] = [
 /// | `no_in_flight_check` | pipeline step 5 | §19.7: the repeat check sees only `UNCERTAIN` twins, so a host's retry after a gateway crash, sent while the first invocation is still `RUNNING` under its unexpired lease, repeats the effect |
 /// | `stale_conversation_taint` | `LivePlanner::next_turn`, pipeline PROPOSE | §22.2: a call run never reads its conversation's taint, so a call proposed after an untrusted result was answered is decided untainted |
 /// | `approved_without_request` | `ConnectionDriver::withheld_until` | §22.3: an approved call whose request left (a host's timeout) is executed although no request waits for it |
-pub const CONNECTION_NAMES: [&str; 4] = [
+/// | `state_not_bound_to_principal` | `conversation::request_state::check_in_tx` | §22.3 item 2: a sealed `requestState` brought back by another principal is accepted, so it moves (and may answer the approval of) a call that is not theirs |
+pub const CONNECTION_NAMES: [&str; 5] = [
     "disconnect_not_recorded",
     "no_in_flight_check",
     "stale_conversation_taint",
     "approved_without_request",
+    "state_not_bound_to_principal",
 ];
 
 /// 0: none; `i + 1`: `NAMES[i]`; `NAMES.len() + j + 1`: `CONNECTION_NAMES[j]`.
@@ -125,6 +127,11 @@ pub fn approved_without_request() -> bool {
 /// taint (neither when its call is handed out nor in its first transaction, SPEC §22.2).
 pub fn stale_conversation_taint() -> bool {
     active("stale_conversation_taint")
+}
+
+/// `state_not_bound_to_principal`: whether a state's principal is left unchecked on its retry.
+pub fn state_not_bound_to_principal() -> bool {
+    active("state_not_bound_to_principal")
 }
 
 /// Whether the mutant called `name` is active.

@@ -126,7 +126,7 @@ fn run(sweep: &Sweep) -> ExitCode {
     drop(sender);
     let (mut runs, mut calls, mut effects) = (0, 0, 0);
     let (mut in_flight, mut repeat, mut rebound) = (0, 0, 0);
-    let (mut tasks, mut adopted) = (0, 0);
+    let (mut tasks, mut adopted, mut state_retries) = (0, 0, 0);
     let (mut done, mut failed) = (0u64, Vec::new());
     let began = std::time::Instant::now();
     let mut last_line = began;
@@ -151,6 +151,7 @@ fn run(sweep: &Sweep) -> ExitCode {
         rebound += report.rebound_starts;
         tasks += report.tasks;
         adopted += report.adopted_after_crash;
+        state_retries += report.state_retries;
         if let Some(v) = report.violations.first() {
             failed.push(seed);
             println!("seed {seed}: VIOLATION {}: {}", v.invariant, v.detail);
@@ -178,7 +179,8 @@ fn run(sweep: &Sweep) -> ExitCode {
             "connection world: {count} seeds from {start} passed ({runs} runs, {calls} calls, \
              {effects} effects; retries refused in flight {in_flight}, as repeats {repeat}; \
              calls run for a request sent again after their client left {rebound}; tasks \
-             {tasks}, adopted by a restarted host's gateway {adopted})"
+             {tasks}, adopted by a restarted host's gateway {adopted}; retries with a sealed \
+             state {state_retries})"
         );
     } else {
         println!("connection world: failed seeds {failed:?}");
@@ -212,6 +214,7 @@ fn mutants(seeds: u64) -> ExitCode {
             "no_in_flight_check" => "§19.7 no effect",
             "stale_conversation_taint" => "§22.2 every call",
             "approved_without_request" => "§22.3 outside tasks, an approved call",
+            "state_not_bound_to_principal" => "§22.3 a sealed requestState",
             _ => "§19.4 no call",
         };
         let caught = (1..=seeds).find_map(|seed| {
