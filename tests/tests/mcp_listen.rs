@@ -39,9 +39,17 @@ impl Scene {
         Scene::over(DataDir::new(), python, scopes, extra)
     }
 
-    /// A scene whose store is a fresh schema on the PostgreSQL `server`.
-    fn on_postgres(python: PathBuf, server: &str) -> Scene {
-        Scene::over(DataDir::on_postgres(server), python, &["mcp.test.call"], "")
+    /// A scene of test `test` whose store is a fresh schema on the PostgreSQL of
+    /// `AIRLOCK_TEST_PG_URL`; `None` (skipped, a failure in CI) without it or the SDK.
+    fn on_postgres(test: &str) -> Option<Scene> {
+        let python = python(test)?;
+        let server = airlock_e2e::pg::server(&format!("mcp_listen::{test}"))?;
+        Some(Scene::over(
+            DataDir::on_postgres(&server),
+            python,
+            &["mcp.test.call"],
+            "",
+        ))
     }
 
     fn over(data: DataDir, python: PathBuf, scopes: &[&str], extra: &str) -> Scene {
@@ -611,14 +619,11 @@ fn a_2026_07_28_client_without_a_session_is_one_conversation_across_two_gateways
 /// retry), as on one SQLite file above.
 #[test]
 fn a_2026_07_28_conversation_spans_two_gateways_on_postgresql() {
-    let test = "a_2026_07_28_conversation_spans_two_gateways_on_postgresql";
-    let Some(python) = python(test) else {
+    let Some(scene) =
+        Scene::on_postgres("a_2026_07_28_conversation_spans_two_gateways_on_postgresql")
+    else {
         return;
     };
-    let Some(server) = airlock_e2e::pg::server(&format!("mcp_listen::{test}")) else {
-        return;
-    };
-    let scene = Scene::on_postgres(python, &server);
     let first = scene.listen(&["--listen-no-auth"]);
     let second = scene.listen(&["--listen-no-auth"]);
     one_conversation_across(&scene, &first, &second, 2);
@@ -698,14 +703,12 @@ fn an_approval_task_outlives_kill_9_of_its_gateway_and_completes_once() {
 /// The same on PostgreSQL (SPEC §23's scale-out: the task is the store's).
 #[test]
 fn an_approval_task_outlives_kill_9_of_its_gateway_on_postgresql() {
-    let test = "an_approval_task_outlives_kill_9_of_its_gateway_on_postgresql";
-    let Some(python) = python(test) else {
+    let Some(scene) =
+        Scene::on_postgres("an_approval_task_outlives_kill_9_of_its_gateway_on_postgresql")
+    else {
         return;
     };
-    let Some(server) = airlock_e2e::pg::server(&format!("mcp_listen::{test}")) else {
-        return;
-    };
-    task_outlives_kill_9(Scene::on_postgres(python, &server));
+    task_outlives_kill_9(scene);
 }
 
 fn task_outlives_kill_9(scene: Scene) {
@@ -817,14 +820,12 @@ fn an_input_required_approval_is_answered_on_the_retry_through_another_gateway()
 /// gateway process with the store's key).
 #[test]
 fn an_input_required_approval_crosses_gateways_on_postgresql() {
-    let test = "an_input_required_approval_crosses_gateways_on_postgresql";
-    let Some(python) = python(test) else {
+    let Some(scene) =
+        Scene::on_postgres("an_input_required_approval_crosses_gateways_on_postgresql")
+    else {
         return;
     };
-    let Some(server) = airlock_e2e::pg::server(&format!("mcp_listen::{test}")) else {
-        return;
-    };
-    input_required_across_gateways(Scene::on_postgres(python, &server));
+    input_required_across_gateways(scene);
 }
 
 fn input_required_across_gateways(scene: Scene) {

@@ -344,23 +344,12 @@ impl<S: Store + 'static> GatewayProcess<S> {
         let run_task = tokio::spawn(async move { running.run().await });
         let renewing = Arc::clone(&driver);
         let renew_task = tokio::spawn(async move { renewing.keep_alive().await });
-        let elicitation = self
-            .config
-            .approve_via_elicitation
-            .then(|| ElicitedApprovals {
-                control: self.control(),
-                principal: elicitation_principal(&self.config, who),
-            });
         let session_id = driver.connection().session_id;
         // In-call traffic of this session's runs is relayed to its client: attached before the
         // first request can come, its peer added once the session is up (serve_connection for
         // stdio, ClientSession::on_initialized for an HTTP session).
         self.gateway.clients().attach(session_id, live.id(), None);
-        let session = ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
-            .with_session(session_id)
-            .with_scopes(who.scopes.clone())
-            .with_tasks(self.tasks_of(who))
-            .with_states(self.state_seal(), &who.principal_id);
+        let session = self.client_session(who, live, session_id);
         Ok((
             session,
             OpenConnection {
@@ -413,6 +402,19 @@ impl<S: Store + 'static> GatewayProcess<S> {
             self.planners.add(session_id, Arc::clone(&live));
             self.gateway.clients().attach(session_id, live.id(), None);
         }
+        Ok(self
+            .client_session(who, live, session_id)
+            .with_request_keys(hold.request_keys()))
+    }
+
+    /// The MCP server of `who`'s connection `live` (session `session_id`): elicited approvals
+    /// when the file asks for them, the principal's scopes, tasks and sealed states.
+    fn client_session(
+        &self,
+        who: &SessionPrincipal,
+        live: Arc<LiveConnection>,
+        session_id: SessionId,
+    ) -> ClientSession<S> {
         let elicitation = self
             .config
             .approve_via_elicitation
@@ -420,14 +422,11 @@ impl<S: Store + 'static> GatewayProcess<S> {
                 control: self.control(),
                 principal: elicitation_principal(&self.config, who),
             });
-        Ok(
-            ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
-                .with_session(session_id)
-                .with_scopes(who.scopes.clone())
-                .with_request_keys(hold.request_keys())
-                .with_tasks(self.tasks_of(who))
-                .with_states(self.state_seal(), &who.principal_id),
-        )
+        ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
+            .with_session(session_id)
+            .with_scopes(who.scopes.clone())
+            .with_tasks(self.tasks_of(who))
+            .with_states(self.state_seal(), &who.principal_id)
     }
 
     /// The approval tasks of `who` (SPEC §22.3 item 1).
