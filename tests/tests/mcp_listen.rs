@@ -977,6 +977,62 @@ fn input_required_across_gateways(scene: Scene) {
     assert_eq!(ledger().lines().filter(|l| *l == "by url").count(), 1);
 }
 
+/// Step 7 of the listener for sessionless clients: a 2026-07-28 request that would open a new
+/// conversation beyond the token's cap (`--listen-max-sessions-per-token 1` here) is 429 with
+/// `Retry-After` and a JSON-RPC body, while the conversation the token holds is still served.
+/// Without the cap a client naming itself anew on each request would open a conversation row
+/// per request.
+#[test]
+fn sessionless_conversations_count_against_the_tokens_cap() {
+    let Some(python) = python("sessionless_conversations_count_against_the_tokens_cap") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let gateway = scene.listen(&["--listen-no-auth", "--listen-max-sessions-per-token", "1"]);
+    let list = |client: &str| {
+        let body = json!({
+            "jsonrpc": "2.0", "id": 9, "method": "tools/list",
+            "params": {"_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": client, "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }},
+        });
+        gateway.raw(
+            "POST",
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+            ],
+            &body.to_string(),
+        )
+    };
+    let first = list("one");
+    assert_eq!(first.status, 200, "{}", first.body);
+    let refused = list("two");
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(
+        refused.header("retry-after"),
+        Some("30"),
+        "{:?}",
+        refused.headers
+    );
+    let error: Value = serde_json::from_str(&refused.body).expect("a JSON-RPC error body");
+    assert_eq!(error["id"], 9, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("conversations")),
+        "{error}"
+    );
+    let again = list("one");
+    assert_eq!(
+        again.status, 200,
+        "the conversation it holds: {}",
+        again.body
+    );
+}
+
 /// SPEC §19.7: an upstream's log messages outside any call (server-everything's simulated
 /// logging, a random level every 5 s) reach every connected session whose level admits them:
 /// after the call that turned it on was answered (the message the tool sends at once comes

@@ -40,7 +40,9 @@
 //!    answered 202 and does nothing (that wire sends none: a cancel is the closed stream). A
 //!    request naming another version gets −32022 `UnsupportedProtocolVersion` with `supported:
 //!    ["2025-11-25", "2026-07-28"]`; any other sessionless request gets −32600 saying how to
-//!    begin. A sessionless request takes no session slot of step 7.
+//!    begin. A sessionless request takes no session slot of step 7; the conversations this
+//!    process holds count against the same caps instead (a new client name beyond them is 429
+//!    or 503 with `Retry-After`).
 //!
 //! Every refusal is a JSON-RPC error body (`application/json`, the request's id once the body
 //! was read, `null` before), whose message says why; the HTTP status says which step refused.
@@ -134,8 +136,9 @@ tokio::task_local! {
     /// The caller of the request being handed to rmcp: a session opened while handling it
     /// belongs to this principal (rmcp's service factory sees no request).
     static CALLER: SessionPrincipal;
-    /// Set for a sessionless 2026-07-28 request: the conversation it belongs to (§22.1).
-    static CONVERSATION: ConversationKey;
+    /// Set for a sessionless 2026-07-28 request: the conversation it belongs to (§22.1), and
+    /// who sent it (for the caps).
+    static CONVERSATION: (ConversationKey, String);
 }
 
 /// Open HTTP connections, so shutdown can wait for their runs to end.
@@ -315,9 +318,9 @@ pub fn listener<S: Store + 'static>(
             let who = CALLER
                 .try_with(Clone::clone)
                 .map_err(|_| std::io::Error::other("a session opened outside the guard"))?;
-            if let Ok(key) = CONVERSATION.try_with(Clone::clone) {
+            if let Ok((key, owner)) = CONVERSATION.try_with(Clone::clone) {
                 return process
-                    .sessionless(&who, &key)
+                    .sessionless(&who, (&key, &owner))
                     .map_err(std::io::Error::other);
             }
             let (session, connection) = process.open(&who).map_err(std::io::Error::other)?;
@@ -593,14 +596,27 @@ async fn guard_request<S: Store + 'static>(
     let request = if request.method() == http::Method::POST {
         match read_json_body(request, session.is_none()).await {
             Ok(PostBody::OfSession(request)) => request,
-            Ok(PostBody::Sessionless { request, client }) => {
-                let key = ConversationKey::of(
-                    &who.principal_id,
-                    credential.token_id().as_deref(),
-                    &client,
+            Ok(PostBody::Sessionless {
+                request,
+                client,
+                id,
+            }) => {
+                let token = credential.token_id();
+                let key = ConversationKey::of(&who.principal_id, token.as_deref(), &client);
+                let owner = token.unwrap_or_else(|| "tokenless".to_owned());
+                let caps = (
+                    guard.settings.max_sessions_per_credential,
+                    guard.settings.max_sessions,
                 );
+                if let Err(full) = guard.process.sessionless_room(&key, &owner, caps) {
+                    return Refusal {
+                        id,
+                        ..conversations_full(full)
+                    }
+                    .into_response();
+                }
                 return CALLER
-                    .scope(who, CONVERSATION.scope(key, next.run(request)))
+                    .scope(who, CONVERSATION.scope((key, owner), next.run(request)))
                     .await;
             }
             Err(BodyRefusal::NotJson) => return parse_error(),
@@ -674,6 +690,28 @@ fn reserve_session<S: Store + 'static>(
     Ok(())
 }
 
+/// Step 7 for sessionless conversations: a 2026-07-28 request that would open a new
+/// conversation beyond the caps is 429 (its token's) or 503 (the listener's), with `Retry-After`.
+fn conversations_full(full: crate::sessionless::Full) -> Refusal {
+    let (status, message) = match full {
+        crate::sessionless::Full::Owner(n) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "this token already holds {n} open 2026-07-28 conversations here (one per client \
+                 name); reuse a client name or let one idle out"
+            ),
+        ),
+        crate::sessionless::Full::Process(n) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("this listener holds {n} open 2026-07-28 conversations, its limit"),
+        ),
+    };
+    Refusal {
+        retry_after: Some(RETRY_AFTER_SECONDS),
+        ..refuse(status, message)
+    }
+}
+
 /// Why a POST body was not let through.
 enum BodyRefusal {
     NotJson,
@@ -690,7 +728,12 @@ enum PostBody {
     /// A sessionless 2026-07-28 request (SPEC §23), with the name its client gives itself
     /// (`_meta["io.modelcontextprotocol/clientInfo"].name`, empty when it gives none): with
     /// the caller, its conversation's key (§22.1).
-    Sessionless { request: Request, client: String },
+    Sessionless {
+        request: Request,
+        client: String,
+        /// The request's id, for a refusal to echo.
+        id: serde_json::Value,
+    },
 }
 
 /// The version a sessionless message names: its `_meta`'s, else the `MCP-Protocol-Version`
@@ -706,17 +749,22 @@ fn named_version<'m>(
         .or(header_version)
 }
 
+/// The id a refusal of `message` echoes: JSON-RPC ids are strings or numbers; anything else is
+/// not echoed (nor a long string).
+fn echoable_id(message: &serde_json::Value) -> serde_json::Value {
+    match message.get("id") {
+        Some(id @ serde_json::Value::Number(_)) => id.clone(),
+        Some(id @ serde_json::Value::String(text)) if text.len() <= MAX_ECHOED => id.clone(),
+        _ => serde_json::Value::Null,
+    }
+}
+
 /// Step 6 of the module docs: a sessionless message that is neither an `initialize` nor of
 /// 2026-07-28. One that names a protocol version this listener does not serve is told so with
 /// −32022 and the versions it does serve, on which a client of both eras picks one; any other is
 /// told how to begin.
 fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>) -> Refusal {
-    // JSON-RPC ids are strings or numbers; anything else is not echoed (nor a long string).
-    let id = match message.get("id") {
-        Some(id @ serde_json::Value::Number(_)) => id.clone(),
-        Some(id @ serde_json::Value::String(text)) if text.len() <= MAX_ECHOED => id.clone(),
-        _ => serde_json::Value::Null,
-    };
+    let id = echoable_id(message);
     let requested = named_version(message, header_version)
         .filter(|version| !HTTP_VERSIONS.contains(version))
         .map(|version| version.chars().take(MAX_ECHOED).collect::<String>());
@@ -784,6 +832,7 @@ async fn read_json_body(request: Request, sessionless: bool) -> Result<PostBody,
             .unwrap_or_default()
             .to_owned();
         return Ok(PostBody::Sessionless {
+            id: echoable_id(&message),
             request: Request::from_parts(parts, Body::from(bytes)),
             client,
         });

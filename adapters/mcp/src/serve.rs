@@ -41,7 +41,7 @@ use crate::config::GatewayConfig;
 use crate::gateway::Gateway;
 use crate::sealed_state::StateSeal;
 use crate::server::{ClientSession, ElicitedApprovals};
-use crate::sessionless::{Holds, JoinWith};
+use crate::sessionless::{Full, Holds, JoinWith};
 use airlock_core::conversation::ConversationKey;
 
 /// Why serving stopped with an error.
@@ -369,13 +369,14 @@ impl<S: Store + 'static> GatewayProcess<S> {
     pub fn sessionless(
         &self,
         who: &SessionPrincipal,
-        key: &ConversationKey,
+        (key, owner): (&ConversationKey, &str),
     ) -> Result<ClientSession<S>, TxError> {
         let mut template = run_template(&self.config);
         template.principal_scopes = who.scopes.clone();
         let request = self.sessionless.for_request(
             key,
             JoinWith {
+                owner,
                 worker: &self.worker,
                 tenant_id: &self.config.tenant_id,
                 principal_id: &who.principal_id,
@@ -437,6 +438,17 @@ impl<S: Store + 'static> GatewayProcess<S> {
     /// Sealing of `input_required` states with the store's keys (SPEC §22.3 item 2).
     fn state_seal(&self) -> StateSeal<S> {
         StateSeal::new(Arc::clone(&self.env.store), Arc::clone(&self.env.clock))
+    }
+
+    /// Whether a sessionless request of `key` from `owner` may be served now, under the caps
+    /// `(per owner, in all)` ([`Holds::room_for`]).
+    pub fn sessionless_room(
+        &self,
+        key: &ConversationKey,
+        owner: &str,
+        caps: (usize, usize),
+    ) -> Result<(), Full> {
+        self.sessionless.room_for(key, owner, caps)
     }
 
     /// How many sessionless conversations this process holds now.

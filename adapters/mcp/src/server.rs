@@ -975,6 +975,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             && context
                 .client_capabilities()
                 .is_some_and(|capabilities| capabilities.supports_tasks());
+        let mut task_tried = false;
         let ended = ticket.ended();
         tokio::pin!(ended);
         loop {
@@ -998,8 +999,13 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     let TicketStatus::Parked { run, approval_id, expires_at } = ticket.status() else {
                         continue;
                     };
-                    if declares_tasks && let Some(task) = self.answer_as_task(key, run, approval_id, expires_at) {
-                        return Ok(CallToolResponse::Task(task));
+                    // One try: a call bound to a parked twin that is already a task (its host
+                    // sent it again) cannot be a second task of that run; it waits as without.
+                    if declares_tasks && !task_tried {
+                        task_tried = true;
+                        if let Some(task) = self.answer_as_task(key, run, approval_id, expires_at) {
+                            return Ok(CallToolResponse::Task(task));
+                        }
                     }
                     if !declares_tasks
                         && let Some(asked) = self.approval_input(&context, approval_id)

@@ -29,6 +29,8 @@ use tokio::time::Instant;
 
 /// This process's hold on one sessionless conversation.
 pub struct Hold<S: Store> {
+    /// Who it was joined for (a token id, or the tokenless caller), for the caps.
+    owner: String,
     driver: Arc<ConnectionDriver<S>>,
     run_task: Mutex<Option<JoinHandle<Result<(), TxError>>>>,
     keep_alive: JoinHandle<()>,
@@ -73,6 +75,8 @@ impl<S: Store + 'static> Hold<S> {
 
 /// What a new hold is joined with: the process's worker and the file's settings.
 pub struct JoinWith<'a, S: Store> {
+    /// Who the request is from (a token id, or the tokenless caller).
+    pub owner: &'a str,
     pub worker: &'a Arc<Worker<S>>,
     pub tenant_id: &'a str,
     pub principal_id: &'a str,
@@ -144,6 +148,7 @@ impl<S: Store + 'static> Holds<S> {
         let renewing = Arc::clone(&driver);
         let keep_alive = tokio::spawn(async move { renewing.keep_alive().await });
         let hold = Arc::new(Hold {
+            owner: join.owner.to_owned(),
             driver,
             run_task: Mutex::new(Some(run_task)),
             keep_alive,
@@ -191,6 +196,31 @@ impl<S: Store + 'static> Holds<S> {
         hold.release().await;
     }
 
+    /// Whether a request of `key` from `owner` may be served now: a key this process holds
+    /// always is; a new one only while `owner` holds fewer than `per_owner` and the process
+    /// fewer than `total` (the caps of HTTP sessions, which a sessionless client takes no slot
+    /// of: without them, a client naming itself anew on each request would open a conversation
+    /// row, a hold and its tasks per request). Checked before the join, so concurrent first
+    /// requests may overshoot by their number.
+    pub fn room_for(
+        &self,
+        key: &ConversationKey,
+        owner: &str,
+        (per_owner, total): (usize, usize),
+    ) -> Result<(), Full> {
+        let table = self.table();
+        if table.contains_key(key) {
+            return Ok(());
+        }
+        if table.values().filter(|hold| hold.owner == owner).count() >= per_owner {
+            return Err(Full::Owner(per_owner));
+        }
+        if table.len() >= total {
+            return Err(Full::Process(total));
+        }
+        Ok(())
+    }
+
     /// How many conversations this process holds now.
     pub fn len(&self) -> usize {
         self.table().len()
@@ -199,6 +229,15 @@ impl<S: Store + 'static> Holds<S> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// Why a new sessionless conversation was not opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Full {
+    /// The caller holds this many already.
+    Owner(usize),
+    /// The process holds this many already.
+    Process(usize),
 }
 
 /// One request's hold, and what changed to get it.

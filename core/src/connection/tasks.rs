@@ -24,8 +24,9 @@ pub struct Tasks<S: Store> {
 pub struct Polled {
     pub task: CallTask,
     pub view: TaskView,
-    /// No process may be executing it and it can execute now: the poller should adopt it
-    /// ([`crate::connection::live::LiveConnection::adopt`]); the store's claim keeps it once.
+    /// It can execute now: the poller should adopt it
+    /// ([`crate::connection::live::LiveConnection::adopt`]) unless it serves it already; the
+    /// store's claim keeps it to one execution whoever else drives it.
     pub adoptable: bool,
 }
 

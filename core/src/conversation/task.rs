@@ -131,10 +131,12 @@ pub fn task_view_in_tx(tx: &mut dyn StoreTx, task: &CallTask) -> Result<TaskView
     })
 }
 
-/// Whether a process may adopt `task`'s run to execute it now (its poll found no process
-/// driving it): its approval is approved and unexpired, or it is already past approval and
-/// not terminal. A pending approval needs nobody yet; a denied or expired one is recorded by
-/// whoever drives or sweeps the run.
+/// Whether the process answering a poll of `task` should adopt its run: its approval is
+/// approved and unexpired, or it is past approval and not terminal. The store cannot say
+/// whether another live process drives it (a dead one's run looks the same), so the poller
+/// adopts whenever it could run now; if another process drives it too, the store's claim lets
+/// one of them execute it and the other follows it to its end. A pending approval needs nobody
+/// yet; a denied or expired one is recorded by whoever drives or sweeps the run.
 pub fn adoptable_in_tx(
     tx: &mut dyn StoreTx,
     task: &CallTask,
