@@ -939,7 +939,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             }
         }
         let open = env.transact(|tx| {
-            crate::conversation::extend_in_tx(
+            crate::conversation::renew_in_tx(
                 tx,
                 self.connection.id,
                 now.saturating_add_micros(idle_micros),
@@ -993,7 +993,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 }
                 // A call in flight is a request still being served: the conversation stays.
                 Liveness::Idle { idle_micros } if self.is_busy() => env.transact(|tx| {
-                    crate::conversation::extend_in_tx(
+                    crate::conversation::renew_in_tx(
                         tx,
                         self.connection.id,
                         now.saturating_add_micros(idle_micros),
@@ -1149,7 +1149,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 let run = self.call_run(run_id, deadline_at, now);
                 crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
                 if let Liveness::Idle { idle_micros } = self.liveness {
-                    crate::conversation::extend_in_tx(
+                    crate::conversation::renew_in_tx(
                         tx,
                         self.connection.id,
                         now.saturating_add_micros(idle_micros),

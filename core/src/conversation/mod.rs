@@ -110,8 +110,11 @@ pub fn open_in_tx(
     Ok(())
 }
 
-/// RENEW: pushes `alive_until` forward; `false` when the connection is no longer open (a sweep
-/// closed it while its gateway stalled), in which case the gateway must stop serving it.
+/// RENEW: pushes `alive_until` forward to `alive_until`, never back: its own gateway every
+/// lease/3 (a connection of its own), or each request of a sessionless conversation (SPEC §22.1),
+/// whose horizon another process's request may have pushed further already. `false` when the
+/// connection is no longer open (a sweep closed it while its gateway stalled, or the
+/// conversation idled out), in which case the gateway must stop serving it.
 pub fn renew_in_tx(
     tx: &mut dyn StoreTx,
     id: ConnectionId,
@@ -120,10 +123,13 @@ pub fn renew_in_tx(
     let Some(current) = tx.connection(id)? else {
         return Ok(false);
     };
-    if !current.is_open() {
+    let ConnectionState::Open { alive_until: until } = current.state else {
         return Ok(false);
+    };
+    if until >= alive_until {
+        return Ok(true);
     }
-    let mut next = current.clone();
+    let mut next = current;
     next.state = ConnectionState::Open { alive_until };
     tx.update_connection(ConnectionStatus::Open, &next)?;
     Ok(true)
@@ -192,29 +198,6 @@ pub fn join_in_tx(
     insert_session(tx)?;
     open_in_tx(tx, fresh, now)?;
     Ok(Joined::Opened(fresh.clone()))
-}
-
-/// EXTEND: a request of a sessionless conversation (SPEC §22.1) pushes its `alive_until` to
-/// `alive_until` unless it is already later (another process's request may have pushed it
-/// further); `false` when the conversation is no longer open.
-pub fn extend_in_tx(
-    tx: &mut dyn StoreTx,
-    id: ConnectionId,
-    alive_until: Timestamp,
-) -> Result<bool, TxError> {
-    let Some(current) = tx.connection(id)? else {
-        return Ok(false);
-    };
-    let ConnectionState::Open { alive_until: until } = current.state else {
-        return Ok(false);
-    };
-    if until >= alive_until {
-        return Ok(true);
-    }
-    let mut next = current;
-    next.state = ConnectionState::Open { alive_until };
-    tx.update_connection(ConnectionStatus::Open, &next)?;
-    Ok(true)
 }
 
 /// DISCONNECT (or the sweep's expiry) inside a transaction: the row `closed`,
