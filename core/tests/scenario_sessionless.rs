@@ -372,3 +372,45 @@ async fn a_task_whose_process_died_executes_once_through_the_next_poll() {
     assert_eq!(h.ledger.count("test.send"), 1, "exactly once");
     assert!(!desk.poll(&id).unwrap().unwrap().adoptable);
 }
+
+/// §22.3 item 1: `tasks/cancel` is a client cancel of the task's run (§8.5): another principal
+/// (or a guessed id) cancels nothing; the owner's cancel ends the waiting call without sending
+/// it, the task reads `cancelled`, the approval no longer moves it, and a second cancel is told
+/// the task has ended.
+#[tokio::test(start_paused = true)]
+async fn a_task_cancel_ends_its_call_and_only_its_principal_may_cancel() {
+    let h = Harness::new();
+    let a = join(&h, "gateway-a", key("claude-code"));
+    let ticket = a.live.submit(1, call("test.send", "cancelled"));
+    let (run, approval) = parked(&ticket).await;
+    let desk = tasks(&h);
+    let id = desk.open(run).expect("task");
+    a.live.adopt(run);
+    a.live.detach(1);
+
+    let mallory = Tasks::new(h.env_over(Arc::clone(&h.store)), "acme", "mallory");
+    assert!(matches!(
+        mallory.cancel(&id).unwrap(),
+        Err(TaskRefused::Unknown(_))
+    ));
+    assert!(matches!(
+        desk.cancel("tsk_guess").unwrap(),
+        Err(TaskRefused::Unknown(_))
+    ));
+    assert!(!h.run(run).status().is_terminal(), "nothing was cancelled");
+
+    assert_eq!(desk.cancel(&id).unwrap(), Ok(run));
+    let view = polled_until(&desk, &id, |v| !matches!(v, TaskView::Waiting { .. })).await;
+    assert_eq!(view, TaskView::Cancelled);
+    assert_eq!(h.run(run).status(), RunStatus::Cancelled);
+    let late = h
+        .control
+        .resolve(&h.bob(), approval, ApprovalResolution::ApproveOnce, None)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    assert_eq!(h.ledger.count("test.send"), 0, "never sent ({late:?})");
+    assert!(matches!(
+        desk.cancel(&id).unwrap(),
+        Err(TaskRefused::Ended(_))
+    ));
+}

@@ -119,6 +119,12 @@ pub fn task_view_in_tx(tx: &mut dyn StoreTx, task: &CallTask) -> Result<TaskView
     let run = tx.run(task.run_id)?.ok_or(TxError::NotFound)?;
     Ok(match call_state(tx, run.id, 1, &call_id_of(1))? {
         CallState::Parked { approval } => TaskView::Waiting { approval },
+        // A cancel (a client's `tasks/cancel`, §8.5) that ended the run before the call was
+        // sent closes the call "not performed": the task was cancelled, not answered. A call
+        // that ran before the cancel took effect keeps its answer.
+        CallState::Answered(CallAnswer::Denied { .. }) if run.status() == RunStatus::Cancelled => {
+            TaskView::Cancelled
+        }
         CallState::Answered(answer) => TaskView::Answered(answer),
         CallState::InFlight | CallState::Unrecorded => match run.status() {
             RunStatus::Cancelled => TaskView::Cancelled,
