@@ -41,6 +41,7 @@ crate::vocab::wire_enum! {
         McpUpstreamRequest = "mcp.upstream.request",
         McpTaskOpened = "mcp.task.opened",
         McpStateKeyRotated = "mcp.state_key.rotated",
+        McpRequestStateUsed = "mcp.request_state.used",
         ConversationTainted = "conversation.tainted",
         ConversationTaintCleared = "conversation.taint_cleared",
     }

@@ -19,6 +19,9 @@ Resources and prompts (so that their list changes are declared): the resource
   said: a server-to-client request on 2025-11-25, an input-required result on 2026-07-28.
 - `roots()`: asks the client for its roots (`roots/list`, the same two ways) and answers with
   their URIs.
+- `confirm(text)`: 2026-07-28 only. Asks the client to confirm (a form elicitation in an
+  input-required result) and keeps a `requestState` of its own, `upstream-state:{text}`; the
+  retry must bring exactly that state back, and is answered `confirmed {text}: {answer}`.
 
 Each process appends its pid to `$AIRLOCK_TEST_LEDGER.pids` when it starts. With
 `AIRLOCK_TEST_LINGER=1` it stays alive after its stdin closes, as a server that ignores the
@@ -37,8 +40,15 @@ import time
 import mcp_types as types
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.request_state import RequestStateSecurity
 
-server = MCPServer("airlock-test-server")
+# One request-state key for every process of this server (the SDK seals the states it hands
+# out): a round asked by the upstream child of one gateway process may be answered through
+# another's, as one HTTP server behind several gateways would see it. A test key, not a secret.
+server = MCPServer(
+    "airlock-test-server",
+    request_state_security=RequestStateSecurity(keys=["airlock-test-server: a fixed test key, 32+ bytes"]),
+)
 
 
 @server.tool(description="Append one line to the ledger (not idempotent).")
@@ -138,6 +148,26 @@ async def roots(ctx: Context):
     if hasattr(answer, "model_dump"):
         answer = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
     return "roots: " + " ".join(sorted(r.get("uri", "?") for r in answer.get("roots", [])))
+
+@server.tool(description="Ask the client to confirm, keeping a requestState of its own (2026-07-28).")
+async def confirm(text: str, ctx: Context):
+    if ctx.protocol_version != "2026-07-28":
+        return "confirm speaks 2026-07-28 only"
+    issued = f"upstream-state:{text}"
+    answer = (ctx.input_responses or {}).get("confirm")
+    if answer is None:
+        params = types.ElicitRequestFormParams(
+            message=f"Confirm {text}?",
+            requested_schema={"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+        )
+        return types.InputRequiredResult(
+            input_requests={"confirm": types.ElicitRequest(params=params)}, request_state=issued
+        )
+    if ctx.request_state != issued:
+        raise ValueError(f"requestState {ctx.request_state!r} is not the one issued")
+    if hasattr(answer, "model_dump"):
+        answer = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return f"confirmed {text}: {json.dumps(answer, sort_keys=True)}"
 
 
 if __name__ == "__main__":

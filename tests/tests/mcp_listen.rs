@@ -977,6 +977,97 @@ fn input_required_across_gateways(scene: Scene) {
     assert_eq!(ledger().lines().filter(|l| *l == "by url").count(), 1);
 }
 
+/// SPEC §23: an upstream's own input-required round reaches a 2026-07-28 client as a round of
+/// the gateway's: the upstream's input request as it is, and its `requestState` sealed inside
+/// one of the gateway's (the client never sees it). The client answers through another gateway
+/// process of the store, which hands the upstream its own state back. A changed state, another
+/// principal's, another call's, or one already used moves nothing.
+#[test]
+fn an_upstreams_input_round_is_relayed_with_its_state_sealed_across_gateways() {
+    let Some(python) =
+        python("an_upstreams_input_round_is_relayed_with_its_state_sealed_across_gateways")
+    else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let alice = scene.token("acme", "alice");
+    let bob = scene.token("acme", "bob");
+    let first = scene.listen(&[]);
+    let second = scene.listen(&[]);
+    let form = json!({"elicitation": {"form": {}}});
+    let call = |gateway: &Gateway, token: &str, text: &str, extra: Value| {
+        let mut params = json!({"name": "test__confirm", "arguments": {"text": text}});
+        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        gateway.modern_as(
+            Some(token),
+            form.clone(),
+            ("tools/call", "test__confirm"),
+            params,
+        )
+    };
+    let asked = call(&first, &alice, "deploy", json!({}));
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    let request = &result["inputRequests"]["confirm"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    assert_eq!(request["params"]["message"], "Confirm deploy?", "{asked}");
+    let state = result["requestState"]
+        .as_str()
+        .expect("a requestState")
+        .to_owned();
+    assert!(state.starts_with("v1."), "the gateway's own form: {state}");
+    assert!(
+        !asked.to_string().contains("upstream-state"),
+        "the upstream's state stays sealed: {asked}"
+    );
+    let yes = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
+
+    let mut changed = state.clone().into_bytes();
+    let last = changed.len() - 1;
+    changed[last] = if changed[last] == b'0' { b'1' } else { b'0' };
+    let changed = String::from_utf8(changed).unwrap();
+    for (who, text, state, why) in [
+        (&alice, "deploy", changed.as_str(), "changed"),
+        (&bob, "deploy", state.as_str(), "another principal"),
+        (&alice, "other", state.as_str(), "another call"),
+    ] {
+        let refused = call(
+            &second,
+            who,
+            text,
+            json!({"requestState": state, "inputResponses": yes}),
+        );
+        assert_eq!(refused["error"]["code"], -32602, "{why}: {refused}");
+    }
+
+    let answered = call(
+        &second,
+        &alice,
+        "deploy",
+        json!({"requestState": state, "inputResponses": yes}),
+    );
+    assert_eq!(
+        answered["result"]["content"][0]["text"],
+        r#"confirmed deploy: {"action": "accept", "content": {"ok": true}}"#,
+        "the upstream got its own state and the client's answer: {answered}"
+    );
+    let again = call(
+        &first,
+        &alice,
+        "deploy",
+        json!({"requestState": state, "inputResponses": yes}),
+    );
+    assert_eq!(again["error"]["code"], -32602, "used: {again}");
+    assert!(
+        again["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already used")),
+        "{again}"
+    );
+}
+
 /// Step 7 of the listener for sessionless clients: a 2026-07-28 request that would open a new
 /// conversation beyond the token's cap (`--listen-max-sessions-per-token 1` here) is 429 with
 /// `Retry-After` and a JSON-RPC body, while the conversation the token holds is still served.

@@ -15,6 +15,7 @@ pub mod gateway;
 pub mod listen;
 pub mod relay;
 pub mod render;
+pub mod round;
 pub mod sealed_state;
 pub mod serve;
 pub mod server;

@@ -19,7 +19,8 @@
 //!   none, sampling and elicitation are answered an error too, and `roots/list` with FILE's
 //!   `roots` of that server, or an empty list (SPEC §23).
 //!   On 2026-07-28 they come inside the call's own input-required result, so they always go to
-//!   that call's client ([`UpstreamRelay::input`]).
+//!   that call's client: asked of a 2025-11-25 client in the call ([`UpstreamRelay::input`]),
+//!   answered to a 2026-07-28 client as an input-required result of its own ([`crate::round`]).
 //! - `notifications/message` follows the same rule; one that comes outside any call goes to every
 //!   connected client whose `logging/setLevel` admits it (all of them until they ask), since
 //!   the upstream is shared and nothing names one client (SPEC §19.7). In a call it goes to the
@@ -29,8 +30,10 @@
 //! what the gateway can relay (sampling, form and URL elicitation, roots); each relayed request is
 //! then checked against what the target client declared, and refused with −32601 when it did not
 //! declare it. A 2026-07-28 client cannot be sent server-to-client requests (rmcp refuses them on
-//! that version; its replacement, an input-required result, would end the client's request while
-//! the forwarded call runs), so the upstream is answered −32601 for such a client.
+//! that version), so a 2025-11-25 upstream's in-call request for such a client is answered
+//! −32601: turning it into an input-required result would end the client's request while the
+//! upstream's call still waits for its answer (not built; a 2026-07-28 upstream's rounds are
+//! relayed, [`crate::round`]).
 
 // Sampling, roots and logging are deprecated by SEP-2577 in rmcp; relaying them is the point.
 #![allow(deprecated)]
@@ -53,6 +56,7 @@ use rmcp::{ErrorData, Peer};
 use serde_json::{Value, json};
 
 use crate::gateway::{EventSink, Now, process_event};
+use crate::round::Round;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -72,6 +76,8 @@ pub struct ClientLink {
     version: Option<ProtocolVersion>,
     /// What the client declared, for this request (2026-07-28) or at `initialize`.
     capabilities: Option<ClientCapabilities>,
+    /// A 2026-07-28 retry's answers to its upstream's input-required round ([`crate::round`]).
+    round: Round,
 }
 
 impl ClientLink {
@@ -87,7 +93,32 @@ impl ClientLink {
             parked_progress,
             version: context.protocol_version(),
             capabilities: context.client_capabilities(),
+            round: Round::default(),
         }
+    }
+
+    /// The link of a retry that answers an upstream's input-required round.
+    pub fn with_round(mut self, round: Round) -> ClientLink {
+        self.round = round;
+        self
+    }
+
+    /// What the retry carries upstream (empty for a first request).
+    pub fn round(&self) -> &Round {
+        &self.round
+    }
+
+    /// Whether the client speaks 2026-07-28 (no `initialize`): it is answered an upstream's
+    /// input-required round, never sent requests ([`crate::round`]).
+    pub fn is_modern(&self) -> bool {
+        self.version
+            .as_ref()
+            .is_some_and(|version| !version.has_initialize())
+    }
+
+    /// What the client declared, if known.
+    pub fn capabilities(&self) -> Option<&ClientCapabilities> {
+        self.capabilities.as_ref()
     }
 
     /// Whether the client asked for progress on this call.
@@ -292,6 +323,13 @@ pub struct Forwarding {
 }
 
 impl Forwarding {
+    /// The live client the call is made for, if any.
+    pub fn client(&self) -> Option<ClientLink> {
+        lock(&self.relay.in_flight)
+            .get(&self.number)
+            .and_then(|flight| flight.client.clone())
+    }
+
     /// The progress token the call's request carries upstream (each retry of a 2026-07-28
     /// input-required round carries a new one).
     pub fn sent_with(&self, token: ProgressToken) {

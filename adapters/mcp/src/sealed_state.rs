@@ -5,10 +5,12 @@
 //! **Form.** `v1.{key id}.{hex of nonce ‖ ciphertext ‖ tag}`: ChaCha20-Poly1305 (ring) under the
 //! store's key of that id, a fresh random 96-bit nonce per state, and the version and key id as
 //! associated data, so a state moved to another key, or edited anywhere, fails to open. The
-//! plaintext is the JSON of [`SealedCall`]. A client learns nothing from a state but its length.
+//! plaintext is the JSON of a [`Sealed`]: an approval's call, or a relayed upstream round with
+//! the upstream's own state inside. A client learns nothing from a state but its length.
 
 use airlock_core::conversation::request_state::{
-    SealedCall, StateKey, StateRefused, check_in_tx, sealing_key_in_tx,
+    Sealed, SealedCall, SealedRelay, StateKey, StateRefused, check_in_tx, sealing_key_in_tx,
+    take_relay_in_tx,
 };
 use airlock_core::ports::Clock;
 use airlock_core::store::{Store, TxError};
@@ -19,8 +21,13 @@ use std::sync::Arc;
 /// The prefix of this form of state.
 const VERSION: &str = "v1";
 
-/// The longest state this gateway opens (a sealed call is a few hundred bytes).
-const MAX_STATE_LEN: usize = 8 * 1024;
+/// The longest upstream `requestState` the gateway carries inside its own (SPEC §23); a longer
+/// one ends its request with an error rather than a state the gateway would not open again.
+pub const MAX_UPSTREAM_STATE_LEN: usize = 32 * 1024;
+
+/// The longest state this gateway opens: a sealed call is a few hundred bytes; a relayed round
+/// carries up to [`MAX_UPSTREAM_STATE_LEN`] more, hex-encoded.
+const MAX_STATE_LEN: usize = 2 * MAX_UPSTREAM_STATE_LEN + 8 * 1024;
 
 /// Why a state could not be sealed.
 #[derive(Debug, thiserror::Error)]
@@ -57,8 +64,13 @@ impl<S: Store> StateSeal<S> {
         Ok(hex(&buffer))
     }
 
+    /// A fresh random id (a relayed state's id, or one attempt to use it).
+    pub fn fresh_id(&self) -> Result<String, SealError> {
+        self.random_hex(16)
+    }
+
     /// `call` sealed under the store's current key (a new one when it is due, §22.3).
-    pub fn seal(&self, call: &SealedCall) -> Result<String, SealError> {
+    pub fn seal(&self, call: &Sealed) -> Result<String, SealError> {
         let now = self.clock.now();
         let fresh = StateKey {
             id: self.random_hex(8)?,
@@ -99,9 +111,26 @@ impl<S: Store> StateSeal<S> {
             .read(|tx| check_in_tx(tx, sealed, (tenant, principal), (tool, hash), now))
     }
 
-    /// The call `text` was sealed for; [`StateRefused::Unreadable`] for anything this gateway
-    /// did not seal as it is (another form, an unknown key, a changed byte).
-    pub fn open(&self, text: &str) -> Result<Result<SealedCall, StateRefused>, TxError> {
+    /// Whether the relayed round `sealed` may be forwarded with the retried request
+    /// `(method, target, arguments hash)` of `principal` of `tenant`; it is used up if so (core's
+    /// [`take_relay_in_tx`]).
+    pub fn take_relay(
+        &self,
+        sealed: &SealedRelay,
+        (tenant, principal): (&str, &str),
+        request: (&str, &str, &str),
+    ) -> Result<Result<(), StateRefused>, TxError> {
+        let now = self.clock.now();
+        let Ok(use_id) = self.fresh_id() else {
+            return Err(TxError::Backend("the system's random source failed".into()));
+        };
+        self.store
+            .transact(|tx| take_relay_in_tx(tx, sealed, (tenant, principal), request, &use_id, now))
+    }
+
+    /// What `text` was sealed for; [`StateRefused::Unreadable`] for anything this gateway did
+    /// not seal as it is (another form, an unknown key, a changed byte).
+    pub fn open(&self, text: &str) -> Result<Result<Sealed, StateRefused>, TxError> {
         if text.len() > MAX_STATE_LEN {
             return Ok(Err(StateRefused::Unreadable));
         }
@@ -174,8 +203,8 @@ mod tests {
         )
     }
 
-    fn call() -> SealedCall {
-        SealedCall {
+    fn call() -> Sealed {
+        Sealed::Approval(SealedCall {
             approval_id: ApprovalId(uuid::Uuid::from_u128(1)),
             run_id: RunId(uuid::Uuid::from_u128(2)),
             tenant_id: "acme".into(),
@@ -184,7 +213,7 @@ mod tests {
             arguments_hash: "ab".repeat(32),
             expires_at: 99,
             answers_form: true,
-        }
+        })
     }
 
     /// A state opens to what was sealed, and to nothing else once any character of it changed,

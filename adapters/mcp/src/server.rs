@@ -62,12 +62,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use airlock_core::canonical::arguments_hash;
+use airlock_core::connection::answer::CallAnswer;
 use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
 use airlock_core::connection::live::{ClientCall, LiveConnection, TicketEnd, TicketStatus};
 use airlock_core::connection::read::{OutsideRead, ReadContext, ReadKind, ReadRefusal};
 use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
-use airlock_core::conversation::request_state::SealedCall;
+use airlock_core::conversation::request_state::{
+    RELAY_STATE_SECONDS, Sealed, SealedCall, SealedRelay, StateRefused,
+};
 use airlock_core::conversation::task::TaskView;
 use airlock_core::ids::RunId;
 use airlock_core::ids::{ApprovalId, SessionId};
@@ -77,18 +80,19 @@ use airlock_core::store::Store;
 use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
 
-use crate::sealed_state::StateSeal;
+use crate::round::Round;
+use crate::sealed_state::{MAX_UPSTREAM_STATE_LEN, StateSeal};
 use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask, ElicitRequestParams,
-    ElicitationAction, ErrorCode, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
-    GetTaskParams, GetTaskResult, InputRequiredResult, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, ServerConfig, SubscribeRequestParams,
-    SubscriptionFilter, TASKS_EXTENSION_ID, Task, TaskPayload, TaskStatus, Tool,
-    UnsubscribeRequestParams, UpdateTaskParams,
+    ClientRequest, CompleteRequestParams, CompleteResult, CreateTaskResult, DetailedTask,
+    ElicitRequestParams, ElicitationAction, ErrorCode, GetPromptRequest, GetPromptRequestParams,
+    GetPromptResponse, GetPromptResult, GetTaskParams, GetTaskResult, InputRequiredResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, ServerCapabilities,
+    ServerConfig, ServerResult, SubscribeRequestParams, SubscriptionFilter, TASKS_EXTENSION_ID,
+    Task, TaskPayload, TaskStatus, Tool, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{
     ElicitationMode, NotificationContext, RequestContext, RoleServer, SubscriptionContext,
@@ -440,7 +444,7 @@ impl<S: Store + 'static> ClientSession<S> {
             expires_at: expires_at.as_micros(),
             answers_form: asked == ApprovalInput::Form,
         };
-        let state = match seal.seal(&sealed) {
+        let state = match seal.seal(&Sealed::Approval(sealed)) {
             Ok(state) => state,
             Err(error) => {
                 tracing::warn!(%error, %run, "a requestState was not sealed; the call is answered without one");
@@ -478,39 +482,126 @@ impl<S: Store + 'static> ClientSession<S> {
         Some(input)
     }
 
-    /// A retry's `requestState` (SPEC §22.3 item 2): opened, checked against the retried call
-    /// `(tool, arguments hash)` and this principal, and its form answer applied to the approval
-    /// it names; the call then goes on as any identical call sent again (it binds to the parked
-    /// run). A tampered, foreign, expired, other call's or used state moves nothing: −32602.
+    /// A retry's `requestState`, opened and checked against the retried `request` (method,
+    /// target, arguments hash) and this principal. An approval's (SPEC §22.3 item 2, only on
+    /// `tools/call`): its form answer applied to the approval it names; the call then goes on
+    /// as any identical call sent again (it binds to the parked run). A relayed round's (SPEC
+    /// §23): used up, and the upstream's own state handed back for the retry to carry. A
+    /// tampered, foreign, expired, other request's or used state moves nothing: −32602.
     async fn take_state(
         &self,
         state: &str,
-        (tool, hash): &(String, String),
+        request: (&str, &str, &str),
         responses: Option<&rmcp::model::InputResponses>,
-    ) -> Result<(), McpError> {
-        let refused = |why: String| McpError::invalid_params(why, None);
+    ) -> Result<Taken, McpError> {
+        let refused = |why: StateRefused| McpError::invalid_params(why.to_string(), None);
         let storage = |e: TxError| McpError::internal_error(format!("storage: {e}"), None);
         let Some((seal, principal)) = &self.states else {
-            return Err(refused(
-                "this gateway issues no requestState here".to_owned(),
+            return Err(McpError::invalid_params(
+                "this gateway issues no requestState here",
+                None,
             ));
         };
-        let sealed = seal
-            .open(state)
-            .map_err(storage)?
-            .map_err(|r| refused(r.to_string()))?;
         let tenant = &self.gateway.config().tenant_id;
-        seal.check(&sealed, (tenant, principal), (tool, hash))
-            .map_err(storage)?
-            .map_err(|r| refused(r.to_string()))?;
-        if let (true, Some(reply), Some(approvals)) = (
-            sealed.answers_form,
-            responses.and_then(|r| r.get(APPROVAL_INPUT)),
-            &self.elicitation,
-        ) {
-            resolve_as_replied(approvals, sealed.approval_id, reply_of(reply)).await;
+        let (method, target, hash) = request;
+        match seal.open(state).map_err(storage)?.map_err(refused)? {
+            Sealed::Approval(_) if method != CALL_METHOD => Err(refused(StateRefused::OtherKind)),
+            Sealed::Approval(sealed) => {
+                seal.check(&sealed, (tenant, principal), (target, hash))
+                    .map_err(storage)?
+                    .map_err(refused)?;
+                if let (true, Some(reply), Some(approvals)) = (
+                    sealed.answers_form,
+                    responses.and_then(|r| r.get(APPROVAL_INPUT)),
+                    &self.elicitation,
+                ) {
+                    resolve_as_replied(approvals, sealed.approval_id, reply_of(reply)).await;
+                }
+                Ok(Taken::Approval)
+            }
+            Sealed::Relay(sealed) => {
+                seal.take_relay(&sealed, (tenant, principal), request)
+                    .map_err(storage)?
+                    .map_err(refused)?;
+                Ok(Taken::Relay {
+                    upstream_state: sealed.upstream_state,
+                })
+            }
         }
-        Ok(())
+    }
+
+    /// What a 2026-07-28 request forwards to its upstream: its `inputResponses` (a retry that
+    /// answers the upstream's round, or a first request that brings answers unasked, which
+    /// the upstream judges) and, from a relayed round's state, the upstream's own state. A
+    /// retry that answers an approval carries nothing upstream: its answer was the approval's.
+    async fn round_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+        state: Option<&String>,
+        request: (&str, &str, &str),
+        responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<Round, McpError> {
+        let taken = match state {
+            Some(state) => Some(self.take_state(state, request, responses).await?),
+            None => None,
+        };
+        if !is_modern(context) {
+            return Ok(Round::default());
+        }
+        Ok(match taken {
+            Some(Taken::Approval) => Round::default(),
+            Some(Taken::Relay { upstream_state }) => Round {
+                input_responses: responses.cloned(),
+                upstream_state,
+            },
+            None => Round {
+                input_responses: responses.cloned(),
+                upstream_state: None,
+            },
+        })
+    }
+
+    /// An upstream's input-required round, answered to a 2026-07-28 client (SPEC §23): its
+    /// input requests as they are, and its `requestState` (if any) sealed inside one of the
+    /// gateway's own, bound to `request` (method, target, arguments hash) and this principal.
+    fn relay_round(
+        &self,
+        mut input: InputRequiredResult,
+        (method, target, hash): (&str, &str, &str),
+    ) -> Result<InputRequiredResult, McpError> {
+        let Some(upstream_state) = input.request_state.take() else {
+            return Ok(input);
+        };
+        let unsealed = |why: String| {
+            McpError::internal_error(
+                format!("the upstream's input round was not relayed: {why}"),
+                None,
+            )
+        };
+        if upstream_state.len() > MAX_UPSTREAM_STATE_LEN {
+            return Err(unsealed(format!(
+                "its requestState is {} bytes, over the gateway's {MAX_UPSTREAM_STATE_LEN}",
+                upstream_state.len()
+            )));
+        }
+        let Some((seal, principal)) = &self.states else {
+            return Err(unsealed(
+                "this gateway seals no requestState here".to_owned(),
+            ));
+        };
+        let now = self.gateway.now();
+        let sealed = Sealed::Relay(SealedRelay {
+            state_id: seal.fresh_id().map_err(|e| unsealed(e.to_string()))?,
+            tenant_id: self.gateway.config().tenant_id.clone(),
+            principal_id: principal.clone(),
+            method: method.to_owned(),
+            target: target.to_owned(),
+            arguments_hash: hash.to_owned(),
+            expires_at: now.as_micros() + RELAY_STATE_SECONDS * 1_000_000,
+            upstream_state: Some(upstream_state),
+        });
+        input.request_state = Some(seal.seal(&sealed).map_err(|e| unsealed(e.to_string()))?);
+        Ok(input)
     }
 
     /// How long a task is kept for its client (`ttlMs`): until its approval expires, plus the
@@ -630,6 +721,24 @@ enum ApprovalInput {
 /// The key of the approval form among an `input_required` result's input requests.
 pub const APPROVAL_INPUT: &str = "approval";
 
+/// The method a sealed approval state answers.
+const CALL_METHOD: &str = "tools/call";
+
+/// What a retry's `requestState` was sealed for.
+enum Taken {
+    /// A parked call's approval (SPEC §22.3 item 2).
+    Approval,
+    /// An upstream's relayed round (SPEC §23), and the upstream's own state inside it.
+    Relay { upstream_state: Option<String> },
+}
+
+/// Whether the request speaks 2026-07-28 (no `initialize`).
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
 /// How often a task's client is asked to poll (`pollIntervalMs`).
 pub const TASK_POLL_MS: u64 = 2_000;
 
@@ -641,6 +750,20 @@ fn completed(mut answer: Value) -> Value {
             .or_insert_with(|| Value::String("complete".into()));
     }
     answer
+}
+
+/// Whether an executed call's recorded answer is an upstream's input-required round (only ever
+/// recorded for a 2026-07-28 client's call, [`crate::round`]).
+fn is_input_required(structured: &Value) -> bool {
+    structured.get("resultType").and_then(Value::as_str) == Some("input_required")
+}
+
+/// An upstream's answer of another kind than its request's.
+fn not_an_answer_to(method: &str) -> McpError {
+    McpError::internal_error(
+        format!("the upstream answered {method} with a result of another kind"),
+        None,
+    )
 }
 
 fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, McpError> {
@@ -946,10 +1069,15 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let sealed_for = (internal.clone(), arguments_hash(&arguments));
-        if let Some(state) = &request.request_state {
-            self.take_state(state, &sealed_for, request.input_responses.as_ref())
-                .await?;
-        }
+        let this_request = (CALL_METHOD, sealed_for.0.as_str(), sealed_for.1.as_str());
+        let round = self
+            .round_of(
+                &context,
+                request.request_state.as_ref(),
+                this_request,
+                request.input_responses.as_ref(),
+            )
+            .await?;
         let key = self.next_key.fetch_add(1, Ordering::SeqCst);
         let progress_token = context.meta.get_progress_token();
         let parked_progress = Arc::new(AtomicU32::new(0));
@@ -966,7 +1094,10 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     },
                 )
             },
-            |ticket| ClientLink::new(&context, ticket, Arc::clone(&parked_progress)),
+            |ticket| {
+                ClientLink::new(&context, ticket, Arc::clone(&parked_progress))
+                    .with_round(round.clone())
+            },
         );
         let mut last_progress: Option<tokio::time::Instant> = None;
         let mut elicited = false;
@@ -982,6 +1113,13 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             tokio::select! {
                 end = &mut ended => {
                     return match end {
+                        TicketEnd::Answered(CallAnswer::Executed { structured, .. })
+                            if is_input_required(&structured) =>
+                        {
+                            let input: InputRequiredResult = serde_json::from_value(structured)
+                                .map_err(|e| McpError::internal_error(format!("unrenderable input round: {e}"), None))?;
+                            Ok(CallToolResponse::InputRequired(self.relay_round(input, this_request)?))
+                        }
                         TicketEnd::Answered(answer) => {
                             let result: CallToolResult = serde_json::from_value(completed(render::call_result(&answer)))
                                 .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
@@ -1130,7 +1268,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let config = self.gateway.config();
         let Some((server, uri)) = route_uri(config, &request.uri) else {
@@ -1142,10 +1280,45 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         };
         self.gate(server, ReadKind::Resource, json!({"uri": uri}))?;
         let upstream = self.upstream(server)?;
-        let answer = upstream.read_resource(&uri, Self::timeout(server)).await;
-        self.note_answer(server);
-        let result = to_json(&answer?)?;
-        let mut result = result;
+        let timeout = Self::timeout(server);
+        let answer = if is_modern(&context) {
+            let hash = arguments_hash(&json!({}));
+            let this_request = ("resources/read", request.uri.as_str(), hash.as_str());
+            let round = self
+                .round_of(
+                    &context,
+                    request.request_state.as_ref(),
+                    this_request,
+                    request.input_responses.as_ref(),
+                )
+                .await?;
+            let mut forwarded = ReadResourceRequestParams::new(uri.clone());
+            forwarded.input_responses = round.input_responses;
+            forwarded.request_state = round.upstream_state;
+            let answer = upstream
+                .ask_once(
+                    "resources/read",
+                    ClientRequest::ReadResourceRequest(ReadResourceRequest::new(forwarded)),
+                    timeout,
+                    context.client_capabilities().as_ref(),
+                )
+                .await;
+            self.note_answer(server);
+            match answer? {
+                ServerResult::ReadResourceResult(result) => result,
+                ServerResult::InputRequiredResult(input) => {
+                    return Ok(ReadResourceResponse::InputRequired(
+                        self.relay_round(input, this_request)?,
+                    ));
+                }
+                _ => return Err(not_an_answer_to("resources/read")),
+            }
+        } else {
+            let answer = upstream.read_resource(&uri, timeout).await;
+            self.note_answer(server);
+            answer?
+        };
+        let mut result = to_json(&answer)?;
         if let Some(contents) = result.get_mut("contents").and_then(Value::as_array_mut) {
             for content in contents.iter_mut() {
                 if let Some(mapped) =
@@ -1226,7 +1399,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let config = self.gateway.config();
         let Some((server, name)) = route_name(config, &request.name) else {
@@ -1236,18 +1409,51 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             ));
         };
         let arguments = request.arguments.clone().unwrap_or_default();
-        self.gate(
-            server,
-            ReadKind::Prompt,
-            json!({"name": name, "arguments": arguments}),
-        )?;
+        let arguments_json = json!({"name": name, "arguments": arguments});
+        self.gate(server, ReadKind::Prompt, arguments_json.clone())?;
+        let upstream = self.upstream(server)?;
+        let timeout = Self::timeout(server);
+        let exposed = request.name.clone();
+        let hash = arguments_hash(&arguments_json);
+        let this_request = ("prompts/get", exposed.as_str(), hash.as_str());
+        let round = self
+            .round_of(
+                &context,
+                request.request_state.as_ref(),
+                this_request,
+                request.input_responses.as_ref(),
+            )
+            .await?;
         let mut forwarded = request;
         forwarded.name = name;
         forwarded.meta = None;
-        let upstream = self.upstream(server)?;
-        let answer = upstream.get_prompt(forwarded, Self::timeout(server)).await;
-        self.note_answer(server);
-        let result: GetPromptResult = from_json(completed(to_json(&answer?)?))?;
+        forwarded.input_responses = round.input_responses;
+        forwarded.request_state = round.upstream_state;
+        let answer = if is_modern(&context) {
+            let answer = upstream
+                .ask_once(
+                    "prompts/get",
+                    ClientRequest::GetPromptRequest(GetPromptRequest::new(forwarded)),
+                    timeout,
+                    context.client_capabilities().as_ref(),
+                )
+                .await;
+            self.note_answer(server);
+            match answer? {
+                ServerResult::GetPromptResult(result) => result,
+                ServerResult::InputRequiredResult(input) => {
+                    return Ok(GetPromptResponse::InputRequired(
+                        self.relay_round(input, this_request)?,
+                    ));
+                }
+                _ => return Err(not_an_answer_to("prompts/get")),
+            }
+        } else {
+            let answer = upstream.get_prompt(forwarded, timeout).await;
+            self.note_answer(server);
+            answer?
+        };
+        let result: GetPromptResult = from_json(completed(to_json(&answer)?))?;
         Ok(GetPromptResponse::from(result))
     }
 

@@ -14,8 +14,9 @@
 //! **In-call traffic** (SPEC §19.6) goes through [`UpstreamRelay`]: progress, log messages and
 //! the upstream's sampling, elicitation and roots requests reach the client whose call is in
 //! flight. On 2025-11-25 the upstream sends those requests as server-to-client requests; on
-//! 2026-07-28 as an input-required result of the forwarded call, whose requests the gateway asks
-//! of the call's client and then sends the call again with the answers.
+//! 2026-07-28 as an input-required result of the forwarded call. For a 2025-11-25 client the
+//! gateway asks its requests of the client and sends the call again with the answers; a
+//! 2026-07-28 client is answered the round itself ([`crate::round`]).
 
 // Sampling, roots and logging are deprecated by SEP-2577 in rmcp; relaying them is the point.
 #![allow(deprecated)]
@@ -45,6 +46,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::config::{ServerConfig, Transport};
 use crate::relay::{ClientLink, Forwarding, RelayContext, UpstreamRelay};
+use crate::round::capabilities_meta;
 
 /// Why an upstream could not be reached or listed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -544,20 +546,71 @@ impl Upstream {
         .await
     }
 
-    /// Sends the call, and on 2026-07-28 answers each input-required round through the call's
-    /// client and sends it again, up to [`MAX_INPUT_ROUNDS`].
+    /// Whether the upstream speaks 2026-07-28 (no `initialize`).
+    fn speaks_modern(&self) -> bool {
+        self.service
+            .peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize())
+    }
+
+    /// The options of a request made for `client`: on a 2026-07-28 upstream, its `_meta`
+    /// names what that client can answer ([`crate::round::relayed_capabilities`]).
+    fn options_for(&self, client: Option<&ClientCapabilities>) -> PeerRequestOptions {
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(declared) = client
+            && self.speaks_modern()
+        {
+            options.meta = Some(capabilities_meta(declared));
+        }
+        options
+    }
+
+    /// Sends `request` once within `timeout`, for a client that declared `client`: the
+    /// upstream's answer as it came, an input-required round included.
+    pub async fn ask_once(
+        &self,
+        method: &str,
+        request: ClientRequest,
+        timeout: Duration,
+        client: Option<&ClientCapabilities>,
+    ) -> Result<ServerResult, ErrorData> {
+        let options = self.options_for(client);
+        self.ask(method, timeout, async {
+            self.service
+                .peer()
+                .send_request_with_option(request, options)
+                .await?
+                .await_response()
+                .await
+        })
+        .await
+    }
+
+    /// Sends the call. An input-required round of a 2026-07-28 upstream is returned as the
+    /// call's answer when the call's client speaks 2026-07-28 too (it answers the round and
+    /// sends the call again, [`crate::round`]); for any other client each round is answered
+    /// through the call's client here and the call sent again, up to [`MAX_INPUT_ROUNDS`].
     async fn call_rounds(
         &self,
         mut params: CallToolRequestParams,
         forwarding: &Forwarding,
     ) -> Result<Value, CallError> {
+        let client = forwarding.client();
+        if let Some(round) = client.as_ref().map(ClientLink::round)
+            && !round.is_empty()
+        {
+            params.input_responses = round.input_responses.clone();
+            params.request_state = round.upstream_state.clone();
+        }
+        let declared = client.as_ref().and_then(ClientLink::capabilities).cloned();
+        let relays_rounds = client.as_ref().is_some_and(ClientLink::is_modern);
         for _ in 0..MAX_INPUT_ROUNDS {
             let handle = self
                 .service
                 .peer()
                 .send_request_with_option(
                     ClientRequest::CallToolRequest(CallToolRequest::new(params.clone())),
-                    PeerRequestOptions::no_options(),
+                    self.options_for(declared.as_ref()),
                 )
                 .await
                 .map_err(call_error)?;
@@ -573,6 +626,10 @@ impl Upstream {
             let input = match answer.map_err(call_error)? {
                 ServerResult::CallToolResult(result) => {
                     return serde_json::to_value(&result)
+                        .map_err(|e| CallError::Lost(e.to_string()));
+                }
+                ServerResult::InputRequiredResult(input) if relays_rounds => {
+                    return serde_json::to_value(&input)
                         .map_err(|e| CallError::Lost(e.to_string()));
                 }
                 ServerResult::InputRequiredResult(input) => input,

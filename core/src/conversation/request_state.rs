@@ -10,6 +10,14 @@
 //! ([`check_in_tx`]): a state of another principal or tenant, of another call, past its expiry,
 //! or whose run has ended (already used) never moves anything.
 //!
+//! **Relayed rounds** (SPEC §23). An upstream that needs input answers a 2026-07-28 client's call
+//! (or `prompts/get`, `resources/read`) with an `input_required` result of its own. The gateway
+//! passes its input requests on, and its `requestState` inside a state of the gateway's own
+//! ([`SealedRelay`]): the client never sees or edits the upstream's state, and a state comes back
+//! only with the request it was issued for, from its principal, before its expiry, once
+//! ([`take_relay_in_tx`]). The retry is then a new request: a retried call passes the policy
+//! gate again, as any call does.
+//!
 //! **Keys.** The newest key seals; any stored key opens. A key older than
 //! [`KEY_ROTATE_AFTER_SECONDS`] is replaced by a new one at the next seal (old keys still open
 //! the states they sealed, which expire with their approvals).
@@ -53,6 +61,38 @@ pub struct SealedCall {
     pub answers_form: bool,
 }
 
+/// How long a relayed round's state may come back: the client may have a person answer a form.
+pub const RELAY_STATE_SECONDS: i64 = 3600;
+
+/// What a relayed round's `requestState` binds (SPEC §23): the request it answers, who sent
+/// it, until when, and the upstream's own state, returned to the upstream on the retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedRelay {
+    /// Names this state for its single use (a random id from the sealing adapter).
+    pub state_id: String,
+    pub tenant_id: String,
+    pub principal_id: String,
+    /// The request it answers: `tools/call` with the tool's internal name, or `prompts/get`
+    /// or `resources/read` with the exposed prompt name or URI.
+    pub method: String,
+    pub target: String,
+    /// The canonical hash of the request's arguments (`{}` for a resource).
+    pub arguments_hash: String,
+    /// Microseconds.
+    pub expires_at: i64,
+    /// The upstream's `requestState`, if it sent one.
+    pub upstream_state: Option<String>,
+}
+
+/// A sealed `requestState` of either kind: an approval's (§22.3 item 2) or a relayed round's
+/// (§23).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Sealed {
+    Approval(SealedCall),
+    Relay(SealedRelay),
+}
+
 /// Why a state brought back was refused (each is −32602 to the client).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateRefused {
@@ -66,6 +106,8 @@ pub enum StateRefused {
     Expired,
     #[error("requestState was already used (its call has moved on)")]
     Used,
+    #[error("requestState was issued for another kind of request")]
+    OtherKind,
 }
 
 /// The key to seal with now: the newest, unless it is older than [`KEY_ROTATE_AFTER_SECONDS`]
@@ -130,4 +172,134 @@ pub fn check_in_tx(
         _ => return Ok(Err(StateRefused::Used)),
     }
     Ok(Ok(()))
+}
+
+/// Whether the relayed round `sealed`, brought back by `principal` of `tenant` on a retry of
+/// `(method, target)` with arguments hashing to `arguments_hash`, may be forwarded, and if so
+/// marks it used (a `mcp.request_state.used` process event keyed by the state's id), so a state
+/// is good for one retry. `use_id` is fresh per attempt: a second use of the state carries
+/// another and conflicts with the stored mark, as does a concurrent one on another process.
+pub fn take_relay_in_tx(
+    tx: &mut dyn StoreTx,
+    sealed: &SealedRelay,
+    (tenant, principal): (&str, &str),
+    (method, target, arguments_hash): (&str, &str, &str),
+    use_id: &str,
+    now: Timestamp,
+) -> Result<Result<(), StateRefused>, TxError> {
+    if sealed.tenant_id != tenant || sealed.principal_id != principal {
+        return Ok(Err(StateRefused::Foreign));
+    }
+    if sealed.method != method || sealed.target != target || sealed.arguments_hash != arguments_hash
+    {
+        return Ok(Err(StateRefused::OtherCall));
+    }
+    if sealed.expires_at <= now.as_micros() {
+        return Ok(Err(StateRefused::Expired));
+    }
+    let mark = process_event(
+        EventType::McpRequestStateUsed,
+        format!("mcp.request_state.used:{}", sealed.state_id),
+        serde_json::json!({"state_id": sealed.state_id, "use": use_id, "method": method}),
+        now,
+    );
+    match tx.append_process_event(&mark) {
+        Ok(stored) if stored.payload == mark.payload => Ok(Ok(())),
+        Ok(_) | Err(TxError::Conflict(_)) => Ok(Err(StateRefused::Used)),
+        Err(other) => Err(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mem_store::MemStore;
+    use crate::store::Store;
+
+    fn relay(expires_at: i64) -> SealedRelay {
+        SealedRelay {
+            state_id: "s1".into(),
+            tenant_id: "t".into(),
+            principal_id: "alice".into(),
+            method: "tools/call".into(),
+            target: "files__write".into(),
+            arguments_hash: "h".into(),
+            expires_at,
+            upstream_state: Some("upstream".into()),
+        }
+    }
+
+    fn take(
+        store: &MemStore,
+        sealed: &SealedRelay,
+        principal: &str,
+        request: (&str, &str, &str),
+        use_id: &str,
+        now: i64,
+    ) -> Result<(), StateRefused> {
+        store
+            .transact(|tx| {
+                take_relay_in_tx(
+                    tx,
+                    sealed,
+                    ("t", principal),
+                    request,
+                    use_id,
+                    Timestamp::from_micros(now),
+                )
+            })
+            .unwrap_or(Err(StateRefused::Unreadable))
+    }
+
+    #[test]
+    fn a_relayed_state_moves_its_own_request_once_before_its_expiry() {
+        let store = MemStore::new();
+        let sealed = relay(1_000);
+        let own = ("tools/call", "files__write", "h");
+        assert_eq!(
+            take(&store, &sealed, "mallory", own, "u0", 10),
+            Err(StateRefused::Foreign)
+        );
+        assert_eq!(
+            take(
+                &store,
+                &sealed,
+                "alice",
+                ("tools/call", "files__write", "other"),
+                "u0",
+                10
+            ),
+            Err(StateRefused::OtherCall)
+        );
+        assert_eq!(
+            take(
+                &store,
+                &sealed,
+                "alice",
+                ("prompts/get", "files__write", "h"),
+                "u0",
+                10
+            ),
+            Err(StateRefused::OtherCall)
+        );
+        assert_eq!(
+            take(&store, &sealed, "alice", own, "u0", 1_000),
+            Err(StateRefused::Expired)
+        );
+        // None of the refusals used it up.
+        assert_eq!(take(&store, &sealed, "alice", own, "u1", 10), Ok(()));
+        assert_eq!(
+            take(&store, &sealed, "alice", own, "u2", 20),
+            Err(StateRefused::Used),
+            "a state is good for one retry"
+        );
+    }
+
+    #[test]
+    fn a_sealed_state_says_which_kind_it_is() {
+        let text = serde_json::to_string(&Sealed::Relay(relay(5))).unwrap_or_default();
+        assert!(text.contains(r#""kind":"relay""#), "{text}");
+        let back: Sealed = serde_json::from_str(&text).unwrap_or(Sealed::Relay(relay(0)));
+        assert_eq!(back, Sealed::Relay(relay(5)));
+    }
 }
