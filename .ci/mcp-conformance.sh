@@ -1,31 +1,37 @@
 #!/usr/bin/env bash
-# SPEC §19.6's conformance test: the official MCP conformance suite (npm
-# @modelcontextprotocol/conformance, pinned) runs its server scenarios twice in one go, against
-# @modelcontextprotocol/server-everything directly (its own Streamable HTTP transport) and against
-# `airlock mcp serve --listen 127.0.0.1:0 --listen-no-auth` fronting server-everything (stdio
-# upstream, `expose_unprefixed = true`). It prints both pass lists and fails when a scenario that
-# passes directly does not pass through airlock.
+# SPEC §19.7's conformance comparison: the official MCP conformance suite (npm
+# @modelcontextprotocol/conformance, pinned) scores the project's own conformance server
+# (tests/mcp/conformance_server.py, Python `mcp` SDK) twice per suite version: directly, over the
+# server's own Streamable HTTP transport, and through `airlock mcp serve --listen 127.0.0.1:0
+# --listen-no-auth` with the same server as its stdio upstream (`expose_unprefixed = true`).
+#
+#   - 0.1.16, `server` (its active suite, the 2025-11-25 scenarios);
+#   - 0.2.0-alpha.12, `server --requirements 2026-07-28` (what the 2026-07-28 revision requires,
+#     run at the 2026-07-28 wire). Its `not_scored` entries (the tasks-* extension, pending
+#     scenarios) are run and printed, but never decide the outcome.
+#
+# It prints both pass lists per version, the failing checks of every scenario lost through
+# airlock, and a summary. It fails when a scored scenario passes directly but not through airlock,
+# or when our own server fails a scored scenario directly.
 #
 #   bash .ci/mcp-conformance.sh
 #
-# Needs what `.ci/mcp.sh install` installs (server-everything in .ci/.mcp/npm) and Node.js; the
-# suite goes into its own ignored prefix, .ci/.conformance. AIRLOCK_BIN names a prebuilt binary
-# (default: `cargo build -p airlock`, then target/debug/airlock).
+# Needs Node.js and .ci/.venv (made by `.ci/mcp.sh install`, run here when missing). Each suite
+# version goes into its own ignored prefix, .ci/.conformance/<version>. AIRLOCK_BIN names a
+# prebuilt binary (default: `cargo build -p airlock`, then target/debug/airlock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CONFORMANCE_VERSION=0.1.16
+SUITES=(0.1.16 0.2.0-alpha.12)
+# What each version runs: 0.1.16's default (active) suite, alpha.12's 2026-07-28 requirement set.
+declare -A SUITE_ARGS=([0.1.16]="" [0.2.0-alpha.12]="--requirements 2026-07-28")
 PREFIX=.ci/.conformance
-EVERYTHING=.ci/.mcp/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+VENV_PYTHON="$PWD/.ci/.venv/bin/python"
+SERVER="$PWD/tests/mcp/conformance_server.py"
 
-command -v node >/dev/null 2>&1 || { echo "mcp-conformance.sh: node is missing" >&2; exit 1; }
-if [ ! -f "$EVERYTHING" ]; then bash .ci/mcp.sh install; fi
-
-SUITE_DIR="$PREFIX/node_modules/@modelcontextprotocol/conformance"
-if ! grep -q "\"version\": \"$CONFORMANCE_VERSION\"" "$SUITE_DIR/package.json" 2>/dev/null; then
-  echo "mcp-conformance.sh: installing @modelcontextprotocol/conformance $CONFORMANCE_VERSION into $PREFIX"
-  mkdir -p "$PREFIX"
-  npm install --prefix "$PREFIX" --no-save --no-audit --no-fund --loglevel=error \
-    "@modelcontextprotocol/conformance@$CONFORMANCE_VERSION"
+# The venv as .ci/lib.sh's ci_venv leaves it (its copy of the requirements matches); Node.js too.
+if ! command -v node >/dev/null 2>&1 || ! [ -x "$VENV_PYTHON" ] ||
+  ! cmp -s .ci/requirements.txt .ci/.venv/requirements.txt; then
+  bash .ci/mcp.sh install
 fi
 
 # Node 20: the suite's entry (dist/index.js, one ESM bundle) imports `globSync` from `fs`, a
@@ -34,10 +40,19 @@ fi
 # help. We generate, next to the original (so its package imports still resolve), a copy whose
 # `fs` import lacks `globSync` and which declares a function of the same local name that throws
 # if `tier-check` ever calls it. The server scenarios never do. Node >= 22 runs the original.
-ENTRY="$SUITE_DIR/dist/index.js"
-if [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 22 ]; then
-  PATCHED="$SUITE_DIR/dist/index-node20.js"
-  node - "$ENTRY" "$PATCHED" <<'EOF'
+node_major="$(node -p 'process.versions.node.split(".")[0]')"
+declare -A ENTRY
+for version in "${SUITES[@]}"; do
+  dir="$PREFIX/$version/node_modules/@modelcontextprotocol/conformance"
+  if ! grep -q "\"version\": \"$version\"" "$dir/package.json" 2>/dev/null; then
+    echo "mcp-conformance.sh: installing @modelcontextprotocol/conformance $version into $PREFIX/$version"
+    mkdir -p "$PREFIX/$version"
+    npm install --prefix "$PREFIX/$version" --no-save --no-audit --no-fund --loglevel=error \
+      "@modelcontextprotocol/conformance@$version"
+  fi
+  ENTRY[$version]="$dir/dist/index.js"
+  if [ "$node_major" -lt 22 ]; then
+    node - "$dir/dist/index.js" "$dir/dist/index-node20.js" <<'EOF'
 const fs = require("fs");
 const [entry, patched] = process.argv.slice(2);
 const text = fs.readFileSync(entry, "utf8");
@@ -49,8 +64,9 @@ if (!found) {
 const stub = `\nfunction ${found[1]}() { throw new Error("fs.globSync needs Node 22 (tier-check only)"); }\n`;
 fs.writeFileSync(patched, text.replace(found[0], "") + stub);
 EOF
-  ENTRY="$PATCHED"
-fi
+    ENTRY[$version]="$dir/dist/index-node20.js"
+  fi
+done
 
 if [ -z "${AIRLOCK_BIN:-}" ]; then
   cargo build -q -p airlock
@@ -82,41 +98,64 @@ wait_http() {
   return 1
 }
 
-# Runs the active server scenarios against $1; writes the passing scenario names (every check of
-# the scenario passed) to $2, sorted, and keeps the suite's output in $2.log.
+# run_suite VERSION URL OUT: runs VERSION's server scenarios against URL, keeping its output in
+# OUT.log and its per-scenario checks.json under OUT.results. From the `=== SUMMARY ===` block
+# (one `✓ name: …` or `✗ name: …` line per scenario run, not_scored ones included) it writes
+# OUT.all (every scenario run), OUT.pass (those whose checks all passed) and OUT.unscored (the
+# names under `Not scored for …`, printed after the summary as `  ✓ name (reason)`), sorted.
 run_suite() {
-  local url=$1 out=$2
-  node "$ENTRY" server --url "$url" -o "$WORK/results-$(basename "$out")" >"$out.log" 2>&1 || true
+  local version=$1 url=$2 out=$3
+  # shellcheck disable=SC2086 # SUITE_ARGS holds separate words
+  node "${ENTRY[$version]}" server --url "$url" ${SUITE_ARGS[$version]} -o "$out.results" >"$out.log" 2>&1 || true
   if ! grep -q '^=== SUMMARY ===' "$out.log"; then
-    echo "mcp-conformance.sh: the suite printed no summary against $url:" >&2
+    echo "mcp-conformance.sh: suite $version printed no summary against $url:" >&2
     tail -20 "$out.log" >&2
     exit 1
   fi
-  sed -n '/^=== SUMMARY ===/,$p' "$out.log" | sed -n 's/^✓ \([^:]*\):.*/\1/p' | sort >"$out"
-  sed -n '/^=== SUMMARY ===/,$p' "$out.log" | grep -c '^[✓✗] ' >"$out.total"
+  sed -n '/^=== SUMMARY ===/,/^Total:/p' "$out.log" | sed -n 's/^[✓✗] \([^:]*\):.*/\1/p' | sort >"$out.all"
+  sed -n '/^=== SUMMARY ===/,/^Total:/p' "$out.log" | sed -n 's/^✓ \([^:]*\):.*/\1/p' | sort >"$out.pass"
+  sed -n '/^Not scored for /,$p' "$out.log" | sed -n 's/^  [✓✗] \([^ ]*\) (.*/\1/p' | sort >"$out.unscored"
 }
 
-# 1. server-everything directly, over its own Streamable HTTP transport.
+# failed_checks RESULTS SCENARIO: the FAILURE checks of SCENARIO's newest checks.json under
+# RESULTS (directories `server-<scenario>-<timestamp>`), one `id: errorMessage` line each.
+failed_checks() {
+  node - "$1" "$2" <<'EOF'
+const fs = require("fs"), path = require("path");
+const [root, scenario] = process.argv.slice(2);
+const stamp = /^server-(.*)-\d{4}-\d\d-\d\dT[\d-]+Z$/;
+const dirs = fs.existsSync(root)
+  ? fs.readdirSync(root).filter((d) => (d.match(stamp) || [])[1] === scenario).sort()
+  : [];
+if (dirs.length === 0) { console.log("(no checks.json found)"); process.exit(0); }
+const checks = JSON.parse(fs.readFileSync(path.join(root, dirs[dirs.length - 1], "checks.json"), "utf8"));
+for (const c of checks.filter((c) => c.status === "FAILURE")) {
+  console.log(`${c.id}: ${(c.errorMessage || c.description || "").replace(/\s+/g, " ")}`);
+}
+EOF
+}
+
+# 1. Our server directly, over its own Streamable HTTP transport.
 DIRECT_PORT="$(free_port)"
-PORT="$DIRECT_PORT" node "$EVERYTHING" streamableHttp >"$WORK/everything.log" 2>&1 &
+"$VENV_PYTHON" "$SERVER" --http "$DIRECT_PORT" >"$WORK/server.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$DIRECT_PORT/mcp"
-run_suite "http://localhost:$DIRECT_PORT/mcp" "$WORK/direct"
+DIRECT_URL="http://localhost:$DIRECT_PORT/mcp"
 
-# 2. Through airlock: server-everything as the stdio upstream of `mcp serve --listen`.
+# 2. Through airlock: the same server as the stdio upstream of `mcp serve --listen`.
 gateway_file() {
   cat <<EOF
 schema_version = 1
 tenant_id = "conformance"
 principal_id = "suite"
-scopes = ["mcp.everything.call", "mcp.everything.read"]
+scopes = ["mcp.conformance.call", "mcp.conformance.read"]
 origin_trust = "user"
 
-[servers.everything]
-command = "node"
-args = ["$PWD/$EVERYTHING", "stdio"]
+[servers.conformance]
+command = "$VENV_PYTHON"
+args = ["$SERVER", "--stdio"]
 $1
-# The suite calls every tool; none of server-everything's tools touches anything outside it.
+# The suite calls every tool; none of the conformance server's tools touches anything outside it.
 default = { side_effect = "none", idempotency = "read_only", risk = "low" }
 EOF
 }
@@ -149,18 +188,62 @@ if [ -z "$AIRLOCK_URL" ]; then
   cat "$WORK/airlock.log" >&2
   exit 1
 fi
-run_suite "$AIRLOCK_URL" "$WORK/airlock"
+
+# 3. Each suite version against both, then the comparison.
+FAILED=0
+SUMMARY=()
+count() { if [ -s "$1" ]; then wc -l <"$1" | tr -d ' '; else echo 0; fi; }
+for version in "${SUITES[@]}"; do
+  tag="${version//./_}"
+  run_suite "$version" "$DIRECT_URL" "$WORK/direct-$tag"
+  run_suite "$version" "$AIRLOCK_URL" "$WORK/airlock-$tag"
+  d="$WORK/direct-$tag" a="$WORK/airlock-$tag"
+  # Scored: every scenario run except the not_scored ones (0.1.16 has none).
+  sort -u "$d.all" "$a.all" | comm -23 - "$d.unscored" >"$d.scored"
+  comm -12 "$d.pass" "$d.scored" >"$d.scored-pass"
+  comm -12 "$a.pass" "$d.scored" >"$a.scored-pass"
+  comm -23 "$d.scored" "$d.pass" >"$d.scored-fail"
+  comm -23 "$d.scored-pass" "$a.pass" >"$d.lost"
+  scored_total="$(count "$d.scored")"
+
+  echo
+  echo "=== @modelcontextprotocol/conformance $version, server ${SUITE_ARGS[$version]:-(active suite)} (node $(node --version)) ==="
+  echo "directly against tests/mcp/conformance_server.py: $(count "$d.scored-pass") of $scored_total scored scenarios pass"
+  sed 's/^/  /' "$d.scored-pass"
+  echo "through airlock mcp serve --listen (expose_unprefixed: $UNPREFIXED): $(count "$a.scored-pass") of $scored_total scored scenarios pass"
+  sed 's/^/  /' "$a.scored-pass"
+  if [ -s "$d.unscored" ]; then
+    echo "not scored (printed only; never fails the run), directly / through airlock:"
+    while read -r name; do
+      grep -qx "$name" "$d.pass" && direct=pass || direct=FAIL
+      grep -qx "$name" "$a.pass" && through=pass || through=FAIL
+      echo "  $name: $direct / $through"
+    done <"$d.unscored"
+  fi
+  if [ -s "$d.scored-fail" ]; then
+    FAILED=1
+    echo "FAIL: our own conformance server fails scored scenarios directly:"
+    while read -r name; do
+      echo "  $name"
+      failed_checks "$d.results" "$name" | sed 's/^/    /'
+    done <"$d.scored-fail"
+  fi
+  if [ -s "$d.lost" ]; then
+    FAILED=1
+    echo "FAIL: passing directly but not through airlock:"
+    while read -r name; do
+      echo "  $name"
+      failed_checks "$a.results" "$name" | sed 's/^/    /'
+    done <"$d.lost"
+  fi
+  lost="$(paste -sd, "$d.lost" | sed 's/,/, /g')"
+  SUMMARY+=("$version: directly $(count "$d.scored-pass")/$scored_total, through airlock $(count "$a.scored-pass")/$scored_total, lost: ${lost:-none}")
+done
 
 echo
-echo "=== @modelcontextprotocol/conformance $CONFORMANCE_VERSION, server scenarios (node $(node --version)) ==="
-echo "directly against server-everything: $(wc -l <"$WORK/direct") of $(cat "$WORK/direct.total") pass"
-sed 's/^/  /' "$WORK/direct"
-echo "through airlock mcp serve --listen (expose_unprefixed: $UNPREFIXED): $(wc -l <"$WORK/airlock") of $(cat "$WORK/airlock.total") pass"
-sed 's/^/  /' "$WORK/airlock"
-LOST="$(comm -23 "$WORK/direct" "$WORK/airlock")"
-if [ -n "$LOST" ]; then
-  echo "FAIL: passing directly but not through airlock:"
-  echo "$LOST" | sed 's/^/  /'
+echo "=== summary ==="
+printf '%s\n' "${SUMMARY[@]}"
+if [ "$FAILED" -ne 0 ]; then
   exit 1
 fi
-echo "OK: every scenario that passes directly passes through airlock"
+echo "OK: our server passes every scored scenario directly, and every one passes through airlock"
