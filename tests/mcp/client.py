@@ -461,6 +461,11 @@ async def scenario(args):
                 observed["notifications"] = sorted(set(gateway.notifications))
             elif s == "relays":
                 steps = []
+                # server-everything asks for its roots 350 ms after its `initialized` (its
+                # syncRoots timer); that request must find no call in flight, so it is answered
+                # the gateway file's roots. The gateway announces itself once its upstreams are
+                # up, so waiting 1 s here keeps the first call clear of it.
+                await anyio.sleep(1)
 
                 async def on_progress(value, total, message):
                     steps.append([value, total])

@@ -1068,6 +1068,92 @@ fn an_upstreams_input_round_is_relayed_with_its_state_sealed_across_gateways() {
     );
 }
 
+/// SPEC §23: a 2025-11-25 upstream (server-everything) asks for input in the call
+/// (`elicitation/create`) while it serves a 2026-07-28 client, which cannot be sent requests.
+/// The client is answered an input-required round naming the upstream's request, while the
+/// upstream's call waits in the gateway; the retry's answer goes upstream and the retry gets
+/// the call's result. The state is the gateway's: another gateway process (which does not hold
+/// the call) refuses it, saying so, and it is good once.
+#[test]
+fn a_legacy_upstreams_in_call_request_becomes_an_input_round_for_a_2026_07_28_client() {
+    let test = "a_legacy_upstreams_in_call_request_becomes_an_input_round_for_a_2026_07_28_client";
+    let Some(peers) =
+        airlock_e2e::mcp::peers(&format!("mcp_listen::{test}"), Need::SdkAndNpmServers)
+    else {
+        return;
+    };
+    let scene = Scene::with(
+        peers.python.clone(),
+        &["mcp.test.call", "mcp.everything.call"],
+        &format!(
+            "\n[servers.everything]\ncommand = \"node\"\nargs = [\"{}\"]\ndefault = {{ side_effect = \"none\", idempotency = \"read_only\", risk = \"low\" }}\n",
+            peers.everything.display()
+        ),
+    );
+    let alice = scene.token_with("acme", "alice", "mcp.everything.call");
+    let gateway = scene.listen(&[]);
+    let other = scene.listen(&[]);
+    let form = json!({"elicitation": {"form": {}}});
+    let call = |gateway: &Gateway, extra: Value| {
+        let mut params =
+            json!({"name": "everything__trigger-elicitation-request", "arguments": {}});
+        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        gateway.modern_as(
+            Some(&alice),
+            form.clone(),
+            ("tools/call", "everything__trigger-elicitation-request"),
+            params,
+        )
+    };
+    let asked = call(&gateway, json!({}));
+    let result = &asked["result"];
+    assert_eq!(result["resultType"], "input_required", "{asked}");
+    let request = &result["inputRequests"]["upstream"];
+    assert_eq!(request["method"], "elicitation/create", "{asked}");
+    assert!(request["params"]["requestedSchema"].is_object(), "{asked}");
+    let state = result["requestState"].as_str().expect("a state").to_owned();
+    let answer = json!({"upstream": {"action": "decline"}});
+
+    let answered = call(
+        &gateway,
+        json!({"requestState": state, "inputResponses": answer}),
+    );
+    assert_eq!(answered["result"]["resultType"], "complete", "{answered}");
+    let text = answered["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.to_lowercase().contains("decline"),
+        "the upstream heard the answer: {answered}"
+    );
+
+    // A new round, its state brought to another process.
+    let asked = call(&gateway, json!({}));
+    let state = asked["result"]["requestState"]
+        .as_str()
+        .expect("a state")
+        .to_owned();
+    let elsewhere = call(
+        &other,
+        json!({"requestState": state, "inputResponses": answer}),
+    );
+    assert_eq!(elsewhere["error"]["code"], -32602, "{elsewhere}");
+    assert!(
+        elsewhere["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("another gateway process")),
+        "{elsewhere}"
+    );
+    // That refusal used the state up: a state is good once, wherever it is brought.
+    let again = call(
+        &gateway,
+        json!({"requestState": state, "inputResponses": answer}),
+    );
+    assert_eq!(again["error"]["code"], -32602, "used: {again}");
+}
+
 /// Step 7 of the listener for sessionless clients: a 2026-07-28 request that would open a new
 /// conversation beyond the token's cap (`--listen-max-sessions-per-token 1` here) is 429 with
 /// `Retry-After` and a JSON-RPC body, while the conversation the token holds is still served.

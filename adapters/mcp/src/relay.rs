@@ -54,9 +54,10 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer, ServiceError};
 use rmcp::{ErrorData, Peer};
 use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::gateway::{EventSink, Now, process_event};
-use crate::round::Round;
+use crate::round::{HeldCalls, HeldRequest, Round};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -78,6 +79,9 @@ pub struct ClientLink {
     capabilities: Option<ClientCapabilities>,
     /// A 2026-07-28 retry's answers to its upstream's input-required round ([`crate::round`]).
     round: Round,
+    /// Where a 2025-11-25 upstream's in-call request for a 2026-07-28 client goes: to the
+    /// client's request, which answers it as an input-required round ([`crate::round`]).
+    held: Option<mpsc::UnboundedSender<HeldRequest>>,
 }
 
 impl ClientLink {
@@ -94,7 +98,14 @@ impl ClientLink {
             version: context.protocol_version(),
             capabilities: context.client_capabilities(),
             round: Round::default(),
+            held: None,
         }
+    }
+
+    /// The link of a 2026-07-28 client's call whose upstream's in-call requests go to `held`.
+    pub fn with_held(mut self, held: mpsc::UnboundedSender<HeldRequest>) -> ClientLink {
+        self.held = Some(held);
+        self
     }
 
     /// The link of a retry that answers an upstream's input-required round.
@@ -143,6 +154,8 @@ impl ClientLink {
 pub struct Clients {
     sessions: Mutex<BTreeMap<SessionId, Attached>>,
     calls: Mutex<BTreeMap<(ConnectionId, RequestKey), ClientLink>>,
+    /// 2026-07-28 clients' calls whose 2025-11-25 upstream waits for their answer.
+    held: HeldCalls,
 }
 
 /// A client session: the connection that plans its runs, and its client.
@@ -189,6 +202,11 @@ impl Drop for CallRegistration {
 impl Clients {
     pub fn new() -> Arc<Clients> {
         Arc::new(Clients::default())
+    }
+
+    /// The calls this process holds for 2026-07-28 clients' answers ([`crate::round`]).
+    pub fn held(&self) -> &HeldCalls {
+        &self.held
     }
 
     /// Connection `connection` plans the runs of `session`; `peer` is its client.
@@ -524,6 +542,71 @@ impl UpstreamRelay {
         }
     }
 
+    /// Asks `request` of the call's client: in the call for a 2025-11-25 client; as an
+    /// input-required round of its request for a 2026-07-28 client whose request holds it
+    /// ([`HeldRequest`]). Checked against what the client declared, and recorded.
+    async fn ask_client(
+        &self,
+        asked: Asked,
+        link: Result<ClientLink, NotRelayed>,
+        request: InputRequest,
+        size: usize,
+    ) -> Result<Value, ErrorData> {
+        let held = link
+            .as_ref()
+            .ok()
+            .filter(|link| link.is_modern())
+            .and_then(|link| link.held.clone());
+        let Some(held) = held else {
+            let peer = self.client_for(asked, link, size)?;
+            let answer = match request {
+                InputRequest::CreateMessage(r) => peer
+                    .create_message(r.params)
+                    .await
+                    .map(serde_json::to_value),
+                InputRequest::Elicitation(r) => peer
+                    .create_elicitation(r.params)
+                    .await
+                    .map(serde_json::to_value),
+                _ => peer.list_roots().await.map(serde_json::to_value),
+            };
+            return answer
+                .map_err(|e| Self::answer_error(asked.method(), e))?
+                .map_err(|e| {
+                    ErrorData::internal_error(format!("airlock: an unrenderable answer: {e}"), None)
+                });
+        };
+        let link = link?;
+        Self::declared(asked, &link)?;
+        if matches!(asked, Asked::Sampling | Asked::Elicitation) {
+            self.record(asked.method(), size);
+        }
+        let (answer, answered) = oneshot::channel();
+        let gone = || NotRelayed::NoAnswer {
+            method: asked.method(),
+            detail: "the client's request ended without coming back with an answer".to_owned(),
+        };
+        held.send(HeldRequest { request, answer })
+            .map_err(|_| gone())?;
+        Ok(answered.await.map_err(|_| gone())?)
+    }
+
+    /// Whether `link`'s client declared what `asked` needs.
+    fn declared(asked: Asked, link: &ClientLink) -> Result<(), NotRelayed> {
+        let declared = link.capabilities.as_ref().is_some_and(|c| match asked {
+            Asked::Sampling => c.sampling.is_some(),
+            Asked::Elicitation => c.elicitation.is_some(),
+            Asked::Roots => c.roots.is_some(),
+        });
+        if declared {
+            Ok(())
+        } else {
+            Err(NotRelayed::NotDeclared {
+                capability: asked.capability(),
+            })
+        }
+    }
+
     /// The client to ask, checked against what it declared; records the relay.
     fn client_for(
         &self,
@@ -538,16 +621,7 @@ impl UpstreamRelay {
                 version: version.to_string(),
             });
         }
-        let declared = link.capabilities.as_ref().is_some_and(|c| match asked {
-            Asked::Sampling => c.sampling.is_some(),
-            Asked::Elicitation => c.elicitation.is_some(),
-            Asked::Roots => c.roots.is_some(),
-        });
-        if !declared {
-            return Err(NotRelayed::NotDeclared {
-                capability: asked.capability(),
-            });
-        }
+        Self::declared(asked, &link)?;
         if matches!(asked, Asked::Sampling | Asked::Elicitation) {
             self.record(asked.method(), size);
         }
@@ -590,12 +664,8 @@ impl UpstreamRelay {
         params: CreateMessageRequestParams,
         token: Option<ProgressToken>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let size = serde_json::to_vec(&params).map_or(0, |b| b.len());
         let link = self.target(token.as_ref(), Asked::Sampling.method());
-        let peer = self.client_for(Asked::Sampling, link, size)?;
-        peer.create_message(params)
-            .await
-            .map_err(|e| Self::answer_error(Asked::Sampling.method(), e))
+        self.ask_typed(Asked::Sampling, link, json!(params)).await
     }
 
     /// `elicitation/create`, asked of the call's client.
@@ -604,12 +674,41 @@ impl UpstreamRelay {
         params: ElicitRequestParams,
         token: Option<ProgressToken>,
     ) -> Result<ElicitResult, ErrorData> {
-        let size = serde_json::to_vec(&params).map_or(0, |b| b.len());
         let link = self.target(token.as_ref(), Asked::Elicitation.method());
-        let peer = self.client_for(Asked::Elicitation, link, size)?;
-        peer.create_elicitation(params)
+        self.ask_typed(Asked::Elicitation, link, json!(params))
             .await
-            .map_err(|e| Self::answer_error(Asked::Elicitation.method(), e))
+    }
+
+    /// A 2025-11-25 upstream's request with `params`, asked of the call's client
+    /// ([`Self::ask_client`]); the answer as its typed result.
+    async fn ask_typed<T: serde::de::DeserializeOwned>(
+        &self,
+        asked: Asked,
+        link: Result<ClientLink, NotRelayed>,
+        params: Value,
+    ) -> Result<T, ErrorData> {
+        let size = if params.is_null() {
+            0
+        } else {
+            params.to_string().len()
+        };
+        let mut request = json!({"method": asked.method()});
+        if !params.is_null() {
+            request["params"] = params;
+        }
+        let request: InputRequest = serde_json::from_value(request).map_err(|e| {
+            ErrorData::internal_error(format!("airlock: an unrelayable request: {e}"), None)
+        })?;
+        let answer = self.ask_client(asked, link, request, size).await?;
+        serde_json::from_value(answer).map_err(|e| {
+            ErrorData::invalid_params(
+                format!(
+                    "airlock: the client's answer to {} is not one: {e}",
+                    asked.method()
+                ),
+                None,
+            )
+        })
     }
 
     /// One input request of a 2026-07-28 input-required result of `forwarding`'s call, asked of
@@ -643,23 +742,7 @@ impl UpstreamRelay {
             InputRequest::Elicitation(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
             _ => 0,
         };
-        let peer = self.client_for(asked, link, size)?;
-        let answer = match request {
-            InputRequest::CreateMessage(r) => peer
-                .create_message(r.params)
-                .await
-                .map(serde_json::to_value),
-            InputRequest::Elicitation(r) => peer
-                .create_elicitation(r.params)
-                .await
-                .map(serde_json::to_value),
-            _ => peer.list_roots().await.map(serde_json::to_value),
-        };
-        answer
-            .map_err(|e| Self::answer_error(asked.method(), e))?
-            .map_err(|e| {
-                ErrorData::internal_error(format!("airlock: an unrenderable answer: {e}"), None)
-            })
+        self.ask_client(asked, link, request, size).await
     }
 
     /// `roots/list`: asked of the call's client during a call; outside any call (a server that
@@ -670,10 +753,7 @@ impl UpstreamRelay {
             Err(NotRelayed::NoCall { .. }) => return Ok(self.configured_roots()),
             link => link,
         };
-        let peer = self.client_for(Asked::Roots, link, 0)?;
-        peer.list_roots()
-            .await
-            .map_err(|e| Self::answer_error(Asked::Roots.method(), e))
+        self.ask_typed(Asked::Roots, link, Value::Null).await
     }
 }
 

@@ -61,6 +61,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use airlock_core::connection::live::Ticket;
+use tokio::sync::mpsc;
+
 use airlock_core::canonical::arguments_hash;
 use airlock_core::connection::answer::CallAnswer;
 use airlock_core::connection::elicit::{ElicitedReply, resolution_of};
@@ -80,7 +83,7 @@ use airlock_core::store::Store;
 use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
 
-use crate::round::Round;
+use crate::round::{HELD_INPUT, HeldCall, HeldRequest, Round};
 use crate::sealed_state::{MAX_UPSTREAM_STATE_LEN, StateSeal};
 use airlock_core::vocab::TrustLevel;
 use rmcp::model::{
@@ -523,8 +526,14 @@ impl<S: Store + 'static> ClientSession<S> {
                 seal.take_relay(&sealed, (tenant, principal), request)
                     .map_err(storage)?
                     .map_err(refused)?;
-                Ok(Taken::Relay {
-                    upstream_state: sealed.upstream_state,
+                Ok(if sealed.held {
+                    Taken::Held {
+                        state_id: sealed.state_id,
+                    }
+                } else {
+                    Taken::Relay {
+                        upstream_state: sealed.upstream_state,
+                    }
                 })
             }
         }
@@ -540,16 +549,19 @@ impl<S: Store + 'static> ClientSession<S> {
         state: Option<&String>,
         request: (&str, &str, &str),
         responses: Option<&rmcp::model::InputResponses>,
-    ) -> Result<Round, McpError> {
+    ) -> Result<Retry, McpError> {
         let taken = match state {
             Some(state) => Some(self.take_state(state, request, responses).await?),
             None => None,
         };
-        if !is_modern(context) {
-            return Ok(Round::default());
+        if let Some(Taken::Held { state_id }) = taken {
+            return Ok(Retry::Held(state_id));
         }
-        Ok(match taken {
-            Some(Taken::Approval) => Round::default(),
+        if !is_modern(context) {
+            return Ok(Retry::Forward(Round::default()));
+        }
+        Ok(Retry::Forward(match taken {
+            Some(Taken::Approval | Taken::Held { .. }) => Round::default(),
             Some(Taken::Relay { upstream_state }) => Round {
                 input_responses: responses.cloned(),
                 upstream_state,
@@ -558,7 +570,155 @@ impl<S: Store + 'static> ClientSession<S> {
                 input_responses: responses.cloned(),
                 upstream_state: None,
             },
-        })
+        }))
+    }
+
+    /// [`Self::round_of`] for `prompts/get` and `resources/read`, which no upstream request is
+    /// held for.
+    async fn read_round(
+        &self,
+        context: &RequestContext<RoleServer>,
+        state: Option<&String>,
+        request: (&str, &str, &str),
+        responses: Option<&rmcp::model::InputResponses>,
+    ) -> Result<Round, McpError> {
+        match self.round_of(context, state, request, responses).await? {
+            Retry::Forward(round) => Ok(round),
+            Retry::Held(_) => Err(McpError::invalid_params(
+                StateRefused::OtherKind.to_string(),
+                None,
+            )),
+        }
+    }
+
+    /// A 2025-11-25 upstream's in-call request for a 2026-07-28 client's call, answered to
+    /// the client as an input-required round ([`crate::round`]): the request under
+    /// [`HELD_INPUT`], and a state naming it, sealed for `request` and this principal. The call
+    /// is held in this process until the retry brings the answer (or its time passes).
+    fn hold_round(
+        &self,
+        asked: HeldRequest,
+        (ticket, asks, registration): HeldWait,
+        (method, target, hash): (&str, &str, &str),
+    ) -> Result<InputRequiredResult, McpError> {
+        let unsealed = |why: String| {
+            McpError::internal_error(
+                format!("the upstream's request was not relayed: {why}"),
+                None,
+            )
+        };
+        let Some((seal, principal)) = &self.states else {
+            return Err(unsealed(
+                "this gateway seals no requestState here".to_owned(),
+            ));
+        };
+        let state_id = seal.fresh_id().map_err(|e| unsealed(e.to_string()))?;
+        let now = self.gateway.now();
+        let sealed = Sealed::Relay(SealedRelay {
+            state_id: state_id.clone(),
+            tenant_id: self.gateway.config().tenant_id.clone(),
+            principal_id: principal.clone(),
+            method: method.to_owned(),
+            target: target.to_owned(),
+            arguments_hash: hash.to_owned(),
+            expires_at: now.as_micros() + RELAY_STATE_SECONDS * 1_000_000,
+            upstream_state: None,
+            held: true,
+        });
+        let state = seal.seal(&sealed).map_err(|e| unsealed(e.to_string()))?;
+        let input: InputRequiredResult = serde_json::from_value(json!({
+            "resultType": "input_required",
+            "inputRequests": {HELD_INPUT: asked.request},
+            "requestState": state,
+        }))
+        .map_err(|e| unsealed(e.to_string()))?;
+        let for_at_most = Duration::from_secs(RELAY_STATE_SECONDS.unsigned_abs());
+        self.gateway.clients().held().hold(
+            state_id,
+            HeldCall::new(asked, ticket, asks, registration, for_at_most),
+        );
+        Ok(input)
+    }
+
+    /// A retry that answers the held call `state_id` (SPEC §23): the client's answer goes to
+    /// the upstream's open request, and the retry waits for the call's answer, or the
+    /// upstream's next request (another round). No answer to it in the retry: asked again.
+    async fn resume_held(
+        &self,
+        state_id: &str,
+        responses: Option<&rmcp::model::InputResponses>,
+        request: (&str, &str, &str),
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(held) = self.gateway.clients().held().take(state_id) else {
+            return Err(McpError::invalid_params(
+                "requestState names an upstream request this gateway process does not hold: \
+                 another gateway process holds it, or its call has ended; send the call again \
+                 without it",
+                None,
+            ));
+        };
+        let mut asks = held.asks;
+        let wait = |asks| (held.ticket.clone(), asks, held.registration);
+        let Some(answer) = responses.and_then(|r| r.get(HELD_INPUT)) else {
+            let asked = HeldRequest {
+                request: held.request,
+                answer: held.answer,
+            };
+            return Ok(CallToolResponse::InputRequired(self.hold_round(
+                asked,
+                wait(asks),
+                request,
+            )?));
+        };
+        // An upstream that stopped waiting (its call ended) hears nothing; the call's answer
+        // says what happened.
+        let _ = held.answer.send(answer.clone());
+        let ended = held.ticket.ended();
+        tokio::pin!(ended);
+        let asked = tokio::select! {
+            end = &mut ended => return self.call_answered(end, request),
+            Some(asked) = asks.recv() => asked,
+            _ = context.ct.cancelled() => {
+                return Err(McpError::internal_error("the call was cancelled", None));
+            }
+        };
+        Ok(CallToolResponse::InputRequired(self.hold_round(
+            asked,
+            wait(asks),
+            request,
+        )?))
+    }
+
+    /// A call's end as its `tools/call` answer; an executed call's recorded input-required
+    /// round (a 2026-07-28 upstream's, [`crate::round`]) is relayed with its state sealed.
+    fn call_answered(
+        &self,
+        end: TicketEnd,
+        request: (&str, &str, &str),
+    ) -> Result<CallToolResponse, McpError> {
+        match end {
+            TicketEnd::Answered(CallAnswer::Executed { structured, .. })
+                if is_input_required(&structured) =>
+            {
+                let input: InputRequiredResult =
+                    serde_json::from_value(structured).map_err(|e| {
+                        McpError::internal_error(format!("unrenderable input round: {e}"), None)
+                    })?;
+                Ok(CallToolResponse::InputRequired(
+                    self.relay_round(input, request)?,
+                ))
+            }
+            TicketEnd::Answered(answer) => {
+                let result: CallToolResult = serde_json::from_value(completed(
+                    render::call_result(&answer),
+                ))
+                .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
+                Ok(CallToolResponse::from(result))
+            }
+            // No answer is sent (rmcp drops it for a cancelled request).
+            TicketEnd::Dropped => Err(McpError::internal_error("the call was cancelled", None)),
+        }
     }
 
     /// An upstream's input-required round, answered to a 2026-07-28 client (SPEC §23): its
@@ -599,6 +759,7 @@ impl<S: Store + 'static> ClientSession<S> {
             arguments_hash: hash.to_owned(),
             expires_at: now.as_micros() + RELAY_STATE_SECONDS * 1_000_000,
             upstream_state: Some(upstream_state),
+            held: false,
         });
         input.request_state = Some(seal.seal(&sealed).map_err(|e| unsealed(e.to_string()))?);
         Ok(input)
@@ -730,6 +891,23 @@ enum Taken {
     Approval,
     /// An upstream's relayed round (SPEC §23), and the upstream's own state inside it.
     Relay { upstream_state: Option<String> },
+    /// A 2025-11-25 upstream's in-call request held open by the process that sealed it.
+    Held { state_id: String },
+}
+
+/// What a held call waits with: its ticket, the upstream's next requests, its registration.
+type HeldWait = (
+    Ticket,
+    mpsc::UnboundedReceiver<HeldRequest>,
+    Box<dyn std::any::Any + Send>,
+);
+
+/// What a 2026-07-28 retry does with its upstream.
+enum Retry {
+    /// Forwards the request with the round's answers.
+    Forward(Round),
+    /// Answers the upstream request the state names, held open in this process.
+    Held(String),
 }
 
 /// Whether the request speaks 2026-07-28 (no `initialize`).
@@ -1070,19 +1248,34 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let sealed_for = (internal.clone(), arguments_hash(&arguments));
         let this_request = (CALL_METHOD, sealed_for.0.as_str(), sealed_for.1.as_str());
-        let round = self
+        let round = match self
             .round_of(
                 &context,
                 request.request_state.as_ref(),
                 this_request,
                 request.input_responses.as_ref(),
             )
-            .await?;
+            .await?
+        {
+            Retry::Forward(round) => round,
+            Retry::Held(state_id) => {
+                return self
+                    .resume_held(
+                        &state_id,
+                        request.input_responses.as_ref(),
+                        this_request,
+                        &context,
+                    )
+                    .await;
+            }
+        };
+        let (held_to, mut held) = mpsc::unbounded_channel();
+        let modern = is_modern(&context);
         let key = self.next_key.fetch_add(1, Ordering::SeqCst);
         let progress_token = context.meta.get_progress_token();
         let parked_progress = Arc::new(AtomicU32::new(0));
         // Registered as it is submitted, so the body serving it finds its client.
-        let (ticket, _relays) = self.gateway.clients().register(
+        let (ticket, relays) = self.gateway.clients().register(
             self.live.id(),
             key,
             || {
@@ -1095,8 +1288,13 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 )
             },
             |ticket| {
-                ClientLink::new(&context, ticket, Arc::clone(&parked_progress))
-                    .with_round(round.clone())
+                let link = ClientLink::new(&context, ticket, Arc::clone(&parked_progress))
+                    .with_round(round.clone());
+                if modern {
+                    link.with_held(held_to)
+                } else {
+                    link
+                }
             },
         );
         let mut last_progress: Option<tokio::time::Instant> = None;
@@ -1109,26 +1307,10 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let mut task_tried = false;
         let ended = ticket.ended();
         tokio::pin!(ended);
-        loop {
+        let asked = loop {
             tokio::select! {
-                end = &mut ended => {
-                    return match end {
-                        TicketEnd::Answered(CallAnswer::Executed { structured, .. })
-                            if is_input_required(&structured) =>
-                        {
-                            let input: InputRequiredResult = serde_json::from_value(structured)
-                                .map_err(|e| McpError::internal_error(format!("unrenderable input round: {e}"), None))?;
-                            Ok(CallToolResponse::InputRequired(self.relay_round(input, this_request)?))
-                        }
-                        TicketEnd::Answered(answer) => {
-                            let result: CallToolResult = serde_json::from_value(completed(render::call_result(&answer)))
-                                .map_err(|e| McpError::internal_error(format!("unrenderable result: {e}"), None))?;
-                            Ok(CallToolResponse::from(result))
-                        }
-                        // No answer is sent (rmcp drops it for a cancelled request).
-                        TicketEnd::Dropped => Err(McpError::internal_error("the call was cancelled", None)),
-                    };
-                }
+                end = &mut ended => return self.call_answered(end, this_request),
+                Some(asked) = held.recv() => break asked,
                 _ = context.ct.cancelled() => {
                     self.live.cancel(key);
                     return Err(McpError::internal_error("the call was cancelled", None));
@@ -1180,7 +1362,9 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     }
                 }
             }
-        }
+        };
+        let input = self.hold_round(asked, (ticket, held, Box::new(relays)), this_request)?;
+        Ok(CallToolResponse::InputRequired(input))
     }
 
     async fn get_task(
@@ -1285,7 +1469,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             let hash = arguments_hash(&json!({}));
             let this_request = ("resources/read", request.uri.as_str(), hash.as_str());
             let round = self
-                .round_of(
+                .read_round(
                     &context,
                     request.request_state.as_ref(),
                     this_request,
@@ -1417,7 +1601,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let hash = arguments_hash(&arguments_json);
         let this_request = ("prompts/get", exposed.as_str(), hash.as_str());
         let round = self
-            .round_of(
+            .read_round(
                 &context,
                 request.request_state.as_ref(),
                 this_request,

@@ -82,6 +82,11 @@ pub struct SealedRelay {
     pub expires_at: i64,
     /// The upstream's `requestState`, if it sent one.
     pub upstream_state: Option<String>,
+    /// The round is a 2025-11-25 upstream's in-call request, held open by the gateway process
+    /// that sealed this state (it has no state of its own to carry): only that process can
+    /// answer it.
+    #[serde(default)]
+    pub held: bool,
 }
 
 /// A sealed `requestState` of either kind: an approval's (§22.3 item 2) or a relayed round's
@@ -226,6 +231,7 @@ mod tests {
             arguments_hash: "h".into(),
             expires_at,
             upstream_state: Some("upstream".into()),
+            held: false,
         }
     }
 
