@@ -7,7 +7,9 @@ scores against this server directly with what it scores against the same server 
 2026-07-28 requirement set (0.2.0-alpha.12). This file is the server under test: it implements
 the fixed tools, resources, prompts, completions and multi-round-trip (MRTR, SEP-2322)
 behaviours that the suite's server scenarios describe in their "Server Implementation
-Requirements". The `tasks-*` extension scenarios are not served.
+Requirements", and the tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) that the
+not-scored `tasks-*` scenarios exercise: task-supporting tools, `tasks/get`, `tasks/update` and
+`tasks/cancel`, on 2026-07-28 requests that declare the extension.
 
 It speaks both protocol eras, chosen per request by the SDK:
 - 2025-11-25: `initialize` handshake, sessions, server-to-client requests (sampling,
@@ -19,7 +21,8 @@ It speaks both protocol eras, chosen per request by the SDK:
 Every tool or prompt that needs the client's input is written once, as a step function that
 either finishes or names the input it still needs; on 2026-07-28 that need is returned as an
 `input_required` result, on 2025-11-25 it is asked for over the back-channel and the step
-runs again with the answers.
+runs again with the answers. Run as a task, the same step parks the task in `input_required`
+until `tasks/update` has answered every request.
 
 Over Streamable HTTP the era is chosen per HTTP request (the `MCP-Protocol-Version` header);
 over stdio the SDK decides once per connection, from the client's first request.
@@ -33,6 +36,7 @@ The HTTP server binds 127.0.0.1 only and validates Host/Origin (DNS-rebinding pr
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import collections
 import io
@@ -41,11 +45,14 @@ import json
 import logging
 import struct
 import sys
+import time
+import uuid
 import warnings
 import wave
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 import anyio
@@ -60,6 +67,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.inbound import decode_header_value
 from mcp.shared.message import ServerMessageMetadata
 
 # Logging and `logging/setLevel` are deprecated at 2026-07-28, but 2025-11-25 scenarios use them.
@@ -69,6 +77,7 @@ NAME = "airlock-conformance-server"
 Ctx = ServerRequestContext[Any, Any]
 CAPS_KEY = "io.modelcontextprotocol/clientCapabilities"
 MISSING_CAPABILITY = -32021  # MissingRequiredClientCapabilityError (SEP-2575)
+HEADER_MISMATCH = -32020  # HeaderMismatch (SEP-2243)
 
 
 def is_modern(ctx: Ctx) -> bool:
@@ -637,6 +646,284 @@ async def _mrtr_capabilities(ctx: Ctx, args: dict[str, Any], responses: dict[str
     return Need(requests, "capabilities")
 
 
+# --- Tasks extension (tasks-*, SEP-2663; 2026-07-28 only).
+#
+# A request whose `_meta` client capabilities name `io.modelcontextprotocol/tasks` under `extensions`
+# has negotiated the extension, per request (there is no session to remember it). Then a
+# task-supporting tool answers with a flat CreateTaskResult (`resultType: "task"`) and runs in the
+# background; `tasks/get` reports it (the result or error inlined once terminal, the pending
+# `inputRequests` while `input_required`), `tasks/update` delivers input responses and
+# `tasks/cancel` stops it. Without the extension a task-supporting tool runs synchronously (MRTR
+# for its input), and a task-required one, like every `tasks/*` method, is refused with -32021.
+# A task's body is the same step function as a synchronous tool's: each input it needs parks the
+# task in `input_required` until every requested key is answered, then the step runs again. The
+# store is in memory, per process; tasks expire `ttlMs` after creation.
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_TTL_MS = 10 * 60 * 1000
+TASK_POLL_INTERVAL_MS = 250
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def tasks_negotiated(ctx: Ctx) -> bool:
+    extensions = client_capabilities(ctx).get("extensions") if is_modern(ctx) else None
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def require_tasks(ctx: Ctx) -> None:
+    if not tasks_negotiated(ctx):
+        raise MCPError(
+            code=MISSING_CAPABILITY,
+            message=f"Client did not declare the {TASKS_EXTENSION} extension",
+            data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+        )
+
+
+@dataclass
+class Task:
+    task_id: str
+    created_at: str
+    expires_at: float  # time.monotonic()
+    status: str = "working"
+    last_updated_at: str = ""
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answers: dict[str, Any] = field(default_factory=dict)
+    answered: anyio.Event | None = None
+    runner: asyncio.Task[None] | None = None
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+        self.last_updated_at = now_iso()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "taskId": self.task_id,
+            "status": self.status,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.last_updated_at or self.created_at,
+            "ttlMs": TASK_TTL_MS,
+            "pollIntervalMs": TASK_POLL_INTERVAL_MS,
+        }
+
+    def detailed(self) -> dict[str, Any]:
+        """The DetailedTask of `tasks/get`: the result, error or pending input inlined."""
+        detailed = self.info()
+        if self.status == "completed" and self.result is not None:
+            detailed["result"] = self.result
+        elif self.status == "failed" and self.error is not None:
+            detailed["error"] = self.error
+        elif self.status == "input_required":
+            detailed["inputRequests"] = dict(self.pending)
+        return detailed
+
+    async def ask(self, requests: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Park in `input_required` until every request is answered (possibly over several updates)."""
+        self.pending, self.answers, self.answered = dict(requests), {}, anyio.Event()
+        self.set_status("input_required")
+        await self.answered.wait()
+        return self.answers
+
+    def update(self, responses: dict[str, Any]) -> None:
+        """Take the answers to pending requests; other keys are ignored."""
+        for key, response in responses.items():
+            if key in self.pending:
+                del self.pending[key]
+                self.answers[key] = response
+        if self.status == "input_required" and not self.pending and self.answered is not None:
+            self.set_status("working")
+            self.answered.set()
+
+    def finish(self, status: str, *, result: dict[str, Any] | None = None, error: dict[str, Any] | None = None) -> None:
+        if self.status in TERMINAL:
+            return
+        self.result, self.error, self.pending = result, error, {}
+        self.set_status(status)
+
+
+TASK_STORE: dict[str, Task] = {}
+
+
+def expire_tasks() -> None:
+    now = time.monotonic()
+    for task_id, task in list(TASK_STORE.items()):
+        if now >= task.expires_at:
+            del TASK_STORE[task_id]
+            if task.runner is not None:
+                task.runner.cancel()
+
+
+async def run_task(task: Task, ctx: Ctx, args: dict[str, Any], step: Step) -> None:
+    """The task's body: drive `step` to a result, asking over `tasks/update` for its input. A tool
+    error stays a result (`completed`, `isError`); a protocol error makes the task `failed`."""
+    try:
+        responses: dict[str, Any] = {}
+        state: str | None = None
+        while True:
+            outcome = await step(ctx, args, responses, state)
+            if not isinstance(outcome, Need):
+                break
+            require_capabilities(ctx, [r["method"] for r in outcome.requests.values()])
+            responses.update(await task.ask(outcome.requests))
+            state = outcome.state
+        task.finish("completed", result={**outcome, "resultType": outcome.get("resultType", "complete")})
+    except asyncio.CancelledError:
+        task.finish("cancelled")
+    except MCPError as error:
+        task.finish("failed", error=error.error.model_dump(mode="json", exclude_none=True))
+    except Exception as error:  # noqa: BLE001 - any crash is the task's protocol-level failure
+        task.finish("failed", error={"code": types.INTERNAL_ERROR, "message": f"Task failed: {error}"})
+
+
+async def start_task(ctx: Ctx, args: dict[str, Any], step: Step) -> dict[str, Any]:
+    """Create the task (stored before the CreateTaskResult leaves, so an immediate `tasks/get`
+    finds it) and run `step` in the background, outliving this request."""
+    expire_tasks()
+    created = now_iso()
+    task = Task(uuid.uuid4().hex, created, time.monotonic() + TASK_TTL_MS / 1000, last_updated_at=created)
+    TASK_STORE[task.task_id] = task
+    task.runner = asyncio.get_running_loop().create_task(run_task(task, ctx, args, step))
+    return {"resultType": "task", **task.info()}
+
+
+def task_tool(name: str, description: str, input_schema: dict[str, Any] | None = None, *, required: bool = False):
+    """A tool that runs as a task when the request negotiated the extension; otherwise
+    synchronously, or (`required`) not at all (-32021)."""
+
+    def register(step: Step) -> Step:
+        async def handler(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+            if tasks_negotiated(ctx):
+                return await start_task(ctx, args, step)
+            if required:
+                require_tasks(ctx)
+            return await run_step(ctx, args, step)
+
+        tool(name, description, input_schema)(handler)
+        return step
+
+    return register
+
+
+@tool("greet", "Says hello; never runs as a task.", string_args("name"))
+async def _greet(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    return text_result(f"Hello, {args.get('name')}!")
+
+
+SLOW_COMPUTE_ARGS = {
+    "type": "object",
+    "properties": {"seconds": {"type": "number", "minimum": 0, "maximum": 600}, "label": {"type": "string"}},
+    "required": ["seconds"],
+}
+
+
+@task_tool("slow_compute", "Task-supporting: sleeps `seconds` seconds, then answers.", SLOW_COMPUTE_ARGS)
+async def _slow_compute(ctx: Ctx, args: dict[str, Any], responses: dict[str, Any], state: str | None):
+    seconds = args.get("seconds", 1)
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds <= 600:
+        raise MCPError(code=types.INVALID_PARAMS, message="seconds must be a number from 0 to 600")
+    await anyio.sleep(seconds)
+    label = args.get("label")
+    return text_result(f"slow_compute{f' {label}' if label else ''}: done after {seconds} s")
+
+
+@task_tool("failing_job", "Task-required: after about a second, fails as a tool error.", required=True)
+async def _failing_job(ctx: Ctx, args: dict[str, Any], responses: dict[str, Any], state: str | None):
+    await anyio.sleep(0.5)
+    return text_result("failing_job: the job failed (a tool execution error, on purpose)", error=True)
+
+
+@task_tool("protocol_error_job", "Task-supporting: fails with a protocol-level (JSON-RPC) error.")
+async def _protocol_error_job(ctx: Ctx, args: dict[str, Any], responses: dict[str, Any], state: str | None):
+    await anyio.sleep(0.1)
+    raise MCPError(code=types.INTERNAL_ERROR, message="protocol_error_job: internal failure (on purpose)")
+
+
+@task_tool("confirm_delete", "Task-supporting: asks for a confirmation (elicitation), then answers.", string_args("filename"))
+async def _confirm_delete(ctx: Ctx, args: dict[str, Any], responses: dict[str, Any], state: str | None):
+    filename = str(args.get("filename", ""))
+    answer = responses.get("confirm")
+    if not isinstance(answer, dict):
+        return Need({"confirm": elicit(f"Delete {filename}?", {"confirm": {"type": "boolean"}}, ["confirm"])})
+    if accepted(answer, "confirm") is True:
+        return text_result(f"Deleted {filename}.")
+    return text_result(f"Kept {filename} ({elicitation_summary(answer)}).")
+
+
+@task_tool("multi_input", "Task-supporting: asks two questions at once (two elicitations), then answers.")
+async def _multi_input(ctx: Ctx, args: dict[str, Any], responses: dict[str, Any], state: str | None):
+    requests = {
+        "name": elicit("What is your name?", {"name": {"type": "string"}}, ["name"]),
+        "confirm": elicit("Proceed?", {"confirm": {"type": "boolean"}}, ["confirm"]),
+    }
+    missing = {key: request for key, request in requests.items() if not isinstance(responses.get(key), dict)}
+    if missing:
+        return Need(missing)
+    return text_result(f"name={accepted(responses['name'], 'name')}; confirm={accepted(responses['confirm'], 'confirm')}")
+
+
+# tasks-mrtr-composition: MRTR first (round 1 asks for the user's name, no task yet), then the
+# final round escalates to a task whose result carries the name.
+@tool("test_tool_with_task", "Task-required: asks for the user's name (MRTR), then greets in a task.")
+async def _tool_with_task(ctx: Ctx, args: dict[str, Any]) -> dict[str, Any]:
+    require_tasks(ctx)
+    responses = raw_params(ctx).get("inputResponses")
+    name = accepted((responses if isinstance(responses, dict) else {}).get("user_name"), "name")
+    if not isinstance(name, str):
+        return await run_step(ctx, args, _mrtr_elicitation)  # input_required for user_name
+
+    async def greet_later(ctx: Ctx, args: dict[str, Any], responses: dict[str, Any], state: str | None):
+        await anyio.sleep(0.2)
+        return text_result(f"Hello, {name}!")
+
+    return await start_task(ctx, args, greet_later)
+
+
+def task_for(ctx: Ctx) -> tuple[Task, dict[str, Any]]:
+    """The task a `tasks/*` request names, checked in the order the suite isolates them: the
+    `Mcp-Name` routing header (SEP-2243, SEP-2663), the negotiated extension, the taskId."""
+    if not is_modern(ctx):  # 2025-11-25's core tasks are not served
+        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+    params = raw_params(ctx)
+    task_id = params.get("taskId")
+    headers = getattr(ctx.request, "headers", None)
+    if headers is not None and decode_header_value(headers.get("mcp-name")) != task_id:
+        raise MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+    require_tasks(ctx)
+    expire_tasks()
+    task = TASK_STORE.get(task_id) if isinstance(task_id, str) else None
+    if task is None:
+        raise MCPError(code=types.INVALID_PARAMS, message="Unknown taskId", data={"taskId": task_id})
+    return task, params
+
+
+async def tasks_get(ctx: Ctx, params: types.RequestParams) -> dict[str, Any]:
+    task, _ = task_for(ctx)
+    return task.detailed()
+
+
+async def tasks_update(ctx: Ctx, params: types.RequestParams) -> dict[str, Any]:
+    task, raw = task_for(ctx)
+    responses = raw.get("inputResponses")
+    if not isinstance(responses, dict):
+        raise MCPError(code=types.INVALID_PARAMS, message="inputResponses must be an object")
+    task.update(responses)
+    return {}
+
+
+async def tasks_cancel(ctx: Ctx, params: types.RequestParams) -> dict[str, Any]:
+    task, _ = task_for(ctx)
+    if task.status not in TERMINAL:  # cancelling a finished task is an idempotent no-op
+        task.finish("cancelled")
+        if task.runner is not None:
+            task.runner.cancel()
+    return {}
+
+
 async def list_tools(ctx: Ctx, params: types.PaginatedRequestParams) -> dict[str, Any]:
     return {"tools": [spec for spec, _ in TOOLS.values()]}
 
@@ -870,6 +1157,11 @@ def build_server() -> ConformanceServer:
         on_subscriptions_listen=ListenHandler(BUS),
     )
     server.add_request_handler("logging/setLevel", types.SetLevelRequestParams, wire(set_level))
+    # The tasks extension (SEP-2663): advertised under capabilities.extensions, served per request.
+    server.extensions[TASKS_EXTENSION] = {}
+    server.add_request_handler("tasks/get", types.RequestParams, wire(tasks_get))
+    server.add_request_handler("tasks/update", types.RequestParams, wire(tasks_update))
+    server.add_request_handler("tasks/cancel", types.RequestParams, wire(tasks_cancel))
     # Seals outgoing requestState and verifies echoed state before any handler sees it.
     server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(), default_audience=NAME))
     return server

@@ -383,6 +383,8 @@ const SERVER_ERROR: i32 = -32000;
 const INVALID_REQUEST: i32 = -32600;
 /// MCP 2026-07-28's `UnsupportedProtocolVersion`: `data` is `{requested, supported}`.
 const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+/// JSON-RPC `HeaderMismatch` (SPEC §23): a header that contradicts the body.
+const HEADER_MISMATCH: i32 = -32020;
 /// The protocol versions this listener serves: sessions opened by `initialize` (2025-11-25),
 /// and sessionless requests (2026-07-28).
 const HTTP_VERSIONS: [&str; 2] = ["2025-11-25", SESSIONLESS_VERSION];
@@ -765,6 +767,26 @@ fn echoable_id(message: &serde_json::Value) -> serde_json::Value {
 /// told how to begin.
 fn sessionless_refusal(message: &serde_json::Value, header_version: Option<&str>) -> Refusal {
     let id = echoable_id(message);
+    // A header that contradicts the body is the first thing wrong with it, whatever it names.
+    let body_version = named_version(message, None);
+    if let (Some(header), Some(body)) = (header_version, body_version)
+        && header != body
+    {
+        let shown = |v: &str| v.chars().take(MAX_ECHOED).collect::<String>();
+        return Refusal {
+            code: HEADER_MISMATCH,
+            id,
+            ..refuse(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the MCP-Protocol-Version header ({}) does not match the request's `_meta` \
+                     protocol version ({})",
+                    shown(header),
+                    shown(body)
+                ),
+            )
+        };
+    }
     let requested = named_version(message, header_version)
         .filter(|version| !HTTP_VERSIONS.contains(version))
         .map(|version| version.chars().take(MAX_ECHOED).collect::<String>());
@@ -894,6 +916,12 @@ mod tests {
                 "supported": ["2025-11-25", "2026-07-28"]
             }))
         );
+        let mismatch = sessionless_refusal(&discover, Some("2026-07-28"));
+        assert_eq!(
+            mismatch.code, HEADER_MISMATCH,
+            "the header contradicts the body"
+        );
+        assert_eq!(mismatch.status, StatusCode::BAD_REQUEST);
         let list = serde_json::json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list"});
         let by_header = sessionless_refusal(&list, Some("2099-01-01"));
         assert_eq!(by_header.code, UNSUPPORTED_PROTOCOL_VERSION);

@@ -79,6 +79,9 @@ pub struct ClientLink {
     capabilities: Option<ClientCapabilities>,
     /// A 2026-07-28 retry's answers to its upstream's input-required round ([`crate::round`]).
     round: Round,
+    /// The log level a 2026-07-28 request named in its `_meta` (none: it hears no log
+    /// messages); unused for a 2025-11-25 session, whose `logging/setLevel` decides.
+    log_level: Option<LoggingLevel>,
     /// Where a 2025-11-25 upstream's in-call request for a 2026-07-28 client goes: to the
     /// client's request, which answers it as an input-required round ([`crate::round`]).
     held: Option<mpsc::UnboundedSender<HeldRequest>>,
@@ -98,6 +101,7 @@ impl ClientLink {
             version: context.protocol_version(),
             capabilities: context.client_capabilities(),
             round: Round::default(),
+            log_level: context.meta.log_level(),
             held: None,
         }
     }
@@ -125,6 +129,12 @@ impl ClientLink {
         self.version
             .as_ref()
             .is_some_and(|version| !version.has_initialize())
+    }
+
+    /// For a 2026-07-28 client, the log level its request named (`Some(None)`: none, so it
+    /// hears no log messages); `None` for a 2025-11-25 session.
+    pub fn request_log_level(&self) -> Option<Option<LoggingLevel>> {
+        self.is_modern().then_some(self.log_level)
     }
 
     /// What the client declared, if known.
@@ -350,9 +360,25 @@ impl Forwarding {
 
     /// The progress token the call's request carries upstream (each retry of a 2026-07-28
     /// input-required round carries a new one).
-    pub fn sent_with(&self, token: ProgressToken) {
-        if let Some(flight) = lock(&self.relay.in_flight).get_mut(&self.number) {
-            flight.upstream_token = Some(token);
+    ///
+    /// Progress the upstream sent under that token before this call (the upstream may answer
+    /// the request with progress at once, before its sender has learnt the token) is relayed
+    /// now, in order.
+    pub async fn sent_with(&self, token: ProgressToken) {
+        let early = {
+            let mut in_flight = lock(&self.relay.in_flight);
+            if let Some(flight) = in_flight.get_mut(&self.number) {
+                flight.upstream_token = Some(token.clone());
+            }
+            let mut early = lock(&self.relay.early);
+            let (mine, others) = early
+                .drain(..)
+                .partition::<Vec<_>, _>(|(_, param)| param.progress_token == token);
+            *early = others;
+            mine
+        };
+        for (_, param) in early {
+            self.relay.progress(param).await;
         }
     }
 }
@@ -364,6 +390,12 @@ struct Flight {
     /// Answered: only its late progress is still relayed, nothing is asked for it.
     ended: bool,
 }
+
+/// How long progress under a token no call has registered yet is kept for the call that will.
+const EARLY_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The most such progress kept per upstream.
+const MAX_EARLY: usize = 64;
 
 /// How long an answered call's progress token still routes: rmcp hands notifications to the
 /// handler on tasks of their own, so the upstream's last progress, sent just before its answer,
@@ -408,6 +440,9 @@ pub struct UpstreamRelay {
     context: RelayContext,
     next: AtomicU64,
     in_flight: Mutex<BTreeMap<u64, Flight>>,
+    /// Progress that came under a token no call has registered yet ([`Forwarding::sent_with`]),
+    /// kept [`EARLY_FOR`]; always locked after `in_flight`.
+    early: Mutex<Vec<(std::time::Instant, ProgressNotificationParam)>>,
 }
 
 /// Which relayed request: its method and the client capability it needs.
@@ -443,6 +478,7 @@ impl UpstreamRelay {
             context,
             next: AtomicU64::new(1),
             in_flight: Mutex::new(BTreeMap::new()),
+            early: Mutex::new(Vec::new()),
         })
     }
 
@@ -503,8 +539,21 @@ impl UpstreamRelay {
 
     /// `notifications/progress`: to the call's client, under the client's token.
     pub async fn progress(&self, mut param: ProgressNotificationParam) {
-        let link = Self::named(&lock(&self.in_flight), &param.progress_token)
-            .and_then(|flight| flight.client.clone());
+        let link = {
+            let in_flight = lock(&self.in_flight);
+            let named = Self::named(&in_flight, &param.progress_token);
+            if named.is_none() {
+                // Perhaps of a call whose sender has not learnt its token yet.
+                let mut early = lock(&self.early);
+                let now = std::time::Instant::now();
+                early.retain(|(at, _)| now.duration_since(*at) < EARLY_FOR);
+                if early.len() < MAX_EARLY {
+                    early.push((now, param));
+                }
+                return;
+            }
+            named.and_then(|flight| flight.client.clone())
+        };
         let Some(link) = link else {
             tracing::debug!(server = %self.server, "progress for no call of a live client; dropped");
             return;
@@ -529,6 +578,16 @@ impl UpstreamRelay {
     /// client whose level admits it.
     pub async fn log(&self, param: LoggingMessageNotificationParam) {
         let peers = match self.target(None, "notifications/message") {
+            // A 2026-07-28 request hears the log messages its own `_meta` level admits, and
+            // none without one (SPEC §23).
+            Ok(link)
+                if link.is_modern()
+                    && !link
+                        .log_level
+                        .is_some_and(|wanted| admits(Some(wanted), param.level)) =>
+            {
+                return;
+            }
             Ok(link) => vec![link.peer],
             Err(NotRelayed::NoCall { .. }) => self.context.clients.log_audience(param.level),
             Err(why) => {
@@ -779,8 +838,8 @@ mod tests {
         ProgressToken(NumberOrString::Number(n))
     }
 
-    #[test]
-    fn a_request_goes_to_the_only_call_or_the_one_it_names_and_never_guesses() {
+    #[tokio::test]
+    async fn a_request_goes_to_the_only_call_or_the_one_it_names_and_never_guesses() {
         let relay = relay();
         let method = "sampling/createMessage";
         assert_eq!(
@@ -794,7 +853,7 @@ mod tests {
             Some(NotRelayed::NoClient { method })
         );
         let second = relay.begin(None);
-        second.sent_with(token(4));
+        second.sent_with(token(4)).await;
         assert_eq!(
             relay.target(None, method).err(),
             Some(NotRelayed::Ambiguous { method, calls: 2 }),
@@ -817,6 +876,34 @@ mod tests {
             Some(NotRelayed::NoCall { method }),
             "an answered call relays nothing more"
         );
+    }
+
+    /// Progress the upstream sends under a call's token before the call's sender learnt the
+    /// token (the first of a fast tool's notifications) waits for the call, and goes with it;
+    /// progress no call claims is let go.
+    #[tokio::test]
+    async fn progress_ahead_of_its_calls_token_waits_for_the_call() {
+        let relay = relay();
+        let call = relay.begin(None);
+        let early = |n: i64| {
+            serde_json::from_value::<ProgressNotificationParam>(
+                json!({"progressToken": n, "progress": 0}),
+            )
+            .expect("a progress notification")
+        };
+        relay.progress(early(7)).await;
+        relay.progress(early(8)).await;
+        assert_eq!(
+            lock(&relay.early).len(),
+            2,
+            "kept for a call that will claim it"
+        );
+        call.sent_with(token(7)).await;
+        let left: Vec<_> = lock(&relay.early)
+            .iter()
+            .map(|(_, p)| p.progress_token.clone())
+            .collect();
+        assert_eq!(left, [token(8)], "the call took its own, and only its own");
     }
 
     /// SPEC §23: a `roots/list` outside any call is answered with FILE's roots, never an

@@ -83,6 +83,7 @@ use airlock_core::store::Store;
 use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
 
+use crate::body::required_capabilities;
 use crate::round::{HELD_INPUT, HeldCall, HeldRequest, Round};
 use crate::sealed_state::{MAX_UPSTREAM_STATE_LEN, StateSeal};
 use airlock_core::vocab::TrustLevel;
@@ -709,6 +710,16 @@ impl<S: Store + 'static> ClientSession<S> {
                     self.relay_round(input, request)?,
                 ))
             }
+            TicketEnd::Answered(CallAnswer::Failed {
+                reason_code,
+                message,
+            }) if required_capabilities(&reason_code).is_some() => Err(McpError::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                format!(
+                    "the upstream needs a client capability this request did not declare: {message}"
+                ),
+                required_capabilities(&reason_code),
+            )),
             TicketEnd::Answered(answer) => {
                 let result: CallToolResult = serde_json::from_value(completed(
                     render::call_result(&answer),
@@ -1485,6 +1496,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     ClientRequest::ReadResourceRequest(ReadResourceRequest::new(forwarded)),
                     timeout,
                     context.client_capabilities().as_ref(),
+                    Some(context.meta.log_level()),
                 )
                 .await;
             self.note_answer(server);
@@ -1620,6 +1632,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     ClientRequest::GetPromptRequest(GetPromptRequest::new(forwarded)),
                     timeout,
                     context.client_capabilities().as_ref(),
+                    Some(context.meta.log_level()),
                 )
                 .await;
             self.note_answer(server);

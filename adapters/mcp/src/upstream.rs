@@ -29,11 +29,11 @@ use rmcp::model::{
     ClientConfig, ClientRequest, CompleteRequestParams, CompleteResult, CreateMessageRequestParams,
     CreateMessageResult, ElicitRequestParams, ElicitResult, ElicitationCapability,
     FormElicitationCapability, GetPromptRequestParams, GetPromptResult, Implementation,
-    InputResponses, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
-    Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResult, Resource,
-    ResourceTemplate, ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability,
-    ServerCapabilities, ServerNotification, ServerResult, SubscribeRequestParams,
-    SubscriptionFilter, UnsubscribeRequestParams, UrlElicitationCapability,
+    InputResponses, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam,
+    ProgressNotificationParam, Prompt, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResult, Resource, ResourceTemplate, ResourceUpdatedNotificationParam,
+    RootsCapabilities, SamplingCapability, ServerCapabilities, ServerNotification, ServerResult,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams, UrlElicitationCapability,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, RequestContext,
@@ -64,7 +64,12 @@ pub enum CallError {
     NotSent(String),
     /// The upstream answered with a JSON-RPC error: it did not run the tool.
     #[error("upstream error {code}: {message}")]
-    Rejected { code: i32, message: String },
+    Rejected {
+        code: i32,
+        message: String,
+        /// The error's `data`, as the upstream sent it.
+        data: Option<Value>,
+    },
     /// The request was sent and no answer came (the connection closed, a malformed reply).
     #[error("no answer: {0}")]
     Lost(String),
@@ -205,6 +210,14 @@ pub struct Upstream {
     server: String,
     service: RunningService<RoleClient, UpstreamHandler>,
     relay: Arc<UpstreamRelay>,
+    /// Where resource updates go (a 2026-07-28 upstream's come on `subscriptions/listen`).
+    notices: broadcast::Sender<Notice>,
+    /// On a 2026-07-28 upstream, which has no `logging/setLevel`: the level a client set, sent
+    /// in the `_meta` of each request the gateway makes for a client.
+    log_level: std::sync::Mutex<Option<LoggingLevel>>,
+    /// On a 2026-07-28 upstream, which has no `resources/subscribe`: the `subscriptions/listen`
+    /// stream of each subscribed resource URI (aborted on `resources/unsubscribe`).
+    watches: std::sync::Mutex<std::collections::BTreeMap<String, tokio::task::AbortHandle>>,
 }
 
 /// How long the handshake with an upstream, and its `tools/list`, may take.
@@ -294,6 +307,9 @@ impl Upstream {
             server: config.id.clone(),
             service,
             relay,
+            notices: notices.clone(),
+            log_level: std::sync::Mutex::new(None),
+            watches: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         });
         upstream.watch_list_changes(changed, notices).await;
         Ok(upstream)
@@ -511,11 +527,17 @@ impl Upstream {
     }
 
     #[allow(deprecated)]
+    /// `logging/setLevel`. A 2026-07-28 upstream has no such method: the level is kept and
+    /// named in the `_meta` of each request the gateway makes for a client from now on.
     pub async fn set_level(
         &self,
         params: rmcp::model::SetLevelRequestParams,
         timeout: Duration,
     ) -> Result<(), ErrorData> {
+        if self.speaks_modern() {
+            *self.log_level.lock().unwrap_or_else(|p| p.into_inner()) = Some(params.level);
+            return Ok(());
+        }
         self.ask(
             "logging/setLevel",
             timeout,
@@ -524,19 +546,59 @@ impl Upstream {
         .await
     }
 
+    /// `resources/subscribe`. On a 2026-07-28 upstream, a `subscriptions/listen` stream for
+    /// the URI, whose updates are published as [`Notice::ResourceUpdated`] like a 2025-11-25
+    /// upstream's notifications.
     #[allow(deprecated)]
     pub async fn subscribe(&self, uri: &str, timeout: Duration) -> Result<(), ErrorData> {
-        let params = SubscribeRequestParams::new(uri.to_owned());
-        self.ask(
-            "resources/subscribe",
-            timeout,
-            self.service.peer().subscribe(params),
-        )
-        .await
+        if !self.speaks_modern() {
+            let params = SubscribeRequestParams::new(uri.to_owned());
+            return self
+                .ask(
+                    "resources/subscribe",
+                    timeout,
+                    self.service.peer().subscribe(params),
+                )
+                .await;
+        }
+        if self.watching().contains_key(uri) {
+            return Ok(());
+        }
+        let mut filter = SubscriptionFilter::new();
+        filter.resource_subscriptions = Some(vec![uri.to_owned()]);
+        let mut subscription = self
+            .ask(
+                "subscriptions/listen",
+                timeout,
+                self.service.peer().listen(filter),
+            )
+            .await?;
+        let (server, notices) = (self.server.clone(), self.notices.clone());
+        let task = tokio::spawn(async move {
+            while let Ok(Some(notification)) = subscription.next().await {
+                if let ServerNotification::ResourceUpdatedNotification(updated) = notification {
+                    let _ = notices.send(Notice::ResourceUpdated {
+                        server: server.clone(),
+                        uri: updated.params.uri,
+                    });
+                }
+            }
+        });
+        if let Some(earlier) = self.watching().insert(uri.to_owned(), task.abort_handle()) {
+            earlier.abort();
+        }
+        Ok(())
     }
 
+    /// `resources/unsubscribe`; on a 2026-07-28 upstream, the URI's stream ends.
     #[allow(deprecated)]
     pub async fn unsubscribe(&self, uri: &str, timeout: Duration) -> Result<(), ErrorData> {
+        if self.speaks_modern() {
+            if let Some(watch) = self.watching().remove(uri) {
+                watch.abort();
+            }
+            return Ok(());
+        }
         let params = UnsubscribeRequestParams::new(uri.to_owned());
         self.ask(
             "resources/unsubscribe",
@@ -544,6 +606,13 @@ impl Upstream {
             self.service.peer().unsubscribe(params),
         )
         .await
+    }
+
+    fn watching(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<String, tokio::task::AbortHandle>>
+    {
+        self.watches.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether the upstream speaks 2026-07-28 (no `initialize`).
@@ -555,12 +624,26 @@ impl Upstream {
 
     /// The options of a request made for `client`: on a 2026-07-28 upstream, its `_meta`
     /// names what that client can answer ([`crate::round::relayed_capabilities`]).
-    fn options_for(&self, client: Option<&ClientCapabilities>) -> PeerRequestOptions {
+    ///
+    /// The log level it names is the request's own for a 2026-07-28 client (`Some(None)`: it
+    /// asked for no log messages), else the one a `logging/setLevel` set (`None`).
+    fn options_for(
+        &self,
+        client: Option<&ClientCapabilities>,
+        level: Option<Option<LoggingLevel>>,
+    ) -> PeerRequestOptions {
         let mut options = PeerRequestOptions::no_options();
-        if let Some(declared) = client
-            && self.speaks_modern()
-        {
-            options.meta = Some(capabilities_meta(declared));
+        if !self.speaks_modern() {
+            return options;
+        }
+        let mut meta = client.map(capabilities_meta).unwrap_or_default();
+        let level =
+            level.unwrap_or_else(|| *self.log_level.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(level) = level {
+            meta.set_log_level(level);
+        }
+        if !meta.is_empty() {
+            options.meta = Some(meta);
         }
         options
     }
@@ -573,8 +656,9 @@ impl Upstream {
         request: ClientRequest,
         timeout: Duration,
         client: Option<&ClientCapabilities>,
+        level: Option<Option<LoggingLevel>>,
     ) -> Result<ServerResult, ErrorData> {
-        let options = self.options_for(client);
+        let options = self.options_for(client, level);
         self.ask(method, timeout, async {
             self.service
                 .peer()
@@ -603,6 +687,7 @@ impl Upstream {
             params.request_state = round.upstream_state.clone();
         }
         let declared = client.as_ref().and_then(ClientLink::capabilities).cloned();
+        let level = client.as_ref().and_then(ClientLink::request_log_level);
         let relays_rounds = client.as_ref().is_some_and(ClientLink::is_modern);
         for _ in 0..MAX_INPUT_ROUNDS {
             let handle = self
@@ -610,13 +695,13 @@ impl Upstream {
                 .peer()
                 .send_request_with_option(
                     ClientRequest::CallToolRequest(CallToolRequest::new(params.clone())),
-                    self.options_for(declared.as_ref()),
+                    self.options_for(declared.as_ref(), level),
                 )
                 .await
                 .map_err(call_error)?;
             // rmcp gives each request a progress token of its own: the upstream's progress
             // for this call comes under it.
-            forwarding.sent_with(handle.progress_token.clone());
+            forwarding.sent_with(handle.progress_token.clone()).await;
             let mut abandoned = Abandoned {
                 peer: Some(self.service.peer().clone()),
                 id: handle.id.clone(),
@@ -633,6 +718,15 @@ impl Upstream {
                         .map_err(|e| CallError::Lost(e.to_string()));
                 }
                 ServerResult::InputRequiredResult(input) => input,
+                // The gateway never declares the tasks extension upstream, so this is a server
+                // that made a task anyway: its effect may still complete (SPEC §23).
+                ServerResult::CreateTaskResult(_) => {
+                    return Err(CallError::Lost(
+                        "the upstream made this call a task (io.modelcontextprotocol/tasks), \
+                         which this gateway does not relay; its outcome is unknown"
+                            .to_owned(),
+                    ));
+                }
                 other => {
                     return Err(CallError::Lost(format!(
                         "an answer that is not a tool result: {}",
@@ -697,9 +791,14 @@ impl Drop for Abandoned {
 
 fn call_error(error: ServiceError) -> CallError {
     match error {
-        ServiceError::McpError(ErrorData { code, message, .. }) => CallError::Rejected {
+        ServiceError::McpError(ErrorData {
+            code,
+            message,
+            data,
+        }) => CallError::Rejected {
             code: code.0,
             message: message.into_owned(),
+            data,
         },
         ServiceError::TransportSend(e) => CallError::NotSent(e.to_string()),
         other => CallError::Lost(other.to_string()),
