@@ -284,6 +284,57 @@ fn pass_through_reads_listing_filter_denials_and_unknown_names() {
     );
 }
 
+/// SPEC §22.3 items 1 and 2 and §23 over stdio, with the Python SDK 2.3 at 2026-07-28 (its own
+/// `call_tool`, which returns an input-required round instead of raising on it): an allowed
+/// call; a parked write answered with the approval form and a sealed state, which refused once
+/// changed and moved the call once answered yes (one ledger line); the test server's own
+/// roots round relayed (it keeps no state, so none is handed out), and the client's roots
+/// reaching the tool. Then, for a
+/// client declaring the tasks extension, the parked write is a task: approved from another
+/// process and polled with `tasks/get` until completed, the ledger holding it once.
+#[test]
+fn over_stdio_a_2026_07_28_client_gets_rounds_and_tasks() {
+    let Some(peers) = peers("over_stdio_a_2026_07_28_client_gets_rounds_and_tasks") else {
+        return;
+    };
+    let scene = scene_with(&peers, "approve_via_elicitation = true\n");
+    let seen = scene.client(&peers, "rounds", "modern", "stdio-form");
+    assert_eq!(seen["protocol_version"], "2026-07-28", "{seen}");
+    assert_eq!(seen["allowed"]["is_error"], false, "{seen}");
+    let asked = &seen["asked"];
+    assert_eq!(
+        asked["requests"]["approval"]["method"], "elicitation/create",
+        "{seen}"
+    );
+    assert_eq!(
+        asked["requests"]["approval"]["params"]["mode"], "form",
+        "{seen}"
+    );
+    assert_eq!(seen["tampered"]["error_code"], -32602, "{seen}");
+    assert_eq!(seen["answered"]["is_error"], false, "{seen}");
+    assert_eq!(seen["answered"]["text"], "appended", "{seen}");
+    assert_eq!(
+        seen["roots_asked"]["requests"]["roots"]["method"], "roots/list",
+        "{seen}"
+    );
+    assert!(
+        seen["roots_asked"]["state"].is_null(),
+        "the upstream kept no state, so the gateway hands out none: {seen}"
+    );
+    assert_eq!(seen["roots"]["text"], "roots: file:///stdio/root", "{seen}");
+    assert_eq!(scene.ledger(), ["stdio-form"]);
+
+    let seen = scene.client(&peers, "task", "modern", "stdio-task");
+    assert_eq!(seen["created"]["resultType"], "task", "{seen}");
+    assert_eq!(seen["pending"], 1, "{seen}");
+    assert_eq!(seen["final"]["status"], "completed", "{seen}");
+    assert_eq!(
+        seen["final"]["result"]["content"][0]["text"], "appended",
+        "{seen}"
+    );
+    assert_eq!(scene.ledger(), ["stdio-form", "stdio-task"]);
+}
+
 #[test]
 fn a_parked_write_is_answered_after_another_process_approves_it_on_both_protocols() {
     let Some(peers) = peers("a_parked_write_is_answered_after_another_process_approves_it") else {
