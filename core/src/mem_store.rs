@@ -531,6 +531,16 @@ impl StoreTx for MemTx<'_> {
         Ok(self.tables.rows.call_tasks.get(id_sha256).cloned())
     }
 
+    fn call_task_of_run(&mut self, run: RunId) -> Result<Option<CallTask>, TxError> {
+        Ok(self
+            .tables
+            .rows
+            .call_tasks
+            .values()
+            .find(|task| task.run_id == run)
+            .cloned())
+    }
+
     fn open_connection_by_key(
         &mut self,
         tenant: &str,

@@ -171,6 +171,8 @@ pub trait StoreTx {
     fn insert_call_task(&mut self, task: &CallTask) -> Result<(), TxError>;
     /// The task whose id hashes to `id_sha256`.
     fn call_task(&mut self, id_sha256: &str) -> Result<Option<CallTask>, TxError>;
+    /// The task of run `run`, if its call was answered as one (`UNIQUE(run_id)`).
+    fn call_task_of_run(&mut self, run: RunId) -> Result<Option<CallTask>, TxError>;
     /// Guarded by the expected status (`Conflict` otherwise); immutable fields must be unchanged
     /// and a closed connection never changes.
     fn update_connection(

@@ -45,6 +45,11 @@
 //! answered as a task (the run adopted, the request detached) and polled every second until
 //! it ends; the gateway may crash while it waits, and a restarted host polls the task through
 //! its new gateway instead of sending the call again, adopting the approved run nobody drives.
+//! Those clients speak 2026-07-28 without a session: their conversation is the store's row of
+//! their key (§22.1), which each of their gateways joins, so it outlives a crash. A task whose
+//! call was sent when its gateway died is then re-queued (its conversation is still open) and
+//! claimed by the adopting gateway, whose recovery must record it UNCERTAIN, never send it
+//! again (the mutant `task_replayed_after_crash`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,6 +64,7 @@ use airlock_core::connection::live::{
 };
 use airlock_core::connection::tasks::Tasks;
 use airlock_core::control::ControlService;
+use airlock_core::conversation::ConversationKey;
 use airlock_core::conversation::request_state::{SealedCall, check_in_tx};
 use airlock_core::conversation::task::TaskView;
 use airlock_core::env::Env;
@@ -91,6 +97,10 @@ use crate::store::SimStore;
 const LEASE_MS: u64 = 3_000;
 /// Simulated time for the workload; then a quiet phase until every run is terminal.
 const WORKLOAD: Duration = Duration::from_secs(40);
+/// A sessionless conversation's idle time: longer than the workload, so a client's
+/// conversation stays one across its calls (and its gateway's crash), and far shorter than the
+/// quiet phase, so every one has ended by then.
+const CONVERSATION_IDLE_SECONDS: u32 = 60;
 const QUIET_BOUND: Duration = Duration::from_secs(600);
 /// Every approval's lifetime in this world (see [`short_lived_approvals`]).
 const APPROVAL_EXPIRY: Duration = Duration::from_secs(90);
@@ -570,11 +580,15 @@ impl ConnectionWorld {
 
     /// Starts a gateway process's parts: its worker, one connection (its driver, renewal and
     /// sweeps running); returns the driver, the live connection and its session.
+    /// A gateway process's driver of its client's conversation: its own connection (a stdio
+    /// client, or an HTTP session), or, for a client of `keyed` (one that declared tasks), the
+    /// sessionless conversation of its key (SPEC §22.1), which the gateway joins and which
+    /// outlives the process: a restarted host's gateway joins the same one.
     fn open_gateway(
         self: &Arc<Self>,
         salt: u64,
         connection: u64,
-        client: Option<usize>,
+        (client, keyed): (Option<usize>, Option<usize>),
         name: &str,
     ) -> (
         Arc<ConnectionDriver<ConnectionStore>>,
@@ -610,16 +624,29 @@ impl ConnectionWorld {
             conversation_calls: None,
             upstreams: String::new(),
         };
-        let driver = match ConnectionDriver::open(
-            Arc::clone(&worker),
-            Arc::clone(&live),
-            "acme",
-            "alice",
-            template,
-        ) {
+        let opened = match keyed {
+            Some(index) => ConnectionDriver::join(
+                Arc::clone(&worker),
+                "acme",
+                "alice",
+                ConversationKey::of("alice", None, &format!("client{index}")),
+                CONVERSATION_IDLE_SECONDS,
+                true,
+                template,
+            ),
+            None => ConnectionDriver::open(
+                Arc::clone(&worker),
+                Arc::clone(&live),
+                "acme",
+                "alice",
+                template,
+            ),
+        };
+        let driver = match opened {
             Ok(driver) => Arc::new(driver),
             Err(error) => panic!("OPEN of a simulated connection failed: {error}"),
         };
+        let live = Arc::clone(driver.live());
         let session = driver.connection().session_id;
         lock(&self.store.lives).insert(session, Arc::clone(&live));
         *lock(&placeholder) = Some(Arc::new(OneConnection {
@@ -667,7 +694,7 @@ impl ConnectionWorld {
         let (driver, live, session) = self.open_gateway(
             10 + index as u64,
             1_000 + index as u64,
-            Some(index),
+            (Some(index), plan.tasks.then_some(index)),
             &format!("gw{index}"),
         );
         lock(&self.gateway_sessions).insert(index, session);
@@ -689,6 +716,8 @@ impl ConnectionWorld {
             if started.elapsed() >= plan.fate_at {
                 break;
             }
+            // Each request of a sessionless conversation pushes its horizon, as the listener does.
+            let _ = driver.touch();
             let ticket = live.submit(
                 n as u64,
                 ClientCall {
@@ -769,7 +798,7 @@ impl ConnectionWorld {
         let (driver, live, session) = self.open_gateway(
             50 + index as u64,
             2_000 + index as u64,
-            None,
+            (None, plan.tasks.then_some(index)),
             &format!("gw{index}r"),
         );
         // A task is polled, not sent again (§22.3 item 1): the restarted host still holds it.

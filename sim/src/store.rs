@@ -746,6 +746,12 @@ impl StoreTx for TxProbe<'_> {
     ) -> Result<Option<airlock_core::conversation::task::CallTask>, TxError> {
         self.inner.call_task(id_sha256)
     }
+    fn call_task_of_run(
+        &mut self,
+        run: airlock_core::ids::RunId,
+    ) -> Result<Option<airlock_core::conversation::task::CallTask>, TxError> {
+        self.inner.call_task_of_run(run)
+    }
     fn open_connection_by_key(
         &mut self,
         tenant: &str,

@@ -749,6 +749,16 @@ impl StoreTx for PgTx<'_> {
         )
     }
 
+    /// Served by the `UNIQUE(run_id)` index of `call_tasks` (V7).
+    fn call_task_of_run(&mut self, run: RunId) -> Result<Option<CallTask>, TxError> {
+        self.one(
+            "SELECT id_sha256, run_id, tenant_id, principal_id, created_at FROM call_tasks \
+             WHERE run_id = $1",
+            &[&run.to_string()],
+            rows::call_task,
+        )
+    }
+
     /// Found through `uq_connections_open_key` (V6), then read again by id, which in a write
     /// transaction takes the locks in their order (the session's active runs, then the row;
     /// see "Connections" in the module docs); a row closed in between is not the conversation.

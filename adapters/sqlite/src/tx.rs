@@ -555,6 +555,16 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    /// Served by the `UNIQUE(run_id)` index of `call_tasks` (M9).
+    fn call_task_of_run(&mut self, run: RunId) -> Result<Option<CallTask>, TxError> {
+        self.one(
+            "SELECT id_sha256, run_id, tenant_id, principal_id, created_at FROM call_tasks \
+             WHERE run_id = ?1",
+            params![run.to_string()],
+            rows::call_task,
+        )
+    }
+
     /// Served by `uq_connections_open_key` (M8).
     fn open_connection_by_key(
         &mut self,

@@ -1121,11 +1121,20 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     /// A row found at step 1: the recovery table (SPEC §9.4).
     async fn recover(&self, site: &CallSite<'_>, row: Box<Invocation>) -> Result<CallEnd, Halt> {
         let row = *row;
-        match recovery_action(
+        let action = recovery_action(
             row.status,
             row.idempotency_class,
             row.effect_sent_at.is_some(),
-        ) {
+        );
+        #[cfg(feature = "mutants")]
+        let action = crate::testing::mutants::task_replayed_after_crash(action, || {
+            self.env
+                .read(|tx| tx.call_task_of_run(site.run.id))
+                .ok()
+                .flatten()
+                .is_some()
+        });
+        match action {
             RecoveryAction::ReturnOutcome => Ok(CallEnd::Done(result_of_row(&row)?)),
             RecoveryAction::ResumeAuthorization if row.status == InvocationStatus::Proposed => {
                 Err(Halt::Fail(FailureReason::InternalError))

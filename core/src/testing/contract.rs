@@ -2842,6 +2842,11 @@ fn a_call_task_is_one_per_run_and_found_by_its_hash<S: Store>(store: &S) {
         "call_task: reads back as written"
     );
     assert_eq!(
+        read(store, |tx| tx.call_task_of_run(run.id)),
+        Some(task.clone()),
+        "call_task_of_run: the run's task"
+    );
+    assert_eq!(
         read(store, |tx| tx.call_task(&task_id_sha256("tsk_other"))),
         None,
         "call_task: another id finds nothing"
@@ -2875,6 +2880,11 @@ fn a_call_task_is_one_per_run_and_found_by_its_hash<S: Store>(store: &S) {
         }),
         Err(TxError::NotFound),
         "call_tasks: the run must exist"
+    );
+    assert_eq!(
+        read(store, |tx| tx.call_task_of_run(other.id)),
+        None,
+        "call_task_of_run: a run without a task"
     );
 }
 

@@ -67,12 +67,14 @@ pub const NAMES: [&str; 14] = [
 /// | `stale_conversation_taint` | `LivePlanner::next_turn`, pipeline PROPOSE | §22.2: a call run never reads its conversation's taint, so a call proposed after an untrusted result was answered is decided untainted |
 /// | `approved_without_request` | `ConnectionDriver::withheld_until` | §22.3: an approved call whose request left (a host's timeout) is executed although no request waits for it |
 /// | `state_not_bound_to_principal` | `conversation::request_state::check_in_tx` | §22.3 item 2: a sealed `requestState` brought back by another principal is accepted, so it moves (and may answer the approval of) a call that is not theirs |
-pub const CONNECTION_NAMES: [&str; 5] = [
+/// | `task_replayed_after_crash` | pipeline recovery (§9.4) | §22.3 item 1, §22.4: a task's call that was sent when its gateway crashed is sent again by the process that adopts the task, instead of being recorded UNCERTAIN |
+pub const CONNECTION_NAMES: [&str; 6] = [
     "disconnect_not_recorded",
     "no_in_flight_check",
     "stale_conversation_taint",
     "approved_without_request",
     "state_not_bound_to_principal",
+    "task_replayed_after_crash",
 ];
 
 /// 0: none; `i + 1`: `NAMES[i]`; `NAMES.len() + j + 1`: `CONNECTION_NAMES[j]`.
@@ -132,6 +134,20 @@ pub fn stale_conversation_taint() -> bool {
 /// `state_not_bound_to_principal`: whether a state's principal is left unchecked on its retry.
 pub fn state_not_bound_to_principal() -> bool {
     active("state_not_bound_to_principal")
+}
+
+/// `task_replayed_after_crash`: the recovery `action` of a row found at replay, re-executed
+/// instead of marked UNCERTAIN when its run is a task's (`is_task`, asked only then).
+pub fn task_replayed_after_crash(
+    action: crate::vocab::RecoveryAction,
+    is_task: impl FnOnce() -> bool,
+) -> crate::vocab::RecoveryAction {
+    use crate::vocab::RecoveryAction::{MarkUncertain, Reexecute};
+    if active("task_replayed_after_crash") && action == MarkUncertain && is_task() {
+        Reexecute
+    } else {
+        action
+    }
 }
 
 /// Whether the mutant called `name` is active.
