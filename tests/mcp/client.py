@@ -15,12 +15,13 @@ import subprocess
 import sys
 
 import anyio
-import pydantic
 import mcp_types as types
 from mcp.client._probe import negotiate_auto
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
+
+import modern_rounds
 
 APPROVAL = re.compile(r"approval ([0-9a-f-]{36})")
 
@@ -506,9 +507,11 @@ async def scenario(args):
                 # The project's test server asks for sampling during its call `ask`.
                 observed["ask"] = await call(session, "test__ask", {"prompt": "relay me"})
             elif s == "rounds":
-                observed.update(await input_rounds(session, args))
+                observed.update(await modern_rounds.input_rounds(session, args.arg))
             elif s == "task":
-                observed.update(await approval_task(session, args))
+                observed.update(
+                    await modern_rounds.approval_task(session, args.arg, lambda: approve_pending(args))
+                )
             else:
                 raise SystemExit(f"unknown scenario {s}")
             observed["notifications"] = sorted(set(gateway.notifications))
@@ -516,96 +519,14 @@ async def scenario(args):
     return observed
 
 
-def input_required_json(result):
-    """An `InputRequiredResult` as the test reads it: its input requests and state."""
-    if not isinstance(result, types.InputRequiredResult):
-        return {"not_input_required": result_json(result)}
-    return {
-        "requests": {
-            key: request.model_dump(by_alias=True, mode="json", exclude_none=True)
-            for key, request in (result.input_requests or {}).items()
-        },
-        "state": result.request_state,
-    }
-
-
-async def round_call(session, name, arguments, **kwargs):
-    """`tools/call` that returns an input-required round instead of raising on it."""
-    try:
-        result = await session.call_tool(name, arguments, allow_input_required=True, **kwargs)
-    except MCPError as e:
-        return {"error_code": e.error.code, "error_message": e.error.message}
-    if isinstance(result, types.InputRequiredResult):
-        return input_required_json(result)
-    return result_json(result)
-
-
-async def input_rounds(session, args):
-    """SPEC 22.3 item 2 and 23 over stdio at 2026-07-28, with the SDK's own call_tool: an
-    allowed call; a parked call answered `input_required` (the approval form), its state
-    tampered with, then answered yes; the test server's own roots round relayed."""
-    observed = {"allowed": await call(session, "test__slow", {"seconds": 0})}
-    asked = await round_call(session, "test__append", {"text": args.arg})
-    observed["asked"] = asked
-    state = asked.get("state")
-    if state:
-        yes = {"approval": {"action": "accept", "content": {"approve": True}}}
-        tampered = state[:-1] + ("0" if state[-1] != "0" else "1")
-        observed["tampered"] = await round_call(
-            session, "test__append", {"text": args.arg}, input_responses=yes, request_state=tampered
-        )
-        observed["answered"] = await round_call(
-            session, "test__append", {"text": args.arg}, input_responses=yes, request_state=state
-        )
-    roots = await round_call(session, "test__roots", {})
-    observed["roots_asked"] = roots
-    if roots.get("state") is not None or roots.get("requests"):
-        key = next(iter(roots.get("requests", {"roots": None})))
-        answer = {key: {"roots": [{"uri": "file:///stdio/root", "name": "stdio"}]}}
-        observed["roots"] = await round_call(
-            session, "test__roots", {}, input_responses=answer, request_state=roots.get("state")
-        )
-    return observed
-
-
-class AnyResult(types.Result):
-    """A result whose every field is kept (the SDK has no model of 2026-07-28's tasks)."""
-
-    model_config = pydantic.ConfigDict(extra="allow")
-
-
-async def approval_task(session, args):
-    """SPEC 22.3 item 1 over stdio at 2026-07-28: a parked call answered as a task (the client
-    declared io.modelcontextprotocol/tasks), approved from another process, polled with
-    `tasks/get` until it is no longer working."""
-    observed = {}
-    created = await session.send_request(
-        types.CallToolRequest(params=types.CallToolRequestParams(name="test__append", arguments={"text": args.arg})),
-        AnyResult,
-    )
-    dumped = created.model_dump(by_alias=True, mode="json", exclude_none=True)
-    observed["created"] = dumped
-    task_id = (dumped.get("task") or dumped).get("taskId")
-    if not task_id:
-        return observed
+def approve_pending(args):
+    """Approves the one pending approval from another process: how many were pending, and
+    what the CLI said."""
     listed = airlock(args, "approvals", "list")
     items = listed.get("items", listed) if isinstance(listed, dict) else listed
     pending = [a["id"] for a in items if isinstance(a, dict) and a.get("status") == "pending"]
-    observed["pending"] = len(pending)
-    observed["approve"] = airlock(args, "approvals", "approve", pending[0], "--reason", "ok") if pending else None
-    polled = []
-    for _ in range(100):
-        got = await session.send_request(
-            types.GetTaskRequest(params=types.GetTaskRequestParams(task_id=task_id)), AnyResult
-        )
-        got = got.model_dump(by_alias=True, mode="json", exclude_none=True)
-        polled.append(got.get("status"))
-        if got.get("status") not in ("working", "input_required"):
-            observed["final"] = got
-            break
-        await anyio.sleep(0.2)
-    observed["polled"] = polled
-    return observed
+    answer = airlock(args, "approvals", "approve", pending[0], "--reason", "ok") if pending else None
+    return {"pending": len(pending), "approve": answer}
 
 
 async def set_http_description(url):

@@ -28,6 +28,9 @@ Scenarios:
   `cacheScope`) and calls `test__slow`; the second calls
   `test__append` without a progressToken (answered at once, naming its approval), which is
   approved from another process, and calls it again (the approved result).
+- `rounds`, `task`: modern_rounds.py's input-required rounds (an allowed call, the approval
+  form with a changed and then the real state, the test server's roots round) and approval task
+  (approved from another process, polled to its end), at 2026-07-28 over Streamable HTTP.
 - `logs`: two sessions at once (SPEC 19.7). `strict` asks for `error` and up, then `chatty` for
   `debug` and up and turns on server-everything's simulated logging, which sends a message of a
   random level every 5 s outside any call; waits (up to 60 s) until `chatty` heard, after the
@@ -47,6 +50,8 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
+
+import modern_rounds
 
 APPROVAL = re.compile(r"approval ([0-9a-f-]{36})")
 
@@ -245,6 +250,68 @@ async def modern(args):
     return observed
 
 
+def approve_pending(args):
+    """Approves the one pending approval from another process (`approvals list`, then
+    `approvals approve`)."""
+    argv = [args.airlock, "--data-dir", args.data, "--tenant", "acme"]
+    if args.store:
+        argv += ["--store", args.store]
+    out = subprocess.run(argv + ["approvals", "list"], capture_output=True, text=True, check=False)
+    try:
+        listed = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        listed = []
+    items = listed.get("items", listed) if isinstance(listed, dict) else listed
+    pending = [a["id"] for a in items if isinstance(a, dict) and a.get("status") == "pending"]
+    code = approve(args, pending[0]) if pending else None
+    return {"pending": len(pending), "approve_exit": code}
+
+
+async def rounds(args):
+    """`rounds` and `task` (SPEC 22.3, 23) with the SDK's session over Streamable HTTP at
+    2026-07-28: see modern_rounds.py."""
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+
+    async def elicitation(context, params):
+        return types.ElicitResult(action="decline")
+
+    async def no_roots(context):
+        return types.ListRootsResult(roots=[])
+
+    kwargs = {"elicitation_callback": elicitation, "list_roots_callback": no_roots}
+    if args.scenario == "task":
+        kwargs = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    async with (
+        create_mcp_http_client(headers=headers) as http,
+        streamable_http_client(args.url, http_client=http) as streams,
+        ClientSession(streams[0], streams[1], **kwargs) as session,
+    ):
+        await negotiate_auto(session)
+        observed = {"protocol_version": session.protocol_version}
+        if args.scenario == "task":
+
+            async def poll(task_id):
+                # 2026-07-28 over HTTP names the task in `Mcp-Name` (SEP-2243), which the SDK's
+                # tasks/get (a 2025-11-25 model) does not set: a client of its own sets it.
+                named = dict(headers or {}, **{"Mcp-Name": task_id})
+                async with (
+                    create_mcp_http_client(headers=named) as http,
+                    streamable_http_client(args.url, http_client=http) as streams,
+                    ClientSession(streams[0], streams[1], **kwargs) as poller,
+                ):
+                    await negotiate_auto(poller)
+                    return await modern_rounds.get_task(poller, task_id)
+
+            observed.update(
+                await modern_rounds.approval_task(
+                    session, "http-task", lambda: approve_pending(args), poll
+                )
+            )
+        else:
+            observed.update(await modern_rounds.input_rounds(session, "http-form"))
+    return observed
+
+
 BELOW_ERROR = {"debug", "info", "notice", "warning"}
 
 
@@ -289,7 +356,9 @@ async def logs(args):
 
 def main():
     args = parse_args()
-    run = {"logs": logs, "auto": probe, "modern": modern}.get(args.scenario, scenario)
+    run = {"logs": logs, "auto": probe, "modern": modern, "rounds": rounds, "task": rounds}.get(
+        args.scenario, scenario
+    )
     print(json.dumps(anyio.run(run, args)))
 
 

@@ -321,7 +321,10 @@ fn over_stdio_a_2026_07_28_client_gets_rounds_and_tasks() {
         seen["roots_asked"]["state"].is_null(),
         "the upstream kept no state, so the gateway hands out none: {seen}"
     );
-    assert_eq!(seen["roots"]["text"], "roots: file:///stdio/root", "{seen}");
+    assert_eq!(
+        seen["roots"]["text"], "roots: file:///client/root",
+        "{seen}"
+    );
     assert_eq!(scene.ledger(), ["stdio-form"]);
 
     let seen = scene.client(&peers, "task", "modern", "stdio-task");

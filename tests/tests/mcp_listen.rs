@@ -977,6 +977,59 @@ fn input_required_across_gateways(scene: Scene) {
     assert_eq!(ledger().lines().filter(|l| *l == "by url").count(), 1);
 }
 
+/// SPEC §22.3 items 1 and 2 and §23 over Streamable HTTP with the Python SDK 2.3's own session
+/// at 2026-07-28 (the stdio twin is `mcp_gateway::over_stdio_a_2026_07_28_client_gets_rounds_and_tasks`):
+/// an allowed call; the approval form as an input-required round, a changed state refused, the
+/// answer moving the call once; the test server's roots round relayed; then, for a client that
+/// declared tasks, an approval task approved from another process and polled to completed.
+#[test]
+fn over_http_the_sdk_gets_rounds_and_tasks_at_2026_07_28() {
+    let Some(python) = python("over_http_the_sdk_gets_rounds_and_tasks_at_2026_07_28") else {
+        return;
+    };
+    let scene = Scene::new(python);
+    let file = std::fs::read_to_string(&scene.config).unwrap();
+    std::fs::write(
+        &scene.config,
+        file.replacen(
+            "origin_trust = \"user\"\n",
+            "origin_trust = \"user\"\napprove_via_elicitation = true\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let alice = scene.token("acme", "alice");
+    let gateway = scene.listen(&[]);
+    let seen = scene.client(&gateway, "rounds", Some(&alice));
+    assert_eq!(seen["protocol_version"], "2026-07-28", "{seen}");
+    assert_eq!(seen["allowed"]["is_error"], false, "{seen}");
+    assert_eq!(
+        seen["asked"]["requests"]["approval"]["params"]["mode"], "form",
+        "{seen}"
+    );
+    assert_eq!(seen["tampered"]["error_code"], -32602, "{seen}");
+    assert_eq!(seen["answered"]["text"], "appended", "{seen}");
+    assert_eq!(
+        seen["roots"]["text"], "roots: file:///client/root",
+        "{seen}"
+    );
+    let seen = scene.client(&gateway, "task", Some(&alice));
+    assert_eq!(seen["created"]["resultType"], "task", "{seen}");
+    assert_eq!(seen["pending"], 1, "{seen}");
+    assert_eq!(seen["approve_exit"], 0, "{seen}");
+    assert_eq!(seen["final"]["status"], "completed", "{seen}");
+    assert_eq!(
+        seen["final"]["result"]["content"][0]["text"], "appended",
+        "{seen}"
+    );
+    let ledger = std::fs::read_to_string(&scene.ledger).unwrap_or_default();
+    assert_eq!(
+        ledger.lines().collect::<Vec<_>>(),
+        ["http-form", "http-task"],
+        "{ledger}"
+    );
+}
+
 /// SPEC §23: an upstream's own input-required round reaches a 2026-07-28 client as a round of
 /// the gateway's: the upstream's input request as it is, and its `requestState` sealed inside
 /// one of the gateway's (the client never sees it). The client answers through another gateway
