@@ -211,7 +211,12 @@ async fn two_processes_serve_one_sessionless_conversation_with_one_taint_and_one
     assert!(matches!(a.driver.liveness(), Liveness::Idle { .. }));
 
     executed(&a, 1, "test.echo", "mine").await;
+    assert!(!b.live.conversation_tainted(), "nothing untrusted yet");
     executed(&a, 2, "test.untrusted", "read").await;
+    assert!(
+        b.live.conversation_tainted(),
+        "the read gate of the other process sees the conversation's taint"
+    );
     executed(&b, 1, "test.echo", "after").await;
     assert_eq!(
         trust_of_calls(&h, &a),

@@ -233,7 +233,7 @@ impl<S: Store + 'static> ClientSession<S> {
             },
         };
         let origin_trust =
-            if config.origin_trust == TrustLevel::User && !self.live.tainted_by_read() {
+            if config.origin_trust == TrustLevel::User && !self.live.conversation_tainted() {
                 TrustLevel::User
             } else {
                 TrustLevel::ExternalUntrusted

@@ -267,11 +267,16 @@ pub struct LiveConnection {
     read_taint_unrecorded: AtomicBool,
     /// Commits a read's taint to the conversation (installed by [`ConnectionDriver::open`]).
     taint_recorder: Mutex<Option<TaintRecorder>>,
+    /// Reads whether the conversation's row is tainted (installed with the recorder).
+    taint_reader: Mutex<Option<TaintReader>>,
     mailbox: Mutex<Mailbox>,
 }
 
 /// Commits the conversation's taint, naming what tainted it; `false` if it did not commit.
 pub type TaintRecorder = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Whether the conversation's row is tainted now; `true` when it cannot be read (fail closed).
+pub type TaintReader = Arc<dyn Fn() -> bool + Send + Sync>;
 
 impl std::fmt::Debug for LiveConnection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -292,6 +297,7 @@ impl LiveConnection {
             read_tainted: AtomicBool::new(false),
             read_taint_unrecorded: AtomicBool::new(false),
             taint_recorder: Mutex::new(None),
+            taint_reader: Mutex::new(None),
             mailbox: Mutex::new(Mailbox::default()),
         })
     }
@@ -330,10 +336,25 @@ impl LiveConnection {
         *lock(&self.taint_recorder) = Some(recorder);
     }
 
-    /// Whether a read outside the journal returned tainting content on this connection (for
-    /// the read gate).
+    /// Whether a read outside the journal returned tainting content on this connection.
     pub fn tainted_by_read(&self) -> bool {
         self.read_tainted.load(Ordering::SeqCst)
+    }
+
+    /// Installs what reads the conversation row's taint.
+    pub fn set_taint_reader(&self, reader: TaintReader) {
+        *lock(&self.taint_reader) = Some(reader);
+    }
+
+    /// Whether the conversation is tainted, for the read gate (SPEC §22.2): a tainting read of
+    /// this process, or the conversation's row, which holds what every process serving it
+    /// learnt (a sessionless conversation is served by several, §22.1), tool results included.
+    pub fn conversation_tainted(&self) -> bool {
+        if self.tainted_by_read() {
+            return true;
+        }
+        let reader = lock(&self.taint_reader).clone();
+        reader.is_some_and(|read| read())
     }
 
     /// Whether such a read's taint holds for this connection's calls outside the conversation's
@@ -890,6 +911,17 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let session_id = connection.session_id;
         let now = worker.env().clock.now();
         let recording = worker.env().clone();
+        let reading = worker.env().clone();
+        let connection_id = connection.id;
+        live.set_taint_reader(Arc::new(move || {
+            reading
+                .read(|tx| {
+                    Ok(tx
+                        .connection(connection_id)?
+                        .is_some_and(|c| c.taint.is_some()))
+                })
+                .unwrap_or(true)
+        }));
         live.set_taint_recorder(Arc::new(move |by: &str| {
             let now = recording.clock.now();
             match recording
