@@ -52,6 +52,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 import modern_rounds
+from modern_rounds import result_json
 
 APPROVAL = re.compile(r"approval ([0-9a-f-]{36})")
 
@@ -79,15 +80,6 @@ def approval_watcher():
             seen.append(match.group(1))
 
     return seen, on_progress
-
-
-def result_json(result):
-    if isinstance(result, types.CallToolResult):
-        return {
-            "is_error": bool(result.is_error),
-            "text": "".join(c.text for c in result.content if isinstance(c, types.TextContent)),
-        }
-    return {"other": repr(result)}
 
 
 async def call(session, name, arguments, on_progress=None):

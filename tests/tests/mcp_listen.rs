@@ -303,6 +303,22 @@ impl Gateway {
         )
     }
 
+    /// A sessionless 2026-07-28 `tools/call` of `tool` with `arguments` (and `extra` params: a
+    /// `requestState`, `inputResponses`) by a client declaring `capabilities`.
+    fn modern_call(
+        &self,
+        token: Option<&str>,
+        capabilities: &Value,
+        (tool, arguments): (&str, Value),
+        extra: Value,
+    ) -> Value {
+        let mut params = json!({"name": tool, "arguments": arguments});
+        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
+            params.extend(extra);
+        }
+        self.modern_as(token, capabilities.clone(), ("tools/call", tool), params)
+    }
+
     /// [`Gateway::modern`] for a client declaring `capabilities`.
     fn modern_as(
         &self,
@@ -846,15 +862,11 @@ fn input_required_across_gateways(scene: Scene) {
     let second = scene.listen(&[]);
     let form = json!({"elicitation": {"form": {}}});
     let call = |gateway: &Gateway, token: &str, text: &str, extra: Value| {
-        let mut params = json!({"name": "test__append", "arguments": {"text": text}});
-        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-            params.extend(extra);
-        }
-        gateway.modern_as(
+        gateway.modern_call(
             Some(token),
-            form.clone(),
-            ("tools/call", "test__append"),
-            params,
+            &form,
+            ("test__append", json!({"text": text})),
+            extra,
         )
     };
     let asked = call(&first, &alice, "sealed", json!({}));
@@ -924,15 +936,11 @@ fn input_required_across_gateways(scene: Scene) {
     // page; its "accept" (it opened the page) decides nothing; a reviewer does.
     let url_only = json!({"elicitation": {"url": {}}});
     let by_url = |extra: Value| {
-        let mut params = json!({"name": "test__append", "arguments": {"text": "by url"}});
-        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-            params.extend(extra);
-        }
-        first.modern_as(
+        first.modern_call(
             Some(&alice),
-            url_only.clone(),
-            ("tools/call", "test__append"),
-            params,
+            &url_only,
+            ("test__append", json!({"text": "by url"})),
+            extra,
         )
     };
     let asked = by_url(json!({}));
@@ -1049,15 +1057,11 @@ fn an_upstreams_input_round_is_relayed_with_its_state_sealed_across_gateways() {
     let second = scene.listen(&[]);
     let form = json!({"elicitation": {"form": {}}});
     let call = |gateway: &Gateway, token: &str, text: &str, extra: Value| {
-        let mut params = json!({"name": "test__confirm", "arguments": {"text": text}});
-        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-            params.extend(extra);
-        }
-        gateway.modern_as(
+        gateway.modern_call(
             Some(token),
-            form.clone(),
-            ("tools/call", "test__confirm"),
-            params,
+            &form,
+            ("test__confirm", json!({"text": text})),
+            extra,
         )
     };
     let asked = call(&first, &alice, "deploy", json!({}));
@@ -1148,16 +1152,11 @@ fn a_legacy_upstreams_in_call_request_becomes_an_input_round_for_a_2026_07_28_cl
     let other = scene.listen(&[]);
     let form = json!({"elicitation": {"form": {}}});
     let call = |gateway: &Gateway, extra: Value| {
-        let mut params =
-            json!({"name": "everything__trigger-elicitation-request", "arguments": {}});
-        if let (Some(params), Value::Object(extra)) = (params.as_object_mut(), extra) {
-            params.extend(extra);
-        }
-        gateway.modern_as(
+        gateway.modern_call(
             Some(&alice),
-            form.clone(),
-            ("tools/call", "everything__trigger-elicitation-request"),
-            params,
+            &form,
+            ("everything__trigger-elicitation-request", json!({})),
+            extra,
         )
     };
     let asked = call(&gateway, json!({}));

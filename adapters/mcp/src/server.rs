@@ -732,6 +732,34 @@ impl<S: Store + 'static> ClientSession<S> {
         }
     }
 
+    /// A 2026-07-28 `prompts/get` or `resources/read` (`request`, bound as `this_request`)
+    /// sent once to `server`: the upstream's result, or its input-required round relayed with
+    /// its state sealed (`Err`, SPEC §23).
+    async fn read_once(
+        &self,
+        (server, upstream): (&UpstreamConfig, &crate::upstream::Upstream),
+        request: ClientRequest,
+        context: &RequestContext<RoleServer>,
+        this_request: (&str, &str, &str),
+    ) -> Result<Result<ServerResult, InputRequiredResult>, McpError> {
+        let answer = upstream
+            .ask_once(
+                this_request.0,
+                request,
+                Self::timeout(server),
+                context.client_capabilities().as_ref(),
+                Some(context.meta.log_level()),
+            )
+            .await;
+        self.note_answer(server);
+        match answer? {
+            ServerResult::InputRequiredResult(input) => {
+                Ok(Err(self.relay_round(input, this_request)?))
+            }
+            other => Ok(Ok(other)),
+        }
+    }
+
     /// An upstream's input-required round, answered to a 2026-07-28 client (SPEC §23): its
     /// input requests as they are, and its `requestState` (if any) sealed inside one of the
     /// gateway's own, bound to `request` (method, target, arguments hash) and this principal.
@@ -1490,24 +1518,14 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             let mut forwarded = ReadResourceRequestParams::new(uri.clone());
             forwarded.input_responses = round.input_responses;
             forwarded.request_state = round.upstream_state;
-            let answer = upstream
-                .ask_once(
-                    "resources/read",
-                    ClientRequest::ReadResourceRequest(ReadResourceRequest::new(forwarded)),
-                    timeout,
-                    context.client_capabilities().as_ref(),
-                    Some(context.meta.log_level()),
-                )
-                .await;
-            self.note_answer(server);
-            match answer? {
-                ServerResult::ReadResourceResult(result) => result,
-                ServerResult::InputRequiredResult(input) => {
-                    return Ok(ReadResourceResponse::InputRequired(
-                        self.relay_round(input, this_request)?,
-                    ));
-                }
-                _ => return Err(not_an_answer_to("resources/read")),
+            let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(forwarded));
+            match self
+                .read_once((server, &upstream), request, &context, this_request)
+                .await?
+            {
+                Ok(ServerResult::ReadResourceResult(result)) => result,
+                Ok(_) => return Err(not_an_answer_to("resources/read")),
+                Err(round) => return Ok(ReadResourceResponse::InputRequired(round)),
             }
         } else {
             let answer = upstream.read_resource(&uri, timeout).await;
@@ -1626,24 +1644,14 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         forwarded.input_responses = round.input_responses;
         forwarded.request_state = round.upstream_state;
         let answer = if is_modern(&context) {
-            let answer = upstream
-                .ask_once(
-                    "prompts/get",
-                    ClientRequest::GetPromptRequest(GetPromptRequest::new(forwarded)),
-                    timeout,
-                    context.client_capabilities().as_ref(),
-                    Some(context.meta.log_level()),
-                )
-                .await;
-            self.note_answer(server);
-            match answer? {
-                ServerResult::GetPromptResult(result) => result,
-                ServerResult::InputRequiredResult(input) => {
-                    return Ok(GetPromptResponse::InputRequired(
-                        self.relay_round(input, this_request)?,
-                    ));
-                }
-                _ => return Err(not_an_answer_to("prompts/get")),
+            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(forwarded));
+            match self
+                .read_once((server, &upstream), request, &context, this_request)
+                .await?
+            {
+                Ok(ServerResult::GetPromptResult(result)) => result,
+                Ok(_) => return Err(not_an_answer_to("prompts/get")),
+                Err(round) => return Ok(GetPromptResponse::InputRequired(round)),
             }
         } else {
             let answer = upstream.get_prompt(forwarded, timeout).await;
