@@ -28,6 +28,8 @@ Scenarios:
   `cacheScope`) and calls `test__slow`; the second calls
   `test__append` without a progressToken (answered at once, naming its approval), which is
   approved from another process, and calls it again (the approved result).
+- `task_poll --arg TASK_ID`: polls that task with the SDK's session until it is no longer
+  working; reports its last `tasks/get` result as `final`.
 - `rounds`, `task`: modern_rounds.py's input-required rounds (an allowed call, the approval
   form with a changed and then the real state, the test server's roots round) and approval task
   (approved from another process, polled to its end), at 2026-07-28 over Streamable HTTP.
@@ -66,6 +68,7 @@ def parse_args():
     p.add_argument("--data")
     p.add_argument("--policy-dir")
     p.add_argument("--store")
+    p.add_argument("--arg", help="task_poll: the task id")
     return p.parse_args()
 
 
@@ -271,7 +274,7 @@ async def rounds(args):
         return types.ListRootsResult(roots=[])
 
     kwargs = {"elicitation_callback": elicitation, "list_roots_callback": no_roots}
-    if args.scenario == "task":
+    if args.scenario in ("task", "task_poll"):
         kwargs = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
     async with (
         create_mcp_http_client(headers=headers) as http,
@@ -280,7 +283,7 @@ async def rounds(args):
     ):
         await negotiate_auto(session)
         observed = {"protocol_version": session.protocol_version}
-        if args.scenario == "task":
+        if args.scenario in ("task", "task_poll"):
 
             async def poll(task_id):
                 # 2026-07-28 over HTTP names the task in `Mcp-Name` (SEP-2243), which the SDK's
@@ -294,6 +297,9 @@ async def rounds(args):
                     await negotiate_auto(poller)
                     return await modern_rounds.get_task(poller, task_id)
 
+        if args.scenario == "task_poll":
+            observed["final"] = await modern_rounds.poll_task(args.arg, poll)
+        elif args.scenario == "task":
             observed.update(
                 await modern_rounds.approval_task(
                     session, "http-task", lambda: approve_pending(args), poll
@@ -348,9 +354,14 @@ async def logs(args):
 
 def main():
     args = parse_args()
-    run = {"logs": logs, "auto": probe, "modern": modern, "rounds": rounds, "task": rounds}.get(
-        args.scenario, scenario
-    )
+    run = {
+        "logs": logs,
+        "auto": probe,
+        "modern": modern,
+        "rounds": rounds,
+        "task": rounds,
+        "task_poll": rounds,
+    }.get(args.scenario, scenario)
     print(json.dumps(anyio.run(run, args)))
 
 

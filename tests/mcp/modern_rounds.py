@@ -98,13 +98,17 @@ async def approval_task(session, text, approve_pending, poll=None):
     if not task_id:
         return observed
     observed.update(await anyio.to_thread.run_sync(approve_pending))
-    polled = []
-    for _ in range(100):
-        got = await (poll(task_id) if poll else get_task(session, task_id))
-        polled.append(got.get("status"))
+    observed["final"] = await poll_task(task_id, poll or (lambda task_id: get_task(session, task_id)))
+    return observed
+
+
+async def poll_task(task_id, poll):
+    """`poll(task_id)` (one `tasks/get`) every 200 ms until the task is no longer working (at
+    most 30 s): its last result."""
+    got = {}
+    for _ in range(150):
+        got = await poll(task_id)
         if got.get("status") not in ("working", "input_required"):
-            observed["final"] = got
             break
         await anyio.sleep(0.2)
-    observed["polled"] = polled
-    return observed
+    return got

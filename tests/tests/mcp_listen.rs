@@ -173,6 +173,17 @@ origin_trust = "user"
     /// [`Scene::client`] at `url` (several gateways' URLs, comma-separated, for a scenario that
     /// takes them).
     fn client_at(&self, url: &str, scenario: &str, token: Option<&str>) -> Value {
+        self.client_at_with(url, scenario, token, &[])
+    }
+
+    /// [`Scene::client_at`] with `extra` arguments for the scenario.
+    fn client_at_with(
+        &self,
+        url: &str,
+        scenario: &str,
+        token: Option<&str>,
+        extra: &[&str],
+    ) -> Value {
         let mut command = Command::new(&self.python);
         command
             .arg(repo().join("tests/mcp/http_client.py"))
@@ -195,6 +206,7 @@ origin_trust = "user"
         if let Some(token) = token {
             command.args(["--token", token]);
         }
+        command.args(extra);
         let mut child = command.spawn().unwrap();
         let output = wait_within(&mut child, Duration::from_secs(120), scenario);
         assert!(
@@ -812,6 +824,13 @@ fn task_outlives_kill_9(scene: Scene) {
         get(&second, &alice, &id)["result"]["status"],
         "completed",
         "still there for the next poll"
+    );
+    // The Python SDK's own session polls it too, through the gateway that replaced the first.
+    let polled = scene.client_at_with(&second.url, "task_poll", Some(&alice), &["--arg", &id]);
+    assert_eq!(polled["final"]["status"], "completed", "{polled}");
+    assert_eq!(
+        polled["final"]["result"]["content"][0]["text"], "appended",
+        "{polled}"
     );
 }
 
