@@ -2,6 +2,7 @@
 //! real SQLite files, or a real PostgreSQL database (`pg`). This library holds only the helpers
 //! the tests in `tests/` share.
 
+pub mod layers;
 pub mod mcp;
 pub mod pg;
 pub mod skip;
