@@ -38,6 +38,7 @@
 //! RELEASE, NOTIFY, COMMIT).
 
 mod engine;
+mod error;
 mod listen;
 mod rows;
 mod schema;
@@ -59,21 +60,12 @@ use airlock_core::store::{Store, StoreTx, TxError};
 use engine::{Access, Connection, Engine};
 
 pub use engine::{RoundTrips, WAKE_CHANNEL};
+pub use error::PgError;
 pub use listen::Listener;
-pub use schema::SCHEMA_VERSION;
+pub use schema::{SCHEMA_VERSION, SchemaAction};
 
 /// How long opening a connection may take before the server counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Whether opening a store may create or upgrade its schema (SPEC §18).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchemaAction {
-    /// Apply the migrations this build has and the database lacks (`run submit`, `worker`,
-    /// `demo`, `serve`, `mcp serve`).
-    Migrate,
-    /// Refuse a database without this build's schema (every other command).
-    RequireCurrent,
-}
 
 /// Connection settings beyond the URL.
 #[derive(Debug, Clone)]
@@ -94,29 +86,6 @@ impl Default for PgSettings {
             schema: None,
         }
     }
-}
-
-/// Why a store could not be opened. Messages name the server (host, port, database, user),
-/// never the password.
-#[derive(Debug, thiserror::Error)]
-pub enum PgError {
-    #[error("invalid PostgreSQL URL {url}: {message}")]
-    Url { url: String, message: String },
-    #[error("cannot start the PostgreSQL client: {0}")]
-    Runtime(String),
-    #[error("cannot reach PostgreSQL at {target}: {message}")]
-    Connect { target: String, message: String },
-    #[error("PostgreSQL at {target} refused to open the store: {message}")]
-    Query { target: String, message: String },
-    #[error(
-        "no airlock schema in PostgreSQL at {target}: nothing was submitted to this database \
-         (check --store, or run `airlock worker` or `run submit` once to create it)"
-    )]
-    SchemaMissing { target: String },
-    #[error("the airlock schema in PostgreSQL at {target} is not this build's: {detail}")]
-    SchemaUnknown { target: String, detail: String },
-    #[error("cannot migrate the airlock schema in PostgreSQL at {target}: {message}")]
-    Migration { target: String, message: String },
 }
 
 /// The PostgreSQL store. Share it behind an `Arc`; `transact` may be called from many threads.

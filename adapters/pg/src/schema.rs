@@ -20,7 +20,17 @@ use refinery::{Migration, Runner};
 use tokio_postgres::Client;
 
 use crate::engine::{Engine, describe_client_error};
-use crate::{PgError, SchemaAction};
+use crate::error::PgError;
+
+/// Whether opening a store may create or upgrade its schema (SPEC §18).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaAction {
+    /// Apply the migrations this build has and the database lacks (`run submit`, `worker`,
+    /// `demo`, `serve`, `mcp serve`).
+    Migrate,
+    /// Refuse a database without this build's schema (every other command).
+    RequireCurrent,
+}
 
 /// V1: every table of SPEC §14 with §17.2's step records, in PostgreSQL's dialect.
 const V1: (&str, &str) = (

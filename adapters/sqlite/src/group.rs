@@ -320,7 +320,7 @@ mod tests {
     fn nearly_full(path: &std::path::Path) -> Connection {
         drop(crate::SqliteStore::open(path).unwrap());
         let conn = Connection::open(path).unwrap();
-        conn.busy_timeout(crate::BUSY_TIMEOUT).unwrap();
+        conn.busy_timeout(crate::tuning::BUSY_TIMEOUT).unwrap();
         conn.pragma_update(None, "cache_size", 2).unwrap();
         let pages: i64 = conn
             .pragma_query_value(None, "page_count", |row| row.get(0))

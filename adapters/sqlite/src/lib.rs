@@ -21,11 +21,11 @@ mod group;
 mod readers;
 mod rows;
 mod schema;
+mod tuning;
 mod tx;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
@@ -33,12 +33,7 @@ use airlock_core::store::{Store, StoreTx, TxError};
 
 pub use group::GroupStats;
 pub use schema::SCHEMA_VERSION;
-
-/// How long a connection waits for another process's write lock (SPEC §14).
-const BUSY_TIMEOUT: Duration = Duration::from_millis(5000);
-
-/// Room for every distinct statement `SqliteTx` prepares, so none is ever re-prepared.
-const STATEMENT_CACHE_CAPACITY: usize = 128;
+use tuning::{BUSY_TIMEOUT, STATEMENT_CACHE_CAPACITY};
 
 /// Why a store could not be opened or inspected.
 #[derive(Debug, thiserror::Error)]

@@ -24,8 +24,8 @@ use rusqlite::{Connection, OpenFlags};
 use airlock_core::store::{StoreTx, TxError};
 
 use super::group::control;
+use super::tuning::{BUSY_TIMEOUT, STATEMENT_CACHE_CAPACITY};
 use super::tx::{SqliteTx, tx_error};
-use super::{BUSY_TIMEOUT, STATEMENT_CACHE_CAPACITY};
 
 /// Idle connections kept for reuse; more can be open at once while reads overlap.
 const MAX_IDLE: usize = 8;

@@ -4,9 +4,9 @@
 use crate::action::{PolicyDecision, ProposedAction};
 use crate::vocab::{ActionKind, PolicyDecisionType, TrustLevel};
 
-use super::Ruleset;
 use super::hardline::{Passes, Prefilter, first_match_with};
 use super::overlay::overlay_fires;
+use super::ruleset::Ruleset;
 
 /// Evaluates one action. Never panics.
 pub fn evaluate(action: &ProposedAction, ruleset: &Ruleset) -> PolicyDecision {

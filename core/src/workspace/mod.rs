@@ -1,7 +1,9 @@
 //! The workspace handle (SPEC §12.1–§12.3): relative paths only, no host path in or out.
 
+pub mod error;
 pub mod path;
 
+pub use error::WorkspaceError;
 pub use path::WsPath;
 
 /// Whether this handle wrote the bytes it is asked about (SPEC §12.3).
@@ -34,24 +36,6 @@ pub struct WorkspaceEntry {
     pub path: String,
     pub kind: EntryKind,
     pub byte_count: u64,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WorkspaceError {
-    #[error("path escapes the workspace")]
-    Escape,
-    #[error("no such path")]
-    NotFound,
-    #[error("not a regular file")]
-    NotAFile,
-    #[error("not a directory")]
-    NotADirectory,
-    #[error("too large")]
-    TooLarge,
-    #[error("too many entries")]
-    TooManyEntries,
-    #[error("i/o: {0}")]
-    Io(String),
 }
 
 /// A contained per-run directory. No method takes or returns a host path.

@@ -1,7 +1,7 @@
 //! `WsPath` (SPEC §12.2): the only way a workspace path exists is through [`WsPath::parse`],
 //! which rejects rather than normalizes.
 
-use super::WorkspaceError;
+use super::error::WorkspaceError;
 
 const MAX_COMPONENT_BYTES: usize = 255;
 const MAX_PATH_BYTES: usize = 4096;

@@ -14,7 +14,7 @@ use crate::ports::{BoxFut, Tool, ToolContext, ToolFailure, ToolSuccess};
 use crate::vocab::ToolFailureKind;
 
 use super::super::spec::ToolSpec;
-use super::math_calculate_spec;
+use super::specs::math_calculate_spec;
 
 /// The most tokens an expression may have.
 pub const MAX_TOKENS: usize = 128;

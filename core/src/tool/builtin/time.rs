@@ -14,7 +14,7 @@ use crate::time::{Timestamp, civil_from_days};
 use crate::vocab::ToolFailureKind;
 
 use super::super::spec::ToolSpec;
-use super::system_current_time_spec;
+use super::specs::system_current_time_spec;
 
 const MICROS_PER_SECOND: i64 = 1_000_000;
 const SECONDS_PER_DAY: i64 = 86_400;
