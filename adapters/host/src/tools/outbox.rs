@@ -34,7 +34,7 @@ use airlock_core::tool::builtin::demo_external_write_spec;
 use airlock_core::tool::spec::ToolSpec;
 use serde_json::json;
 
-use super::{checksum, failure, off_the_runtime, string_arg};
+use super::body::{checksum, failure, off_the_runtime, string_arg};
 use crate::file_faults::FileFaults;
 
 /// The outbox's file name inside the data directory.

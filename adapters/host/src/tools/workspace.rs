@@ -31,7 +31,7 @@ use airlock_core::tool::spec::ToolSpec;
 use airlock_core::vocab::TrustLevel;
 use serde_json::{Value, json};
 
-use super::{bool_arg_or, checksum, failure, off_the_runtime, string_arg, string_arg_or};
+use super::body::{bool_arg_or, checksum, failure, off_the_runtime, string_arg, string_arg_or};
 
 /// The most bytes `workspace.read_text` reads (§12.5).
 pub const MAX_READ_BYTES: u64 = 1_048_576;
