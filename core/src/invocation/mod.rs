@@ -1,5 +1,6 @@
 //! Tool invocations (SPEC §9): the row, the single gate, the pipeline and recovery.
 
+pub mod call_result;
 pub mod gate;
 pub mod outcome;
 pub mod pipeline;

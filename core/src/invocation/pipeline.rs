@@ -18,6 +18,7 @@ use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, ParallelGroupId};
 use crate::invocation::Invocation;
+use crate::invocation::call_result::CallResult;
 use crate::invocation::gate::{Authority, authorize};
 use crate::invocation::outcome::{Outcome, ResultItem, codes, is_tool_reason_code, message_for};
 use crate::invocation::recovery::recovery_action;
@@ -59,17 +60,6 @@ pub struct CallSite<'a> {
     /// transaction that closes it when it is the armed last call of a sequential batch. `None`
     /// for calls whose transactions carry neither.
     pub ledger: Option<&'a StepLedger<'a>>,
-}
-
-/// A call's result as the planner will read it, with what the repeated-denial count needs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallResult {
-    pub reference: ResultRef,
-    pub item: ResultItem,
-    pub status: OutcomeStatus,
-    pub reason_code: String,
-    /// The effective arguments hash, or for refusals the hash of the canonical raw arguments.
-    pub arguments_hash: String,
 }
 
 /// How a call ended.

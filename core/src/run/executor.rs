@@ -14,9 +14,10 @@ use crate::conversation::{RunBinding, binding_of};
 use crate::env::Env;
 use crate::events::{Actor, EventType, NewEvent, keys};
 use crate::ids::{ApprovalId, ParallelGroupId};
+use crate::invocation::call_result::CallResult;
 use crate::invocation::outcome::ResultItem;
 use crate::invocation::pipeline::{
-    Begun, CallEnd, CallResult, CallSite, Halt, ToolPipeline, check_deadline, observe,
+    Begun, CallEnd, CallSite, Halt, ToolPipeline, check_deadline, observe,
 };
 use crate::ports::{BoxFut, Planner, PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
 use crate::run::cancel::CancelToken;

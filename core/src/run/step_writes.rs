@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use serde_json::json;
 
 use crate::events::{Actor, EventType, NewEvent};
-use crate::invocation::pipeline::CallResult;
+use crate::invocation::call_result::CallResult;
 use crate::run::Run;
 use crate::run::checkpoint::{Checkpoint, CheckpointState, PendingBatch, StepRecord};
 use crate::run::state::update_fields;
