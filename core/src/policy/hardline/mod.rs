@@ -9,9 +9,11 @@
 //! tests only the v2 readings: the v1 readings of every rule already failed in pass 1, and
 //! readings are pure, so testing them again could not change the answer.
 
+mod components;
 mod credential;
 mod network;
 mod path;
+mod prefilter;
 pub mod readings;
 pub mod shell;
 mod strings;
@@ -20,10 +22,12 @@ pub mod url;
 use regex::Regex;
 use serde_json::{Map, Value};
 
+pub use components::canonical_components;
 pub use credential::{is_credential_key, is_credential_name, is_credential_shaped};
 pub use network::NetworkRanges;
-pub use path::{Canon, ProtectedPaths, canonical_components, canonical_components_v2};
-pub use readings::{MAX_READ_BYTES, Prefilter, Readings};
+pub use path::{Canon, ProtectedPaths, canonical_components_v2};
+pub use prefilter::Prefilter;
+pub use readings::{MAX_READ_BYTES, Readings};
 pub use strings::is_ws;
 
 use crate::vocab::{HardlineRuleKind, SideEffectClass};

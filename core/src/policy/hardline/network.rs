@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use ipnet::IpNet;
 
-use super::readings::Prefilter;
+use super::prefilter::Prefilter;
 use super::strings::is_ws;
 
 /// A compiled `cidrs` list.

@@ -1,7 +1,8 @@
 //! `protected_path` matching (SPEC §6.3): canonicalize every candidate path, then compare by
 //! components against absolute and relative entries.
 
-use super::readings::Prefilter;
+use super::components::canonical_components;
+use super::prefilter::Prefilter;
 use super::strings::{is_ws, percent_decode};
 
 /// Characters a shell treats specially (SPEC §6.3). A command is tokenized twice when it holds
@@ -24,22 +25,6 @@ enum Entry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtectedPaths {
     entries: Vec<Entry>,
-}
-
-/// The canonical components of a path: `\` → `/`, `~/` → `/home/`, rooted, empty and `.` dropped,
-/// `..` popping but never above the root.
-pub fn canonical_components(path: &str) -> Vec<&str> {
-    let rest = if path == "~" {
-        "home"
-    } else if let Some(rest) = path.strip_prefix("~/").or_else(|| path.strip_prefix("~\\")) {
-        // `~/` becomes `/home/`; the `home` component is pushed below.
-        return with_home(rest);
-    } else {
-        path
-    };
-    let mut out = Vec::new();
-    push_components(&mut out, rest);
-    out
 }
 
 /// [`canonical_components`] plus SPEC §21.3's `/proc` reading (a v2 reading): a leading
@@ -95,24 +80,6 @@ fn is_digits(s: &str) -> bool {
 pub enum Canon {
     V1,
     V2,
-}
-
-fn with_home(rest: &str) -> Vec<&str> {
-    let mut out = vec!["home"];
-    push_components(&mut out, rest);
-    out
-}
-
-fn push_components<'a>(out: &mut Vec<&'a str>, path: &'a str) {
-    for component in path.split(['/', '\\']) {
-        match component {
-            "" | "." => {}
-            ".." => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
 }
 
 /// The path of a `file:` URL, percent-decoded, if `s` is one. The scheme is matched

@@ -10,20 +10,13 @@ use serde_json::{Map, Value};
 
 use crate::vocab::SideEffectClass;
 
+use super::prefilter::Prefilter;
 use super::shell::{self, ShellReading};
 use super::strings::{any_string_in, is_ws};
 use super::url::{UrlReading, read_urls};
 
 /// The longest string (in UTF-8 bytes) that gets the v2 readings.
 pub const MAX_READ_BYTES: usize = 64 * 1024;
-
-/// Whether the skips that cannot change a decision are taken (they are, except in the property
-/// test that shows they change nothing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Prefilter {
-    On,
-    Off,
-}
 
 /// The lazily made v2 readings of one action.
 pub struct Readings<'a> {

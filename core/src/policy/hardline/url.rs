@@ -12,7 +12,7 @@ use core::net::IpAddr;
 
 use url::{Host, ParseError, Url};
 
-use super::readings::Prefilter;
+use super::prefilter::Prefilter;
 use super::strings::{is_ws, percent_decode};
 
 /// How deep a URL nested in a URL's path (`jar:view-source:file:…`) is read.

@@ -15,7 +15,7 @@ use parser::{AssignOp, Assignment, RawCommand, Script};
 pub use word::{UNKNOWN, Word};
 use word::{Variables, expand};
 
-use super::readings::Prefilter;
+use super::prefilter::Prefilter;
 
 /// Deepest recursion into `sh -c`, `eval`, `echo … | sh` and command substitutions.
 pub const MAX_DEPTH: usize = 8;
@@ -843,7 +843,7 @@ fn user_password(args: &[Word]) -> bool {
 
 /// An absolute directory, canonicalized (`~` read as `/home`).
 fn absolute(path: &str) -> String {
-    let components = super::path::canonical_components(path);
+    let components = super::components::canonical_components(path);
     format!("/{}", components.join("/"))
 }
 
