@@ -8,7 +8,7 @@ use airlock_core::events::{Event, EventType};
 use airlock_core::ids::RunId;
 use airlock_core::run::checkpoint::{Admission, PendingBatch};
 
-use super::World;
+use super::world::World;
 use crate::store::{closed_in, invocation_of, refused_call};
 
 /// Every batch recorded for each `(run, step)`, as its checkpoints hold it, in version order.
@@ -122,8 +122,8 @@ pub fn parallel_groups_kept(world: &World<'_>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::Observations;
     use crate::checks::fixtures::{commit, event, pending_batch, run};
+    use crate::checks::world::Observations;
     use crate::plan::Plan;
     use airlock_core::events::Actor;
     use airlock_core::mem_store::MemSnapshot;

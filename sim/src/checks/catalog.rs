@@ -25,7 +25,7 @@ use airlock_core::tool::spec::ToolSpec;
 use airlock_core::vocab::InvocationStatus;
 use serde_json::Value;
 
-use super::World;
+use super::world::World;
 use crate::catalog::{Catalog, resolve};
 use crate::store::{invocation_of, refused_call};
 

@@ -38,7 +38,7 @@ use airlock_core::ids::RunId;
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::RunStatus;
 
-use super::World;
+use super::world::World;
 use crate::store::{RunView, closed_in, invocation_id, invocation_of};
 use crate::timeline::{MS, Timeline};
 
@@ -531,8 +531,8 @@ fn claim_rule(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checks::Observations;
     use crate::checks::fixtures::{self, event, run};
+    use crate::checks::world::Observations;
     use crate::plan::Plan;
     use crate::store::{CommitRecord, HeartbeatNote, Moment};
     use crate::timeline::{Incarnation, NodeChange, NodeEvent, WorkItem};

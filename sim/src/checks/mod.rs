@@ -11,6 +11,7 @@ pub(crate) mod fixtures;
 mod latency;
 mod lease;
 mod runs;
+mod world;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,7 +20,7 @@ use airlock_core::events::{Event, EventType};
 use airlock_core::ids::{ApprovalId, InvocationId, RunId};
 use airlock_core::invocation::outcome::ResultItem;
 use airlock_core::mem_store::MemSnapshot;
-use airlock_core::testing::invariants::{Effect, Violation, check, run_event_target};
+use airlock_core::testing::invariants::{Violation, check, run_event_target};
 use airlock_core::vocab::{
     ApprovalResolution, ApprovalStatus, IdempotencyClass, InvocationStatus, ResolveState,
     RunStatus, TrustLevel,
@@ -27,83 +28,8 @@ use airlock_core::vocab::{
 
 use crate::plan::Plan;
 use crate::store::{CommitFindings, CommitRecord};
-use crate::timeline::Timeline;
 
-/// One answer the approver got from `resolve`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ResolveRecord {
-    pub approval: ApprovalId,
-    pub requested: ApprovalResolution,
-    pub answer: Result<ResolveState, ServiceError>,
-}
-
-/// A workspace read as the simulated workspace served it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReadRecord {
-    pub key: String,
-    pub incarnation: String,
-    pub run: RunId,
-    pub path: String,
-    pub content: Vec<u8>,
-    pub claimed: TrustLevel,
-}
-
-/// A workspace write by one process incarnation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteRecord {
-    pub incarnation: String,
-    pub run: RunId,
-    pub path: String,
-    pub content: Vec<u8>,
-}
-
-/// A request sent to a simulated service (a body entered), in the order they were sent.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub key: String,
-    pub idempotency: IdempotencyClass,
-    pub replay: bool,
-}
-
-/// Everything a world observed besides the store.
-#[derive(Debug, Default)]
-pub struct Observations {
-    /// Body entries, in the order the effects landed (`testing::invariants::Effect`).
-    pub effects: Vec<Effect>,
-    /// Every body entry, in the order the requests were sent.
-    pub entries: Vec<Entry>,
-    /// Per entry of `effects`: whether it changed the outside world (a replay the service
-    /// deduplicated by key did not).
-    pub landed: Vec<bool>,
-    pub resolves: Vec<ResolveRecord>,
-    pub reads: Vec<ReadRecord>,
-    pub writes: Vec<WriteRecord>,
-    /// §16 #12 breaches seen at a planner or dispatcher call.
-    pub open_transaction_calls: Vec<String>,
-    /// A worker loop that returned an error (the node stops polling).
-    pub worker_errors: Vec<String>,
-    /// Planner turns asked for a step whose batch was already checkpointed.
-    pub replanned: Vec<String>,
-    /// Planner turns whose history differed from the stored result items (§16 #16, §17.2).
-    pub history_mismatches: Vec<String>,
-    /// What happened over time, beside the store.
-    pub timeline: Timeline,
-}
-
-/// What the world looked like when the quiet phase ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QuietEnd {
-    /// Whether every run was terminal or parked before the quiet phase's time bound.
-    pub settled: bool,
-}
-
-/// Everything a world left for its checks.
-pub struct World<'a> {
-    pub plan: &'a Plan,
-    pub snapshot: &'a MemSnapshot,
-    pub commits: &'a [CommitRecord],
-    pub observations: &'a Observations,
-}
+pub use world::{Entry, Observations, QuietEnd, ReadRecord, ResolveRecord, World, WriteRecord};
 
 /// Every check, in rule order, with how often the conditional ones found their premises and
 /// were asserted (`check.…` counts, reported beside a sweep's outcomes).

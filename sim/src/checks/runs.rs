@@ -11,7 +11,7 @@ use airlock_core::planner::MCP_PLANNER_KIND;
 use airlock_core::run::{Run, RunState};
 use airlock_core::vocab::{FailureReason, RunStatus};
 
-use super::World;
+use super::world::World;
 use crate::store::RunView;
 
 fn count(asserted: &mut BTreeMap<String, u64>, what: &str) {
