@@ -35,9 +35,6 @@ pub enum AppError {
     Config(String),
 }
 
-/// The store's file inside a data directory (Appendix A).
-pub const STORE_FILE: &str = "airlock.sqlite3";
-
 /// The `loaded_by` of this binary's policy records.
 pub fn loaded_by() -> String {
     format!("airlock/{}", env!("CARGO_PKG_VERSION"))

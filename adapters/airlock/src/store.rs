@@ -11,6 +11,9 @@ use airlock_core::store::{Store, StoreTx, TxError};
 use airlock_pg::PgStore;
 use airlock_sqlite::SqliteStore;
 
+/// The store's file inside a data directory (Appendix A).
+pub const STORE_FILE: &str = "airlock.sqlite3";
+
 /// Where the store is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreUrl {
@@ -25,7 +28,7 @@ impl StoreUrl {
     /// Reads `--store` (or `AIRLOCK_STORE`); `None` is the SQLite file in `data_dir`.
     pub fn parse(value: Option<&str>, data_dir: &Path) -> Result<StoreUrl, String> {
         let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-            return Ok(StoreUrl::Sqlite(data_dir.join(crate::app::STORE_FILE)));
+            return Ok(StoreUrl::Sqlite(data_dir.join(STORE_FILE)));
         };
         if airlock_pg::is_postgres_url(value) {
             return Ok(StoreUrl::Postgres(value.to_owned()));

@@ -7,10 +7,11 @@ use airlock_core::vocab::{ApprovalResolution, ResolveState};
 use clap::Subcommand;
 use serde_json::json;
 
+use super::globals::Globals;
 use super::id_arg::{IdArg, Unresolved};
+use super::json;
 use super::output::{invalid_argument, line, print, service_error};
 use super::table::{self, OutputFormat};
-use super::{Globals, json};
 use crate::app::HostStore;
 use crate::exit::{Exit, error_json};
 

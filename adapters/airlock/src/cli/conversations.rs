@@ -5,9 +5,10 @@ use airlock_core::ids::ConnectionId;
 use clap::Subcommand;
 use serde_json::json;
 
+use super::globals::Globals;
+use super::json;
 use super::output::{print, service_error};
 use super::table::{self, OutputFormat};
-use super::{Globals, json};
 use crate::exit::Exit;
 
 #[derive(Debug, Subcommand)]

@@ -21,7 +21,7 @@ use airlock_core::vocab::{ApprovalResolution, InvocationStatus, RunStatus};
 use airlock_core::worker::WorkerSettings;
 use serde_json::Value;
 
-use super::Globals;
+use super::globals::Globals;
 use super::output::{app_error, invalid_argument, line};
 use crate::app::App;
 use crate::exit::Exit;

@@ -6,10 +6,11 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::approvals::unresolved_exit;
+use super::globals::Globals;
 use super::id_arg::IdArg;
+use super::json;
 use super::output::{line, print, service_error};
 use super::table::{self, OutputFormat};
-use super::{Globals, json};
 use crate::exit::Exit;
 
 #[derive(Debug, Subcommand)]

@@ -20,7 +20,7 @@ use airlock_mcp::gateway::Gateway;
 use airlock_mcp::listen::{ListenAuth, ListenSettings, MCP_PATH, listener};
 use airlock_mcp::serve::{GatewayProcess, ServeError, serve_stdio, serve_stdio_connection};
 
-use super::Globals;
+use super::globals::Globals;
 use super::output::{invalid_argument, line, policy_error, print};
 use crate::exit::{Exit, error_json};
 use crate::input_file::{FileKind, read_bounded};
@@ -188,10 +188,10 @@ fn listen_plan(args: &ServeArgs) -> Result<Option<ListenPlan>, Exit> {
 }
 
 async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
-    if let Err(exit) = super::check_lease_ms(args.lease_ms) {
+    if let Err(exit) = super::globals::check_lease_ms(args.lease_ms) {
         return exit;
     }
-    if let Err(exit) = super::check_id_flag("--gateway-id", args.gateway_id.as_deref()) {
+    if let Err(exit) = super::globals::check_id_flag("--gateway-id", args.gateway_id.as_deref()) {
         return exit;
     }
     let plan = match listen_plan(&args) {

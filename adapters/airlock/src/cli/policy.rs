@@ -9,7 +9,7 @@ use airlock_core::policy::{Ruleset, evaluate};
 use clap::Subcommand;
 use serde::Serialize;
 
-use super::Globals;
+use super::globals::Globals;
 use super::output::policy_error;
 use crate::exit::{Exit, error_json};
 use crate::policy_source::load_ruleset;

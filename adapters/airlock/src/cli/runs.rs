@@ -11,9 +11,10 @@ use airlock_core::worker::WorkerSettings;
 use clap::Subcommand;
 use serde_json::json;
 
+use super::globals::Globals;
+use super::json;
 use super::output::{invalid_argument, line, print, service_error};
 use super::table::{self, OutputFormat};
-use super::{Globals, json};
 use crate::exit::Exit;
 use crate::input_file::{FileKind, InputFileError, read_bounded};
 

@@ -13,7 +13,7 @@ use airlock_host::authority::AllowedHosts;
 use airlock_http::server::{Exposure, exposure, load_tls, serve};
 use airlock_http::{AppState, Settings, router};
 
-use super::Globals;
+use super::globals::Globals;
 use super::output::{app_error, invalid_argument, line, service_error};
 use crate::app::AppError;
 use crate::exit::Exit;

@@ -8,7 +8,7 @@ use airlock_http::secret::new_token;
 use airlock_http::wire::{TokenList, TokenRecord};
 use clap::Subcommand;
 
-use super::Globals;
+use super::globals::Globals;
 use super::output::{invalid_argument, line, service_error};
 use crate::exit::Exit;
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use airlock_core::vocab::InvocationStatus;
 use airlock_core::worker::{ExecutionTally, WorkerSettings};
 
-use super::Globals;
+use super::globals::Globals;
 use super::output::{invalid_argument, line, service_error};
 use crate::exit::Exit;
 use airlock_host::TokioSpawner;
@@ -36,10 +36,10 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     }
     // Bounded above too: a lease is how long a crashed worker's run waits before another
     // worker may take it, and a huge one would never expire (core's `MAX_LEASE_MS`).
-    if let Err(exit) = super::check_lease_ms(args.lease_ms) {
+    if let Err(exit) = super::globals::check_lease_ms(args.lease_ms) {
         return exit;
     }
-    if let Err(exit) = super::check_id_flag("--worker-id", args.worker_id.as_deref()) {
+    if let Err(exit) = super::globals::check_id_flag("--worker-id", args.worker_id.as_deref()) {
         return exit;
     }
     let app = match globals.open_app().await {
