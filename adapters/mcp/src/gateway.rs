@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use airlock_core::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
+use airlock_core::events::EventType;
 use airlock_core::policy::Ruleset;
 use airlock_core::scope::ScopeSet;
 use airlock_core::time::Timestamp;
@@ -29,14 +29,10 @@ use tokio::sync::{broadcast, mpsc};
 use crate::body::UpstreamTool;
 use crate::catalog::{Entry, Unlisted, entries, holds, spec_of};
 use crate::config::GatewayConfig;
+use crate::process_events::process_event;
+pub use crate::process_events::{EventSink, Now};
 use crate::relay::{Clients, RelayContext};
 use crate::upstream::{Notice, Upstream, UpstreamError};
-
-/// Where the gateway records its process events (the store, in a transaction of its own).
-pub type EventSink = Arc<dyn Fn(ProcessEvent) + Send + Sync>;
-
-/// The process's clock, for event times.
-pub type Now = Arc<dyn Fn() -> Timestamp + Send + Sync>;
 
 /// One upstream server's state.
 enum ServerState {
@@ -71,23 +67,6 @@ pub struct Gateway {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-pub(crate) fn process_event(
-    key: String,
-    event_type: EventType,
-    payload: Value,
-    now: Timestamp,
-) -> ProcessEvent {
-    ProcessEvent {
-        id: uuid::Uuid::new_v5(&uuid::Uuid::NAMESPACE_URL, key.as_bytes()),
-        event_type,
-        payload_schema_version: PAYLOAD_SCHEMA_VERSION,
-        actor: Actor::process(),
-        payload,
-        derivation_key: key,
-        created_at: now,
-    }
 }
 
 impl Gateway {

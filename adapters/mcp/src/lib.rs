@@ -13,6 +13,7 @@ pub mod draft;
 pub mod fuzzing;
 pub mod gateway;
 pub mod listen;
+pub mod process_events;
 pub mod relay;
 pub mod render;
 pub mod round;

@@ -56,7 +56,7 @@ use rmcp::{ErrorData, Peer};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::gateway::{EventSink, Now, process_event};
+use crate::process_events::{EventSink, Now, process_event};
 use crate::round::{HeldCalls, HeldRequest, Round};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -164,7 +164,7 @@ pub fn elicitation_principal(config: &GatewayConfig, who: &SessionPrincipal) -> 
 }
 
 /// Records process events in transactions of their own; a failure is logged, never fatal.
-pub fn event_sink<S: Store + 'static>(store: Arc<S>) -> crate::gateway::EventSink {
+pub fn event_sink<S: Store + 'static>(store: Arc<S>) -> crate::process_events::EventSink {
     Arc::new(move |event: ProcessEvent| {
         if let Err(error) = store.transact(|tx| tx.append_process_event(&event).map(|_| ())) {
             tracing::warn!(event = %event.derivation_key, error = %error, "a process event was not recorded");
