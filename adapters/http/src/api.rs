@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use crate::AppState;
 use crate::extract::{ApiJson, ApiQuery, Caller, IdPath, RequiredJson, body_text};
 use crate::problem::{Problem, ProblemBody};
+use crate::state::AppState;
 use crate::wire::{
     ApprovalPage, ApprovalRecord, CancelRecord, ClearTaintBody, ConversationCallRecord,
     ConversationDetail, ConversationPage, ConversationRecord, EventPage, Health, InvocationRecord,
@@ -487,19 +487,4 @@ pub async fn clear_conversation_taint(
             .control
             .clear_conversation_taint(&caller.principal, id, &body.reason, seen)?;
     Ok(Json(ConversationRecord::from(&cleared)))
-}
-
-/// This document (needs a token like every `/v1` route).
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta",
-    responses(
-        (status = 200, description = "The OpenAPI 3.1 document", body = Object),
-        (status = 401, body = ProblemBody, content_type = "application/problem+json"),
-    ))]
-pub async fn openapi(Caller(_caller): Caller) -> Response {
-    let mut response = crate::openapi::document_text().into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }

@@ -11,8 +11,8 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
-use crate::AppState;
 use crate::problem::Problem;
+use crate::state::AppState;
 
 /// The caller of a `/v1` request: the token's tenant, principal and scopes, nothing else
 /// (SPEC §20). Missing, malformed, unknown, expired or revoked tokens are all 401.

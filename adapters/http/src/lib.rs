@@ -20,11 +20,9 @@ pub mod problem;
 pub mod secret;
 pub mod server;
 pub mod service;
+pub mod state;
 pub mod stream;
 pub mod wire;
-
-use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, HeaderValue, StatusCode, header};
@@ -34,69 +32,13 @@ use axum::{Router, middleware};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::set_header::SetResponseHeaderLayer;
 
-use airlock_host::authority::{AllowedHosts, host_allowed};
+use airlock_host::authority::host_allowed;
 
 use crate::problem::{PROBLEM_JSON, Problem};
-use crate::service::SharedControl;
+pub use crate::state::{AppState, Settings};
 
 /// The largest request body (SPEC §20): larger ones are refused with 413.
 pub const BODY_LIMIT_BYTES: usize = 1024 * 1024;
-
-/// Knobs of one server.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    /// How often an event stream that is caught up asks the store for more.
-    pub stream_poll: Duration,
-    /// How often an open event stream re-checks its token, so revoking a token also ends the
-    /// streams it opened.
-    pub stream_reauthenticate: Duration,
-    /// Whether the console is served over TLS: its cookie is then `Secure` and the origin
-    /// it expects is `https://`.
-    pub tls: bool,
-    /// The names this server answers to: a request with another `Host` is 421 (DNS
-    /// rebinding), and a console form's `Origin` must be one of them. `airlock serve` always
-    /// sets it (the listen address and `--listen-host`); `None` only for a router driven in
-    /// process, where a form's `Origin` is compared with its own `Host`.
-    pub hosts: Option<AllowedHosts>,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            stream_poll: Duration::from_millis(500),
-            stream_reauthenticate: Duration::from_secs(5),
-            tls: false,
-            hosts: None,
-        }
-    }
-}
-
-/// What every handler holds.
-#[derive(Clone)]
-pub struct AppState {
-    pub control: SharedControl,
-    pub settings: Arc<Settings>,
-    pub sessions: Arc<console::session::Sessions>,
-    /// Set when the server shuts down: open event streams end, so a graceful shutdown does
-    /// not wait for them forever.
-    pub closing: Arc<tokio::sync::watch::Sender<bool>>,
-}
-
-impl AppState {
-    pub fn new(control: SharedControl, settings: Settings) -> AppState {
-        AppState {
-            control,
-            settings: Arc::new(settings),
-            sessions: Arc::new(console::session::Sessions::default()),
-            closing: Arc::new(tokio::sync::watch::Sender::new(false)),
-        }
-    }
-
-    /// Ends every open event stream (at its next poll) and refuses new ones.
-    pub fn close(&self) {
-        self.closing.send_replace(true);
-    }
-}
 
 /// The whole application: `/healthz`, the `/v1` API and the console.
 pub fn router(state: AppState) -> Router {
@@ -119,7 +61,7 @@ pub fn router(state: AppState) -> Router {
             post(api::clear_conversation_taint),
         )
         .route("/v1/events/stream", get(stream::stream))
-        .route("/v1/openapi.json", get(api::openapi));
+        .route("/v1/openapi.json", get(openapi::openapi));
     api.merge(console::routes())
         .fallback(|| async { Problem::no_route() })
         .layer(middleware::from_fn_with_state(

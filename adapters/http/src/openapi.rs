@@ -7,6 +7,11 @@ use std::sync::OnceLock;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::extract::Caller;
+use crate::problem::ProblemBody;
 use crate::{api, problem, stream, wire};
 
 #[derive(OpenApi)]
@@ -34,7 +39,7 @@ use crate::{api, problem, stream, wire};
         api::get_conversation,
         api::clear_conversation_taint,
         stream::stream,
-        api::openapi,
+        openapi,
     ),
     components(schemas(
         problem::ProblemBody,
@@ -107,4 +112,19 @@ pub fn document_text() -> &'static str {
         text.push('\n');
         text
     })
+}
+
+/// This document (needs a token like every `/v1` route).
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "meta",
+    responses(
+        (status = 200, description = "The OpenAPI 3.1 document", body = Object),
+        (status = 401, body = ProblemBody, content_type = "application/problem+json"),
+    ))]
+pub async fn openapi(Caller(_caller): Caller) -> Response {
+    let mut response = document_text().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }

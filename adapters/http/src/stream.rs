@@ -29,10 +29,10 @@ use futures_util::Stream;
 use serde::Deserialize;
 use utoipa::IntoParams;
 
-use crate::AppState;
 use crate::extract::{ApiQuery, Caller};
 use crate::problem::{Problem, ProblemBody};
 use crate::service::SharedControl;
+use crate::state::AppState;
 use crate::wire::EventRecord;
 
 /// Events read per store query.

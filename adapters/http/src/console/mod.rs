@@ -27,9 +27,9 @@ use axum::routing::{get, post};
 use maud::Markup;
 use serde::Deserialize;
 
-use crate::AppState;
 use crate::console::session::SessionId;
 use crate::console::views::{Frame, Notice, Page};
+use crate::state::AppState;
 use crate::stream::{self, StreamQuery};
 
 /// How many approvals a queue page shows (the service's largest page).
