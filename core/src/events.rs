@@ -4,8 +4,8 @@
 use serde_json::{Value, json};
 
 use crate::ids::{ApprovalId, InvocationId, RunId, SessionId};
-use crate::store::TxError;
 use crate::time::Timestamp;
+use crate::tx_error::TxError;
 use crate::vocab::ActorType;
 
 crate::vocab::wire_enum! {

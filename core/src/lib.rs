@@ -29,6 +29,7 @@ pub mod session;
 pub mod store;
 pub mod time;
 pub mod tool;
+pub mod tx_error;
 pub mod vocab;
 pub mod worker;
 pub mod workspace;

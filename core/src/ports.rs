@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
-pub use crate::store::{Store, StoreTx, TxError};
 pub use crate::tool::spec::ToolSpec;
 pub use crate::workspace::{
     EntryKind, Provenance, Workspace, WorkspaceEntry, WorkspaceError, WsPath,

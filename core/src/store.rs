@@ -6,9 +6,9 @@ pub mod guards;
 
 use crate::access::token::ApiToken;
 use crate::approval::Approval;
-use crate::conversation::record::{Connection, ConnectionStatus, ConversationKey};
-use crate::conversation::request_state::StateKey;
-use crate::conversation::task::CallTask;
+use crate::conversation::record::{
+    CallTask, Connection, ConnectionStatus, ConversationKey, StateKey,
+};
 use crate::events::{Event, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
@@ -18,20 +18,7 @@ use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
-/// Why a transaction did not commit. Any error rolls back everything the transaction wrote.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TxError {
-    /// A lease guard failed: another worker owns the run now, or it left RUNNING.
-    #[error("fenced")]
-    Fenced,
-    /// A uniqueness rule or a guarded status did not hold.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    #[error("not found")]
-    NotFound,
-    #[error("storage: {0}")]
-    Backend(String),
-}
+pub use crate::tx_error::TxError;
 
 /// The `approvals list` keyset position: strictly after `(created_at, id)` in descending order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! connection, with its liveness and its conversation fields. Data only, so the store and
 //! everything below the conversation rules can name it.
 
-use crate::ids::{ConnectionId, SessionId};
+use crate::ids::{ConnectionId, RunId, SessionId};
 use crate::time::Timestamp;
 
 /// The `runs.planner_kind` of a run whose planner is a live client connection: a call run
@@ -144,4 +144,23 @@ impl Connection {
             && self.opened_at == other.opened_at
             && self.conversation_key == other.conversation_key
     }
+}
+
+/// One AEAD key of the store (SPEC §22.3 item 2, `conversation::request_state`) (256 bits, hex), named by `id` in every state it seals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateKey {
+    pub id: String,
+    pub secret_hex: String,
+    pub created_at: Timestamp,
+}
+
+/// One task row: a call run answered as a task (SPEC §22.3 item 1, `conversation::task`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallTask {
+    /// SHA-256 (hex) of the task id the client holds.
+    pub id_sha256: String,
+    pub run_id: RunId,
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub created_at: Timestamp,
 }

@@ -25,6 +25,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::conversation::answer::{CallState, call_state};
+pub use crate::conversation::record::StateKey;
 use crate::conversation::{call_id_of, process_event};
 use crate::events::EventType;
 use crate::ids::{ApprovalId, RunId};
@@ -33,14 +34,6 @@ use crate::time::Timestamp;
 
 /// A sealing key is replaced after a day.
 pub const KEY_ROTATE_AFTER_SECONDS: i64 = 24 * 3600;
-
-/// One AEAD key of the store (256 bits, hex), named by `id` in every state it seals.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StateKey {
-    pub id: String,
-    pub secret_hex: String,
-    pub created_at: Timestamp,
-}
 
 /// What a `requestState` binds (SPEC §22.3 item 2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -18,26 +18,15 @@ use serde_json::json;
 
 use crate::approval::Approval;
 use crate::conversation::answer::{CallAnswer, CallState, call_state};
+pub use crate::conversation::record::CallTask;
 use crate::conversation::{MCP_PLANNER_KIND, call_id_of, process_event};
 use crate::events::EventType;
-use crate::ids::RunId;
 use crate::store::{StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::RunStatus;
 
 /// The prefix of a task id as clients see it.
 pub const TASK_ID_PREFIX: &str = "tsk_";
-
-/// One task row: a call run answered as a task.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallTask {
-    /// SHA-256 (hex) of the task id the client holds.
-    pub id_sha256: String,
-    pub run_id: RunId,
-    pub tenant_id: String,
-    pub principal_id: String,
-    pub created_at: Timestamp,
-}
 
 /// The stored form of the task id `id` a client sent.
 pub fn task_id_sha256(id: &str) -> String {
