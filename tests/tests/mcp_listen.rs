@@ -1098,6 +1098,29 @@ fn an_upstreams_input_round_is_relayed_with_its_state_sealed_across_gateways() {
         !asked.to_string().contains("upstream-state"),
         "the upstream's state stays sealed: {asked}"
     );
+    let relayed = "SELECT count(*) FROM process_events WHERE event_type = 'mcp.upstream.request'";
+    assert_eq!(
+        scene.data.count(relayed),
+        1,
+        "the relayed elicitation is recorded"
+    );
+    // A client that declared no elicitation is not passed a round asking for one.
+    let undeclared = first.modern_call(
+        Some(&alice),
+        &json!({}),
+        ("test__confirm", json!({"text": "deploy"})),
+        json!({}),
+    );
+    assert_eq!(
+        undeclared["result"]["resultType"], "complete",
+        "no round: {undeclared}"
+    );
+    assert_eq!(undeclared["result"]["isError"], true, "{undeclared}");
+    assert_eq!(
+        scene.data.count(relayed),
+        1,
+        "nothing relayed, nothing recorded"
+    );
     let yes = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
 
     let mut changed = state.clone().into_bytes();

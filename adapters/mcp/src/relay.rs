@@ -47,7 +47,7 @@ use airlock_core::events::EventType;
 use airlock_core::ids::{ConnectionId, RunId, SessionId};
 use rmcp::model::{
     ClientCapabilities, CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams,
-    ElicitResult, ErrorCode, InputRequest, ListRootsResult, LoggingLevel,
+    ElicitResult, ErrorCode, InputRequest, InputRequiredResult, ListRootsResult, LoggingLevel,
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, ProtocolVersion,
     Root,
 };
@@ -391,6 +391,15 @@ struct Flight {
     ended: bool,
 }
 
+/// The size of an input request's parameters, for `mcp.upstream.request`.
+fn request_size(request: &InputRequest) -> usize {
+    match request {
+        InputRequest::CreateMessage(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
+        InputRequest::Elicitation(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
+        _ => 0,
+    }
+}
+
 /// How long progress under a token no call has registered yet is kept for the call that will.
 const EARLY_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -454,6 +463,20 @@ enum Asked {
 }
 
 impl Asked {
+    /// The kind of an input request; a kind this build does not know is not relayed blind.
+    fn of(request: &InputRequest) -> Result<Asked, ErrorData> {
+        match request {
+            InputRequest::CreateMessage(_) => Ok(Asked::Sampling),
+            InputRequest::Elicitation(_) => Ok(Asked::Elicitation),
+            InputRequest::ListRoots(_) => Ok(Asked::Roots),
+            _ => Err(ErrorData::new(
+                ErrorCode::METHOD_NOT_FOUND,
+                "airlock: an input request of a kind the gateway does not relay",
+                None,
+            )),
+        }
+    }
+
     fn method(self) -> &'static str {
         match self {
             Asked::Sampling => "sampling/createMessage",
@@ -652,7 +675,15 @@ impl UpstreamRelay {
 
     /// Whether `link`'s client declared what `asked` needs.
     fn declared(asked: Asked, link: &ClientLink) -> Result<(), NotRelayed> {
-        let declared = link.capabilities.as_ref().is_some_and(|c| match asked {
+        Self::declared_in(asked, link.capabilities.as_ref())
+    }
+
+    /// Whether `capabilities` (what a client declared) cover what `asked` needs.
+    fn declared_in(
+        asked: Asked,
+        capabilities: Option<&ClientCapabilities>,
+    ) -> Result<(), NotRelayed> {
+        let declared = capabilities.is_some_and(|c| match asked {
             Asked::Sampling => c.sampling.is_some(),
             Asked::Elicitation => c.elicitation.is_some(),
             Asked::Roots => c.roots.is_some(),
@@ -777,31 +808,35 @@ impl UpstreamRelay {
         forwarding: &Forwarding,
         request: InputRequest,
     ) -> Result<Value, ErrorData> {
-        let asked = match &request {
-            InputRequest::CreateMessage(_) => Asked::Sampling,
-            InputRequest::Elicitation(_) => Asked::Elicitation,
-            InputRequest::ListRoots(_) => Asked::Roots,
-            // A kind this build does not know: nothing is relayed blind.
-            _ => {
-                return Err(ErrorData::new(
-                    ErrorCode::METHOD_NOT_FOUND,
-                    "airlock: an input request of a kind the gateway does not relay",
-                    None,
-                ));
-            }
-        };
-        let link = lock(&self.in_flight)
-            .get(&forwarding.number)
-            .and_then(|flight| flight.client.clone())
-            .ok_or(NotRelayed::NoClient {
-                method: asked.method(),
-            });
-        let size = match &request {
-            InputRequest::CreateMessage(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
-            InputRequest::Elicitation(r) => serde_json::to_vec(&r.params).map_or(0, |b| b.len()),
-            _ => 0,
-        };
+        let asked = Asked::of(&request)?;
+        let link = forwarding.client().ok_or(NotRelayed::NoClient {
+            method: asked.method(),
+        });
+        let size = request_size(&request);
         self.ask_client(asked, link, request, size).await
+    }
+
+    /// A 2026-07-28 upstream's input-required round about to be answered to a 2026-07-28
+    /// client whose request `declared` these capabilities (SPEC §23): each input request must be
+    /// of a kind the client declared (else the round is not passed on: the upstream asked what
+    /// this client cannot answer), and each sampling or elicitation request is recorded as
+    /// `mcp.upstream.request`, as when it is asked in the call.
+    pub fn pass_on(
+        &self,
+        declared: Option<&ClientCapabilities>,
+        input: &InputRequiredResult,
+    ) -> Result<(), ErrorData> {
+        let requests = input.input_requests.iter().flat_map(|r| r.values());
+        for request in requests.clone() {
+            Self::declared_in(Asked::of(request)?, declared)?;
+        }
+        for request in requests {
+            let asked = Asked::of(request)?;
+            if matches!(asked, Asked::Sampling | Asked::Elicitation) {
+                self.record(asked.method(), request_size(request));
+            }
+        }
+        Ok(())
     }
 
     /// `roots/list`: asked of the call's client during a call; outside any call (a server that

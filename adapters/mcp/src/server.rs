@@ -754,6 +754,7 @@ impl<S: Store + 'static> ClientSession<S> {
         self.note_answer(server);
         match answer? {
             ServerResult::InputRequiredResult(input) => {
+                upstream.pass_on(context.client_capabilities().as_ref(), &input)?;
                 Ok(Err(self.relay_round(input, this_request)?))
             }
             other => Ok(Ok(other)),

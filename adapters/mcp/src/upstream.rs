@@ -648,6 +648,17 @@ impl Upstream {
         options
     }
 
+    /// An input-required round of a `prompts/get` or `resources/read` for a 2026-07-28 client
+    /// that declared `declared`, checked and recorded before it is passed on
+    /// ([`UpstreamRelay::pass_on`]).
+    pub fn pass_on(
+        &self,
+        declared: Option<&ClientCapabilities>,
+        input: &rmcp::model::InputRequiredResult,
+    ) -> Result<(), ErrorData> {
+        self.relay.pass_on(declared, input)
+    }
+
     /// Sends `request` once within `timeout`, for a client that declared `client`: the
     /// upstream's answer as it came, an input-required round included.
     pub async fn ask_once(
@@ -714,6 +725,16 @@ impl Upstream {
                         .map_err(|e| CallError::Lost(e.to_string()));
                 }
                 ServerResult::InputRequiredResult(input) if relays_rounds => {
+                    // Not passed on: nothing of it reaches the client, and the upstream ran
+                    // nothing final, but what it did is not known (fail closed).
+                    self.relay
+                        .pass_on(declared.as_ref(), &input)
+                        .map_err(|error| {
+                            CallError::Lost(format!(
+                                "an input round not relayed: {}",
+                                error.message
+                            ))
+                        })?;
                     return serde_json::to_value(&input)
                         .map_err(|e| CallError::Lost(e.to_string()));
                 }
