@@ -595,10 +595,6 @@ impl ConnectionWorld {
         Arc<LiveConnection>,
         SessionId,
     ) {
-        let live = LiveConnection::new(
-            airlock_core::ids::ConnectionId(SeqIds::new(connection, 0).new_uuid()),
-            true,
-        );
         // The session is known once the driver opened it; the factory needs it first.
         let placeholder = Arc::new(Mutex::new(None::<Arc<OneConnection>>));
         struct Late(Arc<Mutex<Option<Arc<OneConnection>>>>);
@@ -636,7 +632,10 @@ impl ConnectionWorld {
             ),
             None => ConnectionDriver::open(
                 Arc::clone(&worker),
-                Arc::clone(&live),
+                LiveConnection::new(
+                    airlock_core::ids::ConnectionId(SeqIds::new(connection, 0).new_uuid()),
+                    true,
+                ),
                 "acme",
                 "alice",
                 template,

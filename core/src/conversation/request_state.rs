@@ -130,6 +130,33 @@ pub fn sealing_key_in_tx(
     Ok(fresh)
 }
 
+/// What every sealed state keeps on its retry, in this order: it is the caller's (tenant and
+/// principal), it comes back with the very request it was issued for (`same_request`), and its
+/// expiry (microseconds) has not passed.
+fn bound_to(
+    (sealed_tenant, sealed_principal, expires_at): (&str, &str, i64),
+    (tenant, principal): (&str, &str),
+    same_request: bool,
+    now: Timestamp,
+) -> Result<(), StateRefused> {
+    #[cfg(feature = "mutants")]
+    let principal = if crate::testing::mutants::state_not_bound_to_principal() {
+        sealed_principal
+    } else {
+        principal
+    };
+    if sealed_tenant != tenant || sealed_principal != principal {
+        return Err(StateRefused::Foreign);
+    }
+    if !same_request {
+        return Err(StateRefused::OtherCall);
+    }
+    if expires_at <= now.as_micros() {
+        return Err(StateRefused::Expired);
+    }
+    Ok(())
+}
+
 /// Whether `sealed`, opened from a retried call of `tool` with arguments hashing to
 /// `arguments_hash`, sent by `principal` of `tenant`, may move that call now: the state is the
 /// caller's, for exactly this call, unexpired, and its run has not ended (a state is good for
@@ -141,20 +168,10 @@ pub fn check_in_tx(
     (tool, arguments_hash): (&str, &str),
     now: Timestamp,
 ) -> Result<Result<(), StateRefused>, TxError> {
-    #[cfg(feature = "mutants")]
-    let principal = if crate::testing::mutants::state_not_bound_to_principal() {
-        sealed.principal_id.as_str()
-    } else {
-        principal
-    };
-    if sealed.tenant_id != tenant || sealed.principal_id != principal {
-        return Ok(Err(StateRefused::Foreign));
-    }
-    if sealed.tool != tool || sealed.arguments_hash != arguments_hash {
-        return Ok(Err(StateRefused::OtherCall));
-    }
-    if sealed.expires_at <= now.as_micros() {
-        return Ok(Err(StateRefused::Expired));
+    let same_call = sealed.tool == tool && sealed.arguments_hash == arguments_hash;
+    let sealed_for = (&*sealed.tenant_id, &*sealed.principal_id, sealed.expires_at);
+    if let Err(refused) = bound_to(sealed_for, (tenant, principal), same_call, now) {
+        return Ok(Err(refused));
     }
     let Some(run) = tx.run(sealed.run_id)? else {
         return Ok(Err(StateRefused::Unreadable));
@@ -185,15 +202,12 @@ pub fn take_relay_in_tx(
     use_id: &str,
     now: Timestamp,
 ) -> Result<Result<(), StateRefused>, TxError> {
-    if sealed.tenant_id != tenant || sealed.principal_id != principal {
-        return Ok(Err(StateRefused::Foreign));
-    }
-    if sealed.method != method || sealed.target != target || sealed.arguments_hash != arguments_hash
-    {
-        return Ok(Err(StateRefused::OtherCall));
-    }
-    if sealed.expires_at <= now.as_micros() {
-        return Ok(Err(StateRefused::Expired));
+    let same_request = sealed.method == method
+        && sealed.target == target
+        && sealed.arguments_hash == arguments_hash;
+    let sealed_for = (&*sealed.tenant_id, &*sealed.principal_id, sealed.expires_at);
+    if let Err(refused) = bound_to(sealed_for, (tenant, principal), same_request, now) {
+        return Ok(Err(refused));
     }
     let mark = process_event(
         EventType::McpRequestStateUsed,

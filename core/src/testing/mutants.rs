@@ -66,7 +66,7 @@ pub const NAMES: [&str; 14] = [
 /// | `no_in_flight_check` | pipeline step 5 | §19.7: the repeat check sees only `UNCERTAIN` twins, so a host's retry after a gateway crash, sent while the first invocation is still `RUNNING` under its unexpired lease, repeats the effect |
 /// | `stale_conversation_taint` | `LivePlanner::next_turn`, pipeline PROPOSE | §22.2: a call run never reads its conversation's taint, so a call proposed after an untrusted result was answered is decided untainted |
 /// | `approved_without_request` | `ConnectionDriver::withheld_until` | §22.3: an approved call whose request left (a host's timeout) is executed although no request waits for it |
-/// | `state_not_bound_to_principal` | `conversation::request_state::check_in_tx` | §22.3 item 2: a sealed `requestState` brought back by another principal is accepted, so it moves (and may answer the approval of) a call that is not theirs |
+/// | `state_not_bound_to_principal` | `conversation::request_state::bound_to` (approval and relayed states) | §22.3 item 2: a sealed `requestState` brought back by another principal is accepted, so it moves (and may answer the approval of) a call that is not theirs |
 /// | `task_replayed_after_crash` | pipeline recovery (§9.4) | §22.3 item 1, §22.4: a task's call that was sent when its gateway crashed is sent again by the process that adopts the task, instead of being recorded UNCERTAIN |
 pub const CONNECTION_NAMES: [&str; 6] = [
     "disconnect_not_recorded",
