@@ -193,6 +193,18 @@ fi
 FAILED=0
 SUMMARY=()
 count() { if [ -s "$1" ]; then wc -l <"$1" | tr -d ' '; else echo 0; fi; }
+
+# report_failed TITLE LIST RESULTS: when LIST names scenarios, marks the run failed and prints
+# each with its failing checks from the suite's RESULTS.
+report_failed() {
+  [ -s "$2" ] || return 0
+  FAILED=1
+  echo "FAIL: $1:"
+  while read -r name; do
+    echo "  $name"
+    failed_checks "$3" "$name" | sed 's/^/    /'
+  done <"$2"
+}
 for version in "${SUITES[@]}"; do
   tag="${version//./_}"
   run_suite "$version" "$DIRECT_URL" "$WORK/direct-$tag"
@@ -220,22 +232,8 @@ for version in "${SUITES[@]}"; do
       echo "  $name: $direct / $through"
     done <"$d.unscored"
   fi
-  if [ -s "$d.scored-fail" ]; then
-    FAILED=1
-    echo "FAIL: our own conformance server fails scored scenarios directly:"
-    while read -r name; do
-      echo "  $name"
-      failed_checks "$d.results" "$name" | sed 's/^/    /'
-    done <"$d.scored-fail"
-  fi
-  if [ -s "$d.lost" ]; then
-    FAILED=1
-    echo "FAIL: passing directly but not through airlock:"
-    while read -r name; do
-      echo "  $name"
-      failed_checks "$a.results" "$name" | sed 's/^/    /'
-    done <"$d.lost"
-  fi
+  report_failed "our own conformance server fails scored scenarios directly" "$d.scored-fail" "$d.results"
+  report_failed "passing directly but not through airlock" "$d.lost" "$a.results"
   lost="$(paste -sd, "$d.lost" | sed 's/,/, /g')"
   SUMMARY+=("$version: directly $(count "$d.scored-pass")/$scored_total, through airlock $(count "$a.scored-pass")/$scored_total, lost: ${lost:-none}")
 done

@@ -22,6 +22,15 @@ fn python(test: &str) -> Option<PathBuf> {
 }
 
 /// A data dir with a gateway file in front of the project's test server only.
+/// `state` with its last character changed (still hex): a tampered `requestState`.
+fn changed_state(state: &str) -> String {
+    let mut changed = state.to_owned().into_bytes();
+    if let Some(last) = changed.last_mut() {
+        *last = if *last == b'0' { b'1' } else { b'0' };
+    }
+    String::from_utf8(changed).unwrap_or_default()
+}
+
 struct Scene {
     data: DataDir,
     config: PathBuf,
@@ -906,10 +915,7 @@ fn input_required_across_gateways(scene: Scene) {
         .to_owned();
     let yes = json!({"approval": {"action": "accept", "content": {"approve": true}}});
 
-    let mut changed = state.clone().into_bytes();
-    let last = changed.len() - 1;
-    changed[last] = if changed[last] == b'0' { b'1' } else { b'0' };
-    let changed = String::from_utf8(changed).unwrap();
+    let changed = changed_state(&state);
     for (who, text, state, why) in [
         (&alice, "sealed", changed.as_str(), "changed"),
         (&bob, "sealed", state.as_str(), "another principal"),
@@ -1123,10 +1129,7 @@ fn an_upstreams_input_round_is_relayed_with_its_state_sealed_across_gateways() {
     );
     let yes = json!({"confirm": {"action": "accept", "content": {"ok": true}}});
 
-    let mut changed = state.clone().into_bytes();
-    let last = changed.len() - 1;
-    changed[last] = if changed[last] == b'0' { b'1' } else { b'0' };
-    let changed = String::from_utf8(changed).unwrap();
+    let changed = changed_state(&state);
     for (who, text, state, why) in [
         (&alice, "deploy", changed.as_str(), "changed"),
         (&bob, "deploy", state.as_str(), "another principal"),
