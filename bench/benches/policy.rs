@@ -28,10 +28,10 @@ use airlock_bench::{
     CedarEngine, ContentMatchers, HARDLINE_V1, agreement, load_cases, load_cases_from,
     v2_cases_path,
 };
-use airlock_core::action::ProposedAction;
-use airlock_core::policy::hardline::{Passes, Prefilter};
-use airlock_core::policy::shipped::DEFAULT_PROFILE;
-use airlock_core::policy::{Ruleset, evaluate, evaluate_with};
+use airlock_policy::action::ProposedAction;
+use airlock_policy::hardline::{Passes, Prefilter};
+use airlock_policy::shipped::DEFAULT_PROFILE;
+use airlock_policy::{Ruleset, evaluate, evaluate_with};
 use cedar_policy::Request;
 use criterion::{Criterion, Throughput};
 
@@ -254,7 +254,7 @@ fn per_decision_medians(mix: &Mix, reps: usize) {
 /// random-looking payload text, and dynamic command words (shorter: the parser's token guard
 /// refuses more). Fastest of 3 per shape.
 fn readings_of_64_kib() {
-    use airlock_core::policy::hardline::{shell, url};
+    use airlock_policy::hardline::{shell, url};
     const N: usize = 64 * 1024;
     let fill = |unit: &str| unit.repeat(N / unit.len());
     let shapes = [

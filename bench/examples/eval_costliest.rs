@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use airlock_bench::{action_lines, cases_path, v2_cases_path};
-use airlock_core::action::ProposedAction;
-use airlock_core::policy::{Ruleset, evaluate};
+use airlock_policy::action::ProposedAction;
+use airlock_policy::{Ruleset, evaluate};
 
 fn main() {
     let ruleset = Ruleset::shipped().expect("the shipped policy loads");

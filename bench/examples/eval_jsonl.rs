@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use airlock_bench::cpu::children_cpu;
 use airlock_bench::{action_lines, cases_path, v2_cases_path};
-use airlock_core::action::ProposedAction;
-use airlock_core::policy::{Ruleset, evaluate};
+use airlock_policy::action::ProposedAction;
+use airlock_policy::{Ruleset, evaluate};
 
 fn arg(n: usize) -> Option<String> {
     std::env::args().nth(n)

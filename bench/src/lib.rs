@@ -13,10 +13,10 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use airlock_core::action::{PolicyDecision, ProposedAction};
-use airlock_core::policy::hardline::{HardlineRule, Matcher};
-use airlock_core::policy::{Ruleset, evaluate};
-use airlock_core::vocab::{ActionKind, PolicyDecisionType, SideEffectClass};
+use airlock_policy::action::{PolicyDecision, ProposedAction};
+use airlock_policy::hardline::{HardlineRule, Matcher};
+use airlock_policy::{Ruleset, evaluate};
+use airlock_policy::vocab::{ActionKind, PolicyDecisionType, SideEffectClass};
 use cedar_policy::{
     Authorizer, Context, Decision, Entities, EntityId, EntityTypeName, EntityUid, PolicyId,
     PolicySet, Request, Response, RestrictedExpression, Schema, ValidationMode, Validator,
@@ -48,7 +48,7 @@ pub fn v2_cases_path() -> PathBuf {
 }
 
 /// The hardline file as SPEC §7.3 lists it for v1, kept by core's tests.
-pub const HARDLINE_V1: &[u8] = include_bytes!("../../core/tests/data/hardline-v1.toml");
+pub const HARDLINE_V1: &[u8] = include_bytes!("../../core/policy/tests/data/hardline-v1.toml");
 
 /// The compact action JSON of every line of a conformance file (as a client would send it to
 /// `airlock policy eval`). Panics, naming the file, if it is missing or a line is not JSON.

@@ -8,7 +8,7 @@ use crate::time::Timestamp;
 use crate::tx_error::TxError;
 use crate::vocab::ActorType;
 
-crate::vocab::wire_enum! {
+airlock_policy::wire_enum! {
     /// Every event type of SPEC §13.1 and §13.3.
     EventType: "event type" {
         RunQueued = "run.queued",

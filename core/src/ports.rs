@@ -2,8 +2,6 @@
 //! through these traits; the binary and the simulator plug in different implementations.
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -22,8 +20,9 @@ use crate::run::Run;
 use crate::time::Timestamp;
 use crate::vocab::{CrashPoint, ToolFailureKind, TrustLevel};
 
-/// A boxed, sendable future: the shape every asynchronous port returns.
-pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed, sendable future: the shape every asynchronous port returns (declared by the policy
+/// gate, whose advisory reviewer returns one too).
+pub use airlock_policy::advisory::BoxFut;
 
 /// The only source of time.
 pub trait Clock: Send + Sync {

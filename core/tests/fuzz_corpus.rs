@@ -1,60 +1,12 @@
-//! Replays the committed cargo-fuzz seed corpora (`fuzz/corpus/<target>/`) through the very entry
+//! Replays the committed cargo-fuzz seed corpora of the runtime's targets (`fuzz/corpus/<target>/`;
+//! the policy gate's are replayed by `airlock-policy`'s own test) through the very entry
 //! points the fuzz targets call, so CI covers every seed and every crash regression input without
 //! installing cargo-fuzz. A panic in an entry point fails the test and names the file.
 
-use std::path::{Path, PathBuf};
+#[path = "../policy/tests/common/corpus.rs"]
+mod corpus;
 
-fn corpus(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
-    let entries = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus directory {} is missing: {e}", dir.display()));
-    let mut files: Vec<PathBuf> = entries
-        .map(|entry| entry.expect("readable corpus entry").path())
-        .filter(|path| path.is_file())
-        .collect();
-    files.sort();
-    assert!(
-        !files.is_empty(),
-        "corpus directory {} is empty",
-        dir.display()
-    );
-    files
-}
-
-fn replay(target: &str, entry_point: fn(&[u8])) {
-    let files = corpus(target);
-    for path in &files {
-        let data = std::fs::read(path).expect("readable corpus file");
-        let outcome = std::panic::catch_unwind(|| entry_point(&data));
-        assert!(
-            outcome.is_ok(),
-            "{target}: {} panicked (replay with `cargo fuzz run -s none {target} {}`)",
-            path.display(),
-            path.display()
-        );
-    }
-    eprintln!("{target}: replayed {} corpus files", files.len());
-}
-
-#[test]
-fn policy_load_corpus_replays_clean() {
-    replay("policy_load", airlock_core::fuzzing::policy_load);
-}
-
-#[test]
-fn policy_eval_corpus_replays_clean() {
-    replay("policy_eval", airlock_core::fuzzing::policy_eval);
-}
-
-#[test]
-fn hardline_readings_corpus_replays_clean() {
-    replay(
-        "hardline_readings",
-        airlock_core::fuzzing::hardline_readings,
-    );
-}
+use corpus::{corpus, fuzz_dir, replay};
 
 #[test]
 fn ws_path_corpus_replays_clean() {
@@ -87,7 +39,7 @@ fn ws_path_seeds_get_the_verdict_their_names_state() {
 #[test]
 fn run_script_valid_seeds_parse() {
     use airlock_core::planner::script::RunScript;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/run_script");
+    let dir = fuzz_dir().join("corpus").join("run_script");
     for name in [
         "spec-15-example.json",
         "minimal.json",
@@ -123,9 +75,4 @@ fn a_float_argument_survives_the_stored_round_trip() {
     let z = &script.steps[0].calls[0].arguments["z"];
     assert_eq!(z.as_f64(), Some(123.567_890_123_456_79));
     assert_eq!(RunScript::parse(&script.to_json()).as_ref(), Ok(&script));
-}
-
-#[test]
-fn canonical_json_corpus_replays_clean() {
-    replay("canonical_json", airlock_core::fuzzing::canonical_json);
 }

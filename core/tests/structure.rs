@@ -7,7 +7,8 @@ fn core_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Every `.rs` file under `core/src`, with its text.
+/// Every `.rs` file under `core/src` and the policy gate's `core/policy/src` (SPEC §24: the
+/// gate keeps core's purity rules), with its text.
 fn sources() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         for entry in std::fs::read_dir(dir).expect("readable source dir") {
@@ -22,7 +23,12 @@ fn sources() -> Vec<(PathBuf, String)> {
     }
     let mut out = Vec::new();
     walk(&core_dir().join("src"), &mut out);
-    assert!(out.len() > 20, "the scan must see core's sources");
+    let runtime = out.len();
+    walk(&core_dir().join("policy").join("src"), &mut out);
+    assert!(
+        runtime > 20 && out.len() - runtime > 10,
+        "the scan must see core's and the policy gate's sources"
+    );
     out
 }
 
@@ -41,23 +47,57 @@ fn relative(path: &Path) -> String {
         .to_string()
 }
 
-#[test]
-fn core_depends_on_exactly_the_allowed_crates() {
-    let manifest = std::fs::read_to_string(core_dir().join("Cargo.toml")).expect("core manifest");
+/// The `[dependencies]` keys of a manifest under `core/`, sorted.
+fn dependency_keys(relative_manifest: &str) -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(core_dir().join(relative_manifest)).expect("readable manifest");
     let table: toml::Table = manifest.parse().expect("manifest is TOML");
-    let mut deps: Vec<&str> = table["dependencies"]
+    let mut deps: Vec<String> = table["dependencies"]
         .as_table()
         .expect("dependencies")
         .keys()
-        .map(String::as_str)
+        .cloned()
         .collect();
     deps.sort();
+    deps
+}
+
+#[test]
+fn core_depends_on_exactly_the_allowed_crates() {
+    let deps = dependency_keys("Cargo.toml");
+    assert_eq!(
+        deps,
+        [
+            // The policy gate (SPEC §24).
+            "airlock-policy",
+            "futures-util",
+            "regex",
+            "serde",
+            "serde_json",
+            "sha2",
+            "thiserror",
+            "tracing",
+            "uuid"
+        ]
+    );
+    for forbidden in ["airlock", "airlock-sim", "tokio", "rusqlite", "madsim"] {
+        assert!(
+            !deps.iter().any(|d| d == forbidden),
+            "core must not depend on {forbidden}"
+        );
+    }
+}
+
+/// SPEC §24: the gate depends on no other workspace crate, and on the policy dependencies of
+/// SPEC §2.1 only.
+#[test]
+fn the_policy_gate_depends_on_exactly_the_allowed_crates() {
+    let deps = dependency_keys("policy/Cargo.toml");
     assert_eq!(
         deps,
         [
             // Hardline v2 (SPEC §2.1, §21): the bash parser, snake_case names, WHATWG URLs.
             "brush-parser",
-            "futures-util",
             "heck",
             "ipnet",
             "regex",
@@ -66,17 +106,19 @@ fn core_depends_on_exactly_the_allowed_crates() {
             "sha2",
             "thiserror",
             "toml",
-            "tracing",
             "url",
             "uuid"
         ]
     );
-    for forbidden in ["airlock", "airlock-sim", "tokio", "rusqlite", "madsim"] {
-        assert!(
-            !deps.contains(&forbidden),
-            "core must not depend on {forbidden}"
-        );
-    }
+    let (name, all) = dependency_packages(&core_dir().join("policy").join("Cargo.toml"));
+    let ours: Vec<&String> = all
+        .iter()
+        .filter(|d| d.starts_with("airlock") && *d != &name)
+        .collect();
+    assert!(
+        ours.is_empty(),
+        "{name} depends on no other workspace crate, not {ours:?}"
+    );
 }
 
 /// The package names a manifest depends on: every dependency table, target-specific ones
@@ -146,7 +188,8 @@ fn adapters_and_the_simulator_depend_only_in_the_allowed_directions() {
         );
         let ours: Vec<&String> = deps
             .iter()
-            .filter(|d| d.starts_with("airlock") && *d != "airlock-core")
+            // The policy gate sits below core (SPEC §24): any crate may use it directly.
+            .filter(|d| d.starts_with("airlock") && *d != "airlock-core" && *d != "airlock-policy")
             .collect();
         let allowed: &[&str] = if name == "airlock-sim" || STORE_CRATES.contains(&name.as_str()) {
             &[]

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    airlock_core::fuzzing::canonical_json(data);
+    airlock_policy::fuzzing::canonical_json(data);
 });

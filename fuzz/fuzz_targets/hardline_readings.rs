@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    airlock_core::fuzzing::hardline_readings(data);
+    airlock_policy::fuzzing::hardline_readings(data);
 });

@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    airlock_core::fuzzing::policy_load(data);
+    airlock_policy::fuzzing::policy_load(data);
 });

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use airlock_core::policy::{PolicyFile, PolicyLoadError, Ruleset};
+use airlock_policy::{PolicyFile, PolicyLoadError, Ruleset};
 
 use crate::input_file::{FileKind, read_bounded};
 

@@ -14,7 +14,7 @@ pub fn call_id_of(step: u32) -> String {
     format!("r{step}")
 }
 
-crate::vocab::wire_enum! {
+airlock_policy::wire_enum! {
     /// Whether a connection's client can still be served.
     ConnectionStatus: "connection status" {
         Open = "open",
@@ -22,7 +22,7 @@ crate::vocab::wire_enum! {
     }
 }
 
-crate::vocab::wire_enum! {
+airlock_policy::wire_enum! {
     /// Why a connection closed.
     CloseReason: "close reason" {
         /// The gateway saw its client go (end of stream, transport error, shutdown).

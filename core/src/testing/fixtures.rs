@@ -30,9 +30,9 @@ use crate::vocab::{
     SettlementOutcome, SideEffectClass, TrustLevel,
 };
 
-/// 2026-01-15T12:00:00Z, the epoch of every sample.
-pub const T0: Timestamp = Timestamp::from_micros(1_768_478_400_000_000);
-pub const TENANT: &str = "acme";
+/// 2026-01-15T12:00:00Z, the epoch of every sample, and the tenant: the policy gate's test
+/// actions use the same two.
+pub use airlock_policy::testing::{T0, TENANT};
 pub const PRINCIPAL: &str = "alice";
 pub const WORKER: &str = "worker-1";
 pub const TOOL: &str = "demo.external_write";

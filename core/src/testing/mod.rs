@@ -12,7 +12,6 @@ pub mod fixtures;
 pub mod invariants;
 #[cfg(feature = "mutants")]
 pub mod mutants;
-pub mod policy;
 
 /// SPEC §13.1: the events of a granted approval, by wire name, as a subsequence of the run's
 /// events. Core's scenarios and the end-to-end tests check it against what was stored.

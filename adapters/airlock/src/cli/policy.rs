@@ -4,8 +4,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use airlock_core::action::ProposedAction;
-use airlock_core::policy::{Ruleset, evaluate};
+use airlock_policy::action::ProposedAction;
+use airlock_policy::{Ruleset, evaluate};
 use clap::Subcommand;
 use serde::Serialize;
 
@@ -97,7 +97,7 @@ fn check(out: &mut impl Write, ruleset: &Ruleset, json_only: bool) -> std::io::R
         "ok: profile '{}' with {} rules ({} matrix, {} hardline)",
         ruleset.profile.name,
         ruleset.rule_count(),
-        airlock_core::policy::MATRIX_RULE_COUNT,
+        airlock_policy::MATRIX_RULE_COUNT,
         ruleset.hardline.len()
     )?;
     Ok(Exit::Ok)

@@ -1,4 +1,5 @@
-//! Policy-test support (SPEC §6, §21): the shipped ruleset loaded once, and a user-origin tool
+//! Test support for the policy gate (SPEC §6, §21), compiled for this crate's tests and under
+//! the `testing` feature: the shipped ruleset loaded once, and a user-origin tool
 //! call with the fields the engine reads chosen and every audit-only field fixed, so a policy
 //! test names only what its case is about.
 
@@ -7,14 +8,20 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::Ruleset;
 use crate::action::{JsonMap, ProposedAction, Target};
 use crate::canonical::arguments_hash;
-use crate::policy::Ruleset;
+use crate::time::Timestamp;
 use crate::vocab::{
     ActionKind, IdempotencyClass, RiskLevel, SideEffectClass, TargetKind, TrustLevel,
 };
 
-use super::fixtures::T0;
+/// 2026-01-15T12:00:00Z: the instant every test action is evaluated at, and the epoch of
+/// `airlock_core`'s test samples.
+pub const T0: Timestamp = Timestamp::from_micros(1_768_478_400_000_000);
+
+/// The tenant of every test action and of `airlock_core`'s test samples.
+pub const TENANT: &str = "acme";
 
 /// The shipped ruleset, loaded once per test binary.
 pub fn shipped_ruleset() -> &'static Ruleset {
@@ -39,7 +46,7 @@ pub fn tool_call(
     ProposedAction {
         kind: ActionKind::ToolCall,
         action_id: Uuid::from_u128(0x0b5e_55ed_0000_4000_8000_0000_0000_0001),
-        tenant_id: super::fixtures::TENANT.to_owned(),
+        tenant_id: TENANT.to_owned(),
         session_id: Uuid::from_u128(0x0b5e_55ed_0000_4000_8000_0000_0000_0002),
         run_id: Uuid::from_u128(0x0b5e_55ed_0000_4000_8000_0000_0000_0003),
         step_number: 1,

@@ -121,7 +121,7 @@ fn host_on_allowlist(action: &ProposedAction) -> bool {
         && matches!(action.name.as_str(), "browser.navigate" | "browser.observe");
     // SPEC §19.6: a read of an upstream MCP server the operator listed in the gateway's file
     // (its name and target come from the gateway, never from an argument).
-    web || browser || crate::policy::upstream_read::is_configured_upstream_read(action)
+    web || browser || crate::upstream_read::is_configured_upstream_read(action)
 }
 
 #[cfg(test)]
@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn only_an_unconditional_deny_row_denies_a_class_unconditionally() {
-        let ruleset = crate::policy::Ruleset::shipped().expect("the shipped policy loads");
+        let ruleset = crate::ruleset::Ruleset::shipped().expect("the shipped policy loads");
         let matrix = &ruleset.profile.matrix;
         assert!(matrix.denies_unconditionally(SideEffectClass::PackageInstall));
         assert!(!matrix.denies_unconditionally(SideEffectClass::None));

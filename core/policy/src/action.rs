@@ -103,7 +103,7 @@ pub enum ActionError {
 
 /// The deepest bracket nesting in a JSON text, ignoring brackets inside strings. Stops counting
 /// once `limit` is exceeded.
-pub(crate) fn max_nesting(bytes: &[u8], limit: usize) -> usize {
+pub fn max_nesting(bytes: &[u8], limit: usize) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for &b in bytes {

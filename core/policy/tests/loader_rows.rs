@@ -2,9 +2,9 @@
 //! exactly that way, with its `PolicyLoadError` variant and its message; the shipped files load as
 //! `default@9f2e26918d43+h3997d343` with 26 rules, and any other profile bytes are another version.
 
-use airlock_core::policy::shipped::{DEFAULT_PROFILE, HARDLINE, SHIPPED_VERSION};
-use airlock_core::policy::{PolicyFile, PolicyLoadError, Ruleset};
-use airlock_core::vocab::{HardlineRuleKind, SideEffectClass};
+use airlock_policy::shipped::{DEFAULT_PROFILE, HARDLINE, SHIPPED_VERSION};
+use airlock_policy::vocab::{HardlineRuleKind, SideEffectClass};
+use airlock_policy::{PolicyFile, PolicyLoadError, Ruleset};
 
 fn shipped_profile() -> String {
     String::from_utf8(DEFAULT_PROFILE.to_vec()).expect("the shipped profile is UTF-8")
@@ -744,7 +744,7 @@ fn row_12_expiry_values_must_be_positive_integers() {
 fn row_12_expiry_values_are_bounded_by_ten_years() {
     // Not in §7.4's table (issue 17): a value past ten years is refused with its own message;
     // ten years exactly loads (a store-upgrade fixture uses it).
-    let max = airlock_core::policy::profile::MAX_APPROVAL_EXPIRY_SECONDS;
+    let max = airlock_policy::profile::MAX_APPROVAL_EXPIRY_SECONDS;
     assert_eq!(max, 315_360_000);
     for replacement in [
         format!("high = {}", max + 1),

@@ -2,11 +2,11 @@
 //! shipped ruleset: every "v2 catches" example is denied with its reason code although pass 1
 //! alone does not deny it, and every benign neighbour keeps the decision the matrix gives it.
 
-use airlock_core::action::ProposedAction;
-use airlock_core::policy::hardline::{Passes, Prefilter};
-use airlock_core::policy::{evaluate, evaluate_with};
-use airlock_core::testing::policy::{shipped_ruleset, tool_call};
-use airlock_core::vocab::{IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind};
+use airlock_policy::action::ProposedAction;
+use airlock_policy::hardline::{Passes, Prefilter};
+use airlock_policy::testing::{shipped_ruleset, tool_call};
+use airlock_policy::vocab::{IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind};
+use airlock_policy::{evaluate, evaluate_with};
 use serde_json::{Value, json};
 
 fn exec(command: Value) -> ProposedAction {

@@ -5,7 +5,7 @@
 use crate::action::ProposedAction;
 use crate::vocab::{IdempotencyClass, SideEffectClass, TargetKind};
 
-crate::vocab::wire_enum! {
+wire_enum! {
     /// What a read outside the journal fetches.
     ReadKind: "read kind" {
         /// `resources/read`: the arguments are `{"uri": …}`.

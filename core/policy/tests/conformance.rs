@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use airlock_core::action::ProposedAction;
-use airlock_core::policy::{Ruleset, evaluate};
+use airlock_policy::action::ProposedAction;
+use airlock_policy::{Ruleset, evaluate};
 use serde_json::Value;
 
 /// Cases whose recorded allow a later tightening turned into a deny, with the decision they get
@@ -23,7 +23,7 @@ const TIGHTENED: [(&str, &str, &str); 1] = [(
 
 fn cases_path(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/conformance")
+        .join("../../../shared/conformance")
         .join(file)
 }
 
@@ -43,7 +43,7 @@ fn shipped_policy_matches_every_v2_conformance_case() {
 #[test]
 fn a_v1_hardline_file_loads_and_keeps_every_v1_result() {
     let v1 = include_bytes!("data/hardline-v1.toml");
-    let ruleset = Ruleset::load(airlock_core::policy::shipped::DEFAULT_PROFILE, v1)
+    let ruleset = Ruleset::load(airlock_policy::shipped::DEFAULT_PROFILE, v1)
         .expect("the v1 hardline file loads");
     assert_eq!(ruleset.version.as_str(), "default@9f2e26918d43+hce0d2844");
     assert_eq!(ruleset.rule_count(), 22);

@@ -1,8 +1,15 @@
 //! The advisory layer and standing authorization (SPEC §6.4): interfaces only. The v1 pipeline
 //! calls neither; `combine` is the one implemented piece.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::action::{PolicyDecision, ProposedAction};
 use crate::vocab::PolicyDecisionType;
+
+/// A boxed, sendable future: what an advisory reviewer returns. `airlock-core`'s ports use the
+/// same alias for every asynchronous port.
+pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What an advisory reviewer may say. It cannot express allow or a modification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +35,7 @@ pub fn combine(deterministic: PolicyDecisionType, verdict: AdvisoryVerdict) -> P
 
 /// Declared for later versions; v1 never calls it.
 pub trait AdvisoryReviewer: Send + Sync {
-    fn review<'a>(
-        &'a self,
-        action: &'a ProposedAction,
-    ) -> crate::ports::BoxFut<'a, AdvisoryVerdict>;
+    fn review<'a>(&'a self, action: &'a ProposedAction) -> BoxFut<'a, AdvisoryVerdict>;
 }
 
 /// A standing authorization's identity; both parts are required when `allowed` is true.

@@ -7,17 +7,17 @@
 
 use std::collections::BTreeMap;
 
-use airlock_core::action::{JsonMap, MAX_ARGUMENT_DEPTH, ProposedAction, Target, value_depth};
-use airlock_core::canonical::arguments_hash;
-use airlock_core::policy::advisory::{AdvisoryVerdict, combine};
-use airlock_core::policy::shipped::SHIPPED_VERSION;
-use airlock_core::policy::{Ruleset, evaluate};
-use airlock_core::testing::policy::shipped_ruleset;
-use airlock_core::time::Timestamp;
-use airlock_core::vocab::{
+use airlock_policy::action::{JsonMap, MAX_ARGUMENT_DEPTH, ProposedAction, Target, value_depth};
+use airlock_policy::advisory::{AdvisoryVerdict, combine};
+use airlock_policy::canonical::arguments_hash;
+use airlock_policy::shipped::SHIPPED_VERSION;
+use airlock_policy::testing::shipped_ruleset;
+use airlock_policy::time::Timestamp;
+use airlock_policy::vocab::{
     ActionKind, IdempotencyClass, PolicyDecisionType, RiskLevel, SideEffectClass, TargetKind,
     TrustLevel,
 };
+use airlock_policy::{Ruleset, evaluate};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::RngSeed;

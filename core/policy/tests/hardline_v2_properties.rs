@@ -8,11 +8,11 @@
 //! seed is fixed so that CI runs the same cases every time. Each generated argument object is
 //! tried under all 15 side-effect classes.
 
-use airlock_core::action::{JsonMap, ProposedAction};
-use airlock_core::policy::evaluate_with;
-use airlock_core::policy::hardline::{Passes, Prefilter};
-use airlock_core::testing::policy::{shipped_ruleset, tool_call};
-use airlock_core::vocab::{IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind};
+use airlock_policy::action::{JsonMap, ProposedAction};
+use airlock_policy::evaluate_with;
+use airlock_policy::hardline::{Passes, Prefilter};
+use airlock_policy::testing::{shipped_ruleset, tool_call};
+use airlock_policy::vocab::{IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind};
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::test_runner::RngSeed;

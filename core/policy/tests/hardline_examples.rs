@@ -3,12 +3,12 @@
 //! `message_code` whatever the matrix says; a "does not match" example gets the precise decision
 //! the matrix (and nothing else) gives it. Also: no shipped rule matches its own `near_miss`.
 
-use airlock_core::action::{JsonMap, ProposedAction};
-use airlock_core::policy::{Ruleset, evaluate};
-use airlock_core::testing::policy::{shipped_ruleset, tool_call};
-use airlock_core::vocab::{
+use airlock_policy::action::{JsonMap, ProposedAction};
+use airlock_policy::testing::{shipped_ruleset, tool_call};
+use airlock_policy::vocab::{
     HardlineRuleKind, IdempotencyClass, PolicyDecisionType, SideEffectClass, TargetKind,
 };
+use airlock_policy::{Ruleset, evaluate};
 use serde_json::{Value, json};
 
 /// Code execution in an isolated sandbox: the matrix allows it, so only a hardline rule denies.

@@ -4,13 +4,13 @@
 
 use std::collections::BTreeMap;
 
-use airlock_core::action::{ProposedAction, Target};
-use airlock_core::canonical::arguments_hash;
-use airlock_core::policy::{Ruleset, evaluate};
-use airlock_core::time::Timestamp;
-use airlock_core::vocab::{
+use airlock_policy::action::{ProposedAction, Target};
+use airlock_policy::canonical::arguments_hash;
+use airlock_policy::time::Timestamp;
+use airlock_policy::vocab::{
     ActionKind, IdempotencyClass, RiskLevel, SideEffectClass, TargetKind, TrustLevel,
 };
+use airlock_policy::{Ruleset, evaluate};
 use serde_json::{Value, json};
 use uuid::Uuid;
 

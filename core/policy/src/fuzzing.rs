@@ -1,0 +1,119 @@
+//! Entry points shared by the policy cargo-fuzz targets and the corpus-replay test, so CI
+//! exercises exactly what the fuzzer ran.
+
+use crate::action::ProposedAction;
+use crate::canonical::{sha256_hex, to_canonical_string};
+use crate::{Ruleset, evaluate, shipped};
+
+/// `policy_load`: the first byte chooses which file the rest replaces (even: profile, odd:
+/// hardline); the other file is the shipped one. Loading must return, never panic.
+pub fn policy_load(data: &[u8]) {
+    let Some((selector, bytes)) = data.split_first() else {
+        return;
+    };
+    let result = if selector % 2 == 0 {
+        Ruleset::load(bytes, shipped::HARDLINE)
+    } else {
+        Ruleset::load(shipped::DEFAULT_PROFILE, bytes)
+    };
+    if let Ok(ruleset) = result {
+        assert!(
+            ruleset.rule_count() > 15,
+            "a loaded ruleset has at least one hardline rule"
+        );
+    }
+}
+
+/// `policy_eval`: arbitrary bytes as action JSON; a parsed action must evaluate to the same
+/// decision twice.
+pub fn policy_eval(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(action) = ProposedAction::from_json(text) else {
+        return;
+    };
+    let Some(ruleset) = shipped_ruleset() else {
+        return;
+    };
+    let first = evaluate(&action, ruleset);
+    assert_eq!(
+        first,
+        evaluate(&action, ruleset),
+        "evaluation must be deterministic"
+    );
+}
+
+/// `hardline_readings`: arbitrary bytes (read as UTF-8, invalid sequences replaced) through the
+/// v2 readings of SPEC §21.2–§21.3. Nothing may panic, the readings are deterministic, the
+/// URL reading's pre-filter skips only candidates that give nothing, and the shell reading's
+/// plain-word fast path reads as the parser.
+pub fn hardline_readings(data: &[u8]) {
+    use crate::hardline::{Prefilter, is_credential_shaped, shell, url};
+    let text = String::from_utf8_lossy(data);
+    let filtered = url::read_urls(&text, Prefilter::On);
+    assert_eq!(
+        filtered,
+        url::read_urls(&text, Prefilter::Off),
+        "§21.1: the URL pre-filter skips only what cannot match"
+    );
+    let reading = shell::read_shell(&text, Prefilter::On);
+    assert_eq!(
+        reading,
+        shell::read_shell(&text, Prefilter::On),
+        "the shell reading is deterministic"
+    );
+    assert_eq!(
+        reading,
+        shell::read_shell(&text, Prefilter::Off),
+        "§21.1: the plain-word fast path reads as the parser"
+    );
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let _ = shell::read_argv(&words, Prefilter::On);
+    let _ = is_credential_shaped(&text);
+}
+
+fn shipped_ruleset() -> Option<&'static Ruleset> {
+    static SHIPPED: std::sync::OnceLock<Option<Ruleset>> = std::sync::OnceLock::new();
+    SHIPPED.get_or_init(|| Ruleset::shipped().ok()).as_ref()
+}
+
+/// `canonical_json`: arbitrary bytes as JSON (SPEC §4.2). Encoding must never panic; the
+/// canonical text parses back to the same value, encodes to itself again (one spelling per value,
+/// whatever order the keys arrived in), has no whitespace outside strings, and hashes through the
+/// one hashing path.
+pub fn canonical_json(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) else {
+        return;
+    };
+    let canonical = to_canonical_string(&value);
+    let again: serde_json::Value = match serde_json::from_str(&canonical) {
+        Ok(again) => again,
+        Err(error) => panic!("canonical JSON must parse: {error}: {canonical}"),
+    };
+    assert_eq!(
+        again, value,
+        "the canonical text reads back as the same value"
+    );
+    assert_eq!(
+        to_canonical_string(&again),
+        canonical,
+        "canonical JSON is a fixed point"
+    );
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in canonical.chars() {
+        match (in_string, escaped, c) {
+            (true, true, _) => escaped = false,
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => in_string = !in_string,
+            (false, _, c) => assert!(!c.is_whitespace(), "no whitespace: {canonical}"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        crate::canonical::arguments_hash(&value),
+        sha256_hex(canonical.as_bytes()),
+        "the hash is of the canonical bytes"
+    );
+}

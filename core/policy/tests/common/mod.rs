@@ -1,0 +1,3 @@
+//! Support shared by this crate's integration tests.
+
+pub mod corpus;
