@@ -1,9 +1,11 @@
 //! CPU per decision of `airlock policy eval --jsonl` end to end (SPEC §21.5: ≤ 3 µs over a
 //! large corpus): reading, parsing, deciding and writing, in the real release binary.
 //!
-//! `cd bench && cargo run --release --example eval_jsonl -- [lines] [runs] [airlock binary]`
-//! (defaults: 200000 lines, 3 runs, `../target/release/airlock`, which
-//! `cargo build --release -p airlock` at the repository root makes).
+//! `cd bench && cargo run --release --example eval_jsonl -- [lines] [runs] [airlock binary]
+//! [baseline binary]` (defaults: 200000 lines, 3 runs, `../target/release/airlock`, which
+//! `cargo build --release -p airlock` at the repository root makes). With a baseline binary the
+//! two alternate run by run (baseline first), their answers must be byte-identical (a hash of
+//! every answer byte, per run), and both figures are printed with their ratio.
 //!
 //! The corpus is every action of both conformance files (`policy-cases.jsonl` and
 //! `policy-v2-cases.jsonl`, 1,952 actions, two thirds of them payloads), written compactly and
@@ -14,7 +16,9 @@
 //! be one decision line per input line, exit 0.
 //!
 //! Afterwards, the same 1,952 actions in this process, split into the steps of one line (fastest
-//! of 5 rounds each): `ProposedAction::from_json`, `evaluate`, and the decision's JSON.
+//! of 5 rounds each), for the owned path (`ProposedAction::from_json`, `evaluate`, the
+//! decision's JSON) and the borrowed one the CLI takes (`ActionRef::from_json`, `decide`,
+//! `Verdict::write_json`).
 
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -25,14 +29,16 @@ use std::time::{Duration, Instant};
 use airlock_bench::cpu::children_cpu;
 use airlock_bench::{action_lines, cases_path, v2_cases_path};
 use airlock_policy::action::ProposedAction;
-use airlock_policy::{Ruleset, evaluate};
+use airlock_policy::action_ref::ActionRef;
+use airlock_policy::{Ruleset, decide as decide_verdict, evaluate};
 
 fn arg(n: usize) -> Option<String> {
     std::env::args().nth(n)
 }
 
-/// One run: (CPU, wall time) of the child; panics unless it answered every line and exited 0.
-fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
+/// One run: (CPU, wall time, hash of the answers) of the child; panics unless it answered every
+/// line and exited 0.
+fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration, u64) {
     let before = children_cpu();
     let started = Instant::now();
     let mut child = Command::new(binary)
@@ -45,6 +51,7 @@ fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
     let stdout = child.stdout.take().expect("stdout is piped");
     let mut reader = BufReader::with_capacity(1 << 16, stdout);
     let (mut answers, mut decisions) = (0usize, 0usize);
+    let mut hasher = std::hash::DefaultHasher::new();
     let mut line = Vec::new();
     while reader
         .read_until(b'\n', &mut line)
@@ -53,6 +60,7 @@ fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
     {
         answers += 1;
         decisions += usize::from(line.starts_with(b"{\"decision\":"));
+        std::hash::Hasher::write(&mut hasher, &line);
         line.clear();
     }
     let status = child.wait().expect("wait for airlock");
@@ -64,7 +72,7 @@ fn run(binary: &Path, input: &Path, lines: usize) -> (Duration, Duration) {
         (lines, lines),
         "one decision per line"
     );
-    (cpu, wall)
+    (cpu, wall, std::hash::Hasher::finish(&hasher))
 }
 
 fn fastest(rounds: usize, mut f: impl FnMut()) -> Duration {
@@ -129,22 +137,57 @@ fn main() {
         "process start (1 line, fastest of 5): {:.1} ms CPU",
         ms(start)
     );
-    let mut best = Duration::MAX;
-    for i in 0..runs {
-        let (cpu, wall) = run(&binary, &corpus, lines);
-        let per = per_line(cpu.saturating_sub(start), lines - 1);
+    let baseline = arg(4).map(PathBuf::from);
+    let mut contenders = Vec::new();
+    if let Some(baseline) = &baseline {
+        let start = (0..5)
+            .map(|_| run(baseline, &one, 1).0)
+            .min()
+            .unwrap_or_default();
         println!(
-            "run {}: {:.3} s CPU, {:.3} s wall, {per:.2} us CPU per decision",
-            i + 1,
-            cpu.as_secs_f64(),
-            wall.as_secs_f64()
+            "baseline {}: process start {:.1} ms CPU",
+            baseline.display(),
+            ms(start)
         );
-        best = best.min(cpu);
+        contenders.push(("baseline", baseline.clone(), start));
     }
-    println!(
-        "end to end, fastest run: {:.2} us CPU per decision (start subtracted)",
-        per_line(best.saturating_sub(start), lines - 1)
-    );
+    contenders.push(("binary", binary.clone(), start));
+    let mut best = vec![Duration::MAX; contenders.len()];
+    let mut answers: Option<u64> = None;
+    for i in 0..runs {
+        for (which, (name, path, start)) in contenders.iter().enumerate() {
+            let (cpu, wall, hash) = run(path, &corpus, lines);
+            assert_eq!(
+                *answers.get_or_insert(hash),
+                hash,
+                "{name} answered differently (run {})",
+                i + 1
+            );
+            let per = per_line(cpu.saturating_sub(*start), lines - 1);
+            println!(
+                "{name} run {}: {:.3} s CPU, {:.3} s wall, {per:.2} us CPU per decision",
+                i + 1,
+                cpu.as_secs_f64(),
+                wall.as_secs_f64()
+            );
+            best[which] = best[which].min(cpu);
+        }
+    }
+    let figures: Vec<f64> = contenders
+        .iter()
+        .zip(&best)
+        .map(|((name, _, start), best)| {
+            let per = per_line(best.saturating_sub(*start), lines - 1);
+            println!("{name} end to end, fastest run: {per:.2} us CPU per decision (start subtracted)");
+            per
+        })
+        .collect();
+    if let [before, after] = figures[..] {
+        println!(
+            "answers byte-identical in every run; baseline / binary = {:.2}x",
+            before / after
+        );
+    }
     println!("load average after: {}", load().trim());
 
     // The same line's steps in this process.
@@ -171,8 +214,37 @@ fn main() {
         }
     });
     println!(
-        "in process, mean per action over the {n}: from_json {:.2} us, evaluate {:.2} us, \
+        "in process, owned, mean per action over the {n}: from_json {:.2} us, evaluate {:.2} us, \
          decision JSON {:.2} us",
+        per_line(parse, n),
+        per_line(decide, n),
+        per_line(write, n)
+    );
+    let borrowed: Vec<ActionRef> = actions
+        .iter()
+        .map(|a| ActionRef::from_json(a).expect("a conformance action parses"))
+        .collect();
+    let verdicts: Vec<_> = borrowed.iter().map(|a| decide_verdict(a, &ruleset)).collect();
+    let parse = fastest(5, || {
+        for a in &actions {
+            black_box(ActionRef::from_json(black_box(a)).ok());
+        }
+    });
+    let decide = fastest(5, || {
+        for a in &borrowed {
+            black_box(decide_verdict(black_box(a), &ruleset));
+        }
+    });
+    let mut buffer = Vec::with_capacity(1 << 16);
+    let write = fastest(5, || {
+        for v in &verdicts {
+            buffer.clear();
+            black_box(v.write_json(&mut buffer).ok());
+        }
+    });
+    println!(
+        "in process, borrowed (the CLI's path): ActionRef::from_json {:.2} us, decide {:.2} us, \
+         write_json {:.2} us",
         per_line(parse, n),
         per_line(decide, n),
         per_line(write, n)

@@ -55,7 +55,9 @@ impl Target {
 
 /// A nullable field whose key must still be present: `deserialize_with` makes serde treat a
 /// missing key as an error instead of `None`.
-fn required_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+pub(crate) fn required_nullable<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<String>, D::Error> {
     Option::<String>::deserialize(d)
 }
 
@@ -141,6 +143,25 @@ pub fn value_depth(value: &Value) -> usize {
     }
 }
 
+/// The checks serde cannot express, in the order both action parsers run them (the first that
+/// fails is the error reported).
+pub(crate) fn check_fields(
+    tenant_id: &str,
+    normalized_arguments_hash: &str,
+    arguments: &JsonMap,
+) -> Result<(), ActionError> {
+    if !(1..=128).contains(&tenant_id.chars().count()) {
+        return Err(ActionError::TenantId);
+    }
+    if !is_sha256_hex(normalized_arguments_hash) {
+        return Err(ActionError::ArgumentsHash);
+    }
+    if arguments.values().map(value_depth).max().unwrap_or(0) + 1 > MAX_ARGUMENT_DEPTH {
+        return Err(ActionError::TooDeep);
+    }
+    Ok(())
+}
+
 impl ProposedAction {
     /// Parses and validates one action document.
     pub fn from_json(text: &str) -> Result<ProposedAction, ActionError> {
@@ -179,16 +200,11 @@ impl ProposedAction {
 
     /// The checks serde cannot express.
     pub fn validate(&self) -> Result<(), ActionError> {
-        if !(1..=128).contains(&self.tenant_id.chars().count()) {
-            return Err(ActionError::TenantId);
-        }
-        if !is_sha256_hex(&self.normalized_arguments_hash) {
-            return Err(ActionError::ArgumentsHash);
-        }
-        if self.arguments.values().map(value_depth).max().unwrap_or(0) + 1 > MAX_ARGUMENT_DEPTH {
-            return Err(ActionError::TooDeep);
-        }
-        Ok(())
+        check_fields(
+            &self.tenant_id,
+            &self.normalized_arguments_hash,
+            &self.arguments,
+        )
     }
 
     /// Whether any content feeding this action is `external_untrusted` (the overlay's test).

@@ -61,9 +61,12 @@
 pub mod vocab;
 
 pub mod action;
+pub mod action_ref;
+pub mod action_scan;
 pub mod advisory;
 pub mod canonical;
 pub mod engine;
+pub mod facts;
 pub mod hardline;
 pub mod ids;
 pub mod loader;
@@ -76,7 +79,9 @@ pub mod scope;
 pub mod shipped;
 pub mod time;
 pub mod upstream_read;
+pub mod verdict;
 pub mod version;
+pub mod wire_text;
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub mod fuzzing;
@@ -84,7 +89,7 @@ pub mod fuzzing;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-pub use engine::{evaluate, evaluate_with};
+pub use engine::{decide, decide_with, evaluate, evaluate_with};
 pub use loader::{PolicyFile, PolicyLoadError};
 pub use profile::Profile;
 pub use ruleset::{MATRIX_RULE_COUNT, Ruleset};

@@ -3,7 +3,7 @@
 //! The matrix is an array indexed by side-effect class, so "exactly one row per class" (step 2)
 //! holds by construction once a profile has loaded.
 
-use crate::action::ProposedAction;
+use crate::facts::ActionFacts;
 use crate::vocab::{PolicyCondition, PolicyDecisionType, SideEffectClass, TargetKind};
 
 /// One matrix row. `otherwise` exists only beside a condition (SPEC §7.4 row 7).
@@ -56,10 +56,10 @@ impl Matrix {
     /// Step 3: the row's decision if its condition holds, else `otherwise`, else the default.
     pub fn decide(
         &self,
-        action: &ProposedAction,
+        action: &(impl ActionFacts + ?Sized),
         default_effect: FailClosed,
     ) -> PolicyDecisionType {
-        match self.row(action.side_effect) {
+        match self.row(action.side_effect()) {
             MatrixRule::Unconditional(decision) => decision,
             MatrixRule::Conditional {
                 decision,
@@ -77,24 +77,24 @@ impl Matrix {
 }
 
 /// SPEC §6.2. Every condition reads only the action; none can be satisfied by a hostname.
-pub fn condition_holds(condition: PolicyCondition, action: &ProposedAction) -> bool {
+pub fn condition_holds(condition: PolicyCondition, action: &(impl ActionFacts + ?Sized)) -> bool {
     match condition {
         PolicyCondition::PathInsideWorkspace => path_inside_workspace(action),
         PolicyCondition::HostOnAllowlist => host_on_allowlist(action),
-        PolicyCondition::TargetIsolated => action.target.isolated,
+        PolicyCondition::TargetIsolated => action.target_isolated(),
     }
 }
 
 /// Reads only the top-level `path`; NUL, length and symlinks are the workspace handle's job.
-fn path_inside_workspace(action: &ProposedAction) -> bool {
-    let Some(path) = action.arguments.get("path").and_then(|p| p.as_str()) else {
+fn path_inside_workspace(action: &(impl ActionFacts + ?Sized)) -> bool {
+    let Some(path) = action.arguments().get("path").and_then(|p| p.as_str()) else {
         return false;
     };
     if path.starts_with('/') || path.contains('\\') {
         return false;
     }
     let kind_holds = matches!(
-        action.target.kind,
+        action.target_kind(),
         TargetKind::InProcess | TargetKind::Sandbox
     );
     if path.is_empty() {
@@ -106,19 +106,19 @@ fn path_inside_workspace(action: &ProposedAction) -> bool {
             .all(|component| !matches!(component, "" | "." | ".."))
 }
 
-fn host_on_allowlist(action: &ProposedAction) -> bool {
+fn host_on_allowlist(action: &(impl ActionFacts + ?Sized)) -> bool {
     use crate::vocab::IdempotencyClass::ReadOnly;
-    let target = &action.target;
-    if action.side_effect != SideEffectClass::NetworkRead || action.idempotency != ReadOnly {
+    if action.side_effect() != SideEffectClass::NetworkRead || action.idempotency() != ReadOnly {
         return false;
     }
-    let web = target.kind == TargetKind::WebProvider
-        && target.network_enabled
-        && matches!(action.name.as_str(), "web.search" | "web.fetch");
-    let browser = target.kind == TargetKind::BrowserProvider
-        && target.isolated
-        && target.network_enabled
-        && matches!(action.name.as_str(), "browser.navigate" | "browser.observe");
+    let kind = action.target_kind();
+    let web = *kind == TargetKind::WebProvider
+        && action.target_network_enabled()
+        && matches!(action.name(), "web.search" | "web.fetch");
+    let browser = *kind == TargetKind::BrowserProvider
+        && action.target_isolated()
+        && action.target_network_enabled()
+        && matches!(action.name(), "browser.navigate" | "browser.observe");
     // SPEC §19.6: a read of an upstream MCP server the operator listed in the gateway's file
     // (its name and target come from the gateway, never from an argument).
     web || browser || crate::upstream_read::is_configured_upstream_read(action)

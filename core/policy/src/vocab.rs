@@ -62,8 +62,7 @@ macro_rules! wire_enum {
 
         impl<'de> serde::Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str> as serde::Deserialize>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
+                $crate::wire_text::deserialize_parsed(d, |s| s.parse::<$name>())
             }
         }
     };
@@ -244,8 +243,9 @@ impl Serialize for TargetKind {
 
 impl<'de> Deserialize<'de> for TargetKind {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        Ok(TargetKind::parse(&s))
+        crate::wire_text::deserialize_parsed(d, |s| {
+            Ok::<_, std::convert::Infallible>(TargetKind::parse(s))
+        })
     }
 }
 

@@ -729,3 +729,28 @@ fn combine_is_monotone_exhaustively() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// The borrowed parse and the written decision of `policy eval --jsonl` (SPEC §24) are the
+    /// owned path exactly, for generated actions written by serde (escapes included).
+    #[test]
+    fn the_borrowed_path_reads_and_decides_as_the_owned_one(action in proposed_action()) {
+        use airlock_policy::action_ref::ActionRef;
+        let text = serde_json::to_string(&action).expect("an action serializes");
+        let borrowed = ActionRef::from_json(&text).expect("the borrowed parse accepts it");
+        let ruleset = shipped_ruleset();
+        let mut written = Vec::new();
+        airlock_policy::decide(&borrowed, ruleset)
+            .write_json(&mut written)
+            .expect("a Vec takes every write");
+        let serialized = serde_json::to_vec(&evaluate(&action, ruleset)).expect("serializes");
+        prop_assert_eq!(written, serialized);
+        prop_assert_eq!(borrowed.into_owned(), action.clone());
+        // The direct reader, when it takes the text, reads the same action.
+        if let Some(scanned) = airlock_policy::action_scan::scan(&text) {
+            prop_assert_eq!(scanned.into_owned(), action);
+        }
+    }
+}

@@ -8,6 +8,7 @@ mod globals;
 mod id_arg;
 mod invocations;
 mod json;
+mod lines;
 mod mcp;
 mod output;
 mod policy;

@@ -4,12 +4,13 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use airlock_policy::action::ProposedAction;
-use airlock_policy::{Ruleset, evaluate};
+use airlock_policy::action_ref::ActionRef;
+use airlock_policy::{Ruleset, decide};
 use clap::Subcommand;
 use serde::Serialize;
 
 use super::globals::Globals;
+use super::lines::{LinesStopped, for_each_line};
 use super::output::policy_error;
 use crate::exit::{Exit, error_json};
 use crate::policy_source::load_ruleset;
@@ -134,23 +135,24 @@ fn read_error(file: &Path, error: &std::io::Error) -> String {
 const INPUT_BUFFER: usize = 1 << 16;
 const OUTPUT_BUFFER: usize = 1 << 16;
 
-/// One action, or the message of why it is not an action.
-fn parse_action(bytes: &[u8]) -> Result<ProposedAction, String> {
+/// Reads one action, borrowing its strings from `bytes` (the gate's borrowed parse accepts and
+/// refuses exactly what the owned one does, with the same errors).
+fn parse_action(bytes: &[u8]) -> Result<ActionRef<'_>, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
     if text.trim().is_empty() {
         return Err("empty input: expected one action object".to_owned());
     }
-    ProposedAction::from_json(text).map_err(|e| e.to_string())
+    ActionRef::from_json(text).map_err(|e| e.to_string())
 }
 
-/// Writes one decision line: the bytes of `PolicyDecision::to_json` and a newline, serialized
-/// straight into the output buffer.
+/// Writes one decision line: the bytes of `PolicyDecision::to_json` and a newline, written
+/// straight into the output buffer from the verdict (no intermediate strings).
 fn write_decision(
     out: &mut impl Write,
     ruleset: &Ruleset,
-    action: &ProposedAction,
+    action: &ActionRef<'_>,
 ) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, &evaluate(action, ruleset)).map_err(std::io::Error::from)?;
+    decide(action, ruleset).write_json(&mut *out)?;
     out.write_all(b"\n")
 }
 
@@ -197,32 +199,29 @@ fn eval_jsonl(out: &mut impl Write, ruleset: &Ruleset, file: &PathBuf) -> std::i
         }
     };
     let mut failed = 0usize;
-    let mut buffer = Vec::new();
     let mut index = 0usize;
-    loop {
-        buffer.clear();
-        match input.read_until(b'\n', &mut buffer) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(error) => {
-                let message = read_error(file, &error);
-                writeln!(out, "{}", error_json("invalid_argument", &message))?;
-                return Ok(Exit::InvalidInput);
-            }
-        }
+    let walked = for_each_line(&mut *input, |line| {
         index += 1;
-        let line = buffer.strip_suffix(b"\n").unwrap_or(&buffer);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         match parse_action(line) {
-            Ok(action) => write_decision(out, ruleset, &action)?,
+            Ok(action) => write_decision(out, ruleset, &action),
             Err(message) => {
                 failed += 1;
                 writeln!(
                     out,
                     "{}",
                     error_json("invalid_action", &format!("line {index}: {message}"))
-                )?;
+                )
             }
+        }
+    });
+    match walked {
+        Ok(()) => {}
+        Err(LinesStopped::Handler(error)) => return Err(error),
+        Err(LinesStopped::Read(error)) => {
+            let message = read_error(file, &error);
+            writeln!(out, "{}", error_json("invalid_argument", &message))?;
+            return Ok(Exit::InvalidInput);
         }
     }
     if failed > 0 {
