@@ -14,6 +14,7 @@
 //! with `mcp.{server_id}.`), and `expose_unprefixed` (a boolean, valid only when the file has
 //! exactly one server).
 
+use crate::secret_ref::SecretTemplate;
 use std::collections::BTreeMap;
 
 use toml::{Table, Value};
@@ -488,10 +489,14 @@ impl GatewayConfig {
                         "must be an http:// or https:// URL",
                     ));
                 }
-                Transport::StreamableHttp {
-                    url,
-                    headers: string_map(t, "headers", at)?,
+                let headers = string_map(t, "headers", at)?;
+                // A value may name a secret (`${env:NAME}`, `${file:/path}`); a malformed
+                // reference is refused here, and references are resolved at connect time.
+                for (name, value) in &headers {
+                    SecretTemplate::parse(value)
+                        .map_err(|e| error(&join(&join(at, "headers"), name), e.to_string()))?;
                 }
+                Transport::StreamableHttp { url, headers }
             }
             (Some(_), Some(_)) => {
                 return Err(error(at, "has both command and url; give exactly one"));

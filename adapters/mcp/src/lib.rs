@@ -18,6 +18,7 @@ pub mod relay;
 pub mod render;
 pub mod round;
 pub mod sealed_state;
+pub mod secret_ref;
 pub mod serve;
 pub mod server;
 pub mod sessionless;

@@ -47,6 +47,7 @@ use tokio::sync::{broadcast, mpsc};
 use crate::config::{ServerConfig, Transport};
 use crate::relay::{ClientLink, Forwarding, RelayContext, UpstreamRelay};
 use crate::round::capabilities_meta;
+use crate::secret_ref::{ProcessSecrets, SecretTemplate};
 
 /// Why an upstream could not be reached or listed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -289,13 +290,20 @@ impl Upstream {
             Transport::StreamableHttp { url, headers } => {
                 crate::tls::install_default_provider();
                 let mut http = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
-                for (name, value) in headers {
-                    let name = http::HeaderName::from_bytes(name.as_bytes())
+                for (name, written) in headers {
+                    let header = http::HeaderName::from_bytes(name.as_bytes())
                         .map_err(|e| fail(format!("header '{name}': {e}")))?;
-                    let value = value
+                    // Secrets named by `${env:…}`/`${file:…}` are read now, on every connect;
+                    // no message carries a value.
+                    let value = SecretTemplate::parse(written)
+                        .map_err(|e| fail(format!("header '{name}': {e}")))?
+                        .resolve(&ProcessSecrets)
+                        .map_err(|e| fail(format!("header '{name}': {e}")))?;
+                    let mut value: http::HeaderValue = value
                         .parse()
                         .map_err(|_| fail(format!("header '{name}': invalid value")))?;
-                    http.custom_headers.insert(name, value);
+                    value.set_sensitive(true);
+                    http.custom_headers.insert(header, value);
                 }
                 let transport = StreamableHttpClientTransport::from_config(http);
                 handshake(handler, transport, lifecycle)
