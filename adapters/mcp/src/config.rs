@@ -108,6 +108,22 @@ pub struct ServerConfig {
     /// asks outside any call (SPEC §23); empty when the file gives none. An absolute path in
     /// the file is turned into its URI here.
     pub roots: Vec<String>,
+    /// `[servers.X.oauth]`: the OAuth 2.1 client-credentials grant the gateway uses to get
+    /// this (url) server's bearer token (issue 31); `None` when the file gives none.
+    pub oauth: Option<OAuthClient>,
+}
+
+/// `[servers.X.oauth]`: where and as whom the gateway asks for an upstream's access token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    pub token_url: String,
+    pub client_id: String,
+    /// As written: `${env:…}`/`${file:…}` references are resolved at each token request.
+    pub client_secret: String,
+    pub scopes: Vec<String>,
+    pub audience: Option<String>,
+    /// RFC 8707 `resource`.
+    pub resource: Option<String>,
 }
 
 /// How a server's names reach the client (SPEC §19.2, §19.6).
@@ -330,7 +346,7 @@ const TOP_KEYS: [&str; 10] = [
     "limits",
     "servers",
 ];
-const SERVER_KEYS: [&str; 15] = [
+const SERVER_KEYS: [&str; 16] = [
     "command",
     "args",
     "env",
@@ -346,6 +362,15 @@ const SERVER_KEYS: [&str; 15] = [
     "read_scope",
     "expose_unprefixed",
     "roots",
+    "oauth",
+];
+const OAUTH_KEYS: [&str; 6] = [
+    "token_url",
+    "client_id",
+    "client_secret",
+    "scopes",
+    "audience",
+    "resource",
 ];
 const TOOL_KEYS: [&str; 7] = [
     "side_effect",
@@ -567,7 +592,6 @@ impl GatewayConfig {
         }
         Ok(ServerConfig {
             id: id.to_owned(),
-            transport,
             output_trust,
             trust_annotations: boolean(t, "trust_annotations", at)?.unwrap_or(false),
             default,
@@ -577,8 +601,57 @@ impl GatewayConfig {
             read_scope,
             exposure,
             roots: roots(t, at)?,
+            oauth: oauth(t, &transport, at)?,
+            transport,
         })
     }
+}
+
+/// `[servers.X.oauth]`, for a url server whose headers leave `Authorization` to it.
+fn oauth(t: &Table, transport: &Transport, at: &str) -> Result<Option<OAuthClient>, ConfigError> {
+    let Some(value) = t.get("oauth") else {
+        return Ok(None);
+    };
+    let at = join(at, "oauth");
+    let headers = match transport {
+        Transport::StreamableHttp { headers, .. } => headers,
+        Transport::Stdio { .. } => return Err(error(&at, "belongs to a url server")),
+    };
+    if headers
+        .keys()
+        .any(|name| name.eq_ignore_ascii_case("authorization"))
+    {
+        return Err(error(
+            &at,
+            "sets Authorization itself; remove the Authorization header",
+        ));
+    }
+    let o = table(value, &at)?;
+    only_keys(o, &OAUTH_KEYS, &at)?;
+    let required = |key: &str| {
+        string(o, key, &at)?
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| error(&join(&at, key), "is required"))
+    };
+    let token_url = required("token_url")?;
+    if !(token_url.starts_with("https://") || token_url.starts_with("http://")) {
+        return Err(error(
+            &join(&at, "token_url"),
+            "must be an http:// or https:// URL",
+        ));
+    }
+    let client_id = required("client_id")?;
+    let client_secret = required("client_secret")?;
+    SecretTemplate::parse(&client_secret)
+        .map_err(|e| error(&join(&at, "client_secret"), e.to_string()))?;
+    Ok(Some(OAuthClient {
+        token_url,
+        client_id,
+        client_secret,
+        scopes: strings(o, "scopes", &at)?.unwrap_or_default(),
+        audience: string(o, "audience", &at)?,
+        resource: string(o, "resource", &at)?,
+    }))
 }
 
 /// `roots`: absolute paths or `file://` URIs, each as the URI an MCP root names (SPEC §23).
@@ -895,6 +968,76 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
         assert!(is_server_id("a1_b"));
         for bad in ["", "1a", "Files", "a-b", "_a", "a.b"] {
             assert!(!is_server_id(bad), "{bad}");
+        }
+    }
+
+    /// `[servers.X.oauth]` (issue 31): loaded for a url server, refused with its path when it
+    /// is misplaced, incomplete or malformed.
+    #[test]
+    fn an_oauth_table_loads_for_a_url_server_and_is_refused_when_wrong() {
+        let head = "schema_version = 1\ntenant_id = \"acme\"\nprincipal_id = \"alice\"\n";
+        let url = "[servers.r]\nurl = \"https://mcp.example/mcp\"\n";
+        let good = "[servers.r.oauth]\ntoken_url = \"https://auth.example/token\"\n\
+                    client_id = \"gw\"\nclient_secret = \"${env:SECRET}\"\nscopes = [\"a\", \"b\"]\n\
+                    resource = \"https://mcp.example/mcp\"\n";
+        let config = GatewayConfig::parse(&format!("{head}{url}{good}")).expect("loads");
+        assert_eq!(
+            config.servers["r"].oauth,
+            Some(OAuthClient {
+                token_url: "https://auth.example/token".to_owned(),
+                client_id: "gw".to_owned(),
+                client_secret: "${env:SECRET}".to_owned(),
+                scopes: vec!["a".to_owned(), "b".to_owned()],
+                audience: None,
+                resource: Some("https://mcp.example/mcp".to_owned()),
+            })
+        );
+        for (text, path, message) in [
+            (
+                format!("{head}[servers.r]\ncommand = \"x\"\n{good}"),
+                "servers.r.oauth",
+                "belongs to a url server",
+            ),
+            (
+                format!("{head}{url}headers = {{ authorization = \"Bearer x\" }}\n{good}"),
+                "servers.r.oauth",
+                "remove the Authorization header",
+            ),
+            (
+                format!(
+                    "{head}{url}[servers.r.oauth]\ntoken_url = \"https://a/t\"\nclient_secret = \"s\"\n"
+                ),
+                "servers.r.oauth.client_id",
+                "is required",
+            ),
+            (
+                format!(
+                    "{head}{url}[servers.r.oauth]\ntoken_url = \"ftp://a/t\"\nclient_id = \"c\"\nclient_secret = \"s\"\n"
+                ),
+                "servers.r.oauth.token_url",
+                "http:// or https://",
+            ),
+            (
+                format!(
+                    "{head}{url}[servers.r.oauth]\ntoken_url = \"https://a/t\"\nclient_id = \"c\"\nclient_secret = \"${{secret}}\"\n"
+                ),
+                "servers.r.oauth.client_secret",
+                "unknown reference",
+            ),
+            (
+                format!("{head}{url}{good}grant = \"password\"\n"),
+                "servers.r.oauth.grant",
+                "",
+            ),
+        ] {
+            let error = GatewayConfig::parse(&text).expect_err(path);
+            assert_eq!(error.path, path, "{text}");
+            assert!(
+                error.message.contains(message),
+                "{}: {}",
+                error.path,
+                error.message
+            );
         }
     }
 }

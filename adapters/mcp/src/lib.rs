@@ -24,3 +24,4 @@ pub mod server;
 pub mod sessionless;
 pub mod tls;
 pub mod upstream;
+pub mod upstream_oauth;

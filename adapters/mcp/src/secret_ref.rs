@@ -34,16 +34,16 @@ pub struct SecretTemplate(pub Vec<Piece>);
 pub enum TemplateError {
     #[error("'${{' is not closed (write $${{ for a literal ${{)")]
     Unclosed,
+    // No message repeats the text between the braces: in a value meant as a literal, that text
+    // may be part of a secret.
     #[error(
-        "unknown reference '${{{0}}}' (use ${{env:NAME}} or ${{file:/absolute/path}}; write $${{ for a literal ${{)"
+        "unknown reference '${{…}}' (use ${{env:NAME}} or ${{file:/absolute/path}}; write $${{ for a literal ${{)"
     )]
-    Unknown(String),
-    #[error(
-        "'${{env:{0}}}': a variable name is letters, digits and '_', not starting with a digit"
-    )]
-    VariableName(String),
-    #[error("'${{file:{0}}}': the path must be absolute")]
-    RelativePath(String),
+    Unknown,
+    #[error("${{env:…}} needs a variable name: letters, digits and '_', not starting with a digit")]
+    VariableName,
+    #[error("${{file:…}} needs an absolute path")]
+    RelativePath,
 }
 
 /// Why a reference could not be resolved when the gateway connected.
@@ -103,16 +103,16 @@ impl SecretTemplate {
                 .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid {
-                return Err(TemplateError::VariableName(name.to_owned()));
+                return Err(TemplateError::VariableName);
             }
             Ok(Piece::Env(name.to_owned()))
         } else if let Some(path) = reference.strip_prefix("file:") {
             if !path.starts_with('/') {
-                return Err(TemplateError::RelativePath(path.to_owned()));
+                return Err(TemplateError::RelativePath);
             }
             Ok(Piece::File(path.to_owned()))
         } else {
-            Err(TemplateError::Unknown(reference.to_owned()))
+            Err(TemplateError::Unknown)
         }
     }
 
@@ -161,7 +161,18 @@ impl Secrets for ProcessSecrets {
             path: path.to_owned(),
             reason,
         };
+        // A FIFO or a device would block the connect (opening a FIFO waits for a writer): only
+        // a regular file is read, checked before opening and again on what was opened.
+        let regular = |metadata: std::fs::Metadata| {
+            if metadata.is_file() {
+                Ok(())
+            } else {
+                Err(failed("not a regular file".to_owned()))
+            }
+        };
+        regular(std::fs::metadata(path).map_err(|e| failed(e.to_string()))?)?;
         let file = std::fs::File::open(path).map_err(|e| failed(e.to_string()))?;
+        regular(file.metadata().map_err(|e| failed(e.to_string()))?)?;
         let mut content = String::new();
         file.take(MAX_SECRET_FILE_BYTES + 1)
             .read_to_string(&mut content)
@@ -250,17 +261,22 @@ mod tests {
     fn a_bad_reference_is_refused_when_the_file_loads() {
         for (text, message) in [
             ("${env:TOKEN", "'${' is not closed"),
-            ("${TOKEN}", "unknown reference '${TOKEN}'"),
-            ("${vault:x}", "unknown reference '${vault:x}'"),
-            ("${env:}", "a variable name is letters"),
-            ("${env:1X}", "a variable name is letters"),
-            ("${env:A-B}", "a variable name is letters"),
-            ("${file:secrets/key}", "the path must be absolute"),
-            ("${file:}", "the path must be absolute"),
+            ("${TOKEN}", "unknown reference '${…}'"),
+            ("${vault:x}", "unknown reference '${…}'"),
+            ("${env:}", "needs a variable name"),
+            ("${env:1X}", "needs a variable name"),
+            ("${env:A-B}", "needs a variable name"),
+            ("${file:secrets/key}", "needs an absolute path"),
+            ("${file:}", "needs an absolute path"),
         ] {
             let error = SecretTemplate::parse(text).expect_err(text).to_string();
             assert!(error.contains(message), "{text}: {error}");
         }
+        // The text between the braces is never repeated: it may be part of a literal secret.
+        let error = SecretTemplate::parse("Basic dXNl${pw-s3cr3t}")
+            .expect_err("not a reference")
+            .to_string();
+        assert!(!error.contains("s3cr3t"), "{error}");
     }
 
     #[test]
@@ -271,5 +287,43 @@ mod tests {
         );
         let error = resolved("${file:/run/secrets/none}").expect_err("no such file");
         assert!(error.contains("/run/secrets/none"), "{error}");
+    }
+
+    /// The process reader takes a regular file of at most 64 KiB of UTF-8, and refuses a FIFO
+    /// (which would block), a directory, a larger file and bytes that are not UTF-8, naming
+    /// the path and never the content.
+    #[test]
+    fn the_process_reads_only_small_regular_utf8_files() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        std::fs::write(path("ok"), "t0k3n\n").expect("write");
+        assert_eq!(ProcessSecrets.file(&path("ok")), Ok("t0k3n\n".to_owned()));
+        let limit = usize::try_from(MAX_SECRET_FILE_BYTES).expect("fits");
+        std::fs::write(path("limit"), "a".repeat(limit)).expect("write");
+        assert!(ProcessSecrets.file(&path("limit")).is_ok());
+        std::fs::write(path("big"), "s".repeat(limit + 1)).expect("write");
+        std::fs::write(path("binary"), [0xff, 0xfe, b's']).expect("write");
+        let made = std::process::Command::new("mkfifo")
+            .arg(path("fifo"))
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success(), "a FIFO is made");
+        for (name, reason) in [
+            ("big", "larger than 65536 bytes"),
+            ("binary", "valid UTF-8"),
+            ("fifo", "not a regular file"),
+            (".", "not a regular file"),
+            ("missing", "No such file"),
+        ] {
+            let error = ProcessSecrets
+                .file(&path(name))
+                .expect_err(name)
+                .to_string();
+            assert!(
+                error.contains(reason) && error.contains(&path(name)),
+                "{error}"
+            );
+            assert!(!error.contains("sss"), "{error}");
+        }
     }
 }

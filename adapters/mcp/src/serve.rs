@@ -127,7 +127,9 @@ pub fn run_template(config: &GatewayConfig) -> RunTemplate {
 
 /// Where the file's tools run, as one hash: each server's id and transport (command, arguments,
 /// environment and working directory, or URL and headers; only the hash is kept), and the
-/// `roots` it is given (they decide what a server such as server-filesystem may reach). A call
+/// `roots` it is given (they decide what a server such as server-filesystem may reach), and
+/// the OAuth client it is called as, if any (token URL, client id, scopes, audience, resource;
+/// not the secret). A call
 /// binds only to a parked call of the same fingerprint (SPEC §22.3), so an approval given
 /// through one gateway file never runs against another file's server of the same name. A
 /// server without `roots` hashes as it did before the key existed, so an upgrade keeps the
@@ -140,6 +142,19 @@ pub fn upstreams_fingerprint(config: &GatewayConfig) -> String {
             let mut runs = format!("{:?}", server.transport);
             if !server.roots.is_empty() {
                 runs.push_str(&format!(" roots {:?}", server.roots));
+            }
+            // Whose token the server is called with (never the secret, as for headers).
+            if let Some(oauth) = &server.oauth {
+                runs.push_str(&format!(
+                    " oauth {:?}",
+                    (
+                        &oauth.token_url,
+                        &oauth.client_id,
+                        &oauth.scopes,
+                        &oauth.audience,
+                        &oauth.resource
+                    )
+                ));
             }
             (id.clone(), serde_json::Value::String(runs))
         })

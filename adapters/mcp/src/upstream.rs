@@ -48,6 +48,7 @@ use crate::config::{ServerConfig, Transport};
 use crate::relay::{ClientLink, Forwarding, RelayContext, UpstreamRelay};
 use crate::round::capabilities_meta;
 use crate::secret_ref::{ProcessSecrets, SecretTemplate};
+use crate::upstream_oauth::{BearerClient, ReadOnlyTool, TokenSource};
 
 /// Why an upstream could not be reached or listed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -305,10 +306,24 @@ impl Upstream {
                     value.set_sensitive(true);
                     http.custom_headers.insert(header, value);
                 }
-                let transport = StreamableHttpClientTransport::from_config(http);
-                handshake(handler, transport, lifecycle)
-                    .await
-                    .map_err(fail)?
+                match &config.oauth {
+                    None => {
+                        let transport = StreamableHttpClientTransport::from_config(http);
+                        handshake(handler, transport, lifecycle)
+                            .await
+                            .map_err(fail)?
+                    }
+                    // The bearer token of the client-credentials grant, on every request.
+                    Some(oauth) => {
+                        let inner = crate::upstream_oauth::http_client().map_err(fail)?;
+                        let tokens = TokenSource::new(oauth.clone(), inner.clone());
+                        let client = BearerClient::new(inner, tokens, read_only_tool(config));
+                        let transport = StreamableHttpClientTransport::with_client(client, http);
+                        handshake(handler, transport, lifecycle)
+                            .await
+                            .map_err(fail)?
+                    }
+                }
             }
         };
         let upstream = Arc::new(Upstream {
@@ -832,4 +847,21 @@ fn call_error(error: ServiceError) -> CallError {
         ServiceError::TransportSend(e) => CallError::NotSent(e.to_string()),
         other => CallError::Lost(other.to_string()),
     }
+}
+
+/// Whether `config` classifies an upstream tool `read_only` (its own table, else the server's
+/// default class): what a 401 may retry (`upstream_oauth`).
+fn read_only_tool(config: &ServerConfig) -> ReadOnlyTool {
+    let tools: std::collections::BTreeMap<String, bool> = config
+        .tools
+        .iter()
+        .map(|(name, tool)| {
+            (
+                name.clone(),
+                tool.class.idempotency == airlock_core::vocab::IdempotencyClass::ReadOnly,
+            )
+        })
+        .collect();
+    let default = config.default.idempotency == airlock_core::vocab::IdempotencyClass::ReadOnly;
+    Arc::new(move |name: &str| tools.get(name).copied().unwrap_or(default))
 }

@@ -55,10 +55,28 @@ impl Target {
 
 /// A nullable field whose key must still be present: `deserialize_with` makes serde treat a
 /// missing key as an error instead of `None`.
-pub(crate) fn required_nullable<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<String>, D::Error> {
+fn required_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
     Option::<String>::deserialize(d)
+}
+
+/// An action and its target are JSON objects (SPEC §4.1). A derived `Deserialize` would also
+/// read a struct from an array of its fields in order; this reads one only from an object.
+pub(crate) fn object_only<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct ObjectOnly<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for ObjectOnly<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    d.deserialize_map(ObjectOnly(std::marker::PhantomData))
 }
 
 /// One proposed action: everything the engine may read, and nothing else.
@@ -86,6 +104,7 @@ pub struct ProposedAction {
     pub normalized_arguments_hash: String,
     pub argument_trust: BTreeMap<String, TrustLevel>,
     pub origin_trust: TrustLevel,
+    #[serde(deserialize_with = "object_only")]
     pub target: Target,
     pub evaluated_at: Timestamp,
 }
@@ -172,7 +191,7 @@ impl ProposedAction {
         // or a document 128 or 129 deep that the limit cuts short) takes the checked path, so
         // every error, and which error wins, stays as it was.
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        if let Ok(action) = ProposedAction::deserialize(&mut deserializer)
+        if let Ok(action) = object_only::<_, ProposedAction>(&mut deserializer)
             && deserializer.end().is_ok()
         {
             action.validate()?;
@@ -189,7 +208,7 @@ impl ProposedAction {
         }
         let mut deserializer = serde_json::Deserializer::from_str(text);
         deserializer.disable_recursion_limit();
-        let action = ProposedAction::deserialize(&mut deserializer)
+        let action = object_only::<_, ProposedAction>(&mut deserializer)
             .map_err(|e| ActionError::Json(e.to_string()))?;
         deserializer
             .end()

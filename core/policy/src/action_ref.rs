@@ -1,5 +1,5 @@
 //! The borrowed action (SPEC §4.1, §24): the same document as
-//! [`ProposedAction`](crate::action::ProposedAction), read with its strings left in the input
+//! `ProposedAction`, read with its strings left in the input
 //! where they need no unescaping, for callers that decide many actions and keep none (`airlock
 //! policy eval --jsonl`).
 //!
@@ -10,13 +10,14 @@
 //! `action_scan`) tries a direct reader of the common shape before this serde parse.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use uuid::Uuid;
 
-use crate::action::{ActionError, JsonMap, ProposedAction, Target, check_fields};
+use crate::action::{ActionError, JsonMap, ProposedAction, Target, check_fields, object_only};
 use crate::facts::ActionFacts;
 use crate::ids::deserialize_canonical_uuid;
 use crate::time::Timestamp;
@@ -56,7 +57,7 @@ pub struct ActionRef<'a> {
     #[serde(borrow)]
     pub argument_trust: TrustLabels<'a>,
     pub origin_trust: TrustLevel,
-    #[serde(borrow)]
+    #[serde(borrow, deserialize_with = "object_only")]
     pub target: TargetRef<'a>,
     pub evaluated_at: Timestamp,
 }
@@ -75,9 +76,10 @@ pub struct TargetRef<'a> {
 }
 
 /// `argument_trust`: labels by argument name. A name given twice keeps its last label, as the
-/// owned action's map does.
+/// owned action's map does (a map here too: a line with many labels costs no more than the
+/// owned parse).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct TrustLabels<'a>(pub Vec<(WireStr<'a>, TrustLevel)>);
+pub struct TrustLabels<'a>(pub BTreeMap<WireStr<'a>, TrustLevel>);
 
 /// A nullable field whose key must still be present (see the owned action's).
 fn required_nullable<'de: 'a, 'a, D: Deserializer<'de>>(
@@ -98,12 +100,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for TrustLabels<'a> {
                 self,
                 mut map: A,
             ) -> Result<TrustLabels<'de>, A::Error> {
-                let mut labels: Vec<(WireStr<'de>, TrustLevel)> = Vec::new();
+                let mut labels = BTreeMap::new();
                 while let Some((name, level)) = map.next_entry::<WireStr<'de>, TrustLevel>()? {
-                    match labels.iter_mut().find(|(known, _)| *known == name) {
-                        Some(entry) => entry.1 = level,
-                        None => labels.push((name, level)),
-                    }
+                    labels.insert(name, level);
                 }
                 Ok(TrustLabels(labels))
             }
@@ -115,23 +114,30 @@ impl<'de: 'a, 'a> Deserialize<'de> for TrustLabels<'a> {
 impl<'a> ActionRef<'a> {
     /// The borrowed action read by serde (then, failing that, by the owned parser): what
     /// [`Self::from_json`] falls back to, and what the tests hold the direct reader to.
+    #[doc(hidden)]
     pub fn from_json_serde(text: &'a str) -> Result<ActionRef<'a>, ActionError> {
         // The borrowed parse under serde_json's recursion limit, as the owned fast path does;
         // a document it takes, the owned parse takes with the same values, so the same checks
         // decide. Anything else goes to the owned parser, which reports (or, for a document
         // deeper than the limit, accepts) it.
         let mut deserializer = serde_json::Deserializer::from_str(text);
-        if let Ok(action) = ActionRef::deserialize(&mut deserializer)
+        if let Ok(action) = object_only::<_, ActionRef>(&mut deserializer)
             && deserializer.end().is_ok()
         {
-            check_fields(
-                action.tenant_id.as_str(),
-                action.normalized_arguments_hash.as_str(),
-                &action.arguments,
-            )?;
-            return Ok(action);
+            return action.validated();
         }
         ProposedAction::from_json(text).map(ActionRef::from)
+    }
+
+    /// The action, if it passes the checks serde cannot express (the owned action's, in the
+    /// same order).
+    pub(crate) fn validated(self) -> Result<ActionRef<'a>, ActionError> {
+        check_fields(
+            self.tenant_id.as_str(),
+            self.normalized_arguments_hash.as_str(),
+            &self.arguments,
+        )?;
+        Ok(self)
     }
 
     /// The owned action with the same values.
@@ -235,8 +241,8 @@ impl ActionFacts for ActionRef<'_> {
             || self
                 .argument_trust
                 .0
-                .iter()
-                .any(|(_, level)| *level == TrustLevel::ExternalUntrusted)
+                .values()
+                .any(|level| *level == TrustLevel::ExternalUntrusted)
     }
     fn arguments(&self) -> &JsonMap {
         &self.arguments

@@ -3,12 +3,14 @@
 //! the arguments handed to serde_json in place. It takes only what it reads with certainty and
 //! returns `None` for anything else (an escape in a key or an audit string, an unknown or
 //! repeated key, a missing one, a number that is not a plain integer, a value a field does not
-//! take, arguments nested past [`SCAN_DEPTH`]), and the caller then reads the text with
+//! take, arguments nested past `SCAN_DEPTH`), and the caller then reads the text with
 //! [`ActionRef`]'s serde parse and, failing that, the owned parser. So the reader decides
 //! nothing: what it returns is what those parsers return for the same text, and every error is
 //! theirs.
 
-use crate::action::{ActionError, JsonMap, check_fields, value_depth};
+use std::collections::BTreeMap;
+
+use crate::action::{ActionError, JsonMap, value_depth};
 use crate::action_ref::{ActionRef, TargetRef, TrustLabels};
 use crate::ids::parse_canonical_uuid;
 use crate::time::Timestamp;
@@ -21,23 +23,21 @@ const SCAN_DEPTH: usize = 100;
 
 impl<'a> ActionRef<'a> {
     /// Parses and validates one action document, borrowing from `text`. Accepts and refuses
-    /// exactly what [`ProposedAction::from_json`] does, with the same error.
+    /// exactly what [`ProposedAction::from_json`](crate::action::ProposedAction::from_json) does, with the same error.
     pub fn from_json(text: &'a str) -> Result<ActionRef<'a>, ActionError> {
         // The direct reader first: what it takes, the serde parse below takes with the same
         // values (`action_scan`), so the same checks decide.
         if let Some(action) = scan(text) {
-            check_fields(
-                action.tenant_id.as_str(),
-                action.normalized_arguments_hash.as_str(),
-                &action.arguments,
-            )?;
-            return Ok(action);
+            return action.validated();
         }
         Self::from_json_serde(text)
     }
 }
 
-/// Reads `text` when it has the common shape; `None` hands it to the parsers.
+/// Reads `text` when it has the common shape; `None` hands it to the parsers. Runs none of the
+/// checks after parsing (tenant, hash, depth): [`ActionRef::from_json`] does. Public for the
+/// tests that hold it to the parsers.
+#[doc(hidden)]
 pub fn scan(text: &str) -> Option<ActionRef<'_>> {
     let mut reader = Reader {
         text,
@@ -221,7 +221,7 @@ impl<'a> Reader<'a> {
         if !self.eat(b'{') {
             return None;
         }
-        let mut labels: Vec<(WireStr<'a>, TrustLevel)> = Vec::new();
+        let mut labels = BTreeMap::new();
         if self.eat(b'}') {
             return Some(TrustLabels(labels));
         }
@@ -231,10 +231,7 @@ impl<'a> Reader<'a> {
                 return None;
             }
             let level: TrustLevel = self.parsed()?;
-            match labels.iter_mut().find(|(known, _)| *known == name) {
-                Some(entry) => entry.1 = level,
-                None => labels.push((name, level)),
-            }
+            labels.insert(name, level);
             if self.eat(b'}') {
                 return Some(TrustLabels(labels));
             }

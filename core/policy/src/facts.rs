@@ -1,6 +1,6 @@
 //! What the gate reads of an action (SPEC §6): the fields the engine, the matrix conditions, the
 //! overlay and the hardline rules look at, and nothing else. Both the owned
-//! [`ProposedAction`](crate::action::ProposedAction) and the borrowed
+//! `ProposedAction` and the borrowed
 //! [`ActionRef`](crate::action_ref::ActionRef) provide them, so one engine decides either, and
 //! the audit-only fields (ids, tenant, summary, hash, time) are never in reach of a rule.
 

@@ -2,8 +2,9 @@
 //! exercises exactly what the fuzzer ran.
 
 use crate::action::ProposedAction;
+use crate::action_ref::ActionRef;
 use crate::canonical::{sha256_hex, to_canonical_string};
-use crate::{Ruleset, evaluate, shipped};
+use crate::{Ruleset, decide, evaluate, shipped};
 
 /// `policy_load`: the first byte chooses which file the rest replaces (even: profile, odd:
 /// hardline); the other file is the shipped one. Loading must return, never panic.
@@ -25,13 +26,50 @@ pub fn policy_load(data: &[u8]) {
 }
 
 /// `policy_eval`: arbitrary bytes as action JSON; a parsed action must evaluate to the same
-/// decision twice.
+/// decision twice. The CLI's path must be the owned one exactly: the borrowed parse (its direct
+/// reader included) accepts and refuses the same texts with the same values and errors, and
+/// the decision it writes is the owned decision's JSON byte for byte (SPEC §24).
 pub fn policy_eval(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(action) = ProposedAction::from_json(text) else {
-        return;
+    let owned = ProposedAction::from_json(text);
+    let borrowed = ActionRef::from_json(text);
+    if let Some(scanned) = crate::action_scan::scan(text)
+        && let Ok(serde) = ActionRef::from_json_serde(text)
+    {
+        assert_eq!(
+            scanned.into_owned(),
+            serde.into_owned(),
+            "the direct reader reads as serde"
+        );
+    }
+    let action = match (owned, borrowed) {
+        (Ok(owned), Ok(borrowed)) => {
+            let Some(ruleset) = shipped_ruleset() else {
+                return;
+            };
+            let mut written = Vec::new();
+            if decide(&borrowed, ruleset).write_json(&mut written).is_err() {
+                panic!("a Vec takes every write");
+            }
+            assert_eq!(
+                serde_json::to_vec(&evaluate(&owned, ruleset)).ok(),
+                Some(written),
+                "the written decision is the serialized one"
+            );
+            assert_eq!(
+                borrowed.into_owned(),
+                owned,
+                "the borrowed action is the owned one"
+            );
+            owned
+        }
+        (Err(owned), Err(borrowed)) => {
+            assert_eq!(borrowed, owned, "the same error both ways");
+            return;
+        }
+        _ => panic!("the owned and borrowed parsers disagree on acceptance"),
     };
     let Some(ruleset) = shipped_ruleset() else {
         return;

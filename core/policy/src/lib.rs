@@ -8,9 +8,12 @@
 //! - [`loader`] and [`ruleset`]: strict loading of the two rule files, the profile and the
 //!   hardline file, into one [`Ruleset`] with its [`PolicyVersion`] (§7); [`shipped`] holds the
 //!   files airlock ships.
-//! - [`engine`]: step 0 (well-formedness), the [`hardline`] rules and their readings of
-//!   payload strings (§21), the effect [`matrix`] and the trust [`overlay`] (§6), as one pure
-//!   function; [`advisory`] declares the interfaces a later reviewer plugs into.
+//! - [`engine`]: step 0 (skill authoring only from a user turn), the [`hardline`] rules and
+//!   their readings of payload strings (§21), the effect [`matrix`] and the trust [`overlay`] (§6), as one pure
+//!   function over what [`facts`] lets a rule read, giving a [`verdict`]; [`advisory`]
+//!   declares the interfaces a later reviewer plugs into.
+//! - [`action_ref`] and [`action_scan`]: the borrowed action and its direct reader, for callers
+//!   that decide many actions and keep none (`airlock policy eval --jsonl`).
 //!
 //! The crate depends on no other airlock crate and keeps the runtime core's purity rules: no
 //! I/O, no clock, no randomness. Time arrives as the action's `evaluated_at`; the same action

@@ -63,7 +63,7 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
     era * 146_097 + day_of_era - 719_468
 }
 
-/// The inverse of [`days_from_civil`].
+/// The inverse of `days_from_civil`: a day count since 1970-01-01 as (year, month, day).
 pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let days = days + 719_468;
     let era = days.div_euclid(146_097);

@@ -279,3 +279,48 @@ fn texts_that_trip_a_reader_read_as_the_parsers_read_them() {
     }
     assert_eq!((accepted, refused), (10, 15));
 }
+
+/// An action and its target are JSON objects (SPEC §4.1): the same fields as an array, in
+/// declaration order, are refused by every path (a derived `Deserialize` would read them).
+#[test]
+fn an_action_or_a_target_written_as_an_array_is_refused_by_every_path() {
+    let ruleset = shipped();
+    let base: Value = serde_json::from_str(&conformance_actions("policy-cases.jsonl")[0])
+        .expect("an action is JSON");
+    let target = [
+        "kind",
+        "isolated",
+        "network_enabled",
+        "device_id",
+        "server_id",
+    ];
+    let target_array = Value::Array(target.iter().map(|k| base["target"][k].clone()).collect());
+    let fields = [
+        "kind",
+        "action_id",
+        "tenant_id",
+        "session_id",
+        "run_id",
+        "step_number",
+        "name",
+        "version",
+        "summary",
+        "side_effect",
+        "risk",
+        "idempotency",
+        "required_scopes",
+        "arguments",
+        "normalized_arguments_hash",
+        "argument_trust",
+        "origin_trust",
+        "target",
+        "evaluated_at",
+    ];
+    let whole = Value::Array(fields.iter().map(|k| base[k].clone()).collect()).to_string();
+    let mut with_target_array = base.clone();
+    with_target_array["target"] = target_array;
+    for text in [whole, with_target_array.to_string()] {
+        let error = both_paths(&ruleset, &text).expect_err("an array is not an action");
+        assert!(error.contains("expected a JSON object"), "{error}: {text}");
+    }
+}

@@ -140,7 +140,7 @@ pub fn first_match_with<'r>(
 
 impl HardlineRule {
     /// Whether the rule denies an action with this side effect and these arguments, by all its
-    /// readings (v1 and v2). The engine uses [`first_match`], which orders the passes; this is
+    /// readings (v1 and v2). The engine uses [`first_match_with`], which orders the passes; this is
     /// the answer for one rule on its own (the load-time self check).
     pub fn matches(&self, side_effect: SideEffectClass, arguments: &Map<String, Value>) -> bool {
         self.matches_v1(side_effect, arguments, Prefilter::On)
