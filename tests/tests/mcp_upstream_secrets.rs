@@ -206,7 +206,8 @@ fn an_oauth_client_gets_a_token_and_calls_the_upstream_with_it() {
         &config,
         format!(
             "{text}\n[servers.remote.oauth]\ntoken_url = \"http://127.0.0.1:{token_port}/token\"\n\
-             client_id = \"airlock-e2e\"\nclient_secret = \"${{file:{}}}\"\nscopes = [\"mcp:read\"]\n",
+             client_id = \"airlock-e2e\"\nclient_secret = \"${{file:{}}}\"\nscopes = [\"mcp:read\"]\n\
+             token_endpoint_auth = \"client_secret_post\"\n",
             secret_file.display()
         ),
     )

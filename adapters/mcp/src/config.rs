@@ -124,6 +124,18 @@ pub struct OAuthClient {
     pub audience: Option<String>,
     /// RFC 8707 `resource`.
     pub resource: Option<String>,
+    /// How the client authenticates to the token endpoint (RFC 6749 §2.3.1).
+    pub auth: TokenEndpointAuth,
+}
+
+/// `token_endpoint_auth`, named as RFC 8414's `token_endpoint_auth_methods_supported` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenEndpointAuth {
+    /// HTTP Basic with the form-encoded id and secret: the method every server must support,
+    /// and the default.
+    ClientSecretBasic,
+    /// `client_id` and `client_secret` in the form body.
+    ClientSecretPost,
 }
 
 /// How a server's names reach the client (SPEC §19.2, §19.6).
@@ -364,7 +376,8 @@ const SERVER_KEYS: [&str; 16] = [
     "roots",
     "oauth",
 ];
-const OAUTH_KEYS: [&str; 6] = [
+const OAUTH_KEYS: [&str; 7] = [
+    "token_endpoint_auth",
     "token_url",
     "client_id",
     "client_secret",
@@ -651,6 +664,16 @@ fn oauth(t: &Table, transport: &Transport, at: &str) -> Result<Option<OAuthClien
         scopes: strings(o, "scopes", &at)?.unwrap_or_default(),
         audience: string(o, "audience", &at)?,
         resource: string(o, "resource", &at)?,
+        auth: match string(o, "token_endpoint_auth", &at)?.as_deref() {
+            None | Some("client_secret_basic") => TokenEndpointAuth::ClientSecretBasic,
+            Some("client_secret_post") => TokenEndpointAuth::ClientSecretPost,
+            Some(other) => {
+                return Err(error(
+                    &join(&at, "token_endpoint_auth"),
+                    format!("invalid value '{other}' (client_secret_basic or client_secret_post)"),
+                ));
+            }
+        },
     }))
 }
 
@@ -990,6 +1013,7 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
                 scopes: vec!["a".to_owned(), "b".to_owned()],
                 audience: None,
                 resource: Some("https://mcp.example/mcp".to_owned()),
+                auth: TokenEndpointAuth::ClientSecretBasic,
             })
         );
         for (text, path, message) in [
@@ -1028,6 +1052,11 @@ pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
                 format!("{head}{url}{good}grant = \"password\"\n"),
                 "servers.r.oauth.grant",
                 "",
+            ),
+            (
+                format!("{head}{url}{good}token_endpoint_auth = \"private_key_jwt\"\n"),
+                "servers.r.oauth.token_endpoint_auth",
+                "client_secret_basic or client_secret_post",
             ),
         ] {
             let error = GatewayConfig::parse(&text).expect_err(path);

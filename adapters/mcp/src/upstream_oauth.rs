@@ -24,7 +24,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
-use crate::config::OAuthClient;
+use crate::config::{OAuthClient, TokenEndpointAuth};
 use crate::secret_ref::{ProcessSecrets, SecretTemplate};
 
 /// A token is asked for again this long before it expires (or at half its life, if shorter).
@@ -102,7 +102,8 @@ impl TokenSource {
         Ok(access)
     }
 
-    /// One client-credentials request (RFC 6749 §4.4, form-encoded, the secret in the body).
+    /// One client-credentials request (RFC 6749 §4.4, form-encoded), the client authenticated
+    /// by HTTP Basic or in the body as the file says.
     async fn request(&self) -> Result<Token, TokenError> {
         let client = &self.client;
         let secret = SecretTemplate::parse(&client.client_secret)
@@ -113,8 +114,10 @@ impl TokenSource {
         let body = {
             let mut form = url::form_urlencoded::Serializer::new(String::new());
             form.append_pair("grant_type", "client_credentials");
-            form.append_pair("client_id", &client.client_id);
-            form.append_pair("client_secret", &secret);
+            if client.auth == TokenEndpointAuth::ClientSecretPost {
+                form.append_pair("client_id", &client.client_id);
+                form.append_pair("client_secret", &secret);
+            }
             if !client.scopes.is_empty() {
                 form.append_pair("scope", &client.scopes.join(" "));
             }
@@ -131,9 +134,15 @@ impl TokenSource {
             reason,
         };
         let asked = Instant::now();
-        let response = self
-            .http
-            .post(&client.token_url)
+        let mut request = self.http.post(&client.token_url);
+        if client.auth == TokenEndpointAuth::ClientSecretBasic {
+            // RFC 6749 §2.3.1: each part form-encoded, then HTTP Basic.
+            let encoded = |text: &str| {
+                url::form_urlencoded::byte_serialize(text.as_bytes()).collect::<String>()
+            };
+            request = request.basic_auth(encoded(&client.client_id), Some(encoded(&secret)));
+        }
+        let response = request
             .header(
                 http::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
@@ -530,7 +539,30 @@ mod tests {
             scopes: vec!["mcp:read".to_owned(), "mcp:write".to_owned()],
             audience: None,
             resource: Some("https://api.example/mcp".to_owned()),
+            auth: TokenEndpointAuth::ClientSecretPost,
         }
+    }
+
+    /// The default (RFC 6749 §2.3.1): HTTP Basic with the form-encoded id and secret, and
+    /// neither in the body.
+    #[tokio::test]
+    async fn by_default_the_client_authenticates_with_http_basic() {
+        let (base, seen) = server(vec![token("tok-b", 3600)]).await;
+        let mut basic = client(format!("{base}/token"), "p:w+d");
+        basic.auth = TokenEndpointAuth::ClientSecretBasic;
+        let source = TokenSource::new(basic, http_client().expect("an HTTP client"));
+        assert_eq!(source.bearer().await, Ok("tok-b".to_owned()));
+        let request = seen.lock().expect("seen")[0].clone();
+        assert_eq!(
+            request.authorization.as_deref(),
+            Some("Basic YWlybG9jay1ndzpwJTNBdyUyQmQ="),
+            "base64 of airlock-gw:p%3Aw%2Bd"
+        );
+        assert_eq!(
+            request.body,
+            "grant_type=client_credentials&scope=mcp%3Aread+mcp%3Awrite\
+             &resource=https%3A%2F%2Fapi.example%2Fmcp"
+        );
     }
 
     #[tokio::test]
