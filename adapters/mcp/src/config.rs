@@ -114,7 +114,8 @@ pub struct ServerConfig {
 }
 
 /// `[servers.X.oauth]`: where and as whom the gateway asks for an upstream's access token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` leaves the secret out (it may be a literal).
+#[derive(Clone, PartialEq, Eq)]
 pub struct OAuthClient {
     pub token_url: String,
     pub client_id: String,
@@ -126,6 +127,20 @@ pub struct OAuthClient {
     pub resource: Option<String>,
     /// How the client authenticates to the token endpoint (RFC 6749 §2.3.1).
     pub auth: TokenEndpointAuth,
+}
+
+impl std::fmt::Debug for OAuthClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthClient")
+            .field("token_url", &self.token_url)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<not shown>")
+            .field("scopes", &self.scopes)
+            .field("audience", &self.audience)
+            .field("resource", &self.resource)
+            .field("auth", &self.auth)
+            .finish()
+    }
 }
 
 /// `token_endpoint_auth`, named as RFC 8414's `token_endpoint_auth_methods_supported` names them.

@@ -170,8 +170,15 @@ impl Secrets for ProcessSecrets {
                 Err(failed("not a regular file".to_owned()))
             }
         };
+        // Opened without blocking (a FIFO put in the file's place after the first check does
+        // not wait for a writer), then checked on what was opened.
+        use std::os::unix::fs::OpenOptionsExt;
         regular(std::fs::metadata(path).map_err(|e| failed(e.to_string()))?)?;
-        let file = std::fs::File::open(path).map_err(|e| failed(e.to_string()))?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| failed(e.to_string()))?;
         regular(file.metadata().map_err(|e| failed(e.to_string()))?)?;
         let mut content = String::new();
         file.take(MAX_SECRET_FILE_BYTES + 1)

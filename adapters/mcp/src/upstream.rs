@@ -315,8 +315,10 @@ impl Upstream {
                     }
                     // The bearer token of the client-credentials grant, on every request.
                     Some(oauth) => {
-                        let inner = crate::upstream_oauth::http_client().map_err(fail)?;
-                        let tokens = TokenSource::new(oauth.clone(), inner.clone());
+                        let inner = crate::upstream_oauth::mcp_http_client().map_err(fail)?;
+                        let token_client =
+                            crate::upstream_oauth::token_http_client().map_err(fail)?;
+                        let tokens = TokenSource::new(oauth.clone(), token_client);
                         let client = BearerClient::new(inner, tokens, read_only_tool(config));
                         let transport = StreamableHttpClientTransport::with_client(client, http);
                         handshake(handler, transport, lifecycle)

@@ -48,11 +48,51 @@ struct Token {
     refresh_at: Instant,
 }
 
-/// The HTTP client for a server's token endpoint and its MCP requests (rustls with the
-/// process's provider); an error, not a panic, when it cannot be built.
-pub fn http_client() -> Result<reqwest::Client, String> {
+/// The longest a token request may take, connect to last byte.
+const TOKEN_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Redirects followed for one MCP request at most.
+const MAX_REDIRECTS: usize = 10;
+
+/// The HTTP client of a server's MCP requests. Redirects are followed only when they keep the
+/// request as it was and where it was meant to go: a 307 or 308 to the same origin, at most
+/// [`MAX_REDIRECTS`] times (a 301/302/303 would turn the POST into a GET and lose the message,
+/// and another origin would receive the token, the session id and the configured headers);
+/// any other redirect is the answer. Idle connections are not pooled, as rmcp's own client
+/// does not pool them. An error, not a panic, when it cannot be built.
+pub fn mcp_http_client() -> Result<reqwest::Client, String> {
+    crate::tls::install_default_provider();
+    let same_origin = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_the_request = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_the_request || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .redirect(same_origin)
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The HTTP client of a token endpoint: no redirect is followed (a redirected request would
+/// carry the client's credentials elsewhere), and a request ends after
+/// [`TOKEN_REQUEST_TIMEOUT`].
+pub fn token_http_client() -> Result<reqwest::Client, String> {
     crate::tls::install_default_provider();
     reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(TOKEN_REQUEST_TIMEOUT)
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
@@ -153,10 +193,21 @@ impl TokenSource {
             .await
             .map_err(|e| failed(format!("unreachable ({})", without_url(&e))))?;
         let status = response.status();
-        let body = response
-            .bytes()
+        // Read at most MAX_TOKEN_RESPONSE + 1 bytes, whatever the endpoint sends.
+        let mut response = response;
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| failed(format!("unreadable answer ({})", without_url(&e))))?;
+            .map_err(|e| failed(format!("unreadable answer ({})", without_url(&e))))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_TOKEN_RESPONSE {
+                return Err(failed(format!(
+                    "answered {status} with more than {MAX_TOKEN_RESPONSE} bytes"
+                )));
+            }
+        }
         if !status.is_success() {
             // The body may echo the request; only the OAuth error code is repeated.
             let code = serde_json::from_slice::<serde_json::Value>(&body)
@@ -167,9 +218,6 @@ impl TokenSource {
                 Some(code) => format!("answered {status} ({code})"),
                 None => format!("answered {status}"),
             }));
-        }
-        if body.len() > MAX_TOKEN_RESPONSE {
-            return Err(failed("answer too large".to_owned()));
         }
         #[derive(serde::Deserialize)]
         struct Answer {
@@ -224,6 +272,7 @@ pub fn retry_safe(message: &ClientJsonRpcMessage, read_only_tool: &dyn Fn(&str) 
     match &request.request {
         ClientRequest::CallToolRequest(call) => read_only_tool(call.params.name.as_ref()),
         ClientRequest::InitializeRequest(_)
+        | ClientRequest::DiscoverRequest(_)
         | ClientRequest::PingRequest(_)
         | ClientRequest::ListToolsRequest(_)
         | ClientRequest::ListResourcesRequest(_)
@@ -231,7 +280,11 @@ pub fn retry_safe(message: &ClientJsonRpcMessage, read_only_tool: &dyn Fn(&str) 
         | ClientRequest::ReadResourceRequest(_)
         | ClientRequest::ListPromptsRequest(_)
         | ClientRequest::GetPromptRequest(_)
-        | ClientRequest::CompleteRequest(_) => true,
+        | ClientRequest::CompleteRequest(_)
+        | ClientRequest::GetTaskRequest(_)
+        | ClientRequest::ListSkillsRequest(_)
+        | ClientRequest::GetSkillRequest(_)
+        | ClientRequest::ReadResourceDirectoryRequest(_) => true,
         _ => false,
     }
 }
@@ -275,6 +328,16 @@ impl BearerClient {
     async fn token(&self) -> Result<String, StreamableHttpError<reqwest::Error>> {
         self.tokens.bearer().await.map_err(token_failure)
     }
+}
+
+/// The error of a request the server refused with 401, in words that carry nothing the server
+/// sent; with why the token could not be refreshed, if it could not.
+fn refused(refresh: Option<&TokenError>) -> StreamableHttpError<reqwest::Error> {
+    let words = match refresh {
+        None => "HTTP 401 Unauthorized: the server refused the OAuth token (refreshed for the next request)".to_owned(),
+        Some(failure) => format!("HTTP 401 Unauthorized: the server refused the OAuth token, and no new one: {failure}"),
+    };
+    StreamableHttpError::UnexpectedServerResponse(Cow::Owned(words))
 }
 
 fn token_failure(error: TokenError) -> StreamableHttpError<reqwest::Error> {
@@ -351,21 +414,30 @@ impl StreamableHttpClient for BearerClient {
             .await;
         match first {
             Err(error) if unauthorized(&error) => {
-                let fresh = self.tokens.refresh(&token).await.map_err(token_failure)?;
-                match retry {
-                    Some(message) => {
-                        self.inner
-                            .post_message_with_response_limits(
-                                uri,
-                                message,
-                                session_id,
-                                Some(fresh),
-                                custom_headers,
-                                limits,
-                            )
-                            .await
-                    }
-                    None => Err(error),
+                // A 401 is reported in fixed words: rmcp's text of an unchallenged one
+                // carries the start of the body, which may echo the rejected token.
+                drop(error);
+                let fresh = match self.tokens.refresh(&token).await {
+                    Ok(fresh) => fresh,
+                    Err(failure) => return Err(refused(Some(&failure))),
+                };
+                let Some(message) = retry else {
+                    return Err(refused(None));
+                };
+                match self
+                    .inner
+                    .post_message_with_response_limits(
+                        uri,
+                        message,
+                        session_id,
+                        Some(fresh),
+                        custom_headers,
+                        limits,
+                    )
+                    .await
+                {
+                    Err(again) if unauthorized(&again) => Err(refused(None)),
+                    other => other,
                 }
             }
             other => other,
@@ -499,10 +571,11 @@ mod tests {
                             .expect("script")
                             .pop_front()
                             .unwrap_or((500, "text/plain", "unscripted".to_owned()));
-                        let challenge = if status == 401 {
-                            "www-authenticate: Bearer realm=\"test\"\r\n"
-                        } else {
-                            ""
+                        // 401 answers with a challenge; 4010 is a 401 without one.
+                        let (status, challenge) = match status {
+                            401 => (401, "www-authenticate: Bearer realm=\"test\"\r\n"),
+                            4010 => (401, ""),
+                            other => (other, ""),
                         };
                         let head = format!(
                             "HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {}\r\n{challenge}\r\n",
@@ -550,7 +623,7 @@ mod tests {
         let (base, seen) = server(vec![token("tok-b", 3600)]).await;
         let mut basic = client(format!("{base}/token"), "p:w+d");
         basic.auth = TokenEndpointAuth::ClientSecretBasic;
-        let source = TokenSource::new(basic, http_client().expect("an HTTP client"));
+        let source = TokenSource::new(basic, token_http_client().expect("an HTTP client"));
         assert_eq!(source.bearer().await, Ok("tok-b".to_owned()));
         let request = seen.lock().expect("seen")[0].clone();
         assert_eq!(
@@ -575,7 +648,7 @@ mod tests {
         .await;
         let source = TokenSource::new(
             client(format!("{base}/token"), "s3cr3t-literal"),
-            http_client().expect("an HTTP client"),
+            token_http_client().expect("an HTTP client"),
         );
         assert_eq!(source.bearer().await, Ok("tok-1".to_owned()));
         assert_eq!(source.bearer().await, Ok("tok-1".to_owned()), "kept");
@@ -615,7 +688,7 @@ mod tests {
         .await;
         let source = TokenSource::new(
             client(format!("{base}/token"), "s3cr3t-literal"),
-            http_client().expect("an HTTP client"),
+            token_http_client().expect("an HTTP client"),
         );
         for expected in [
             "answered 401 Unauthorized (invalid_client)",
@@ -631,7 +704,7 @@ mod tests {
                 format!("{base}/token"),
                 "${env:AIRLOCK_TEST_NEVER_SET_9C2D}",
             ),
-            http_client().expect("an HTTP client"),
+            token_http_client().expect("an HTTP client"),
         );
         assert_eq!(
             unset.bearer().await.map_err(|e| e.to_string()),
@@ -685,7 +758,7 @@ mod tests {
             token("tok-3", 3600),
         ])
         .await;
-        let inner = http_client().expect("an HTTP client");
+        let inner = token_http_client().expect("an HTTP client");
         let tokens = TokenSource::new(client(format!("{base}/token"), "s"), inner.clone());
         let bearer = BearerClient::new(inner, tokens, Arc::new(|name: &str| name == "search"));
         let uri: Arc<str> = Arc::from(format!("{base}/mcp").as_str());
@@ -724,6 +797,44 @@ mod tests {
                 ("/token".to_owned(), None),
             ],
             "one refresh per 401, one resend for the ping, none for the write"
+        );
+    }
+
+    /// A 401 without a challenge (rmcp reports it as `HTTP 401 …` with the start of the body)
+    /// is a 401 too; what the server sent, here the rejected token, is never in the error.
+    #[tokio::test]
+    async fn a_401_without_a_challenge_is_refreshed_and_its_body_is_not_repeated() {
+        let echo = (
+            4010,
+            "text/plain",
+            "invalid token tok-1 for this resource".to_owned(),
+        );
+        let (base, seen) = server(vec![
+            token("tok-1", 3600),
+            echo.clone(),
+            token("tok-2", 3600),
+            echo,
+        ])
+        .await;
+        let inner = token_http_client().expect("an HTTP client");
+        let tokens = TokenSource::new(client(format!("{base}/token"), "s"), inner.clone());
+        let bearer = BearerClient::new(inner, tokens, Arc::new(|_: &str| true));
+        let uri: Arc<str> = Arc::from(format!("{base}/mcp").as_str());
+        let error = bearer
+            .post_message(uri, ping(), None, None, HashMap::new())
+            .await
+            .map(|_| ())
+            .expect_err("refused twice")
+            .to_string();
+        assert!(error.contains("HTTP 401"), "{error}");
+        assert!(
+            !error.contains("tok-1") && !error.contains("tok-2"),
+            "{error}"
+        );
+        assert_eq!(
+            seen.lock().expect("seen").len(),
+            4,
+            "token, call, token, call again"
         );
     }
 }
