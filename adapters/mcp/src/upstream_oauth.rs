@@ -115,24 +115,22 @@ impl TokenSource {
 
     /// The current token, asked for first if there is none or it is due.
     pub async fn bearer(&self) -> Result<String, TokenError> {
-        let mut token = self.token.lock().await;
-        if let Some(held) = token.as_ref()
-            && Instant::now() < held.refresh_at
-        {
-            return Ok(held.access.clone());
-        }
-        let fresh = self.request().await?;
-        let access = fresh.access.clone();
-        *token = Some(fresh);
-        Ok(access)
+        self.held_or_new(|held| Instant::now() < held.refresh_at)
+            .await
     }
 
     /// After a 401 for `rejected`: a new token, unless another request already replaced it
     /// (then that one), so a burst of 401s asks the endpoint once.
     pub async fn refresh(&self, rejected: &str) -> Result<String, TokenError> {
+        self.held_or_new(|held| held.access != rejected).await
+    }
+
+    /// The held token if `keep` says so, else a new one from the endpoint (asked for under
+    /// the lock, so concurrent requests ask once).
+    async fn held_or_new(&self, keep: impl Fn(&Token) -> bool) -> Result<String, TokenError> {
         let mut token = self.token.lock().await;
         if let Some(held) = token.as_ref()
-            && held.access != rejected
+            && keep(held)
         {
             return Ok(held.access.clone());
         }

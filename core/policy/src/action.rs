@@ -55,8 +55,13 @@ impl Target {
 
 /// A nullable field whose key must still be present: `deserialize_with` makes serde treat a
 /// missing key as an error instead of `None`.
-fn required_nullable<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Option::<String>::deserialize(d)
+/// Shared by the owned and the borrowed action.
+pub(crate) fn required_nullable<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d)
 }
 
 /// An action and its target are JSON objects (SPEC §4.1). A derived `Deserialize` would also

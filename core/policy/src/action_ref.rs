@@ -17,7 +17,9 @@ use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use uuid::Uuid;
 
-use crate::action::{ActionError, JsonMap, ProposedAction, Target, check_fields, object_only};
+use crate::action::{
+    ActionError, JsonMap, ProposedAction, Target, check_fields, object_only, required_nullable,
+};
 use crate::facts::ActionFacts;
 use crate::ids::deserialize_canonical_uuid;
 use crate::time::Timestamp;
@@ -80,13 +82,6 @@ pub struct TargetRef<'a> {
 /// owned parse).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TrustLabels<'a>(pub BTreeMap<WireStr<'a>, TrustLevel>);
-
-/// A nullable field whose key must still be present (see the owned action's).
-fn required_nullable<'de: 'a, 'a, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<WireStr<'a>>, D::Error> {
-    Option::<WireStr<'a>>::deserialize(d)
-}
 
 impl<'de: 'a, 'a> Deserialize<'de> for TrustLabels<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
