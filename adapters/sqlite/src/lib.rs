@@ -26,6 +26,7 @@ mod tx;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
@@ -285,12 +286,10 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
             pragma: "busy_timeout",
             source,
         })?;
-    let journal_mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
-        .map_err(|source| SqliteError::Pragma {
-            pragma: "journal_mode",
-            source,
-        })?;
+    let journal_mode = switch_to_wal(conn).map_err(|source| SqliteError::Pragma {
+        pragma: "journal_mode",
+        source,
+    })?;
     if !journal_mode.eq_ignore_ascii_case("wal") {
         return Err(SqliteError::PragmaMismatch {
             pragma: "journal_mode",
@@ -321,6 +320,34 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
     }
     Ok(())
 }
+
+/// `PRAGMA journal_mode=WAL`, retried while the file is busy, for up to [`BUSY_TIMEOUT`].
+///
+/// Switching a new file to WAL upgrades this connection's read lock to the write lock. While
+/// another process opening the same new file holds its own read lock, SQLite answers that
+/// upgrade `SQLITE_BUSY` at once, without calling the busy handler (two upgraders waiting for
+/// each other would deadlock), so `busy_timeout` does not cover it. Each retry starts a fresh
+/// statement, which drops the read lock first, so the two openers cannot wait for each other;
+/// once one has switched the file, the others find it in WAL already. Seen in CI as a gateway
+/// exiting "cannot set PRAGMA journal_mode: database is locked" when two started at once.
+fn switch_to_wal(conn: &Connection) -> Result<String, rusqlite::Error> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(error)
+                if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(WAL_SWITCH_RETRY);
+            }
+            answer => return answer,
+        }
+    }
+}
+
+/// The pause between two attempts of [`switch_to_wal`]: long enough for the winner to finish
+/// its switch (one write of the header), short beside a process start.
+const WAL_SWITCH_RETRY: Duration = Duration::from_millis(5);
 
 /// Checks that the migrated store holds exactly the schema objects this build creates, with
 /// the same definitions. `user_version` only counts migrations, so the version alone cannot tell an

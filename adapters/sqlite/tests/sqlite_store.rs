@@ -573,26 +573,35 @@ fn a_second_store_on_the_same_file_sees_and_writes() {
 }
 
 /// Opening the same new file from several threads at once (as several processes might) leaves
-/// one migrated schema.
+/// one migrated schema, every time. Switching a new file to WAL needs its write lock while the
+/// other openers hold read locks, and SQLite answers that upgrade "database is locked" without
+/// waiting (it could deadlock), so one round alone rarely shows the race: 40 rounds of 8
+/// openers released together by a barrier do.
 #[test]
 fn concurrent_opens_of_a_new_file_all_succeed() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = Arc::new(dir.path().join("airlock.sqlite3"));
-    let openers: Vec<_> = (0..4)
-        .map(|_| {
-            let path = Arc::clone(&path);
-            thread::spawn(move || {
-                SqliteStore::open(&path).map(|s| s.pragma_report().map(|r| r.user_version))
+    const OPENERS: usize = 8;
+    for round in 0..40 {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = Arc::new(dir.path().join("airlock.sqlite3"));
+        let start = Arc::new(std::sync::Barrier::new(OPENERS));
+        let openers: Vec<_> = (0..OPENERS)
+            .map(|_| {
+                let path = Arc::clone(&path);
+                let start = Arc::clone(&start);
+                thread::spawn(move || {
+                    start.wait();
+                    SqliteStore::open(&path).map(|s| s.pragma_report().map(|r| r.user_version))
+                })
             })
-        })
-        .collect();
-    for opener in openers {
-        let version = opener
-            .join()
-            .expect("opener")
-            .expect("open")
-            .expect("pragmas");
-        assert_eq!(version, SCHEMA_VERSION);
+            .collect();
+        for opener in openers {
+            let version = opener
+                .join()
+                .expect("opener")
+                .unwrap_or_else(|error| panic!("round {round}: open: {error}"))
+                .expect("pragmas");
+            assert_eq!(version, SCHEMA_VERSION);
+        }
     }
 }
 
