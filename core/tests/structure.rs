@@ -157,8 +157,11 @@ const STORE_CRATES: [&str; 2] = ["airlock-sqlite", "airlock-pg"];
 /// The crate that wires the parts together and owns the CLI; the only one that may depend on
 /// several adapter crates.
 const BINARY_CRATE: &str = "airlock";
-/// The host crate, the one adapter other adapters may build on.
+/// The host crate, an adapter other adapters may build on.
 const HOST_CRATE: &str = "airlock-host";
+/// The OAuth resource server (issue 31), the other one: both listeners (the HTTP API and the
+/// MCP gateway) check bearer tokens with it. It builds on core alone.
+const OAUTH_CRATE: &str = "airlock-oauth";
 
 #[test]
 fn adapters_and_the_simulator_depend_only_in_the_allowed_directions() {
@@ -189,9 +192,18 @@ fn adapters_and_the_simulator_depend_only_in_the_allowed_directions() {
         let ours: Vec<&String> = deps
             .iter()
             // The policy gate sits below core (SPEC §24): any crate may use it directly.
-            .filter(|d| d.starts_with("airlock") && *d != "airlock-core" && *d != "airlock-policy")
+            // A crate naming itself (for its own test features) is not a dependency.
+            .filter(|d| {
+                d.starts_with("airlock")
+                    && *d != "airlock-core"
+                    && *d != "airlock-policy"
+                    && **d != name
+            })
             .collect();
-        let allowed: &[&str] = if name == "airlock-sim" || STORE_CRATES.contains(&name.as_str()) {
+        let allowed: &[&str] = if name == "airlock-sim"
+            || STORE_CRATES.contains(&name.as_str())
+            || name == OAUTH_CRATE
+        {
             &[]
         } else if name == BINARY_CRATE {
             // Anything but the simulator.
@@ -202,7 +214,7 @@ fn adapters_and_the_simulator_depend_only_in_the_allowed_directions() {
             seen.push(name);
             continue;
         } else {
-            &[HOST_CRATE]
+            &[HOST_CRATE, OAUTH_CRATE]
         };
         assert!(
             ours.iter().all(|d| allowed.contains(&d.as_str())),
@@ -210,7 +222,13 @@ fn adapters_and_the_simulator_depend_only_in_the_allowed_directions() {
         );
         seen.push(name);
     }
-    for expected in ["airlock-sim", "airlock-sqlite", HOST_CRATE, BINARY_CRATE] {
+    for expected in [
+        "airlock-sim",
+        "airlock-sqlite",
+        HOST_CRATE,
+        OAUTH_CRATE,
+        BINARY_CRATE,
+    ] {
         assert!(
             seen.iter().any(|s| s == expected),
             "{expected} was not scanned"

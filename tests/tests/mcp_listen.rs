@@ -1681,3 +1681,207 @@ fn uniform_refusals_parse_errors_and_the_session_cap_per_token() {
     let again = gateway.raw("POST", &[("authorization", &second)], INITIALIZE);
     assert_eq!(again.status, 200, "{}", again.body);
 }
+
+/// A loopback server answering every request with `body` (an issuer's key set, JSON).
+fn keys_server(body: String) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// A loopback HTTP server that records every request's header lines and answers 500: an
+/// upstream that shows what the gateway sends it.
+fn recording_upstream() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                record.lock().unwrap().push(line.trim_end().to_owned());
+                line.clear();
+            }
+            let _ = stream.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    (port, seen)
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Issue 31 item 2: with an `[auth]` section the listener takes the bearer JWTs of its issuer
+/// (keys made for this run, served on loopback): a good token opens a session as its subject,
+/// with its scopes narrowed by the file's; a token of another tenant is 403; every bad token
+/// is 401 with `WWW-Authenticate: Bearer resource_metadata=…`, whose document is served
+/// without a token; the session ends when the last token that used it expires; and the
+/// caller's token never reaches an upstream.
+#[test]
+fn an_issuers_token_opens_a_session_until_it_expires_and_never_reaches_an_upstream() {
+    use airlock_oauth::testing::TestIssuer;
+    let Some(python) = python("issuer_tokens") else {
+        return;
+    };
+    const RESOURCE: &str = "https://gateway.test/mcp";
+    let issuer = TestIssuer::new("http://127.0.0.1/realms/acme");
+    let keys = keys_server(issuer.jwks().to_string());
+    let (upstream, recorded) = recording_upstream();
+    let scene = Scene::with(
+        python,
+        &["mcp.test.call"],
+        &format!(
+            r#"
+[servers.recorded]
+url = "http://127.0.0.1:{upstream}/mcp"
+
+[auth]
+issuer = "{issuer}"
+resource = "{RESOURCE}"
+jwks_url = "http://127.0.0.1:{keys}/certs"
+tenant_claim = "org"
+leeway_seconds = 0
+"#,
+            issuer = issuer.issuer
+        ),
+    );
+    let gateway = scene.listen(&[]);
+    let claims = |org: &str, scope: &str, lifetime: i64| {
+        let mut claims = issuer.claims(RESOURCE, unix_now(), scope);
+        claims["org"] = json!(org);
+        claims["sub"] = json!("bob");
+        claims["exp"] = json!(unix_now() + lifetime);
+        claims
+    };
+    // `openid` and a scope the file does not hold grant nothing here.
+    let token = issuer.token(&claims("acme", "openid mcp.test.call mcp.other.call", 300));
+    let bearer = format!("Bearer {token}");
+    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let mine = [
+        ("authorization", bearer.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    assert_eq!(gateway.raw("POST", &mine, INITIALIZED).status, 202);
+    let listed = gateway.raw("POST", &mine, TOOLS_LIST);
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    assert!(listed.body.contains("test__append"), "{}", listed.body);
+    assert_eq!(
+        scene.data.count(
+            "SELECT COUNT(*) FROM connections WHERE principal_id = 'bob' AND tenant_id = 'acme'"
+        ),
+        1,
+        "the session is the token's subject's"
+    );
+
+    let other_tenant = format!(
+        "Bearer {}",
+        issuer.token(&claims("globex", "mcp.test.call", 300))
+    );
+    let refused = gateway.raw("POST", &[("authorization", &other_tenant)], INITIALIZE);
+    assert_eq!(refused.status, 403, "{}", refused.body);
+
+    let challenge = "Bearer resource_metadata=\"https://gateway.test/.well-known/oauth-protected-resource/mcp\"";
+    let good = claims("acme", "mcp.test.call", 300);
+    let mut wrong_audience = good.clone();
+    wrong_audience["aud"] = json!("https://other.test/mcp");
+    for (what, bad) in [
+        (
+            "expired",
+            issuer.token(&claims("acme", "mcp.test.call", -5)),
+        ),
+        ("wrong audience", issuer.token(&wrong_audience)),
+        ("alg none", issuer.sign(json!({"alg": "none"}), &good)),
+        (
+            "unknown kid",
+            issuer.sign(json!({"alg": "ES256", "kid": "gone"}), &good),
+        ),
+    ] {
+        let answer = gateway.raw(
+            "POST",
+            &[("authorization", &format!("Bearer {bad}"))],
+            INITIALIZE,
+        );
+        assert_eq!(answer.status, 401, "{what}: {}", answer.body);
+        assert_eq!(
+            answer.header("www-authenticate"),
+            Some(format!("{challenge}, error=\"invalid_token\"").as_str()),
+            "{what}"
+        );
+    }
+    let anonymous = gateway.raw("POST", &[], INITIALIZE);
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.header("www-authenticate"), Some(challenge));
+
+    // The metadata document, without a token.
+    let mut stream = TcpStream::connect(&gateway.authority).unwrap();
+    write!(
+        stream,
+        "GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+        gateway.authority
+    )
+    .unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let answer = RawAnswer::parse(&text);
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let document: Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(document["resource"], RESOURCE);
+    assert_eq!(document["authorization_servers"], json!([issuer.issuer]));
+
+    // A session whose token expires in a few seconds ends then: its event stream closes.
+    let short = format!(
+        "Bearer {}",
+        issuer.token(&claims("acme", "mcp.test.call", 4))
+    );
+    let opened = gateway.raw("POST", &[("authorization", &short)], INITIALIZE);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let short_session = opened.header("mcp-session-id").unwrap().to_owned();
+    let theirs = [
+        ("authorization", short.as_str()),
+        ("mcp-session-id", short_session.as_str()),
+    ];
+    assert_eq!(gateway.raw("POST", &theirs, INITIALIZED).status, 202);
+    let (status, ended) = gateway.open_stream(&theirs);
+    assert_eq!(status, 200);
+    ended
+        .recv_timeout(Duration::from_secs(15))
+        .expect("the expired token's session closed");
+    // The long-lived session is untouched.
+    assert_eq!(gateway.raw("POST", &mine, TOOLS_LIST).status, 200);
+
+    let seen = recorded.lock().unwrap().join("\n");
+    assert!(
+        seen.contains("POST /mcp") || seen.contains("GET /mcp"),
+        "the upstream was contacted: {seen}"
+    );
+    assert!(
+        !seen.contains(&token) && !seen.contains(&short[7..]),
+        "a caller's token reached the upstream: {seen}"
+    );
+}

@@ -9,4 +9,5 @@ pub mod cli;
 pub mod exit;
 pub mod input_file;
 pub mod policy_source;
+pub mod server_file;
 pub mod store;

@@ -155,7 +155,7 @@ fn check_length(field: &str, text: &str, min: usize) -> Result<(), Problem> {
 /// a different answer to a resolved approval is 409 `already_resolved_differently`.
 pub(crate) async fn resolve(
     state: &AppState,
-    caller: &airlock_core::access::Authenticated,
+    caller: &airlock_core::access::Verified,
     id: ApprovalId,
     resolution: ApprovalResolution,
     reason: Option<&str>,

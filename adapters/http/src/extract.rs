@@ -3,7 +3,7 @@
 
 use std::str::FromStr;
 
-use airlock_core::access::{AuthError, Authenticated};
+use airlock_core::access::{AuthError, Verified};
 use airlock_core::ids::IdSyntaxError;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Query, Request};
@@ -16,14 +16,27 @@ use crate::state::AppState;
 
 /// The caller of a `/v1` request: the token's tenant, principal and scopes, nothing else
 /// (SPEC §20). Missing, malformed, unknown, expired or revoked tokens are all 401.
-pub struct Caller(pub Authenticated);
+///
+/// An `alk_` token is looked up in the store; any other bearer token is checked against the
+/// `[auth]` issuer when one is configured (issue 31), and is 401 otherwise. Why an issuer's
+/// token was refused is logged (its reason code, never the token); the caller learns only that
+/// it was.
+pub struct Caller(pub Verified);
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Problem> {
         let presented = bearer(parts).ok_or(AuthError::Missing)?;
-        Ok(Caller(state.control.authenticate(presented)?))
+        match &state.issuer {
+            Some(issuer) if !airlock_oauth::is_airlock_token(presented) => {
+                issuer.verify(presented).await.map(Caller).map_err(|error| {
+                    tracing::info!(reason = error.reason_code(), %error, "refused a bearer token of the issuer");
+                    Problem::unauthenticated()
+                })
+            }
+            _ => Ok(Caller(state.control.authenticate(presented)?.into())),
+        }
     }
 }
 

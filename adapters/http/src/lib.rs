@@ -11,10 +11,13 @@
 //! - [`api`]: the `/v1` routes, [`stream`]: the event stream, [`openapi`]: their document.
 //! - [`console`]: the server-rendered console, every asset embedded in the binary.
 //! - [`server`]: binding, TLS and the loopback rule of `airlock serve`.
+//! - [`oauth`]: the metadata and 401 challenge of an `[auth]` issuer (`airlock-oauth` checks
+//!   its tokens).
 
 pub mod api;
 pub mod console;
 pub mod extract;
+pub mod oauth;
 pub mod openapi;
 pub mod problem;
 pub mod secret;
@@ -62,8 +65,20 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/events/stream", get(stream::stream))
         .route("/v1/openapi.json", get(openapi::openapi));
+    let metadata_paths = state
+        .issuer
+        .as_ref()
+        .map(|issuer| issuer.metadata().1)
+        .unwrap_or_default();
+    let api = metadata_paths
+        .iter()
+        .fold(api, |api, path| api.route(path, get(oauth::metadata)));
     api.merge(console::routes())
         .fallback(|| async { Problem::no_route() })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            oauth::challenge,
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             this_server_only,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_host::authority::AllowedHosts;
+use airlock_oauth::ResourceServer;
 
 use crate::console::session::Sessions;
 use crate::service::SharedControl;
@@ -47,6 +48,9 @@ pub struct AppState {
     /// Set when the server shuts down: open event streams end, so a graceful shutdown does
     /// not wait for them forever.
     pub closing: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The `[auth]` issuer whose bearer tokens `/v1` also takes (issue 31); `None`: only
+    /// airlock's own tokens.
+    pub issuer: Option<Arc<ResourceServer>>,
 }
 
 impl AppState {
@@ -56,7 +60,14 @@ impl AppState {
             settings: Arc::new(settings),
             sessions: Arc::new(Sessions::default()),
             closing: Arc::new(tokio::sync::watch::Sender::new(false)),
+            issuer: None,
         }
+    }
+
+    /// The same state, also taking `issuer`'s tokens.
+    pub fn with_issuer(mut self, issuer: Arc<ResourceServer>) -> AppState {
+        self.issuer = Some(issuer);
+        self
     }
 
     /// Ends every open event stream (at its next poll) and refuses new ones.

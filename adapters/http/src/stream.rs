@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use airlock_core::access::Authenticated;
+use airlock_core::access::{Verified, VouchedBy};
 use airlock_core::events::Event;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -81,7 +81,7 @@ fn message(event: &Event) -> SseEvent {
 /// What a tail holds between polls.
 struct Tail {
     control: SharedControl,
-    caller: Authenticated,
+    caller: Verified,
     after: Option<i64>,
     buffered: VecDeque<Event>,
     follow: bool,
@@ -91,12 +91,26 @@ struct Tail {
     closing: tokio::sync::watch::Receiver<bool>,
 }
 
+/// Whether the caller's credential still holds: an airlock token is asked of the store again
+/// (revoked or expired ends the stream), an issuer's token holds until its `exp`.
+fn still_vouched_for(tail: &Tail) -> bool {
+    match &tail.caller.by {
+        VouchedBy::ApiToken(id) => tail.control.authenticate_id(*id).is_ok(),
+        VouchedBy::Issuer(token) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+            now < token.expires_at.as_micros()
+        }
+    }
+}
+
 /// The tenant's events after `after`, as a stream that polls the store every `poll` while it
 /// is caught up and re-checks the token every `reauthenticate`, and ends when `follow` is false and it is caught up, when the token stops
 /// being valid, or on a store error (the client reconnects with `Last-Event-ID`).
 pub fn tail(
     control: SharedControl,
-    caller: Authenticated,
+    caller: Verified,
     after: Option<i64>,
     follow: bool,
     (poll, reauthenticate): (Duration, Duration),
@@ -124,7 +138,7 @@ pub fn tail(
                 return Some((Ok(item), tail));
             }
             if tail.checked_at.elapsed() >= tail.reauthenticate {
-                if tail.control.authenticate_id(tail.caller.token.id).is_err() {
+                if !still_vouched_for(&tail) {
                     return None;
                 }
                 tail.checked_at = tokio::time::Instant::now();
@@ -182,7 +196,7 @@ pub async fn stream(
 /// stream), then opens the tail.
 pub fn open(
     state: &AppState,
-    caller: Authenticated,
+    caller: Verified,
     after: Option<i64>,
     follow: bool,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>> + Send + use<>>, Problem> {

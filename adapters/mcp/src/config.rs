@@ -182,6 +182,9 @@ pub struct GatewayConfig {
     /// An `http(s)` URL without query or fragment, kept without a trailing `/`.
     pub console_url: Option<String>,
     pub servers: BTreeMap<String, ServerConfig>,
+    /// `[auth]` (issue 31): the OAuth issuer whose bearer tokens `--listen` takes beside
+    /// airlock tokens; its tenant is the file's unless the section names one. Unused over stdio.
+    pub auth: Option<airlock_oauth::AuthConfig>,
 }
 
 /// How long a sessionless conversation lasts without a request unless the file says otherwise
@@ -361,7 +364,27 @@ fn pin(table: &Table, at: &str) -> Result<Option<String>, ConfigError> {
     Ok(Some(pin))
 }
 
-const TOP_KEYS: [&str; 10] = [
+/// `[auth]`, read by `airlock-oauth`'s own rules; an error names its key.
+fn auth_section(value: &Value, tenant_id: &str) -> Result<airlock_oauth::AuthConfig, ConfigError> {
+    table(value, "auth")?;
+    let section: airlock_oauth::AuthSection = value
+        .clone()
+        .try_into()
+        .map_err(|e: toml::de::Error| error("auth", e.message().to_owned()))?;
+    section.check(Some(tenant_id)).map_err(|e| match e {
+        airlock_oauth::AuthConfigError::Key { key, why } => error(&format!("auth.{key}"), why),
+        other => {
+            let text = other.to_string();
+            error(
+                "auth",
+                text.strip_prefix("auth: ").unwrap_or(&text).to_owned(),
+            )
+        }
+    })
+}
+
+const TOP_KEYS: [&str; 11] = [
+    "auth",
     "console_url",
     "schema_version",
     "tenant_id",
@@ -477,6 +500,10 @@ impl GatewayConfig {
             limits.deadline_seconds =
                 integer_in(t, "deadline_seconds", at, 1..=604_800)?.map(|n| n as u32);
         }
+        let auth = match root.get("auth") {
+            None => None,
+            Some(value) => Some(auth_section(value, &tenant_id)?),
+        };
         let mut servers = BTreeMap::new();
         if let Some(value) = root.get("servers") {
             for (id, server) in table(value, "servers")? {
@@ -511,6 +538,7 @@ impl GatewayConfig {
             conversation_idle_seconds,
             console_url,
             servers,
+            auth,
         })
     }
 
@@ -762,6 +790,45 @@ risk = "medium"
 scope = "mcp.files.write"
 pin = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
 "#;
+
+    /// `[auth]` (issue 31): read by `airlock-oauth`'s rules, its tenant the file's unless named,
+    /// and each mistake named by its key under `auth`.
+    #[test]
+    fn an_auth_section_takes_the_files_tenant_and_its_errors_name_their_key() {
+        let section = "\n[auth]\nissuer = \"https://sso.example.com/realms/acme\"\n\
+                       resource = \"https://gw.example.com/mcp\"\n\
+                       jwks_url = \"https://sso.example.com/certs\"\n";
+        let config = GatewayConfig::parse(&format!("{EXAMPLE}{section}")).expect("loads");
+        let auth = config.auth.expect("the section");
+        assert_eq!(
+            auth.rules.claims.tenant,
+            airlock_oauth::token::TenantRule::Fixed("acme".to_owned())
+        );
+        assert_eq!(auth.rules.audience, "https://gw.example.com/mcp");
+        assert_eq!(GatewayConfig::parse(EXAMPLE).expect("loads").auth, None);
+        for (extra, path, message) in [
+            (
+                "leeway_seconds = 900\n",
+                "auth.leeway_seconds",
+                "must be 0 to 300",
+            ),
+            ("audence = \"x\"\n", "auth", "unknown field `audence`"),
+            (
+                "jwks_file = \"/k.json\"\n",
+                "auth",
+                "set exactly one of jwks_url and jwks_file",
+            ),
+        ] {
+            let error =
+                GatewayConfig::parse(&format!("{EXAMPLE}{section}{extra}")).expect_err(extra);
+            assert_eq!(error.path, path, "{extra}");
+            assert!(
+                error.message.contains(message),
+                "{extra}: {}",
+                error.message
+            );
+        }
+    }
 
     #[test]
     fn the_spec_example_loads() {

@@ -22,7 +22,11 @@
 //!    tenant crossing). The session's principal is the token's, with the token's scopes
 //!    intersected with the file's. With `--listen-no-auth` (loopback only; the binary
 //!    enforces that) a request without a token is the file's principal; a token, if sent, is
-//!    still checked.
+//!    still checked. With the file's `[auth]` section, a bearer token that is not `alk_…` is
+//!    a JWT of that issuer, checked by `airlock-oauth` (signature, `iss`, `aud`, `exp`, …):
+//!    its caller is the token's claims, held to the same tenant and scope rules, and every
+//!    401 then carries `WWW-Authenticate: Bearer resource_metadata=…`, whose document is
+//!    served outside the guard.
 //! 4. **Session owner**: a session belongs to the token that opened it (under
 //!    `--listen-no-auth` without a token, to the tokenless caller). A request naming it with
 //!    any other credential is 403 and nothing is served, even for a token of the same
@@ -54,17 +58,20 @@
 //! Sessions end when their token stops working: every [`TOKEN_RECHECK`] the listener checks
 //! the token of each open session against the store (`ControlService::authenticate_id`), and
 //! closes the session of a revoked, expired or deleted one, which ends its event streams and
-//! its connection (DISCONNECT), as `/v1/events/stream` does. Idle sessions end after
-//! [`SESSION_IDLE`].
+//! its connection (DISCONNECT), as `/v1/events/stream` does. A session opened with an
+//! issuer's token belongs to its issuer and subject (a refreshed token keeps it) and is closed
+//! by the same pass once the latest token that used it expired: nothing can be asked of the
+//! issuer. Idle sessions end after [`SESSION_IDLE`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use airlock_core::access::{AuthError, bearer_token};
+use airlock_core::access::{AuthError, IssuedToken, Verified, VouchedBy, bearer_token};
 use airlock_core::ids::ApiTokenId;
 use airlock_core::store::Store;
+use airlock_core::time::Timestamp;
 use airlock_host::authority::{AllowedHosts, host_allowed, origin_allowed};
 use axum::Router;
 use axum::body::Body;
@@ -130,6 +137,9 @@ pub struct ListenSettings {
     pub max_sessions_per_credential: usize,
     /// Open sessions in all.
     pub max_sessions: usize,
+    /// The gateway file's `[auth]` issuer, whose bearer tokens are taken beside airlock
+    /// tokens (step 3); `None`: airlock tokens only.
+    pub issuer: Option<Arc<airlock_oauth::ResourceServer>>,
 }
 
 tokio::task_local! {
@@ -181,15 +191,36 @@ impl<S: Store + 'static> Drop for ConnectionGuard<S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Credential {
     Token(ApiTokenId),
+    /// A token of the `[auth]` issuer: the first 16 bytes of the SHA-256 of its issuer and
+    /// subject. The subject, not the token, owns a session: a client refreshes its token
+    /// within one session, and each new token of the same subject keeps it.
+    Issued([u8; 16]),
     /// `--listen-no-auth` without a token: the file's principal.
     Tokenless,
 }
 
 impl Credential {
-    /// The token's id, part of a sessionless conversation's key (§22.1).
+    fn issued(token: &IssuedToken) -> Credential {
+        let digest = ring::digest::digest(
+            &ring::digest::SHA256,
+            serde_json::json!([token.issuer, token.subject])
+                .to_string()
+                .as_bytes(),
+        );
+        let mut id = [0; 16];
+        id.copy_from_slice(&digest.as_ref()[..16]);
+        Credential::Issued(id)
+    }
+
+    /// The token's id (for an issuer's token, its subject's digest), part of a sessionless
+    /// conversation's key (§22.1).
     fn token_id(self) -> Option<String> {
         match self {
             Credential::Token(id) => Some(id.to_string()),
+            Credential::Issued(id) => Some(format!(
+                "issuer:{}",
+                id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            )),
             Credential::Tokenless => None,
         }
     }
@@ -200,6 +231,9 @@ impl Credential {
 struct SessionTable {
     owners: BTreeMap<String, Credential>,
     opening: BTreeMap<Credential, usize>,
+    /// For a session of an issuer's tokens: the latest `exp` of a token that used it. The
+    /// recheck closes it once that has passed (there is nothing to ask the issuer).
+    valid_until: BTreeMap<String, Timestamp>,
 }
 
 impl SessionTable {
@@ -250,6 +284,11 @@ impl<S: Store + 'static> Guard<S> {
             let alive = self.manager.has_session(&session_id).await.unwrap_or(true);
             let token_works = match credential {
                 Credential::Tokenless => true,
+                Credential::Issued(_) => self
+                    .table()
+                    .valid_until
+                    .get(&id)
+                    .is_none_or(|until| unix_micros_now() < until.as_micros()),
                 Credential::Token(token) => match self.process.control().authenticate_id(token) {
                     Ok(_) => true,
                     Err(AuthError::Storage(error)) => {
@@ -269,9 +308,18 @@ impl<S: Store + 'static> Guard<S> {
                     continue;
                 }
             }
-            self.table().owners.remove(&id);
+            let mut table = self.table();
+            table.owners.remove(&id);
+            table.valid_until.remove(&id);
         }
     }
+}
+
+/// The wall clock in microseconds since 1970, as token expiries are kept.
+fn unix_micros_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// The listener: its router, and what shutting it down needs.
@@ -333,6 +381,7 @@ pub fn listener<S: Store + 'static>(
     };
     let manager = Arc::new(sessions);
     let service = StreamableHttpService::new(factory, Arc::clone(&manager), config);
+    let metadata = settings.issuer.as_ref().map(|issuer| issuer.metadata());
     let guard = Arc::new(Guard {
         process,
         settings,
@@ -354,6 +403,22 @@ pub fn listener<S: Store + 'static>(
     let router = Router::new()
         .route_service(MCP_PATH, service)
         .layer(middleware::from_fn_with_state(guard, guard_request::<S>));
+    // The protected-resource metadata is public (RFC 9728): outside the guard.
+    let router = match metadata {
+        None => router,
+        Some((document, paths)) => {
+            let body = document.to_string();
+            paths.iter().fold(router, |router, path| {
+                let body = body.clone();
+                router.route(
+                    path,
+                    axum::routing::get(move || async move {
+                        ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+                    }),
+                )
+            })
+        }
+    };
     Listener {
         router,
         cancel,
@@ -503,13 +568,14 @@ fn check_host_and_origin(settings: &ListenSettings, request: &Request) -> Result
     Ok(())
 }
 
-/// Step 3 of the module docs: the session principal of the request, and its credential.
-fn caller<S: Store + 'static>(
+/// Step 3 of the module docs: the session principal of the request, its credential, and, for
+/// an issuer's token, when it expires.
+async fn caller<S: Store + 'static>(
     guard: &Guard<S>,
-    request: &Request,
-) -> Result<(SessionPrincipal, Credential), Refusal> {
+    authorization: Result<Option<String>, ()>,
+) -> Result<(SessionPrincipal, Credential, Option<Timestamp>), Refusal> {
     let config = guard.process.config();
-    let presented = match header_text(request, "authorization") {
+    let presented = match authorization.as_ref().map(Option::as_deref) {
         // An Authorization header that is not a bearer token is refused even under
         // --listen-no-auth: whoever sent it meant to authenticate.
         Ok(Some(value)) => bearer_token(value).ok_or(AuthError::Malformed),
@@ -519,17 +585,33 @@ fn caller<S: Store + 'static>(
     let presented = match (presented, guard.settings.auth) {
         (Ok(token), _) => token,
         (Err(AuthError::Missing), ListenAuth::NoneOnLoopback) => {
-            return Ok((SessionPrincipal::of_file(config), Credential::Tokenless));
+            return Ok((
+                SessionPrincipal::of_file(config),
+                Credential::Tokenless,
+                None,
+            ));
         }
         (Err(error), _) => return Err(unauthorized(&error)),
     };
-    let authenticated = guard
-        .process
-        .control()
-        .authenticate(presented)
-        .map_err(|e| unauthorized(&e))?;
-    let credential = Credential::Token(authenticated.token.id);
-    let token = authenticated.principal;
+    let verified: Verified = match &guard.settings.issuer {
+        Some(issuer) if !airlock_oauth::is_airlock_token(presented) => {
+            issuer.verify(presented).await.map_err(|error| {
+                tracing::info!(reason = error.reason_code(), %error, "refused a bearer token of the issuer");
+                unauthorized(&AuthError::Unknown)
+            })?
+        }
+        _ => guard
+            .process
+            .control()
+            .authenticate(presented)
+            .map_err(|e| unauthorized(&e))?
+            .into(),
+    };
+    let (credential, expires) = match &verified.by {
+        VouchedBy::ApiToken(id) => (Credential::Token(*id), None),
+        VouchedBy::Issuer(token) => (Credential::issued(token), Some(token.expires_at)),
+    };
+    let token = verified.principal;
     if token.tenant_id != config.tenant_id {
         return Err(refuse(
             StatusCode::FORBIDDEN,
@@ -542,6 +624,7 @@ fn caller<S: Store + 'static>(
             scopes: token.scopes.intersection(&config.scopes).cloned().collect(),
         },
         credential,
+        expires,
     ))
 }
 
@@ -571,9 +654,23 @@ async fn guard_request<S: Store + 'static>(
     if let Err(refused) = check_host_and_origin(&guard.settings, &request) {
         return refused.into_response();
     }
-    let (who, credential) = match caller(&guard, &request) {
+    let authorization = header_text(&request, "authorization").map(|v| v.map(str::to_owned));
+    let (who, credential, expires) = match caller(&guard, authorization).await {
         Ok(caller) => caller,
-        Err(refused) => return refused.into_response(),
+        Err(refused) => {
+            let mut response = refused.into_response();
+            if response.status() == StatusCode::UNAUTHORIZED
+                && let Some(issuer) = &guard.settings.issuer
+                && let Ok(value) = HeaderValue::from_str(
+                    &issuer.challenge(request.headers().contains_key(header::AUTHORIZATION)),
+                )
+            {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, value);
+            }
+            return response;
+        }
     };
     let session = match header_text(&request, SESSION_HEADER) {
         Ok(session) => session.map(str::to_owned),
@@ -586,13 +683,20 @@ async fn guard_request<S: Store + 'static>(
         }
     };
     if let Some(id) = &session {
-        let owner = guard.table().owners.get(id).copied();
+        let mut table = guard.table();
+        let owner = table.owners.get(id).copied();
         if owner.is_some_and(|owner| owner != credential) {
             return refuse(
                 StatusCode::FORBIDDEN,
                 "this MCP session belongs to the token that opened it; send that token".to_owned(),
             )
             .into_response();
+        }
+        if owner.is_some()
+            && let Some(expires) = expires
+        {
+            let until = table.valid_until.entry(id.clone()).or_insert(expires);
+            *until = (*until).max(expires);
         }
     }
     let request = if request.method() == http::Method::POST {
@@ -645,10 +749,14 @@ async fn guard_request<S: Store + 'static>(
     }
     match (opened, session) {
         (Some(opened), None) => {
+            if let Some(expires) = expires {
+                table.valid_until.insert(opened.clone(), expires);
+            }
             table.owners.insert(opened, credential);
         }
         (_, Some(closed)) if deleting && response.status().is_success() => {
             table.owners.remove(&closed);
+            table.valid_until.remove(&closed);
         }
         _ => {}
     }

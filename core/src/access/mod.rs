@@ -11,11 +11,13 @@
 //! token can never mint or widen another.
 
 pub mod token;
+pub mod verified;
 
 pub use token::{
     ApiToken, AuthError, MAX_LABEL_CHARS, TOKEN_PREFIX, TOKEN_SECRET_BYTES, TokenSecret,
     bearer_token, digests_equal,
 };
+pub use verified::{IssuedToken, Verified, VouchedBy};
 
 use crate::control::{ControlService, ServiceError};
 use crate::ids::ApiTokenId;
@@ -38,6 +40,15 @@ pub struct TokenGrant {
     pub scopes: ScopeSet,
     pub label: Option<String>,
     pub expires_at: Option<Timestamp>,
+}
+
+impl From<Authenticated> for Verified {
+    fn from(authenticated: Authenticated) -> Verified {
+        Verified {
+            principal: authenticated.principal,
+            by: VouchedBy::ApiToken(authenticated.token.id),
+        }
+    }
 }
 
 /// A successfully authenticated caller.

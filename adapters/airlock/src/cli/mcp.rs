@@ -249,6 +249,14 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
     plan: ListenPlan,
     extra_hosts: &[String],
 ) -> Exit {
+    // The `[auth]` issuer's keys are fetched before anything listens: a wrong URL stops the start.
+    let issuer = match config.auth.clone() {
+        Some(auth) => match airlock_oauth::ResourceServer::start(auth).await {
+            Ok(issuer) => Some(Arc::new(issuer)),
+            Err(e) => return config_error(&e.to_string()),
+        },
+        None => None,
+    };
     let socket = match tokio::net::TcpListener::bind(plan.addr).await {
         Ok(socket) => socket,
         Err(e) => return config_error(&format!("cannot listen on {}: {e}", plan.addr)),
@@ -267,6 +275,7 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
             tls: plan.tls.is_some(),
             max_sessions_per_credential: plan.max_sessions_per_credential,
             max_sessions: plan.max_sessions,
+            issuer,
         },
     );
     let scheme = if plan.tls.is_some() { "https" } else { "http" };

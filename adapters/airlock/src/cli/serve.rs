@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// is 421, against DNS rebinding.
     #[arg(long, value_name = "HOST")]
     pub listen_host: Vec<String>,
+    /// The server's config file (TOML). Its `[auth]` section names an OAuth issuer whose JWT
+    /// access tokens `/v1` takes beside airlock tokens (docs/auth.md).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
@@ -68,6 +72,23 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
     let tls = match &tls_files {
         Some((cert, key)) => match load_tls(cert, key) {
             Ok(config) => Some(config),
+            Err(e) => return app_error(&AppError::Config(e.to_string())),
+        },
+        None => None,
+    };
+    let auth = match args
+        .config
+        .as_deref()
+        .map(crate::server_file::auth_of)
+        .transpose()
+    {
+        Ok(auth) => auth.flatten(),
+        Err(message) => return app_error(&AppError::Config(message)),
+    };
+    // The issuer's keys are fetched before anything listens: a wrong URL stops the start.
+    let issuer = match auth {
+        Some(config) => match airlock_oauth::ResourceServer::start(config).await {
+            Ok(issuer) => Some(Arc::new(issuer)),
             Err(e) => return app_error(&AppError::Config(e.to_string())),
         },
         None => None,
@@ -106,6 +127,10 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
             ..Settings::default()
         },
     );
+    let state = match issuer {
+        Some(issuer) => state.with_issuer(issuer),
+        None => state,
+    };
     let scheme = if tls.is_some() { "https" } else { "http" };
     if exposed == Exposure::RemoteInsecure {
         eprintln!(

@@ -528,9 +528,14 @@ async fn events(
 ) -> Result<Response, Response> {
     let viewer = viewer_or_401(&state, &headers).map_err(IntoResponse::into_response)?;
     let after = stream::start_after(&headers, query.after).map_err(IntoResponse::into_response)?;
-    stream::open(&state, viewer.caller, after, query.follow.unwrap_or(true))
-        .map(IntoResponse::into_response)
-        .map_err(IntoResponse::into_response)
+    stream::open(
+        &state,
+        viewer.caller.into(),
+        after,
+        query.follow.unwrap_or(true),
+    )
+    .map(IntoResponse::into_response)
+    .map_err(IntoResponse::into_response)
 }
 
 async fn login_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
