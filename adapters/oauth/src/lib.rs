@@ -15,6 +15,8 @@
 
 pub mod algorithm;
 pub mod config;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod jwk;
 pub mod keys;
 pub mod metadata;
