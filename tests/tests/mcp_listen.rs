@@ -100,16 +100,22 @@ origin_trust = "user"
 
     /// A listening gateway: the child and its URL (read from the line on stderr), and the
     /// stderr lines before it.
+    fn listen(&self, flags: &[&str]) -> Gateway {
+        self.listen_with_env(flags, &[])
+    }
+
+    /// [`Scene::listen`] with `env` set for the gateway.
     #[allow(
         clippy::zombie_processes,
         reason = "the child moves into the Gateway, whose Drop kills and waits for it"
     )]
-    fn listen(&self, flags: &[&str]) -> Gateway {
+    fn listen_with_env(&self, flags: &[&str], env: &[(&str, &str)]) -> Gateway {
         let mut command = self.data.command("operator", &["mcp", "serve", "--config"]);
         command
             .arg(&self.config)
             .args(["--lease-ms", "2000", "--listen", "127.0.0.1:0"])
-            .args(flags);
+            .args(flags)
+            .envs(env.iter().copied());
         let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -1883,5 +1889,361 @@ leeway_seconds = 0
     assert!(
         !seen.contains(&token) && !seen.contains(&short[7..]),
         "a caller's token reached the upstream: {seen}"
+    );
+}
+
+/// What an OTLP receiver got: each request's path and JSON body.
+type Received = std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>;
+
+/// A loopback OTLP/HTTP receiver (JSON encoding): every request's path and body, answered 200.
+fn otlp_receiver() -> (u16, Received) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let record = std::sync::Arc::clone(&record);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                loop {
+                    let mut request_line = String::new();
+                    if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = request_line
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or("")
+                        .to_owned();
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                        if let Some((name, value)) = line.trim_end().split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                        line.clear();
+                    }
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                    record.lock().unwrap().push((path, value));
+                    let _ = stream.write_all(
+                        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
+                    );
+                }
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// One exported span, flattened: name, ids, kind and attributes (values as JSON).
+#[derive(Debug, Clone)]
+struct ExportedSpan {
+    name: String,
+    trace: String,
+    id: String,
+    parent: String,
+    kind: i64,
+    attributes: serde_json::Map<String, Value>,
+}
+
+impl ExportedSpan {
+    fn text(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).and_then(Value::as_str)
+    }
+}
+
+fn exported_spans(requests: &[(String, Value)]) -> Vec<ExportedSpan> {
+    let mut spans = Vec::new();
+    for (path, body) in requests {
+        if path != "/v1/traces" {
+            continue;
+        }
+        for resource in body["resourceSpans"].as_array().into_iter().flatten() {
+            for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+                for span in scope["spans"].as_array().into_iter().flatten() {
+                    let mut attributes = serde_json::Map::new();
+                    for attribute in span["attributes"].as_array().into_iter().flatten() {
+                        let value = &attribute["value"];
+                        let flat = value
+                            .get("stringValue")
+                            .or_else(|| value.get("boolValue"))
+                            .or_else(|| value.get("intValue"))
+                            .or_else(|| value.get("doubleValue"))
+                            .cloned()
+                            .unwrap_or(Value::Null);
+                        attributes.insert(attribute["key"].as_str().unwrap_or("").to_owned(), flat);
+                    }
+                    spans.push(ExportedSpan {
+                        name: span["name"].as_str().unwrap_or("").to_owned(),
+                        trace: span["traceId"].as_str().unwrap_or("").to_owned(),
+                        id: span["spanId"].as_str().unwrap_or("").to_owned(),
+                        parent: span["parentSpanId"].as_str().unwrap_or("").to_owned(),
+                        kind: span["kind"].as_i64().unwrap_or(0),
+                        attributes,
+                    });
+                }
+            }
+        }
+    }
+    spans
+}
+
+/// Issue 31 item 1: with `OTEL_EXPORTER_OTLP_ENDPOINT` the gateway exports a server span per
+/// MCP request in the MCP semantic conventions, to a receiver written here (OTLP/HTTP, JSON).
+/// An allowed call (continuing the client's `traceparent`, with the upstream call as a client
+/// span below it), a denied call, a parked call approved (with its `approval wait` span) and a
+/// call whose outcome became unknown (UNCERTAIN) each carry their attributes; the gate's
+/// `policy decision` spans are exported with the worker's; and a gateway started without the
+/// variable exports nothing.
+#[test]
+fn spans_in_the_mcp_conventions_reach_an_otlp_receiver_only_when_configured() {
+    let Some(python) = python("otel") else {
+        return;
+    };
+    let scene = Scene::with(
+        python,
+        &["mcp.test.call"],
+        r#"
+[servers.test.tools.note]
+side_effect = "package_install"
+idempotency = "read_only"
+risk = "high"
+
+[servers.test.tools.slow]
+side_effect = "external_write"
+idempotency = "non_idempotent"
+risk = "low"
+timeout_seconds = 1
+"#,
+    );
+    let (port, received) = otlp_receiver();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let gateway = scene.listen_with_env(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("OTEL_SERVICE_NAME", "gateway-under-test"),
+        ],
+    );
+    let bearer = format!("Bearer {}", scene.token("acme", "bob"));
+    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    assert_eq!(gateway.raw("POST", &headers, INITIALIZED).status, 202);
+    let listed = gateway.raw("POST", &headers, TOOLS_LIST);
+    assert!(listed.body.contains("test__mutable"), "{}", listed.body);
+    let call = |id: u64, tool: &str, arguments: Value, meta: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta}});
+        gateway.raw("POST", &headers, &body.to_string())
+    };
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let allowed = call(
+        3,
+        "test__mutable",
+        json!({}),
+        json!({"traceparent": format!("00-{client_trace}-{client_span}-01")}),
+    );
+    assert!(
+        allowed.body.contains("\"isError\":false"),
+        "{}",
+        allowed.body
+    );
+    let denied = call(4, "test__note", json!({}), json!({}));
+    assert!(denied.body.contains("airlock denied"), "{}", denied.body);
+    // Parked: answered once approved (the request waits, it carries a progress token).
+    std::thread::scope(|threads| {
+        let parked = threads.spawn(|| {
+            call(
+                5,
+                "test__append",
+                json!({"text": "never-exported-7f3a"}),
+                json!({"progressToken": 5}),
+            )
+        });
+        let mut approved = 0;
+        for _ in 0..100 {
+            approved += scene.data.approve_all();
+            if approved > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(approved, 1, "the append parked once");
+        let parked = parked.join().unwrap();
+        assert!(parked.body.contains("appended"), "{}", parked.body);
+        // Approved, then slower than its 1 s timeout: its outcome is unknown.
+        let unknown = threads.spawn(|| {
+            call(
+                6,
+                "test__slow",
+                json!({"seconds": 3}),
+                json!({"progressToken": 6}),
+            )
+        });
+        let mut approved = 0;
+        for _ in 0..100 {
+            approved += scene.data.approve_all();
+            if approved > 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(approved, 1, "the slow call parked once");
+        let unknown = unknown.join().unwrap();
+        assert!(unknown.body.contains("unknown"), "{}", unknown.body);
+    });
+    assert_eq!(gateway.stop(), Some(0));
+
+    let spans = exported_spans(&received.lock().unwrap());
+    let server = |name: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name && s.kind == 2)
+            .unwrap_or_else(|| {
+                let names: Vec<_> = spans.iter().map(|s| (&s.name, s.kind)).collect();
+                panic!("no server span {name:?} among {names:?}")
+            })
+            .clone()
+    };
+    let greet = server("tools/call test__mutable");
+    assert_eq!(greet.trace, client_trace, "the client's trace continues");
+    assert_eq!(greet.parent, client_span);
+    for (key, value) in [
+        ("mcp.method.name", "tools/call"),
+        ("gen_ai.tool.name", "test__mutable"),
+        ("gen_ai.operation.name", "execute_tool"),
+        ("mcp.protocol.version", "2025-11-25"),
+        ("airlock.policy.decision", "allow"),
+        ("airlock.invocation.status", "SUCCEEDED"),
+    ] {
+        assert_eq!(greet.text(key), Some(value), "{key}: {greet:?}");
+    }
+    assert_eq!(greet.attributes["jsonrpc.request.id"], "3", "{greet:?}");
+    assert!(greet.text("mcp.session.id").is_some_and(|s| !s.is_empty()));
+    assert!(
+        greet
+            .text("airlock.policy.version")
+            .is_some_and(|v| !v.is_empty())
+    );
+    // The test server's results are untrusted: this call's own answer taints the conversation.
+    assert_eq!(
+        greet.attributes["airlock.conversation.tainted"], true,
+        "{greet:?}"
+    );
+    assert!(!greet.attributes.contains_key("error.type"), "{greet:?}");
+    let upstream = spans
+        .iter()
+        .find(|s| s.kind == 3 && s.name == "tools/call mutable")
+        .expect("the upstream call's client span");
+    assert_eq!(upstream.parent, greet.id, "below the request");
+    assert_eq!(upstream.trace, client_trace);
+
+    let status = server("tools/call test__note");
+    assert_eq!(
+        status.text("airlock.policy.decision"),
+        Some("deny"),
+        "{status:?}"
+    );
+    assert_eq!(status.text("airlock.invocation.status"), Some("DENIED"));
+    assert_eq!(status.text("error.type"), Some("tool_error"));
+    assert!(
+        status
+            .text("airlock.policy.reason_code")
+            .is_some_and(|r| r.starts_with("policy.")),
+        "{status:?}"
+    );
+
+    let append = server("tools/call test__append");
+    assert_eq!(
+        append.text("airlock.policy.decision"),
+        Some("require_approval"),
+        "{append:?}"
+    );
+    assert_eq!(append.text("airlock.invocation.status"), Some("SUCCEEDED"));
+    assert!(append.text("airlock.approval.id").is_some(), "{append:?}");
+    assert!(
+        append.attributes.contains_key("airlock.approval.wait_ms"),
+        "{append:?}"
+    );
+    assert!(
+        spans
+            .iter()
+            .any(|s| s.name == "approval wait" && s.parent == append.id),
+        "the approval wait is a child of the request"
+    );
+
+    let slow = server("tools/call test__slow");
+    assert_eq!(
+        slow.text("airlock.invocation.status"),
+        Some("UNCERTAIN"),
+        "{slow:?}"
+    );
+    assert!(slow.text("airlock.invocation.id").is_some(), "{slow:?}");
+
+    // The gate's own spans, from the worker's calls.
+    let decisions: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "policy decision")
+        .filter_map(|s| s.text("airlock.policy.decision"))
+        .collect();
+    for decision in ["allow", "deny", "require_approval"] {
+        assert!(
+            decisions.contains(&decision),
+            "{decision} among {decisions:?}"
+        );
+    }
+    // The metrics, sent at the latest when the gateway stopped.
+    let metrics: Vec<String> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(path, _)| path == "/v1/metrics")
+        .map(|(_, body)| body.to_string())
+        .collect();
+    for name in [
+        "mcp.server.operation.duration",
+        "airlock.calls",
+        "airlock.approval.wait_time",
+        "airlock.approvals.pending",
+    ] {
+        assert!(
+            metrics.iter().any(|m| m.contains(&format!("\"{name}\""))),
+            "metric {name} not exported"
+        );
+    }
+    // Arguments never leave the process.
+    let everything = serde_json::to_string(&*received.lock().unwrap()).unwrap();
+    assert!(
+        !everything.contains("never-exported-7f3a"),
+        "arguments exported"
+    );
+
+    // Without the variable, nothing is sent.
+    let before = received.lock().unwrap().len();
+    let quiet = scene.listen(&[]);
+    let opened = quiet.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(opened.status, 200);
+    assert_eq!(quiet.stop(), Some(0));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        received.lock().unwrap().len(),
+        before,
+        "nothing exported without the variable"
     );
 }

@@ -11,3 +11,4 @@ pub mod input_file;
 pub mod policy_source;
 pub mod server_file;
 pub mod store;
+pub mod telemetry;

@@ -22,6 +22,7 @@ pub mod secret_ref;
 pub mod serve;
 pub mod server;
 pub mod sessionless;
+pub mod telemetry;
 pub mod tls;
 pub mod upstream;
 pub mod upstream_oauth;

@@ -85,6 +85,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::{GatewayProcess, OpenConnection, SessionPrincipal};
+use crate::server::ClientSession;
 use airlock_core::conversation::ConversationKey;
 
 /// The path MCP is served at.
@@ -369,14 +370,18 @@ pub fn listener<S: Store + 'static>(
             if let Ok((key, owner)) = CONVERSATION.try_with(Clone::clone) {
                 return process
                     .sessionless(&who, (&key, &owner))
+                    .map(ClientSession::traced)
                     .map_err(std::io::Error::other);
             }
             let (session, connection) = process.open(&who).map_err(std::io::Error::other)?;
             count.open.fetch_add(1, Ordering::SeqCst);
-            Ok(session.forwarding_list_changed().holding(ConnectionGuard {
-                connection: Some(connection),
-                count: Arc::clone(&count),
-            }))
+            Ok(session
+                .forwarding_list_changed()
+                .holding(ConnectionGuard {
+                    connection: Some(connection),
+                    count: Arc::clone(&count),
+                })
+                .traced())
         }
     };
     let manager = Arc::new(sessions);

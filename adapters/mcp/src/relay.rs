@@ -85,6 +85,8 @@ pub struct ClientLink {
     /// Where a 2025-11-25 upstream's in-call request for a 2026-07-28 client goes: to the
     /// client's request, which answers it as an input-required round ([`crate::round`]).
     held: Option<mpsc::UnboundedSender<HeldRequest>>,
+    /// The span of the client's request (telemetry): the upstream call is its child.
+    span: tracing::Span,
 }
 
 impl ClientLink {
@@ -103,7 +105,14 @@ impl ClientLink {
             round: Round::default(),
             log_level: context.meta.log_level(),
             held: None,
+            // Made inside the request's span ([`crate::telemetry::Traced`]).
+            span: tracing::Span::current(),
         }
+    }
+
+    /// The span of the client's request.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The link of a 2026-07-28 client's call whose upstream's in-call requests go to `held`.

@@ -573,7 +573,7 @@ where
     let gateway = Arc::clone(process.gateway());
     let session_id = connection.session_id();
     let connection_id = connection.connection_id();
-    let served = session.serve(transport).await;
+    let served = session.traced().serve(transport).await;
     let result = match served {
         Ok(service) => {
             gateway

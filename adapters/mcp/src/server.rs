@@ -334,6 +334,13 @@ impl<S: Store + 'static> ClientSession<S> {
         self
     }
 
+    /// This client's service with a span around each request (OpenTelemetry, [`crate::telemetry`]).
+    pub fn traced(self) -> crate::telemetry::Traced<ClientSession<S>> {
+        let version = self.gateway.ruleset().version.as_str().to_owned();
+        let session = self.live.id().to_string();
+        crate::telemetry::Traced::new(self, version, session)
+    }
+
     /// Keeps `guard` until this server is dropped.
     pub fn holding(mut self, guard: impl std::any::Any + Send + Sync) -> ClientSession<S> {
         self.held = Some(Box::new(guard));
@@ -1345,11 +1352,17 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                 .client_capabilities()
                 .is_some_and(|capabilities| capabilities.supports_tasks());
         let mut task_tried = false;
+        // Telemetry: the approval wait's span, from the first look that saw the call parked.
+        let mut waiting: Option<crate::telemetry::ApprovalWait> = None;
         let ended = ticket.ended();
         tokio::pin!(ended);
         let asked = loop {
             tokio::select! {
-                end = &mut ended => return self.call_answered(end, this_request),
+                end = &mut ended => {
+                    crate::telemetry::record_call_end(&end, waiting.as_ref(), self.live.conversation_tainted());
+                    drop(waiting);
+                    return self.call_answered(end, this_request);
+                }
                 Some(asked) = held.recv() => break asked,
                 _ = context.ct.cancelled() => {
                     self.live.cancel(key);
@@ -1359,6 +1372,12 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
                     let TicketStatus::Parked { run, approval_id, expires_at } = ticket.status() else {
                         continue;
                     };
+                    if waiting.is_none() {
+                        waiting = Some(crate::telemetry::ApprovalWait::begin(approval_id));
+                    }
+                    // Whatever answers the request before the approval does (a task, an
+                    // input round, "approval needed") leaves it waiting.
+                    crate::telemetry::record_parked(approval_id);
                     // One try: a call bound to a parked twin that is already a task (its host
                     // sent it again) cannot be a second task of that run; it waits as without.
                     if declares_tasks && !task_tried {

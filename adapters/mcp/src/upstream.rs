@@ -23,6 +23,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientCapabilities,
@@ -439,12 +440,41 @@ impl Upstream {
         }
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = Some(arguments);
+        // The client span of this call, below the client's request; its trace context goes
+        // upstream in `_meta` (nothing when nothing exports).
+        let span = match &client {
+            Some(link) => crate::telemetry::upstream_call_span(link.span(), &self.server, name),
+            None => tracing::Span::none(),
+        };
+        if let Some((traceparent, tracestate)) = crate::telemetry::trace_context(&span) {
+            let meta = params.meta.get_or_insert_with(Default::default);
+            meta.set_traceparent(traceparent);
+            if let Some(state) = tracestate {
+                meta.set_tracestate(state);
+            }
+        }
         // Registered until the answer (or the timeout) drops it: no relay after that.
         let forwarding = self.relay.begin(client);
-        match tokio::time::timeout(timeout, self.call_rounds(params, &forwarding)).await {
+        let answer = tokio::time::timeout(timeout, self.call_rounds(params, &forwarding))
+            .instrument(span.clone())
+            .await;
+        let answer = match answer {
             Err(_) => Err(CallError::TimedOut(timeout)),
             Ok(answer) => answer,
+        };
+        match &answer {
+            Ok(result) if result.get("isError") == Some(&Value::Bool(true)) => {
+                span.record("error.type", "tool_error");
+            }
+            Ok(_) => {}
+            Err(CallError::TimedOut(_)) => {
+                span.record("error.type", "timeout");
+            }
+            Err(_) => {
+                span.record("error.type", "upstream_error");
+            }
         }
+        answer
     }
 
     /// What the server declared it offers (nothing, if it declared nothing).

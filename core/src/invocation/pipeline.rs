@@ -261,6 +261,24 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         ToolPipeline { env }
     }
 
+    /// The gate (step 6) inside a `policy decision` span that carries its verdict: the
+    /// decision, the reason code and the policy version (exported as OpenTelemetry attributes
+    /// when the binary exports, issue 31). The span observes; the decision is `evaluate`'s.
+    fn decide(&self, action: &crate::action::ProposedAction) -> crate::action::PolicyDecision {
+        let span = tracing::info_span!(
+            "policy",
+            "otel.name" = "policy decision",
+            "airlock.policy.decision" = tracing::field::Empty,
+            "airlock.policy.reason_code" = tracing::field::Empty,
+            "airlock.policy.version" = tracing::field::Empty,
+        );
+        let decision = span.in_scope(|| evaluate(action, &self.env.ruleset));
+        span.record("airlock.policy.decision", decision.decision.as_str());
+        span.record("airlock.policy.reason_code", decision.reason_code.as_str());
+        span.record("airlock.policy.version", decision.policy_version.as_str());
+        decision
+    }
+
     /// Runs one call to its end (or its park), inside a `call` tracing span.
     pub async fn run_call(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
         let span = tracing::info_span!("call", step = site.step, call_id = %site.call.call.call_id, tool = %site.call.call.tool);
@@ -375,7 +393,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         let invocation_id = InvocationId(self.env.new_uuid());
         let now = self.env.clock.now();
         let mut action = self.action(site, &prepared, invocation_id, now);
-        let decision = evaluate(&action, &self.env.ruleset);
+        let decision = self.decide(&action);
         // Step 7: PROPOSE (with step 5 before it, and step 8 and START folded in for an
         // `allow`).
         let (mut proposed, mut folded) =
@@ -385,7 +403,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             // tainted call; PROPOSE then does not look again.
             action.origin_trust = TrustLevel::ExternalUntrusted;
             action.argument_trust = argument_trust(&prepared.arguments, &BTreeMap::new());
-            let decision = evaluate(&action, &self.env.ruleset);
+            let decision = self.decide(&action);
             (proposed, folded) = self.propose(site, &prepared, &action, decision, raw_hash, now);
         }
         let proposed = match proposed {
@@ -462,7 +480,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         };
         let now = self.env.clock.now();
         let action = self.action(site, &prepared, InvocationId(self.env.new_uuid()), now);
-        let decision = evaluate(&action, &self.env.ruleset);
+        let decision = self.decide(&action);
         let Proposal { row, approval, .. } = self.proposal(site, &prepared, &action, decision, now);
         let actor = worker_actor(site);
         self.env
@@ -1434,7 +1452,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                     evaluated_at: now,
                 };
                 Some(Fresh {
-                    decision: evaluate(&action, &self.env.ruleset),
+                    decision: self.decide(&action),
                     risk: spec.risk,
                 })
             }

@@ -34,6 +34,10 @@ pub struct Globals {
     /// Comma-separated scopes the caller holds (default: the ten platform scopes).
     #[arg(long, global = true, value_delimiter = ',')]
     pub scopes: Option<Vec<String>>,
+    /// Export spans and metrics over OTLP/HTTP to this collector (e.g. http://localhost:4318);
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` does the same. Off unless one of them is set.
+    #[arg(long, global = true, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Globals {

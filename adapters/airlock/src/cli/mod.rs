@@ -73,21 +73,6 @@ pub enum Command {
     Mcp(mcp::McpCommand),
 }
 
-/// `RUST_LOG` selects what goes to stderr (default `warn`). Core's spans — `run`, `step` and
-/// `call` — are logged when they close, with their fields and durations, so
-/// `RUST_LOG=airlock_core=info` shows one line per finished call, step and run even though core
-/// emits few events of its own. Colours only on a terminal, so redirected logs stay plain text.
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 /// Help and version print on stdout and exit 0. A usage error is an invalid input like any
 /// other (Appendix A): the error object on stdout, exit 2; clap's own text, with the usage line
 /// and its hint, still goes to stderr for whoever is at the terminal.
@@ -128,9 +113,18 @@ pub fn run() -> ExitCode {
         Ok(cli) => cli,
         Err(error) => return usage_error(&error).into(),
     };
-    init_tracing();
+    // `RUST_LOG` selects what goes to stderr (default `warn`). Core's spans — `run`, `step` and
+    // `call` — are logged when they close, with their fields and durations, so
+    // `RUST_LOG=airlock_core=info` shows one line per finished call, step and run. With an OTLP
+    // endpoint the spans are exported too (crate::telemetry).
+    let telemetry = match crate::telemetry::init(cli.globals.otlp_endpoint.as_deref()) {
+        Ok(telemetry) => telemetry,
+        Err(message) => return output::invalid_argument(&message).into(),
+    };
     if let Command::Policy(command) = cli.command {
-        return policy::run(&cli.globals, command).into();
+        let exit = policy::run(&cli.globals, command);
+        telemetry.shutdown();
+        return exit.into();
     }
     let runtime = match build_runtime() {
         Ok(runtime) => runtime,
@@ -164,6 +158,7 @@ pub fn run() -> ExitCode {
         }
     });
     shut_down(runtime);
+    telemetry.shutdown();
     exit.into()
 }
 
