@@ -2196,6 +2196,31 @@ timeout_seconds = 1
     );
     assert!(slow.text("airlock.invocation.id").is_some(), "{slow:?}");
 
+    // The run executes inside the request's span: its `policy decision` is in the client's
+    // trace, below the request (request > run > step > call > policy decision).
+    let ancestors = |span: &ExportedSpan| {
+        let mut chain = Vec::new();
+        let mut parent = span.parent.clone();
+        while let Some(up) = spans.iter().find(|s| s.id == parent) {
+            chain.push(up.name.clone());
+            parent = up.parent.clone();
+        }
+        chain
+    };
+    let gate = spans
+        .iter()
+        .find(|s| s.name == "policy decision" && s.trace == client_trace)
+        .expect("the allowed call's gate span in the client's trace");
+    assert_eq!(
+        gate.text("airlock.policy.decision"),
+        Some("allow"),
+        "{gate:?}"
+    );
+    assert_eq!(
+        ancestors(gate),
+        ["call", "step", "run", "tools/call test__mutable"],
+        "{gate:?}"
+    );
     // The gate's own spans, from the worker's calls.
     let decisions: Vec<_> = spans
         .iter()

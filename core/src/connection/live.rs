@@ -182,6 +182,10 @@ struct Entry {
     key: RequestKey,
     call: ClientCall,
     ticket: Ticket,
+    /// The tracing span current when the request was submitted (the gateway's span of the
+    /// client's request): its run executes inside it, so the run's spans, the gate's among
+    /// them, are the request's children in an exported trace. Observation only.
+    span: tracing::Span,
 }
 
 /// A request handed to a run, until it is answered.
@@ -374,6 +378,7 @@ impl LiveConnection {
                 key,
                 call,
                 ticket: ticket.clone(),
+                span: tracing::Span::current(),
             });
             true
         });
@@ -381,6 +386,17 @@ impl LiveConnection {
             ticket.finish(TicketEnd::Dropped);
         }
         ticket
+    }
+
+    /// The span of the request handed to `run`, if one waits for it (observation only: see
+    /// [`Entry`]).
+    fn request_span_of(&self, run: RunId) -> Option<tracing::Span> {
+        self.with(|m| {
+            m.handed
+                .iter()
+                .find(|h| h.run == run)
+                .map(|h| h.entry.span.clone())
+        })
     }
 
     /// The client cancelled request `key` (`notifications/cancelled`): a request still waiting
@@ -1427,7 +1443,20 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                             self.cancel_run(run_id)?;
                         }
                     }
-                    self.worker.execute_for_request(claimed, lease).await;
+                    // Inside the request's span when one waits (telemetry; the run's own spans
+                    // then belong to the client's trace).
+                    match self.live.request_span_of(run_id) {
+                        Some(span) => {
+                            tracing::Instrument::instrument(
+                                self.worker.execute_for_request(claimed, lease),
+                                span,
+                            )
+                            .await;
+                        }
+                        None => {
+                            self.worker.execute_for_request(claimed, lease).await;
+                        }
+                    }
                     if bound {
                         lock(&self.executing_bound).remove(&run_id);
                     }
