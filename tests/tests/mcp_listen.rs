@@ -2245,7 +2245,9 @@ timeout_seconds = 1
         "mcp.server.operation.duration",
         "airlock.calls",
         "airlock.approval.wait_time",
-        "airlock.approvals.pending",
+        "airlock.calls.parked",
+        "airlock.approvals.open",
+        "airlock.invocations.uncertain",
     ] {
         assert!(
             metrics.iter().any(|m| m.contains(&format!("\"{name}\""))),

@@ -118,6 +118,7 @@ pub fn init(flag: Option<&str>) -> Result<Telemetry, String> {
         .with_resource(resource)
         .build();
     opentelemetry::global::set_meter_provider(metrics.clone());
+    airlock_mcp::telemetry::set_exporting();
 
     // Only airlock's spans leave the process, whatever RUST_LOG says about stderr.
     // The spans' own attributes only: no source locations, thread names or busy/idle times.

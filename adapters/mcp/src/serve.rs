@@ -298,6 +298,11 @@ impl<S: Store + 'static> GatewayProcess<S> {
             Some(worker.tokens().clone()),
         );
         let maintenance = tokio::spawn(maintain(Arc::clone(&worker), control));
+        // Only while exporting (the binary says so); ends with the runtime.
+        tokio::spawn(crate::telemetry::observe_store(
+            env.clone(),
+            config.tenant_id.clone(),
+        ));
         let sessionless = Arc::new(Holds::default());
         let reaper = tokio::spawn(let_go_of_idle_holds(
             Arc::clone(&sessionless),

@@ -47,7 +47,9 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// - `airlock.calls` : each answered `tools/call`, by `airlock.policy.decision` and
 ///   `airlock.invocation.status` (UNCERTAIN included);
 /// - `airlock.approval.wait_time` (s): how long each parked call waited for its answer;
-/// - `airlock.approvals.pending`: calls this process holds parked now (an up-down counter).
+/// - `airlock.calls.parked`: calls this process holds parked now (an up-down counter);
+/// - and, from the store ([`observe_store`]), `airlock.approvals.open` and
+///   `airlock.invocations.uncertain`.
 struct Instruments {
     duration: opentelemetry::metrics::Histogram<f64>,
     calls: opentelemetry::metrics::Counter<u64>,
@@ -75,11 +77,104 @@ fn instruments() -> &'static Instruments {
                 .with_description("How long a parked call waited for its approval")
                 .build(),
             pending: meter
-                .i64_up_down_counter("airlock.approvals.pending")
-                .with_description("Calls this gateway holds parked for an approval")
+                .i64_up_down_counter("airlock.calls.parked")
+                .with_description("Calls this gateway process holds parked for an approval")
                 .build(),
         }
     })
+}
+
+/// Whether the binary installed an exporter ([`set_exporting`]): the store gauges' reads run
+/// only then.
+static EXPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Called by the binary once it exports: the gateway then also reads the store's totals for
+/// the gauges ([`observe_store`]).
+pub fn set_exporting() {
+    EXPORTING.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The tenant's open work as the store last showed it, for the gauges `airlock.approvals.open`
+/// (pending approvals, counted up to [`MAX_COUNTED`]) and `airlock.invocations.uncertain` (open
+/// UNCERTAIN invocations, those without a settlement). The gauges' callbacks only read these:
+/// the SDK calls them on its own thread, where no store read belongs.
+struct StoreTotals {
+    pending: std::sync::atomic::AtomicU64,
+    uncertain: std::sync::atomic::AtomicU64,
+}
+
+/// The most pending approvals counted in one read.
+pub const MAX_COUNTED: usize = 10_000;
+
+/// How often the gateway reads the totals.
+pub const STORE_TOTALS_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+fn store_totals() -> &'static StoreTotals {
+    static TOTALS: std::sync::OnceLock<StoreTotals> = std::sync::OnceLock::new();
+    TOTALS.get_or_init(|| {
+        let meter = opentelemetry::global::meter("airlock");
+        let _pending = meter
+            .u64_observable_gauge("airlock.approvals.open")
+            .with_description("Pending approvals of the gateway's tenant, as the store holds them")
+            .with_callback(|observer| {
+                observer.observe(
+                    store_totals()
+                        .pending
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    &[],
+                );
+            })
+            .build();
+        let _uncertain = meter
+            .u64_observable_gauge("airlock.invocations.uncertain")
+            .with_description("UNCERTAIN invocations of the gateway's tenant not settled yet")
+            .with_callback(|observer| {
+                observer.observe(
+                    store_totals()
+                        .uncertain
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    &[],
+                );
+            })
+            .build();
+        StoreTotals {
+            pending: std::sync::atomic::AtomicU64::new(0),
+            uncertain: std::sync::atomic::AtomicU64::new(0),
+        }
+    })
+}
+
+/// Every [`STORE_TOTALS_EVERY`], while the binary exports: reads `tenant`'s pending approvals
+/// and open UNCERTAIN invocations for the gauges. A failed read keeps the last values.
+pub async fn observe_store<S: airlock_core::store::Store + 'static>(
+    env: airlock_core::env::Env<S>,
+    tenant: String,
+) {
+    if !EXPORTING.load(std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
+    let totals = store_totals();
+    loop {
+        let read = env.read(|tx| {
+            let pending = tx
+                .pending_approvals(&tenant, None, None, MAX_COUNTED)?
+                .len();
+            let uncertain = tx.uncertain_invocations(&tenant, false)?.len();
+            Ok((pending, uncertain))
+        });
+        match read {
+            Ok((pending, uncertain)) => {
+                totals
+                    .pending
+                    .store(pending as u64, std::sync::atomic::Ordering::Relaxed);
+                totals
+                    .uncertain
+                    .store(uncertain as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(error) => tracing::warn!(%error, "the store's totals for the gauges were not read"),
+        }
+        tokio::time::sleep(STORE_TOTALS_EVERY).await;
+    }
 }
 
 /// The span of one request of `method` (on `target`: a tool or prompt name), its attributes
