@@ -2221,6 +2221,15 @@ timeout_seconds = 1
         ["call", "step", "run", "tools/call test__mutable"],
         "{gate:?}"
     );
+    let worker_call = spans
+        .iter()
+        .find(|s| s.id == gate.parent)
+        .expect("the call span");
+    assert_eq!(
+        worker_call.text("airlock.invocation.status"),
+        Some("SUCCEEDED"),
+        "{worker_call:?}"
+    );
     // The gate's own spans, from the worker's calls.
     let decisions: Vec<_> = spans
         .iter()

@@ -281,17 +281,41 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
 
     /// Runs one call to its end (or its park), inside a `call` tracing span.
     pub async fn run_call(&self, site: &CallSite<'_>) -> Result<CallEnd, Halt> {
-        let span = tracing::info_span!("call", step = site.step, call_id = %site.call.call.call_id, tool = %site.call.call.tool);
-        tracing::Instrument::instrument(
+        let span = tracing::info_span!(
+            "call",
+            step = site.step,
+            call_id = %site.call.call.call_id,
+            tool = %site.call.call.tool,
+            "airlock.invocation.status" = tracing::field::Empty,
+            "airlock.policy.reason_code" = tracing::field::Empty,
+            "airlock.approval.id" = tracing::field::Empty,
+        );
+        let end = tracing::Instrument::instrument(
             async {
                 match self.begin_call(site).await {
                     Begun::Ended(end) => end,
                     Begun::Started { row, tool } => self.finish_started(site, *row, &tool).await,
                 }
             },
-            span,
+            span.clone(),
         )
-        .await
+        .await;
+        // What the call came to, on its span (as the gateway's request spans spell it).
+        match &end {
+            Ok(CallEnd::Done(result)) => {
+                span.record(
+                    "airlock.invocation.status",
+                    result.status.as_str().to_ascii_uppercase().as_str(),
+                );
+                span.record("airlock.policy.reason_code", result.reason_code.as_str());
+            }
+            Ok(CallEnd::Parked { approval_id }) => {
+                span.record("airlock.invocation.status", "WAITING_FOR_APPROVAL");
+                span.record("airlock.approval.id", approval_id.to_string().as_str());
+            }
+            Err(_) => {}
+        }
+        end
     }
 
     /// Steps 1–7 of one call: up to and including its first commit (PROPOSE or REFUSE, with
