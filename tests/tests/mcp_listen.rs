@@ -1805,6 +1805,25 @@ leeway_seconds = 0
         "the session is the token's subject's"
     );
 
+    // A refreshed token of the same subject and scopes keeps the session; one whose scopes
+    // were cut at the issuer does not (403: the session stays the first caller's).
+    let refreshed = format!(
+        "Bearer {}",
+        issuer.token(&claims("acme", "openid mcp.test.call mcp.other.call", 600))
+    );
+    let same = gateway.raw(
+        "POST",
+        &[("authorization", &refreshed), ("mcp-session-id", &session)],
+        TOOLS_LIST,
+    );
+    assert_eq!(same.status, 200, "{}", same.body);
+    let narrowed = format!("Bearer {}", issuer.token(&claims("acme", "openid", 600)));
+    let refused = gateway.raw(
+        "POST",
+        &[("authorization", &narrowed), ("mcp-session-id", &session)],
+        TOOLS_LIST,
+    );
+    assert_eq!(refused.status, 403, "{}", refused.body);
     let other_tenant = format!(
         "Bearer {}",
         issuer.token(&claims("globex", "mcp.test.call", 300))
@@ -2057,7 +2076,8 @@ timeout_seconds = 1
         3,
         "test__mutable",
         json!({}),
-        json!({"traceparent": format!("00-{client_trace}-{client_span}-01")}),
+        // Flags 00: the client asks not to be sampled; airlock records anyway.
+        json!({"traceparent": format!("00-{client_trace}-{client_span}-00")}),
     );
     assert!(
         allowed.body.contains("\"isError\":false"),

@@ -23,9 +23,16 @@ fn rust_log_shows_a_line_per_finished_call_step_and_run() {
     assert_eq!(traced.status.code(), Some(0));
     let log = String::from_utf8_lossy(&traced.stderr);
     let run_span = format!("run{{run_id={run} lease_epoch=1 ");
+    // A call's line carries what it came to (recorded as it ends), and its gate's line the
+    // verdict.
     for expected in [
-        "}:step{step=1 calls=1}:call{step=1 call_id=w1 tool=workspace.write_text}: ",
-        "}:step{step=2 calls=1}:call{step=2 call_id=w2 tool=workspace.write_text}: ",
+        "}:step{step=1 calls=1}:call{step=1 call_id=w1 tool=workspace.write_text \
+         airlock.invocation.status=\"SUCCEEDED\" airlock.policy.reason_code=\"tool.succeeded\"}: ",
+        "}:step{step=2 calls=1}:call{step=2 call_id=w2 tool=workspace.write_text \
+         airlock.invocation.status=\"SUCCEEDED\" airlock.policy.reason_code=\"tool.succeeded\"}: ",
+        "}:step{step=1 calls=1}:call{step=1 call_id=w1 tool=workspace.write_text}:policy{\
+         otel.name=\"policy decision\" airlock.policy.decision=\"allow\" \
+         airlock.policy.reason_code=\"policy.matrix.workspace_write\" ",
         "}:step{step=2 calls=1}: ",
     ] {
         assert!(

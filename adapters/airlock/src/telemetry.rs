@@ -128,12 +128,14 @@ pub fn init(flag: Option<&str>) -> Result<Telemetry, String> {
         .with_threads(false)
         .with_target(false)
         .with_tracked_inactivity(false)
-        .with_filter(
+        .with_filter(tracing_subscriber::filter::FilterExt::and(
             tracing_subscriber::filter::Targets::new()
                 .with_target("airlock_mcp", tracing::Level::INFO)
                 .with_target("airlock_core", tracing::Level::INFO)
                 .with_target("airlock_http", tracing::Level::INFO),
-        );
+            // Spans only: a log event's message may quote an upstream's error text.
+            tracing_subscriber::filter::filter_fn(|metadata| metadata.is_span()),
+        ));
     let _ = tracing_subscriber::registry()
         .with(stderr)
         .with(exported)

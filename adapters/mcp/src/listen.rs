@@ -193,20 +193,29 @@ impl<S: Store + 'static> Drop for ConnectionGuard<S> {
 enum Credential {
     Token(ApiTokenId),
     /// A token of the `[auth]` issuer: the first 16 bytes of the SHA-256 of its issuer and
-    /// subject. The subject, not the token, owns a session: a client refreshes its token
-    /// within one session, and each new token of the same subject keeps it.
+    /// subject and of the caller its claims map to (tenant, principal, scopes). The subject,
+    /// not the token, owns a session: a client refreshes its token within one session, and a
+    /// new token of the same subject keeps it, but only while it maps to the same caller (a
+    /// scope taken away at the issuer does not live on in a session opened before).
     Issued([u8; 16]),
     /// `--listen-no-auth` without a token: the file's principal.
     Tokenless,
 }
 
 impl Credential {
-    fn issued(token: &IssuedToken) -> Credential {
+    fn issued(token: &IssuedToken, caller: &airlock_core::principal::Principal) -> Credential {
+        let scopes: Vec<&str> = caller.scopes.iter().map(|s| s.as_str()).collect();
         let digest = ring::digest::digest(
             &ring::digest::SHA256,
-            serde_json::json!([token.issuer, token.subject])
-                .to_string()
-                .as_bytes(),
+            serde_json::json!([
+                token.issuer,
+                token.subject,
+                caller.tenant_id,
+                caller.principal_id,
+                scopes
+            ])
+            .to_string()
+            .as_bytes(),
         );
         let mut id = [0; 16];
         id.copy_from_slice(&digest.as_ref()[..16]);
@@ -614,7 +623,10 @@ async fn caller<S: Store + 'static>(
     };
     let (credential, expires) = match &verified.by {
         VouchedBy::ApiToken(id) => (Credential::Token(*id), None),
-        VouchedBy::Issuer(token) => (Credential::issued(token), Some(token.expires_at)),
+        VouchedBy::Issuer(token) => (
+            Credential::issued(token, &verified.principal),
+            Some(token.expires_at),
+        ),
     };
     let token = verified.principal;
     if token.tenant_id != config.tenant_id {

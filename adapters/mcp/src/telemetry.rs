@@ -185,7 +185,7 @@ pub fn request_span(
     context: &RequestContext<RoleServer>,
 ) -> Span {
     let name = match target {
-        Some(target) => format!("{method} {target}"),
+        Some(target) => format!("{method} {}", bounded(target)),
         None => method.to_owned(),
     };
     let span = tracing::info_span!(
@@ -219,6 +219,18 @@ pub fn request_span(
     }
     span
 }
+
+/// A client-chosen name as a span may carry it: at most [`MAX_NAME_CHARS`] characters, control
+/// characters replaced (an unknown tool's name is the client's to choose, of any length).
+fn bounded(name: &str) -> String {
+    name.chars()
+        .take(MAX_NAME_CHARS)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// The longest tool or prompt name a span carries.
+const MAX_NAME_CHARS: usize = 128;
 
 /// The client's trace, from `traceparent` (and `tracestate`) in the request's `_meta`; `None`
 /// for a missing or malformed one (a new trace starts).
@@ -260,10 +272,13 @@ pub fn parse_traceparent(text: &str, state: TraceState) -> Option<SpanContext> {
     if trace == TraceId::INVALID || span == SpanId::INVALID {
         return None;
     }
+    // The client's sampled flag is not obeyed: whether airlock's own spans are recorded is the
+    // operator's choice, not the agent's (an agent sending `-00` would hide its calls).
+    let _ = flags;
     Some(SpanContext::new(
         trace,
         span,
-        TraceFlags::new(flags) & TraceFlags::SAMPLED,
+        TraceFlags::SAMPLED,
         true,
         state,
     ))
@@ -430,12 +445,21 @@ impl<H> Traced<H> {
 /// Records a JSON-RPC error's code as `error.type` (the conventions' choice), marks the span
 /// failed, and records the request's duration.
 fn finish<T>(span: &Span, method: &'static str, started: Instant, answer: &Result<T, McpError>) {
+    finish_as(
+        span,
+        method,
+        started,
+        answer.as_ref().err().map(|e| e.code.0.to_string()),
+    );
+}
+
+/// [`finish`] with the error type already known (`tool_error` for an `isError` result).
+fn finish_as(span: &Span, method: &'static str, started: Instant, error_type: Option<String>) {
     let mut attributes = vec![opentelemetry::KeyValue::new("mcp.method.name", method)];
-    if let Err(error) = answer {
-        let code = error.code.0.to_string();
-        span.record("error.type", code.as_str());
+    if let Some(error_type) = error_type {
+        span.record("error.type", error_type.as_str());
         span.record("otel.status_code", "error");
-        attributes.push(opentelemetry::KeyValue::new("error.type", code));
+        attributes.push(opentelemetry::KeyValue::new("error.type", error_type));
     }
     instruments()
         .duration
@@ -569,7 +593,7 @@ impl<H: ServerHandler> ServerHandler for Traced<H> {
     ) -> Result<GetPromptResponse, McpError> {
         let started = Instant::now();
         let span = self.span(&context, "prompts/get", Some(&request.name));
-        span.record("gen_ai.prompt.name", request.name.as_str());
+        span.record("gen_ai.prompt.name", bounded(&request.name).as_str());
         let answer = self
             .inner
             .get_prompt(request, context)
@@ -586,20 +610,21 @@ impl<H: ServerHandler> ServerHandler for Traced<H> {
     ) -> Result<CallToolResponse, McpError> {
         let started = Instant::now();
         let span = self.span(&context, "tools/call", Some(&request.name));
-        span.record("gen_ai.tool.name", request.name.as_ref());
+        span.record("gen_ai.tool.name", bounded(&request.name).as_str());
         span.record("gen_ai.operation.name", "execute_tool");
         let answer = self
             .inner
             .call_tool(request, context)
             .instrument(span.clone())
             .await;
-        finish(&span, "tools/call", started, &answer);
-        if let Ok(CallToolResponse::Complete(result)) = &answer
-            && result.is_error == Some(true)
-        {
-            span.record("error.type", "tool_error");
-            span.record("otel.status_code", "error");
-        }
+        let error_type = match &answer {
+            Err(error) => Some(error.code.0.to_string()),
+            Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
+                Some("tool_error".to_owned())
+            }
+            Ok(_) => None,
+        };
+        finish_as(&span, "tools/call", started, error_type);
         answer
     }
 
@@ -645,6 +670,12 @@ mod tests {
             "4bf92f3577b34da6a3ce929d0e0e4736"
         );
         assert!(context.is_sampled() && context.is_remote());
+        let unsampled = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let context = parse_traceparent(unsampled, TraceState::default()).expect("valid");
+        assert!(
+            context.is_sampled(),
+            "the client does not decide what airlock records"
+        );
         for bad in [
             "",
             "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",

@@ -110,7 +110,22 @@ impl AuthSection {
         if resource.fragment().is_some() {
             return Err(bad("resource", "must not have a fragment (RFC 8707)"));
         }
-        let audience = self.audience.unwrap_or_else(|| self.resource.clone());
+        if resource
+            .path_segments()
+            .into_iter()
+            .flatten()
+            .any(|segment| segment.starts_with(':') || segment.starts_with('*'))
+        {
+            return Err(bad(
+                "resource",
+                "a path segment may not begin with ':' or '*' (the metadata's path form is routed)",
+            ));
+        }
+        // The resource as the metadata document spells it (normalized: `https://a.example`
+        // is `https://a.example/`), which is what clients ask the issuer for.
+        let audience = self
+            .audience
+            .unwrap_or_else(|| resource.as_str().to_owned());
         if audience.is_empty() {
             return Err(bad("audience", "must not be empty"));
         }
@@ -327,6 +342,32 @@ mod tests {
                 expected
             );
         }
+    }
+
+    /// The default audience is the resource as the metadata spells it, which is what clients
+    /// ask the issuer for; a path the metadata route could not take is refused at load.
+    #[test]
+    fn the_default_audience_is_the_normalized_resource() {
+        let config = AuthSection {
+            resource: "https://Airlock.Example.com:443".to_owned(),
+            ..section()
+        }
+        .check(None)
+        .expect("valid");
+        assert_eq!(config.rules.audience, "https://airlock.example.com/");
+        assert_eq!(config.resource.as_str(), config.rules.audience);
+        let refused = AuthSection {
+            resource: "https://a.example/api/:id".to_owned(),
+            ..section()
+        }
+        .check(None)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.starts_with("auth.resource: a path segment"),
+            "{refused}"
+        );
     }
 
     #[test]

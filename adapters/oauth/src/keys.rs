@@ -8,7 +8,8 @@
 //! - when it is older than [`MAX_AGE`], at the next token.
 //!
 //! A fetch that fails keeps the set it had (logged); a key removed by the issuer stops working at
-//! the next successful fetch.
+//! the next successful fetch. One fetch at a time, and nobody waits for it but the request that
+//! started it. Ages are read from tokio's clock, so tests can advance it.
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -84,8 +85,13 @@ impl KeySource {
         Arc::clone(&self.current.read().unwrap_or_else(|p| p.into_inner()))
     }
 
+    /// Fetches the set again if the last fetch is older than `age`, unless a fetch is under way:
+    /// then this request goes on with the keys held, rather than wait behind a slow issuer (a
+    /// stream of made-up `kid`s must not stall the callers with good tokens).
     async fn refetch_if_older_than(&self, age: Duration) {
-        let mut fetched = self.fetched.lock().await;
+        let Ok(mut fetched) = self.fetched.try_lock() else {
+            return;
+        };
         if fetched.elapsed() < age {
             return;
         }

@@ -78,7 +78,13 @@ impl ResourceServer {
         let unverified = token::read(token, &rules.algorithms)?;
         let keys = self.keys.current().await;
         match unverified.verify(&keys, rules, now) {
+            // The issuer may have rotated: an unknown `kid`, or, for an issuer whose tokens
+            // name no `kid`, a signature the one key held does not verify.
             Err(TokenError::UnknownKey(_)) => {
+                let keys = self.keys.after_unknown_kid().await;
+                unverified.verify(&keys, rules, now)
+            }
+            Err(TokenError::BadSignature) if unverified.kid.is_none() => {
                 let keys = self.keys.after_unknown_kid().await;
                 unverified.verify(&keys, rules, now)
             }

@@ -233,7 +233,13 @@ fn check_claims(
         by: VouchedBy::Issuer(IssuedToken {
             issuer: issuer.to_owned(),
             subject: subject.to_owned(),
-            expires_at: Timestamp::from_micros(expires.saturating_mul(1_000_000)),
+            // Until when this token is accepted: `exp` plus the leeway, so a session or stream
+            // it opened lasts exactly as long as the token would be let in again.
+            expires_at: Timestamp::from_micros(
+                expires
+                    .saturating_add(rules.leeway_seconds)
+                    .saturating_mul(1_000_000),
+            ),
         }),
     })
 }

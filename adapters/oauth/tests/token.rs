@@ -81,7 +81,8 @@ fn a_token_of_each_algorithm_family_is_the_caller_its_claims_name() {
             VouchedBy::Issuer(IssuedToken {
                 issuer: ISSUER.to_owned(),
                 subject: "alice".to_owned(),
-                expires_at: Timestamp::from_micros((NOW + 300) * 1_000_000),
+                // `exp` plus the 60 s leeway.
+                expires_at: Timestamp::from_micros((NOW + 300 + 60) * 1_000_000),
             })
         );
     }
@@ -296,4 +297,41 @@ async fn a_key_published_after_start_is_fetched_when_a_token_names_it() {
         reason(server.verify_at(&old, NOW).await),
         Err("token.signature")
     );
+}
+
+/// An issuer whose tokens name no `kid` (one key, say in a `jwks_file`): after it rotates, a
+/// signature the held key does not verify fetches the set again (at most every 30 s).
+#[tokio::test(start_paused = true)]
+async fn a_rotated_single_key_without_kid_is_fetched_after_a_bad_signature() {
+    let before = TestIssuer::new(ISSUER);
+    let after = TestIssuer::new(ISSUER);
+    let only_ed = |issuer: &TestIssuer| {
+        let mut keys = issuer.jwks();
+        let ed = keys["keys"][2].clone();
+        keys["keys"] = json!([ed]);
+        keys
+    };
+    let dir = tempfile::tempdir().expect("dir");
+    let file = dir.path().join("jwks.json");
+    std::fs::write(&file, only_ed(&before).to_string()).expect("write");
+    let server = ResourceServer::start(AuthConfig {
+        rules: rules(),
+        resource: url::Url::parse(AUDIENCE).expect("url"),
+        keys: KeyOrigin::File(file.clone()),
+        scopes_supported: Vec::new(),
+    })
+    .await
+    .expect("start");
+    let kidless =
+        |issuer: &TestIssuer| issuer.sign(json!({"alg": "EdDSA", "kid": null}), &claims(issuer));
+    assert!(server.verify_at(&kidless(&before), NOW).await.is_ok());
+    std::fs::write(&file, only_ed(&after).to_string()).expect("rotate");
+    let rotated = kidless(&after);
+    assert_eq!(
+        server.verify_at(&rotated, NOW).await.map(|_| ()),
+        Err(TokenError::BadSignature),
+        "within 30 s of the last fetch"
+    );
+    tokio::time::advance(airlock_oauth::keys::UNKNOWN_KID_REFETCH).await;
+    assert!(server.verify_at(&rotated, NOW).await.is_ok());
 }

@@ -30,6 +30,6 @@ pub struct IssuedToken {
     pub issuer: String,
     /// The `sub` claim: stable for one user of that issuer, unlike the token itself.
     pub subject: String,
-    /// The `exp` claim.
+    /// Until when the token is accepted: its `exp` claim plus the configured leeway.
     pub expires_at: Timestamp,
 }
