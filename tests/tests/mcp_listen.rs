@@ -1962,6 +1962,18 @@ fn otlp_receiver() -> (u16, Received) {
     (port, seen)
 }
 
+/// Approves what is pending as soon as something is (within 10 s): how many were approved.
+fn approve_when_parked(scene: &Scene) -> usize {
+    for _ in 0..100 {
+        let approved = scene.data.approve_all();
+        if approved > 0 {
+            return approved;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    0
+}
+
 /// One exported span, flattened: name, ids, kind and attributes (values as JSON).
 #[derive(Debug, Clone)]
 struct ExportedSpan {
@@ -2096,15 +2108,7 @@ timeout_seconds = 1
                 json!({"progressToken": 5}),
             )
         });
-        let mut approved = 0;
-        for _ in 0..100 {
-            approved += scene.data.approve_all();
-            if approved > 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert_eq!(approved, 1, "the append parked once");
+        assert_eq!(approve_when_parked(&scene), 1, "the append parked once");
         let parked = parked.join().unwrap();
         assert!(parked.body.contains("appended"), "{}", parked.body);
         // Approved, then slower than its 1 s timeout: its outcome is unknown.
@@ -2116,15 +2120,7 @@ timeout_seconds = 1
                 json!({"progressToken": 6}),
             )
         });
-        let mut approved = 0;
-        for _ in 0..100 {
-            approved += scene.data.approve_all();
-            if approved > 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert_eq!(approved, 1, "the slow call parked once");
+        assert_eq!(approve_when_parked(&scene), 1, "the slow call parked once");
         let unknown = unknown.join().unwrap();
         assert!(unknown.body.contains("unknown"), "{}", unknown.body);
     });

@@ -12,23 +12,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+mod common;
 
-fn airlock(data: &Path, args: &[&str]) -> (i32, Value) {
-    let output = Command::new(BIN)
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .output()
-        .expect("airlock runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let value = stdout
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or(Value::Null);
-    (output.status.code().unwrap_or(-1), value)
-}
+use common::{BIN, airlock};
 
 /// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
 fn http(

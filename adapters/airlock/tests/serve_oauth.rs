@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use airlock_oauth::testing::TestIssuer;
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+mod common;
+
+use common::{BIN, airlock};
 const RESOURCE: &str = "https://airlock.test/api";
 const METADATA_URL: &str = "https://airlock.test/.well-known/oauth-protected-resource/api";
 
@@ -49,22 +51,6 @@ fn keys_server(body: String) -> (u16, Arc<AtomicUsize>) {
         }
     });
     (port, hits)
-}
-
-fn airlock(data: &Path, args: &[&str]) -> (i32, Value) {
-    let output = Command::new(BIN)
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .output()
-        .expect("airlock runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let value = stdout
-        .lines()
-        .last()
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or(Value::Null);
-    (output.status.code().unwrap_or(-1), value)
 }
 
 /// An answer: status, `WWW-Authenticate` (if any), body as JSON.

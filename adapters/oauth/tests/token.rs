@@ -257,6 +257,18 @@ fn tenant_principal_and_scopes_may_come_from_configured_claims() {
     assert_eq!(refused, TokenError::MissingClaim("org".to_owned()));
 }
 
+/// A resource server whose keys are the JWK Set in `file`.
+async fn server_over(file: &std::path::Path) -> ResourceServer {
+    ResourceServer::start(AuthConfig {
+        rules: rules(),
+        resource: url::Url::parse(AUDIENCE).expect("url"),
+        keys: KeyOrigin::File(file.to_owned()),
+        scopes_supported: Vec::new(),
+    })
+    .await
+    .expect("start")
+}
+
 /// Rotation: a token signed with a key published after start is accepted once the key set is
 /// fetched again, which an unknown `kid` causes, at most every 30 s; the retired keys then stop
 /// working (the file stands for the issuer's URL here).
@@ -267,14 +279,7 @@ async fn a_key_published_after_start_is_fetched_when_a_token_names_it() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("jwks.json");
     std::fs::write(&file, before.jwks().to_string()).expect("write");
-    let server = ResourceServer::start(AuthConfig {
-        rules: rules(),
-        resource: url::Url::parse(AUDIENCE).expect("url"),
-        keys: KeyOrigin::File(file.clone()),
-        scopes_supported: Vec::new(),
-    })
-    .await
-    .expect("start");
+    let server = server_over(&file).await;
     let reason = |answer: Result<airlock_core::access::Verified, TokenError>| {
         answer.map(|_| ()).map_err(|e| e.reason_code())
     };
@@ -314,14 +319,7 @@ async fn a_rotated_single_key_without_kid_is_fetched_after_a_bad_signature() {
     let dir = tempfile::tempdir().expect("dir");
     let file = dir.path().join("jwks.json");
     std::fs::write(&file, only_ed(&before).to_string()).expect("write");
-    let server = ResourceServer::start(AuthConfig {
-        rules: rules(),
-        resource: url::Url::parse(AUDIENCE).expect("url"),
-        keys: KeyOrigin::File(file.clone()),
-        scopes_supported: Vec::new(),
-    })
-    .await
-    .expect("start");
+    let server = server_over(&file).await;
     let kidless =
         |issuer: &TestIssuer| issuer.sign(json!({"alg": "EdDSA", "kid": null}), &claims(issuer));
     assert!(server.verify_at(&kidless(&before), NOW).await.is_ok());
