@@ -10,9 +10,9 @@
 //! Without it every call here is as cheap as a disabled `tracing` span. Arguments and results
 //! are never recorded.
 //!
-//! Choices where the conventions leave room: `mcp.session.id` is the client's live connection
-//! (for a 2025-11-25 client its conversation; a 2026-07-28 conversation has one per process
-//! serving it); `airlock.policy.decision` is the gate's verdict (`allow`, `deny`,
+//! Choices where the conventions leave room: `mcp.session.id` is the client's conversation, its
+//! connection row in the store (a 2026-07-28 conversation is joined by every process serving
+//! it, under one id); `airlock.policy.decision` is the gate's verdict (`allow`, `deny`,
 //! `require_approval`), whatever a reviewer said afterwards (that is
 //! `airlock.invocation.status`).
 
