@@ -22,6 +22,8 @@ Resources and prompts (so that their list changes are declared): the resource
 - `confirm(text)`: 2026-07-28 only. Asks the client to confirm (a form elicitation in an
   input-required result) and keeps a `requestState` of its own, `upstream-state:{text}`; the
   retry must bring exactly that state back, and is answered `confirmed {text}: {answer}`.
+- `trace_context()`: answers `traceparent=…` with the W3C `traceparent` its request's `_meta`
+  carried (`none` without one), so a test can see the trace context a gateway sent upstream.
 
 Each process appends its pid to `$AIRLOCK_TEST_LEDGER.pids` when it starts. With
 `AIRLOCK_TEST_LINGER=1` it stays alive after its stdin closes, as a server that ignores the
@@ -148,6 +150,12 @@ async def roots(ctx: Context):
     if hasattr(answer, "model_dump"):
         answer = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
     return "roots: " + " ".join(sorted(r.get("uri", "?") for r in answer.get("roots", [])))
+
+@server.tool(description="Answer with the traceparent this request's _meta carried.")
+async def trace_context(ctx: Context) -> str:
+    meta = ctx.request_context.meta or {}
+    return f"traceparent={meta.get('traceparent', 'none')}"
+
 
 @server.tool(description="Ask the client to confirm, keeping a requestState of its own (2026-07-28).")
 async def confirm(text: str, ctx: Context):

@@ -2086,7 +2086,7 @@ timeout_seconds = 1
     let client_span = "00f067aa0ba902b7";
     let allowed = call(
         3,
-        "test__mutable",
+        "test__trace_context",
         json!({}),
         // Flags 00: the client asks not to be sampled; airlock records anyway.
         json!({"traceparent": format!("00-{client_trace}-{client_span}-00")}),
@@ -2137,12 +2137,12 @@ timeout_seconds = 1
             })
             .clone()
     };
-    let greet = server("tools/call test__mutable");
+    let greet = server("tools/call test__trace_context");
     assert_eq!(greet.trace, client_trace, "the client's trace continues");
     assert_eq!(greet.parent, client_span);
     for (key, value) in [
         ("mcp.method.name", "tools/call"),
-        ("gen_ai.tool.name", "test__mutable"),
+        ("gen_ai.tool.name", "test__trace_context"),
         ("gen_ai.operation.name", "execute_tool"),
         ("mcp.protocol.version", "2025-11-25"),
         ("airlock.policy.decision", "allow"),
@@ -2165,10 +2165,17 @@ timeout_seconds = 1
     assert!(!greet.attributes.contains_key("error.type"), "{greet:?}");
     let upstream = spans
         .iter()
-        .find(|s| s.kind == 3 && s.name == "tools/call mutable")
+        .find(|s| s.kind == 3 && s.name == "tools/call trace_context")
         .expect("the upstream call's client span");
     assert_eq!(upstream.parent, greet.id, "below the request");
     assert_eq!(upstream.trace, client_trace);
+    // The upstream heard the client span's own context in `params._meta`.
+    let heard = format!("traceparent=00-{client_trace}-{}-01", upstream.id);
+    assert!(
+        allowed.body.contains(&heard),
+        "{heard} not in {}",
+        allowed.body
+    );
 
     let status = server("tools/call test__note");
     assert_eq!(
@@ -2234,7 +2241,7 @@ timeout_seconds = 1
     );
     assert_eq!(
         ancestors(gate),
-        ["call", "step", "run", "tools/call test__mutable"],
+        ["call", "step", "run", "tools/call test__trace_context"],
         "{gate:?}"
     );
     let worker_call = spans
