@@ -68,6 +68,7 @@ pub mod action_ref;
 pub mod action_scan;
 pub mod advisory;
 pub mod canonical;
+pub mod comparison;
 pub mod engine;
 pub mod facts;
 pub mod hardline;

@@ -754,3 +754,75 @@ proptest! {
         }
     }
 }
+
+// ----- Shadow mode (issue 32 item 2) -----
+
+/// Candidates unlike the shipped profile: the shipped one itself, and the shipped profile with
+/// every rule's decision made `allow`, `deny` or `require_approval`.
+fn shadow_candidates() -> &'static [Ruleset] {
+    static CANDIDATES: std::sync::OnceLock<Vec<Ruleset>> = std::sync::OnceLock::new();
+    CANDIDATES.get_or_init(|| {
+        let profile = std::str::from_utf8(airlock_policy::shipped::DEFAULT_PROFILE)
+            .expect("the shipped profile is UTF-8");
+        // Every rule's decision (the unknown tool's must stay `deny`).
+        let every_rule = |decision: &str| {
+            let mut section = "";
+            profile
+                .lines()
+                .map(|line| {
+                    if line.starts_with('[') {
+                        section = line;
+                    }
+                    if line.starts_with("decision = ") && section != "[unknown_tool]" {
+                        format!("decision = \"{decision}\"")
+                    } else {
+                        line.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let load = |text: String| {
+            Ruleset::load(text.as_bytes(), airlock_policy::shipped::HARDLINE)
+                .expect("the candidate loads")
+        };
+        vec![
+            shipped_ruleset().clone(),
+            load(every_rule("allow")),
+            load(every_rule("deny")),
+            load(every_rule("require_approval")),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A shadow candidate never changes the decision in force: `decide_beside` gives exactly
+    /// what the live ruleset gives alone, whatever the candidate, and reports a difference
+    /// exactly when the candidate alone decides otherwise (decision or reason code).
+    #[test]
+    fn a_shadow_candidate_never_changes_the_live_decision(
+        action in proposed_action(),
+        which in 0..4usize,
+    ) {
+        let live = shipped_ruleset();
+        let candidate = &shadow_candidates()[which];
+        let (decision, difference) =
+            airlock_policy::comparison::decide_beside(&action, live, Some(candidate));
+        prop_assert_eq!(&decision, &evaluate(&action, live));
+        let alone = evaluate(&action, candidate);
+        let differs =
+            alone.decision != decision.decision || alone.reason_code != decision.reason_code;
+        prop_assert_eq!(difference.is_some(), differs);
+        if let Some(difference) = difference {
+            prop_assert_eq!(difference.live.decision, decision.decision);
+            prop_assert_eq!(difference.candidate.decision, alone.decision);
+            prop_assert_eq!(&difference.candidate.reason_code, &alone.reason_code);
+            prop_assert_eq!(&difference.candidate.policy_version, &alone.policy_version);
+        }
+        let (without, none) = airlock_policy::comparison::decide_beside(&action, live, None);
+        prop_assert_eq!(without, decision);
+        prop_assert!(none.is_none());
+    }
+}
