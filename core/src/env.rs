@@ -15,6 +15,10 @@ pub struct Env<S: Store> {
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdSource>,
     pub ruleset: Arc<Ruleset>,
+    /// Policy shadow mode: a candidate decided beside `ruleset` on every call. Only `ruleset`'s
+    /// decision acts; a call the candidate decides differently is recorded as a
+    /// `policy.shadow.diff` process event in the call's own PROPOSE transaction.
+    pub shadow: Option<Arc<Ruleset>>,
     pub tools: Arc<ToolRegistry>,
     /// Workspace tools fail with `tool.internal_error` when a host provides no workspaces.
     pub workspaces: Option<Arc<dyn WorkspaceFactory>>,
@@ -29,6 +33,7 @@ impl<S: Store> Clone for Env<S> {
             clock: Arc::clone(&self.clock),
             ids: Arc::clone(&self.ids),
             ruleset: Arc::clone(&self.ruleset),
+            shadow: self.shadow.clone(),
             tools: Arc::clone(&self.tools),
             workspaces: self.workspaces.clone(),
             planners: Arc::clone(&self.planners),
@@ -45,6 +50,7 @@ impl<S: Store> Env<S> {
             clock: Arc::clone(&self.clock),
             ids: Arc::clone(&self.ids),
             ruleset: Arc::clone(&self.ruleset),
+            shadow: self.shadow.clone(),
             tools: Arc::clone(&self.tools),
             workspaces: self.workspaces.clone(),
             planners: Arc::clone(&self.planners),

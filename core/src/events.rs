@@ -34,6 +34,7 @@ airlock_policy::wire_enum! {
         ApprovalCancelled = "approval.cancelled",
         ApprovalInvalidated = "approval.invalidated",
         PolicyProfileLoaded = "policy.profile.loaded",
+        PolicyShadowDiff = "policy.shadow.diff",
         McpConnectionOpened = "mcp.connection.opened",
         McpConnectionClosed = "mcp.connection.closed",
         McpToolRegistered = "mcp.tool.registered",
@@ -232,5 +233,9 @@ pub mod keys {
     }
     pub fn profile_loaded(policy_version: &str) -> String {
         format!("policy.profile.loaded:{policy_version}")
+    }
+    /// One shadow difference per proposed action (its id is the invocation's).
+    pub fn shadow_diff(action_id: uuid::Uuid) -> String {
+        format!("policy.shadow.diff:{action_id}")
     }
 }

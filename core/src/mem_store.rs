@@ -37,7 +37,7 @@ use crate::approval::Approval;
 use crate::conversation::request_state::StateKey;
 use crate::conversation::task::CallTask;
 use crate::conversation::{Connection, ConnectionState, ConnectionStatus, ConversationKey};
-use crate::events::{Event, NewEvent, ProcessEvent};
+use crate::events::{Event, EventType, NewEvent, ProcessEvent};
 use crate::ids::{
     ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId,
 };
@@ -46,7 +46,8 @@ use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::store::{
-    ApprovalCursor, CallIdentity, RunCursor, Store, StoreTx, Twin, TwinScope, TxError, guards,
+    ApprovalCursor, CallIdentity, CreatedPage, RunCursor, Store, StoreTx, Twin, TwinScope, TxError,
+    guards,
 };
 use crate::time::Timestamp;
 use crate::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
@@ -1181,6 +1182,38 @@ impl StoreTx for MemTx<'_> {
     /// In commit order.
     fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError> {
         Ok(self.tables.rows.process_events.clone())
+    }
+
+    fn invocations_created(&mut self, page: &CreatedPage) -> Result<Vec<Invocation>, TxError> {
+        let mut rows: Vec<Invocation> = self
+            .tables
+            .rows
+            .invocations
+            .values()
+            .filter(|i| page.admits(i.created_at, i.id.as_uuid()))
+            .cloned()
+            .collect();
+        rows.sort_by_key(|i| (i.created_at, i.id));
+        rows.truncate(page.limit);
+        Ok(rows)
+    }
+
+    fn process_events_created(
+        &mut self,
+        event_type: EventType,
+        page: &CreatedPage,
+    ) -> Result<Vec<ProcessEvent>, TxError> {
+        let mut rows: Vec<ProcessEvent> = self
+            .tables
+            .rows
+            .process_events
+            .iter()
+            .filter(|e| e.event_type == event_type && page.admits(e.created_at, e.id))
+            .cloned()
+            .collect();
+        rows.sort_by_key(|e| (e.created_at, e.id));
+        rows.truncate(page.limit);
+        Ok(rows)
     }
 
     fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError> {

@@ -9,7 +9,7 @@ use crate::approval::Approval;
 use crate::conversation::record::{
     CallTask, Connection, ConnectionStatus, ConversationKey, StateKey,
 };
-use crate::events::{Event, NewEvent, ProcessEvent};
+use crate::events::{Event, EventType, NewEvent, ProcessEvent};
 use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use crate::invocation::Invocation;
 use crate::run::checkpoint::{Checkpoint, StepRecord};
@@ -324,6 +324,17 @@ pub trait StoreTx {
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError>;
     fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError>;
 
+    // Pages in creation order, for the policy commands that read a whole history
+    // (`policy replay`, `policy shadow report`).
+    /// Every tenant's invocations in `(created_at, id)` order within `page`.
+    fn invocations_created(&mut self, page: &CreatedPage) -> Result<Vec<Invocation>, TxError>;
+    /// The process events of `event_type` in `(created_at, id)` order within `page`.
+    fn process_events_created(
+        &mut self,
+        event_type: EventType,
+        page: &CreatedPage,
+    ) -> Result<Vec<ProcessEvent>, TxError>;
+
     // Settlements and policy profiles.
     /// `Conflict` if the invocation already has one.
     fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError>;
@@ -351,4 +362,51 @@ pub trait StoreTx {
     /// Sets `revoked_at` once: `NotFound` for an unknown id, `Conflict` if it is already set
     /// (nothing else of a token ever changes).
     fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError>;
+}
+
+/// One page of rows in `(created_at, id)` order: the rows after the position `(at, after_id)`
+/// (with no `after_id`, every row created at `at` itself is included: the first page of a
+/// window starting at `at`), created before `until` when it is set, at most `limit` of them.
+/// The next page starts after the last row returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreatedPage {
+    pub at: Timestamp,
+    pub after_id: Option<uuid::Uuid>,
+    pub until: Option<Timestamp>,
+    pub limit: usize,
+}
+
+impl CreatedPage {
+    /// The first page of the window `[from, until)`.
+    pub fn first(from: Timestamp, until: Option<Timestamp>, limit: usize) -> CreatedPage {
+        CreatedPage {
+            at: from,
+            after_id: None,
+            until,
+            limit,
+        }
+    }
+
+    /// The page after a row created at `at` with id `id`.
+    pub fn after(self, at: Timestamp, id: uuid::Uuid) -> CreatedPage {
+        CreatedPage {
+            at,
+            after_id: Some(id),
+            ..self
+        }
+    }
+
+    /// Whether a row belongs to this page's window (for stores that filter in memory).
+    pub fn admits(&self, created_at: Timestamp, id: uuid::Uuid) -> bool {
+        let after = match self.after_id {
+            None => created_at >= self.at,
+            Some(after_id) => (created_at, id) > (self.at, after_id),
+        };
+        after && self.until.is_none_or(|until| created_at < until)
+    }
+
+    /// The id bound as the stores compare it: text, with `""` below every id.
+    pub fn after_id_text(&self) -> String {
+        self.after_id.map(|id| id.to_string()).unwrap_or_default()
+    }
 }

@@ -568,6 +568,7 @@ impl ConnectionWorld {
             ruleset: Arc::new(short_lived_approvals(catalog::ruleset_base(
                 crate::plan::Profile::Shipped,
             ))),
+            shadow: None,
             tools: Arc::new(tools),
             workspaces: None,
             planners,

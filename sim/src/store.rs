@@ -22,7 +22,7 @@ use airlock_core::run::checkpoint::{Admission, Checkpoint, ResultRef, StepRecord
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::{
-    ApprovalCursor, CallIdentity, RunCursor, Store, StoreTx, Twin, TwinScope, TxError,
+    ApprovalCursor, CallIdentity, CreatedPage, RunCursor, Store, StoreTx, Twin, TwinScope, TxError,
 };
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
@@ -914,6 +914,16 @@ impl StoreTx for TxProbe<'_> {
     }
     fn process_events(&mut self) -> Result<Vec<ProcessEvent>, TxError> {
         self.inner.process_events()
+    }
+    fn invocations_created(&mut self, page: &CreatedPage) -> Result<Vec<Invocation>, TxError> {
+        self.inner.invocations_created(page)
+    }
+    fn process_events_created(
+        &mut self,
+        event_type: EventType,
+        page: &CreatedPage,
+    ) -> Result<Vec<ProcessEvent>, TxError> {
+        self.inner.process_events_created(event_type, page)
     }
     fn insert_settlement(&mut self, settlement: &Settlement) -> Result<(), TxError> {
         self.inner.insert_settlement(settlement)

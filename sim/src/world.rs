@@ -225,6 +225,7 @@ impl World {
             clock: Arc::new(self.clock.clone()),
             ids: self.ids.clone(),
             ruleset,
+            shadow: None,
             tools: Arc::new(registry),
             workspaces: Some(Arc::new(SimWorkspaces {
                 files: Arc::clone(&self.files),

@@ -29,7 +29,7 @@ use airlock_core::run::{Run, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
-use airlock_core::vocab::RunStatus;
+use airlock_core::vocab::{RunStatus, TargetKind};
 
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
 pub(crate) const SUSPENDED_KIND_APPROVAL: &str = "approval";
@@ -319,10 +319,10 @@ pub(crate) const INVOCATION_COLUMNS: &str = "id, run_id, session_id, tenant_id, 
      raw_arguments, arguments, normalized_arguments_hash, effective_arguments_hash, \
      idempotency_key, argument_trust, origin_trust, parallel_group, created_at, status, \
      policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
-     output_bytes, outcome, result_item, outcome_status, reason_code, updated_at";
+     output_bytes, outcome, result_item, outcome_status, reason_code, updated_at, target_kind";
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
-pub(crate) const INVOCATION_COLUMN_COUNT: usize = 33;
+pub(crate) const INVOCATION_COLUMN_COUNT: usize = 34;
 
 /// Whether a `twins` row is settled: the column after [`INVOCATION_COLUMNS`].
 pub(crate) fn settled_after_invocation(row: &Row) -> Result<bool, TxError> {
@@ -374,6 +374,7 @@ pub(crate) fn invocation(row: &Row) -> Result<Invocation, TxError> {
         outcome_status: parse_opt(row, 30)?,
         reason_code: get(row, 31)?,
         updated_at: time(row, 32)?,
+        target_kind: get::<Option<String>>(row, 33)?.map(|kind| TargetKind::parse(&kind)),
     })
 }
 

@@ -83,11 +83,15 @@ const V8: (&str, &str) = (
     include_str!("../migrations/V8__state_keys.sql"),
 );
 
+/// V9: each call keeps its tool's target kind, so `policy replay` decides it again, and calls
+/// are read in creation order (issue 32 item 3).
+const V9: (&str, &str) = ("V9__replay", include_str!("../migrations/V9__replay.sql"));
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 8;
+pub const SCHEMA_VERSION: i32 = 9;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

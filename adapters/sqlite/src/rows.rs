@@ -28,7 +28,7 @@ use airlock_core::run::{Run, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
-use airlock_core::vocab::RunStatus;
+use airlock_core::vocab::{RunStatus, TargetKind};
 
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
 pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
@@ -377,10 +377,10 @@ pub(super) const INVOCATION_COLUMNS: &str = "id, run_id, session_id, tenant_id, 
      raw_arguments, arguments, normalized_arguments_hash, effective_arguments_hash, \
      idempotency_key, argument_trust, origin_trust, parallel_group, created_at, status, \
      policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
-     output_bytes, outcome, result_item, outcome_status, reason_code, updated_at";
+     output_bytes, outcome, result_item, outcome_status, reason_code, updated_at, target_kind";
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
-pub(super) const INVOCATION_COLUMN_COUNT: usize = 33;
+pub(super) const INVOCATION_COLUMN_COUNT: usize = 34;
 
 pub(super) fn invocation(row: &Row<'_>) -> rusqlite::Result<Invocation> {
     let suspended_kind: Option<String> = row.get(24)?;
@@ -427,6 +427,9 @@ pub(super) fn invocation(row: &Row<'_>) -> rusqlite::Result<Invocation> {
         outcome_status: parse_opt(row, 30)?,
         reason_code: row.get(31)?,
         updated_at: time(row, 32)?,
+        target_kind: row
+            .get::<_, Option<String>>(33)?
+            .map(|kind| TargetKind::parse(&kind)),
     })
 }
 

@@ -486,6 +486,14 @@ BEGIN
 END;
 "#;
 
+/// M11 (issue 32 item 3): each call keeps its whole proposed action, so `policy replay` decides
+/// it again: the tool's target kind joins the fields the row already had (NULL on older rows),
+/// and calls are read in creation order across tenants.
+const M_REPLAY: &str = r#"
+ALTER TABLE tool_invocations ADD COLUMN target_kind TEXT;
+CREATE INDEX ix_tool_invocations_created ON tool_invocations (created_at, id);
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -498,10 +506,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_CONVERSATION_KEYS),
     M::up(M_CALL_TASKS),
     M::up(M_STATE_KEYS),
+    M::up(M_REPLAY),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -31,14 +31,14 @@ use airlock_core::connection::{Connection as ClientConnection, ConnectionState, 
 use airlock_core::conversation::ConversationKey;
 use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
-use airlock_core::events::{Event, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
+use airlock_core::events::{Event, EventType, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
 use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
 use airlock_core::store::{
-    ApprovalCursor, CallIdentity, RunCursor, StoreTx, Twin, TwinScope, TxError, guards,
+    ApprovalCursor, CallIdentity, CreatedPage, RunCursor, StoreTx, Twin, TwinScope, TxError, guards,
 };
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
@@ -838,7 +838,8 @@ impl StoreTx for SqliteTx<'_> {
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
             .transpose()?;
-        let values: [&dyn ToSql; 33] = [
+        let target_kind = invocation.target_kind.as_ref().map(|kind| kind.as_str());
+        let values: [&dyn ToSql; 34] = [
             &invocation.id.to_string(),
             &invocation.run_id.to_string(),
             &invocation.session_id.to_string(),
@@ -886,12 +887,13 @@ impl StoreTx for SqliteTx<'_> {
             &invocation.outcome_status.map(|s| s.as_str()),
             &invocation.reason_code,
             &ts(invocation.updated_at),
+            &target_kind,
         ];
         self.execute(
             &format!(
                 "INSERT INTO tool_invocations ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
                  ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
-                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33)",
+                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)",
                 rows::INVOCATION_COLUMNS
             ),
             &values,
@@ -1377,6 +1379,49 @@ impl StoreTx for SqliteTx<'_> {
                 rows::PROCESS_EVENT_COLUMNS
             ),
             [].as_slice(),
+            rows::process_event,
+        )
+    }
+
+    /// `ix_tool_invocations_created` (M11) serves the order and the window.
+    fn invocations_created(&mut self, page: &CreatedPage) -> Result<Vec<Invocation>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM tool_invocations \
+                 WHERE (created_at > ?1 OR (created_at = ?1 AND id > ?2)) \
+                 AND (?3 IS NULL OR created_at < ?3) ORDER BY created_at, id LIMIT ?4",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![
+                ts(page.at),
+                page.after_id_text(),
+                page.until.map(ts),
+                limit(page.limit)
+            ],
+            rows::invocation,
+        )
+    }
+
+    /// `ix_process_events_type` (M1) serves the type and the time; ids order one microsecond.
+    fn process_events_created(
+        &mut self,
+        event_type: EventType,
+        page: &CreatedPage,
+    ) -> Result<Vec<ProcessEvent>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM process_events WHERE event_type = ?1 \
+                 AND (created_at > ?2 OR (created_at = ?2 AND id > ?3)) \
+                 AND (?4 IS NULL OR created_at < ?4) ORDER BY created_at, id LIMIT ?5",
+                rows::PROCESS_EVENT_COLUMNS
+            ),
+            params![
+                event_type.as_str(),
+                ts(page.at),
+                page.after_id_text(),
+                page.until.map(ts),
+                limit(page.limit)
+            ],
             rows::process_event,
         )
     }

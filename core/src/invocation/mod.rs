@@ -6,6 +6,8 @@ pub mod outcome;
 pub mod pipeline;
 pub mod recovery;
 pub mod repeat;
+pub mod replay;
+pub mod shadow;
 
 use std::collections::BTreeMap;
 
@@ -15,7 +17,8 @@ use crate::action::PolicyDecision;
 use crate::ids::{ApprovalId, InvocationId, ParallelGroupId, RunId, SessionId};
 use crate::time::Timestamp;
 use crate::vocab::{
-    IdempotencyClass, InvocationStatus, OutcomeStatus, RiskLevel, SideEffectClass, TrustLevel,
+    IdempotencyClass, InvocationStatus, OutcomeStatus, RiskLevel, SideEffectClass, TargetKind,
+    TrustLevel,
 };
 
 use outcome::Outcome;
@@ -43,6 +46,10 @@ pub struct Invocation {
     pub idempotency_key: String,
     pub argument_trust: BTreeMap<String, TrustLevel>,
     pub origin_trust: TrustLevel,
+    /// The target kind of the tool's spec when the call was proposed: with the fields above it
+    /// is the whole proposed action, so `policy replay` can decide the call again. `None` on
+    /// rows written before it was recorded (SQLite M11, PostgreSQL V9).
+    pub target_kind: Option<TargetKind>,
     pub parallel_group: Option<ParallelGroupId>,
     pub created_at: Timestamp,
 
@@ -84,6 +91,7 @@ impl Invocation {
             && self.idempotency_key == next.idempotency_key
             && self.argument_trust == next.argument_trust
             && self.origin_trust == next.origin_trust
+            && self.target_kind == next.target_kind
             && self.parallel_group == next.parallel_group
             && self.created_at == next.created_at
     }

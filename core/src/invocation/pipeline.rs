@@ -15,7 +15,7 @@ use crate::approval::{Approval, redact::redact};
 use crate::canonical::{IdempotencyKeyInput, arguments_hash, idempotency_key, to_canonical_string};
 use crate::conversation::MCP_PLANNER_KIND;
 use crate::env::Env;
-use crate::events::{Actor, EventType, NewEvent, keys};
+use crate::events::{Actor, EventType, NewEvent, ProcessEvent, keys};
 use crate::ids::{ApprovalId, InvocationId, ParallelGroupId};
 use crate::invocation::Invocation;
 use crate::invocation::call_result::CallResult;
@@ -23,7 +23,7 @@ use crate::invocation::gate::{Authority, authorize};
 use crate::invocation::outcome::{Outcome, ResultItem, codes, is_tool_reason_code, message_for};
 use crate::invocation::recovery::recovery_action;
 use crate::invocation::repeat::{self, Repeat};
-use crate::policy::evaluate;
+use crate::policy::comparison::decide_beside;
 use crate::ports::{Tool, ToolContext, ToolFailure, ToolSuccess};
 use crate::run::cancel::CancelToken;
 use crate::run::checkpoint::{PinnedCall, ResultRef};
@@ -264,7 +264,14 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     /// The gate (step 6) inside a `policy decision` span that carries its verdict: the
     /// decision, the reason code and the policy version (exported as OpenTelemetry attributes
     /// when the binary exports, issue 31). The span observes; the decision is `evaluate`'s.
-    fn decide(&self, action: &crate::action::ProposedAction) -> crate::action::PolicyDecision {
+    ///
+    /// With a shadow candidate ([`Env::shadow`](crate::env::Env::shadow)) the candidate decides
+    /// the same action too; what it decides never reaches the returned decision, only the
+    /// `policy.shadow.diff` event PROPOSE appends when the two differ.
+    fn decide(
+        &self,
+        action: &crate::action::ProposedAction,
+    ) -> (crate::action::PolicyDecision, Option<ProcessEvent>) {
         let span = tracing::info_span!(
             "policy",
             "otel.name" = "policy decision",
@@ -272,11 +279,13 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             "airlock.policy.reason_code" = tracing::field::Empty,
             "airlock.policy.version" = tracing::field::Empty,
         );
-        let decision = span.in_scope(|| evaluate(action, &self.env.ruleset));
+        let (decision, difference) =
+            span.in_scope(|| decide_beside(action, &self.env.ruleset, self.env.shadow.as_deref()));
         span.record("airlock.policy.decision", decision.decision.as_str());
         span.record("airlock.policy.reason_code", decision.reason_code.as_str());
         span.record("airlock.policy.version", decision.policy_version.as_str());
-        decision
+        let shadow = difference.map(|difference| super::shadow::diff_event(action, difference));
+        (decision, shadow)
     }
 
     /// Runs one call to its end (or its park), inside a `call` tracing span.
@@ -417,18 +426,24 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         let invocation_id = InvocationId(self.env.new_uuid());
         let now = self.env.clock.now();
         let mut action = self.action(site, &prepared, invocation_id, now);
-        let decision = self.decide(&action);
+        let (decision, shadow) = self.decide(&action);
         // Step 7: PROPOSE (with step 5 before it, and step 8 and START folded in for an
         // `allow`).
-        let (mut proposed, mut folded) =
-            self.propose(site, &prepared, &action, decision, raw_hash.clone(), now);
+        let (mut proposed, mut folded) = self.propose(
+            site,
+            &prepared,
+            &action,
+            (decision, shadow),
+            raw_hash.clone(),
+            now,
+        );
         if let Ok(FirstCommit::Tainted) = proposed {
             // The conversation was tainted after the gate ran (§22.2): decide again as a
             // tainted call; PROPOSE then does not look again.
             action.origin_trust = TrustLevel::ExternalUntrusted;
             action.argument_trust = argument_trust(&prepared.arguments, &BTreeMap::new());
-            let decision = self.decide(&action);
-            (proposed, folded) = self.propose(site, &prepared, &action, decision, raw_hash, now);
+            let decided = self.decide(&action);
+            (proposed, folded) = self.propose(site, &prepared, &action, decided, raw_hash, now);
         }
         let proposed = match proposed {
             Ok(proposed) => proposed,
@@ -504,7 +519,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         };
         let now = self.env.clock.now();
         let action = self.action(site, &prepared, InvocationId(self.env.new_uuid()), now);
-        let decision = self.decide(&action);
+        let (decision, _) = self.decide(&action);
         let Proposal { row, approval, .. } = self.proposal(site, &prepared, &action, decision, now);
         let actor = worker_actor(site);
         self.env
@@ -723,6 +738,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             idempotency_key: prepared.idempotency_key.clone(),
             argument_trust: action.argument_trust.clone(),
             origin_trust: action.origin_trust,
+            target_kind: Some(action.target.kind.clone()),
             parallel_group: site.parallel_group,
             created_at: now,
             status: InvocationStatus::Proposed,
@@ -788,7 +804,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         site: &CallSite<'_>,
         prepared: &Prepared,
         action: &ProposedAction,
-        decision: PolicyDecision,
+        (decision, shadow): (PolicyDecision, Option<ProcessEvent>),
         raw_hash: String,
         now: Timestamp,
     ) -> (Result<FirstCommit, TxError>, Folded) {
@@ -831,6 +847,10 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             tx.insert_invocation(&row)?;
             if let Some(approval) = &approval {
                 tx.insert_approval(approval)?;
+            }
+            // Shadow mode: the candidate's difference commits with the call it is about.
+            if let Some(shadow) = &shadow {
+                tx.append_process_event(shadow)?;
             }
             let event = |event_type, payload, key| NewEvent {
                 session_id: row.session_id,
@@ -1476,7 +1496,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                     evaluated_at: now,
                 };
                 Some(Fresh {
-                    decision: self.decide(&action),
+                    decision: self.decide(&action).0,
                     risk: spec.risk,
                 })
             }

@@ -14,11 +14,14 @@ use serde_json::json;
 
 use crate::approval::Approval;
 use crate::events::{Actor, EventType, keys};
+use crate::ids::InvocationId;
 use crate::invocation::Invocation;
 use crate::run::{Lease, Run, RunGuard, RunState, RunSummary};
-use crate::store::{ApprovalCursor, CallIdentity, RunCursor, Store, StoreTx, TwinScope, TxError};
+use crate::store::{
+    ApprovalCursor, CallIdentity, CreatedPage, RunCursor, Store, StoreTx, TwinScope, TxError,
+};
 use crate::testing::fixtures::*;
-use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStatus};
+use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStatus, TargetKind};
 
 /// Runs every check on a fresh store from `make`.
 pub fn run_contract<S: Store>(make: impl Fn() -> S) {
@@ -62,6 +65,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     derivation_key_idempotency(&make());
     events_of_run_paging(&make());
     process_event_idempotency(&make());
+    creation_order_pages_cross_tenants_and_windows(&make());
     settlement_is_unique_per_invocation(&make());
     policy_profile_idempotency(&make());
     run_edges_of_section_8_1_only(&make());
@@ -2361,6 +2365,109 @@ fn process_event_idempotency<S: Store>(store: &S) {
         vec![first, second],
         "process events: one per key, in commit order"
     );
+}
+
+/// `invocations_created` and `process_events_created` (`policy replay`, `policy shadow
+/// report`): every tenant's rows in `(created_at, id)` order, a window `[from, until)`, pages that
+/// resume after their last row with none lost at a shared microsecond, and the target kind kept.
+fn creation_order_pages_cross_tenants_and_windows<S: Store>(store: &S) {
+    let acme = seed_run(store, 1, RunStatus::Running);
+    let other = seed_run_of_tenant(store, 2, RunStatus::Running, "globex");
+    // Five calls, two tenants; ids 3 and 4 share one microsecond.
+    let times = [
+        (1, &acme, 10),
+        (2, &other, 20),
+        (4, &acme, 30),
+        (3, &other, 30),
+        (5, &acme, 40),
+    ];
+    for (n, run, micros) in times {
+        let mut row = sample_invocation(
+            n,
+            run,
+            n as u32,
+            &format!("c{n}"),
+            InvocationStatus::Proposed,
+        );
+        row.created_at = at(micros);
+        row.updated_at = at(micros);
+        row.target_kind = Some(if n == 5 {
+            TargetKind::Other("custom_target".to_owned())
+        } else {
+            TargetKind::McpServer
+        });
+        seed_invocation(store, row);
+    }
+    let all = read(store, |tx| {
+        tx.invocations_created(&CreatedPage::first(at(0), None, 100))
+    });
+    let order: Vec<InvocationId> = all.iter().map(|i| i.id).collect();
+    let mut tied = [invocation_id(3), invocation_id(4)];
+    tied.sort();
+    assert_eq!(
+        order,
+        vec![
+            invocation_id(1),
+            invocation_id(2),
+            tied[0],
+            tied[1],
+            invocation_id(5)
+        ],
+        "creation order, ties by id, every tenant"
+    );
+    assert_eq!(
+        all[0].target_kind,
+        Some(TargetKind::McpServer),
+        "target kind kept"
+    );
+    assert_eq!(
+        all[4].target_kind,
+        Some(TargetKind::Other("custom_target".to_owned()))
+    );
+    // Pages of two resume after their last row, through the tie.
+    let mut paged = Vec::new();
+    let mut page = CreatedPage::first(at(0), None, 2);
+    loop {
+        let rows = read(store, |tx| tx.invocations_created(&page));
+        let Some(last) = rows.last() else { break };
+        page = page.after(last.created_at, last.id.as_uuid());
+        paged.extend(rows.iter().map(|i| i.id));
+    }
+    assert_eq!(paged, order, "pages lose and repeat nothing");
+    // The window [20, 40): from is inclusive, until exclusive.
+    let window = read(store, |tx| {
+        tx.invocations_created(&CreatedPage::first(at(20), Some(at(40)), 100))
+    });
+    assert_eq!(window.len(), 3, "window [20, 40)");
+    assert!(
+        window
+            .iter()
+            .all(|i| i.created_at >= at(20) && i.created_at < at(40))
+    );
+
+    // Process events of one type, in the same order and windows.
+    for (n, micros) in [(1, 15), (2, 5), (3, 25)] {
+        let mut event = sample_process_event(n, &format!("v{n}"));
+        event.created_at = at(micros);
+        commit(store, "profile event", |tx| tx.append_process_event(&event));
+    }
+    let mut other_type = sample_process_event(9, "v9");
+    other_type.event_type = EventType::McpStateKeyRotated;
+    other_type.derivation_key = "mcp.state_key.rotated:k9".to_owned();
+    commit(store, "other type", |tx| {
+        tx.append_process_event(&other_type)
+    });
+    let events = read(store, |tx| {
+        tx.process_events_created(
+            EventType::PolicyProfileLoaded,
+            &CreatedPage::first(at(6), None, 100),
+        )
+    });
+    let versions: Vec<&str> = events
+        .iter()
+        .map(|e| e.payload["policy_version"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(versions, ["v1", "v3"], "one type, from 6 on, by time");
 }
 
 /// SPEC §14 `uncertain_settlements` UNIQUE(invocation_id).

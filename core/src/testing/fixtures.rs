@@ -27,7 +27,7 @@ use crate::time::Timestamp;
 use crate::vocab::{
     ActionKind, ApprovalResolution, ApprovalStatus, CheckpointTrigger, FailureReason,
     IdempotencyClass, InvocationStatus, OutcomeStatus, PolicyDecisionType, RiskLevel, RunStatus,
-    SettlementOutcome, SideEffectClass, TrustLevel,
+    SettlementOutcome, SideEffectClass, TargetKind, TrustLevel,
 };
 
 /// 2026-01-15T12:00:00Z, the epoch of every sample, and the tenant: the policy gate's test
@@ -194,6 +194,7 @@ pub fn sample_invocation(
         idempotency_key: format!("sample:{}:{step}:{call_id}", run.id),
         argument_trust: BTreeMap::new(),
         origin_trust: run.origin_trust,
+        target_kind: Some(TargetKind::InProcess),
         parallel_group: None,
         created_at: T0,
         status,

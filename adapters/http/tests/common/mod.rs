@@ -104,6 +104,7 @@ impl World {
             clock: clock.clone(),
             ids: Arc::new(V4Ids),
             ruleset: Arc::new(ruleset),
+            shadow: None,
             tools: Arc::new(builtin_registry(dir.path()).expect("builtins")),
             workspaces: Some(Arc::new(LocalWorkspaces::new(dir.path()))),
             planners: Arc::new(ScriptedPlannerFactory),
