@@ -92,14 +92,8 @@ impl App {
         // Configuration is checked before anything is created, so a typo creates no store.
         let faults = AbortAt::from_env().map_err(|e| AppError::Config(e.to_string()))?;
         let location = StoreUrl::parse(store, data_dir).map_err(AppError::Config)?;
-        if let StoreUrl::Sqlite(store_path) = &location
-            && missing == MissingStore::Refuse
-            && !store_path.exists()
-        {
-            return Err(AppError::Storage(format!(
-                "no store at '{}': nothing was submitted to this data dir (check --data-dir)",
-                store_path.display()
-            )));
+        if missing == MissingStore::Refuse {
+            refuse_missing(&location)?;
         }
         std::fs::create_dir_all(data_dir).map_err(|e| {
             AppError::Config(format!("cannot create '{}': {e}", data_dir.display()))
@@ -112,6 +106,7 @@ impl App {
             clock: Arc::new(SystemClock),
             ids: Arc::new(V4Ids),
             ruleset: Arc::new(ruleset),
+            shadow: None,
             tools: Arc::new(tools),
             workspaces: Some(Arc::new(LocalWorkspaces::new(data_dir))),
             planners: Arc::new(ScriptedPlannerFactory),
@@ -156,6 +151,27 @@ impl App {
     /// A worker over this process's environment.
     pub fn worker(&self, settings: WorkerSettings) -> Arc<Worker<HostStore>> {
         Worker::new(self.env.clone(), settings)
+    }
+}
+
+/// The store of a data directory or `--store`, opened only to read what it holds (`policy
+/// replay`, `policy shadow report`): never created or migrated, and no policy is loaded or
+/// recorded, so reading a history under a candidate policy leaves no trace of that policy.
+pub fn open_store_for_reading(data_dir: &Path, store: Option<&str>) -> Result<HostStore, AppError> {
+    let location = StoreUrl::parse(store, data_dir).map_err(AppError::Config)?;
+    refuse_missing(&location)?;
+    open_store(&location, MissingStore::Refuse).map(BlockingStore)
+}
+
+/// A SQLite data dir without a store is a storage error, not a new empty store, so a mistyped
+/// `--data-dir` cannot answer "nothing pending" from a store it just created.
+fn refuse_missing(location: &StoreUrl) -> Result<(), AppError> {
+    match location {
+        StoreUrl::Sqlite(store_path) if !store_path.exists() => Err(AppError::Storage(format!(
+            "no store at '{}': nothing was submitted to this data dir (check --data-dir)",
+            store_path.display()
+        ))),
+        _ => Ok(()),
     }
 }
 

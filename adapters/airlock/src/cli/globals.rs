@@ -2,6 +2,7 @@
 //! command module.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use airlock_core::principal::{Principal, check_identity};
 use airlock_core::scope::{Scope, ScopeSet, platform_scopes};
@@ -119,5 +120,40 @@ pub fn check_id_flag(flag: &str, id: Option<&str>) -> Result<(), Exit> {
     match id.map(check_identity) {
         Some(Err(e)) => Err(output::invalid_argument(&format!("{flag} {e}"))),
         _ => Ok(()),
+    }
+}
+
+/// `--shadow-policy-dir` of the commands that decide calls (`worker`, `serve`, `mcp serve`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ShadowArgs {
+    /// Policy shadow mode: a candidate policy directory (`default.toml`, `hardline.toml`)
+    /// decided beside the live policy on every call. Only the live decision acts; each call the
+    /// candidate decides differently is recorded as a `policy.shadow.diff` event, read back by
+    /// `airlock policy shadow report`.
+    #[arg(long, value_name = "DIR")]
+    pub shadow_policy_dir: Option<PathBuf>,
+}
+
+impl ShadowArgs {
+    /// [`Globals::open_app`] with the shadow candidate in place. The candidate is loaded first,
+    /// so a broken candidate stops the process before it opens (or creates) a store.
+    pub async fn open_app(&self, globals: &Globals) -> Result<App, Exit> {
+        let candidate = match &self.shadow_policy_dir {
+            Some(dir) => Some(Arc::new(
+                crate::policy_source::load_ruleset(Some(dir))
+                    .map_err(|e| output::policy_error(&e))?,
+            )),
+            None => None,
+        };
+        let mut app = globals.open_app().await?;
+        if let Some(candidate) = &candidate {
+            tracing::info!(
+                live = %app.env.ruleset.version,
+                candidate = %candidate.version,
+                "policy shadow mode: the candidate is decided beside the live policy"
+            );
+        }
+        app.env.shadow = candidate;
+        Ok(app)
     }
 }

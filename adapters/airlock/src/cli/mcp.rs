@@ -59,6 +59,8 @@ pub struct InitArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub shadow: super::globals::ShadowArgs,
     /// The gateway file (SPEC §19.2).
     #[arg(long)]
     pub config: PathBuf,
@@ -202,7 +204,7 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
         Ok(config) => config,
         Err(exit) => return exit,
     };
-    let app = match globals.open_app().await {
+    let app = match args.shadow.open_app(globals).await {
         Ok(app) => app,
         Err(exit) => return exit,
     };

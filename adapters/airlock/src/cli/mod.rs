@@ -12,6 +12,7 @@ mod lines;
 mod mcp;
 mod output;
 mod policy;
+mod policy_change;
 mod runs;
 mod serve;
 mod table;
@@ -121,7 +122,13 @@ pub fn run() -> ExitCode {
         Ok(telemetry) => telemetry,
         Err(message) => return output::invalid_argument(&message).into(),
     };
-    if let Command::Policy(command) = cli.command {
+    // The policy commands that read only the policy files need no runtime.
+    if let Command::Policy(command) = &cli.command
+        && !command.reads_store()
+    {
+        let Command::Policy(command) = cli.command else {
+            return Exit::Ok.into();
+        };
         let exit = policy::run(&cli.globals, command);
         telemetry.shutdown();
         return exit.into();
@@ -138,7 +145,7 @@ pub fn run() -> ExitCode {
     let globals = cli.globals;
     let exit = runtime.block_on(async move {
         match cli.command {
-            Command::Policy(_) => Exit::Ok,
+            Command::Policy(command) => policy::run_on_store(&globals, command).await,
             Command::Demo(args) => demo::run(&globals, args).await,
             Command::Run(runs::RunCommand::Submit {
                 script,

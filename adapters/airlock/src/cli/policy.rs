@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::globals::Globals;
 use super::lines::{LinesStopped, for_each_line};
 use super::output::policy_error;
+use super::policy_change::{ShadowCommand, WindowArgs, replay_command, shadow_command};
 use crate::exit::{Exit, error_json};
 use crate::policy_source::load_ruleset;
 
@@ -35,6 +36,38 @@ pub enum PolicyCommand {
         #[arg(long)]
         jsonl: bool,
     },
+    /// Decide every recorded call of the store again under the policy of `--policy-dir` (the
+    /// shipped policy without it) and print what would change, by transition (allow → deny,
+    /// …), with examples. Nothing is executed and nothing is written.
+    Replay {
+        #[command(flatten)]
+        window: WindowArgs,
+    },
+    /// What a shadow candidate (`--shadow-policy-dir` on `worker`, `serve`, `mcp serve`)
+    /// decided differently from the live policy.
+    #[command(subcommand)]
+    Shadow(ShadowCommand),
+}
+
+impl PolicyCommand {
+    /// Whether the command reads the store (and so runs on the async runtime).
+    pub fn reads_store(&self) -> bool {
+        matches!(
+            self,
+            PolicyCommand::Replay { .. } | PolicyCommand::Shadow(_)
+        )
+    }
+}
+
+/// `policy replay` and `policy shadow report`, which read the store.
+pub async fn run_on_store(globals: &Globals, command: PolicyCommand) -> Exit {
+    match command {
+        PolicyCommand::Replay { window } => replay_command(globals, window).await,
+        PolicyCommand::Shadow(command) => shadow_command(globals, command).await,
+        PolicyCommand::Version | PolicyCommand::Check { .. } | PolicyCommand::Eval { .. } => {
+            run(globals, command)
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -55,6 +88,8 @@ pub fn run(globals: &Globals, command: PolicyCommand) -> Exit {
         PolicyCommand::Version => writeln!(out, "{}", ruleset.version).map(|_| Exit::Ok),
         PolicyCommand::Check { json } => check(&mut out, &ruleset, json),
         PolicyCommand::Eval { file, jsonl } => eval(&mut out, &ruleset, &file, jsonl),
+        // Routed to `run_on_store` by the caller; never reached.
+        PolicyCommand::Replay { .. } | PolicyCommand::Shadow(_) => Ok(Exit::Ok),
     };
     match exit.and_then(|exit| out.flush().map(|_| exit)) {
         Ok(exit) => exit,

@@ -20,6 +20,8 @@ use crate::exit::Exit;
 
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
+    #[command(flatten)]
+    pub shadow: super::globals::ShadowArgs,
     /// Address to listen on (port 0: any free port; the chosen one is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -93,7 +95,7 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         },
         None => None,
     };
-    let app = match globals.open_app().await {
+    let app = match args.shadow.open_app(globals).await {
         Ok(app) => app,
         Err(exit) => return exit,
     };

@@ -14,6 +14,8 @@ use airlock_host::TokioSpawner;
 
 #[derive(Debug, clap::Args)]
 pub struct WorkerArgs {
+    #[command(flatten)]
+    pub shadow: super::globals::ShadowArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
@@ -42,7 +44,7 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     if let Err(exit) = super::globals::check_id_flag("--worker-id", args.worker_id.as_deref()) {
         return exit;
     }
-    let app = match globals.open_app().await {
+    let app = match args.shadow.open_app(globals).await {
         Ok(app) => app,
         Err(exit) => return exit,
     };
