@@ -246,6 +246,19 @@ fn a_store_of_the_previous_build_upgrades_in_place_and_its_runs_finish() {
     let text = String::from_utf8_lossy(&output.stdout);
     let last: Value = serde_json::from_str(text.lines().last().expect("events")).expect("JSON");
     assert_eq!(last["event_type"], "run.completed");
+
+    // Replay (issue 32): the fixture's calls predate the target kind (M11) and are counted as
+    // not decided again; the calls made since are decided again, alike under the same policy.
+    let db = store.db();
+    let count = |sql: &str| -> i64 { db.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    let old = count("SELECT COUNT(*) FROM tool_invocations WHERE target_kind IS NULL");
+    let new = count("SELECT COUNT(*) FROM tool_invocations WHERE target_kind IS NOT NULL");
+    drop(db);
+    assert!(old > 0 && new > 0, "old {old}, new {new}");
+    let replayed = store.json("operator", &["policy", "replay", "--json"]);
+    assert_eq!(replayed["compared"], new, "{replayed}");
+    assert_eq!(replayed["changed"], 0, "{replayed}");
+    assert_eq!(replayed["skipped"]["no_target_kind"], old, "{replayed}");
 }
 
 /// SPEC §22.5 (issue 28, item 6): the fixture's parked approval, requested under the previous
