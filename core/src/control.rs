@@ -565,7 +565,7 @@ impl<S: Store> ControlService<S> {
         reason: Option<&str>,
     ) -> Result<Resolved, ServiceError> {
         require(principal, "approval.resolve")?;
-        let self_approval = self.env.ruleset.profile.self_approval_enabled;
+        let self_approval = self.env.ruleset().profile.self_approval_enabled;
         let committed = self.env.transact(|tx| {
             // Read once the write lock is held: a resolve that waited for the lock must not
             // approve with a time from before it waited (§16 #23, nothing approved at or after
@@ -869,8 +869,18 @@ impl<S: Store> ControlService<S> {
         &self,
         loaded_by: &str,
     ) -> Result<PolicyProfileRecord, ServiceError> {
+        self.record_ruleset(&self.env.ruleset(), loaded_by).await
+    }
+
+    /// PROFILE for `ruleset`, which need not be in force yet: a reload records the rules it is
+    /// about to put in force first, so no call is ever decided by rules the store has no
+    /// record of (issue 32 item 4).
+    pub async fn record_ruleset(
+        &self,
+        ruleset: &crate::policy::Ruleset,
+        loaded_by: &str,
+    ) -> Result<PolicyProfileRecord, ServiceError> {
         let now = self.env.clock.now();
-        let ruleset = &self.env.ruleset;
         let version = ruleset.version.as_str().to_owned();
         let record = PolicyProfileRecord {
             policy_version: version.clone(),

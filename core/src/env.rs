@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::live_policy::LivePolicy;
 use crate::policy::Ruleset;
 use crate::ports::{Clock, FaultHook, IdSource, PlannerFactory, WorkspaceFactory};
 use crate::store::{Store, StoreTx, TxError};
@@ -14,11 +15,11 @@ pub struct Env<S: Store> {
     pub store: Arc<S>,
     pub clock: Arc<dyn Clock>,
     pub ids: Arc<dyn IdSource>,
-    pub ruleset: Arc<Ruleset>,
-    /// Policy shadow mode: a candidate decided beside `ruleset` on every call. Only `ruleset`'s
-    /// decision acts; a call the candidate decides differently is recorded as a
-    /// `policy.shadow.diff` process event in the call's own PROPOSE transaction.
-    pub shadow: Option<Arc<Ruleset>>,
+    /// The policy in force and, in shadow mode, the candidate decided beside it: shared by every
+    /// clone, replaced whole by a reload ([`LivePolicy`]). Only the live ruleset's decision
+    /// acts; a call the candidate decides differently is recorded as a `policy.shadow.diff`
+    /// process event in the call's own PROPOSE transaction.
+    pub policy: Arc<LivePolicy>,
     pub tools: Arc<ToolRegistry>,
     /// Workspace tools fail with `tool.internal_error` when a host provides no workspaces.
     pub workspaces: Option<Arc<dyn WorkspaceFactory>>,
@@ -32,8 +33,7 @@ impl<S: Store> Clone for Env<S> {
             store: Arc::clone(&self.store),
             clock: Arc::clone(&self.clock),
             ids: Arc::clone(&self.ids),
-            ruleset: Arc::clone(&self.ruleset),
-            shadow: self.shadow.clone(),
+            policy: Arc::clone(&self.policy),
             tools: Arc::clone(&self.tools),
             workspaces: self.workspaces.clone(),
             planners: Arc::clone(&self.planners),
@@ -43,14 +43,18 @@ impl<S: Store> Clone for Env<S> {
 }
 
 impl<S: Store> Env<S> {
+    /// The live ruleset in force now.
+    pub fn ruleset(&self) -> Arc<Ruleset> {
+        self.policy.current().live
+    }
+
     /// The same environment over another store (the worker's `Watched` wrapper, say).
     pub fn with_store<T: Store>(&self, store: Arc<T>) -> Env<T> {
         Env {
             store,
             clock: Arc::clone(&self.clock),
             ids: Arc::clone(&self.ids),
-            ruleset: Arc::clone(&self.ruleset),
-            shadow: self.shadow.clone(),
+            policy: Arc::clone(&self.policy),
             tools: Arc::clone(&self.tools),
             workspaces: self.workspaces.clone(),
             planners: Arc::clone(&self.planners),

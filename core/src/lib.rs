@@ -16,6 +16,7 @@ pub mod env;
 pub mod events;
 pub mod ids;
 pub mod invocation;
+pub mod live_policy;
 pub mod mem_store;
 pub mod planner;
 pub mod ports;

@@ -242,7 +242,7 @@ fn assert_revalidation_denied(
     assert_eq!(row.status, ApprovalStatus::Approved);
     assert_eq!(
         row.revalidated_policy_version.as_deref(),
-        Some(second.env.ruleset.version.as_str())
+        Some(second.env.ruleset().version.as_str())
     );
     assert!(first.ledger.effects.lock().unwrap().is_empty());
     assert!(second.ledger.effects.lock().unwrap().is_empty());
@@ -273,14 +273,14 @@ fn assert_revalidation_authorized(
     assert_eq!(decision.decision, fresh);
     assert_eq!(
         decision.policy_version,
-        second.env.ruleset.version.as_str(),
+        second.env.ruleset().version.as_str(),
         "the row carries the fresh decision"
     );
     let row = approval_row(second, approval);
     assert_eq!(row.status, ApprovalStatus::Approved);
     assert_eq!(
         row.revalidated_policy_version.as_deref(),
-        Some(second.env.ruleset.version.as_str())
+        Some(second.env.ruleset().version.as_str())
     );
     let run_row = second.run(run);
     assert_eq!(run_row.status(), RunStatus::Completed);
@@ -1135,7 +1135,7 @@ async fn revalidation_with_arguments_that_now_normalize_differently_is_changed()
     let h2 = new_process(&h, Ruleset::shipped().unwrap(), |tools| {
         replace_send(tools, Some(replacement))
     });
-    assert_eq!(h2.env.ruleset.version.as_str(), SHIPPED_VERSION);
+    assert_eq!(h2.env.ruleset().version.as_str(), SHIPPED_VERSION);
     drive_to_completion(&h2, "w2").await;
     assert_revalidation_denied(
         &h,

@@ -565,10 +565,12 @@ impl ConnectionWorld {
             store: Arc::clone(&self.store),
             clock: Arc::new(self.clock.clone()),
             ids: Arc::new(SeqIds::new(salt, 1)),
-            ruleset: Arc::new(short_lived_approvals(catalog::ruleset_base(
-                crate::plan::Profile::Shipped,
-            ))),
-            shadow: None,
+            policy: airlock_core::live_policy::LivePolicy::new(
+                Arc::new(short_lived_approvals(catalog::ruleset_base(
+                    crate::plan::Profile::Shipped,
+                ))),
+                None,
+            ),
             tools: Arc::new(tools),
             workspaces: None,
             planners,

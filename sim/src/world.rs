@@ -18,6 +18,7 @@ use airlock_core::action::JsonMap;
 use airlock_core::control::{ControlService, ServiceError};
 use airlock_core::env::Env;
 use airlock_core::ids::RunId;
+use airlock_core::live_policy::LivePolicy;
 use airlock_core::mem_store::MemSnapshot;
 use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::policy::Ruleset;
@@ -224,8 +225,7 @@ impl World {
             store: Arc::clone(&self.store),
             clock: Arc::new(self.clock.clone()),
             ids: self.ids.clone(),
-            ruleset,
-            shadow: None,
+            policy: LivePolicy::new(ruleset, None),
             tools: Arc::new(registry),
             workspaces: Some(Arc::new(SimWorkspaces {
                 files: Arc::clone(&self.files),

@@ -105,7 +105,13 @@ fn shadow_and_replay_find_exactly_the_denied_tools_calls(data: &DataDir) {
     );
     let example = &report["transitions"][0]["examples"][0];
     assert_eq!(example["tenant_id"], "acme");
-    assert_eq!(example["candidate"]["reason_code"].as_str().is_some(), true);
+    assert_eq!(example["candidate"]["decision"], "deny", "{example}");
+    assert!(
+        example["candidate"]["reason_code"]
+            .as_str()
+            .is_some_and(|code| code.starts_with("policy.")),
+        "{example}"
+    );
     assert_ne!(
         example["live"]["policy_version"], example["candidate"]["policy_version"],
         "{example}"

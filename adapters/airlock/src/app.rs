@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use airlock_core::control::{ControlService, ServiceError};
 use airlock_core::env::Env;
+use airlock_core::live_policy::LivePolicy;
 use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::run::cancel::TokenRegistry;
 use airlock_core::worker::{Worker, WorkerSettings};
@@ -105,8 +106,7 @@ impl App {
             store: Arc::new(BlockingStore(store)),
             clock: Arc::new(SystemClock),
             ids: Arc::new(V4Ids),
-            ruleset: Arc::new(ruleset),
-            shadow: None,
+            policy: LivePolicy::fixed(ruleset),
             tools: Arc::new(tools),
             workspaces: Some(Arc::new(LocalWorkspaces::new(data_dir))),
             planners: Arc::new(ScriptedPlannerFactory),

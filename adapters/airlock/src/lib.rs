@@ -9,6 +9,7 @@ pub mod cli;
 pub mod exit;
 pub mod input_file;
 pub mod policy_source;
+pub mod reload;
 pub mod server_file;
 pub mod store;
 pub mod telemetry;

@@ -14,11 +14,13 @@
 //! - [`oauth`]: the metadata and 401 challenge of an `[auth]` issuer (`airlock-oauth` checks
 //!   its tokens).
 
+pub mod admin;
 pub mod api;
 pub mod console;
 pub mod extract;
 pub mod oauth;
 pub mod openapi;
+pub mod policy_reload;
 pub mod problem;
 pub mod secret;
 pub mod server;
@@ -64,6 +66,7 @@ pub fn router(state: AppState) -> Router {
             post(api::clear_conversation_taint),
         )
         .route("/v1/events/stream", get(stream::stream))
+        .route("/v1/admin/reload", post(admin::reload))
         .route("/v1/openapi.json", get(openapi::openapi));
     let metadata_paths = state
         .issuer

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::extract::Caller;
 use crate::problem::ProblemBody;
-use crate::{api, problem, stream, wire};
+use crate::{admin, api, policy_reload, problem, stream, wire};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -38,6 +38,7 @@ use crate::{api, problem, stream, wire};
         api::list_conversations,
         api::get_conversation,
         api::clear_conversation_taint,
+        admin::reload,
         stream::stream,
         openapi,
     ),
@@ -72,6 +73,7 @@ use crate::{api, problem, stream, wire};
         wire::ConversationCallRecord,
         wire::ConversationDetail,
         wire::ClearTaintBody,
+        policy_reload::ReloadedRecord,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -81,6 +83,7 @@ use crate::{api, problem, stream, wire};
         (name = "runs", description = "Runs and their events (SPEC §8, §13)"),
         (name = "conversations", description = "MCP conversations: their calls and taint (SPEC §22.1)"),
         (name = "events", description = "The tenant's event stream"),
+        (name = "admin", description = "Operating the server: reload its policy (scope policy.admin)"),
         (name = "health", description = "Liveness"),
         (name = "meta", description = "This document"),
     ),

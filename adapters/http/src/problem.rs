@@ -98,6 +98,7 @@ impl Problem {
             "misdirected_request" => "Misdirected request",
             "method_not_allowed" => "Method not allowed",
             "storage" => "Storage unavailable",
+            "policy_load" => "The policy files did not load",
             _ => "Error",
         }
     }

@@ -272,7 +272,7 @@ impl<S: Store + 'static> Control for ControlService<S> {
         self.env().clock.now()
     }
     fn policy_version(&self) -> String {
-        self.env().ruleset.version.as_str().to_owned()
+        self.env().ruleset().version.as_str().to_owned()
     }
 }
 

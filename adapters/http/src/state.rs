@@ -51,6 +51,8 @@ pub struct AppState {
     /// The `[auth]` issuer whose bearer tokens `/v1` also takes (issue 31); `None`: only
     /// airlock's own tokens.
     pub issuer: Option<Arc<ResourceServer>>,
+    /// The process's policy reload (`POST /v1/admin/reload`); `None`: the route is 404.
+    pub reload: Option<Arc<dyn crate::policy_reload::PolicyReload>>,
 }
 
 impl AppState {
@@ -61,7 +63,14 @@ impl AppState {
             sessions: Arc::new(Sessions::default()),
             closing: Arc::new(tokio::sync::watch::Sender::new(false)),
             issuer: None,
+            reload: None,
         }
+    }
+
+    /// The same state, reloading the policy on `POST /v1/admin/reload`.
+    pub fn with_reload(mut self, reload: Arc<dyn crate::policy_reload::PolicyReload>) -> AppState {
+        self.reload = Some(reload);
+        self
     }
 
     /// The same state, also taking `issuer`'s tokens.

@@ -43,6 +43,7 @@ fn routes() -> Vec<(Method, String)> {
         (Method::POST, format!("/v1/conversations/{id}/clear-taint")),
         (Method::GET, "/v1/events/stream".into()),
         (Method::GET, "/v1/openapi.json".into()),
+        (Method::POST, "/v1/admin/reload".into()),
     ]
 }
 
@@ -661,6 +662,19 @@ async fn unknown_paths_and_methods_answer_problems() {
         .await;
     wrong.assert_problem(405, "method_not_allowed");
     assert!(wrong.headers.get("allow").is_some());
+}
+
+/// `POST /v1/admin/reload` (issue 32 item 4) needs `policy.admin`, which no default token holds;
+/// a server without a reload (this in-process router) answers 404 even to an admin.
+#[tokio::test]
+async fn reloading_the_policy_needs_policy_admin() {
+    let world = World::new();
+    let bob = world.token("acme", "bob", None);
+    let reply = world.post("/v1/admin/reload", &bob, json!({})).await;
+    reply.assert_problem(403, "forbidden");
+    let admin = world.token("acme", "ops", Some(&["policy.admin"]));
+    let reply = world.post("/v1/admin/reload", &admin, json!({})).await;
+    reply.assert_problem(404, "not_found");
 }
 
 #[tokio::test]

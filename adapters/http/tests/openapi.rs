@@ -47,6 +47,7 @@ fn the_document_is_openapi_3_1_and_covers_every_route_of_section_20() {
         ("/v1/conversations/{id}/clear-taint", "post"),
         ("/v1/events/stream", "get"),
         ("/v1/openapi.json", "get"),
+        ("/v1/admin/reload", "post"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),
@@ -55,8 +56,8 @@ fn the_document_is_openapi_3_1_and_covers_every_route_of_section_20() {
     }
     assert_eq!(
         paths.len(),
-        16,
-        "every documented path is a route of §20 (and §22.1's conversations)"
+        17,
+        "every documented path is a route of §20 (and §22.1's conversations, issue 32's reload)"
     );
     assert_eq!(
         document["paths"]["/healthz"]["get"]["security"],

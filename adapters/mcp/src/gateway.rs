@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use airlock_core::events::EventType;
+use airlock_core::live_policy::LivePolicy;
 use airlock_core::policy::Ruleset;
 use airlock_core::scope::ScopeSet;
 use airlock_core::time::Timestamp;
@@ -53,7 +54,8 @@ pub struct Gateway {
     config: GatewayConfig,
     gateway_id: String,
     registry: Arc<ToolRegistry>,
-    ruleset: Arc<Ruleset>,
+    /// The policy in force (shared with the process's environment: a reload reaches it).
+    policy: Arc<LivePolicy>,
     servers: Mutex<BTreeMap<String, ServerState>>,
     table: Mutex<Table>,
     list_changed: broadcast::Sender<()>,
@@ -78,7 +80,7 @@ impl Gateway {
         config: GatewayConfig,
         gateway_id: String,
         registry: Arc<ToolRegistry>,
-        ruleset: Arc<Ruleset>,
+        policy: Arc<LivePolicy>,
         events: EventSink,
         now: Now,
     ) -> (Arc<Gateway>, mpsc::UnboundedReceiver<String>) {
@@ -122,7 +124,7 @@ impl Gateway {
             config,
             gateway_id,
             registry,
-            ruleset,
+            policy,
             servers: Mutex::new(servers),
             table: Mutex::new(Table::default()),
             list_changed,
@@ -176,7 +178,7 @@ impl Gateway {
                 return;
             }
         };
-        let ruleset = Arc::clone(&self.ruleset);
+        let ruleset = self.ruleset();
         let denied = move |class| ruleset.profile.matrix.denies_unconditionally(class);
         let fresh = entries(server, &tools, &self.config.scopes, &denied);
         let now = (self.now)();
@@ -319,9 +321,9 @@ impl Gateway {
         self.notices.subscribe()
     }
 
-    /// The policy reads are gated by (§19.6).
-    pub fn ruleset(&self) -> &Ruleset {
-        &self.ruleset
+    /// The policy reads are gated by (§19.6), as in force now.
+    pub fn ruleset(&self) -> Arc<Ruleset> {
+        self.policy.current().live
     }
 
     /// The process's clock.

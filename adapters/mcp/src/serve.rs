@@ -198,7 +198,7 @@ pub async fn start_gateway<S: Store + 'static>(
         config,
         gateway_id.to_owned(),
         Arc::clone(&env.tools),
-        Arc::clone(&env.ruleset),
+        Arc::clone(&env.policy),
         event_sink(Arc::clone(&env.store)),
         Arc::new(move || clock.now()),
     )

@@ -246,7 +246,7 @@ impl<S: Store + 'static> ClientSession<S> {
             origin_trust,
             now: self.gateway.now(),
         };
-        read.gate(&context, self.gateway.ruleset())
+        read.gate(&context, &self.gateway.ruleset())
             .map(|_| ())
             .map_err(|refusal| {
                 tracing::info!(server = %server.id, kind = %kind, reason = %refusal.reason_code, "read refused");

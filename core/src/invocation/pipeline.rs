@@ -279,8 +279,10 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             "airlock.policy.reason_code" = tracing::field::Empty,
             "airlock.policy.version" = tracing::field::Empty,
         );
+        // One reading of the policy in force decides the whole call (a reload may swap it).
+        let rulesets = self.env.policy.current();
         let (decision, difference) =
-            span.in_scope(|| decide_beside(action, &self.env.ruleset, self.env.shadow.as_deref()));
+            span.in_scope(|| decide_beside(action, &rulesets.live, rulesets.shadow.as_deref()));
         span.record("airlock.policy.decision", decision.decision.as_str());
         span.record("airlock.policy.reason_code", decision.reason_code.as_str());
         span.record("airlock.policy.version", decision.policy_version.as_str());
@@ -967,7 +969,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     ) -> Approval {
         let seconds = self
             .env
-            .ruleset
+            .ruleset()
             .profile
             .approval_expiry
             .seconds(prepared.spec.risk);
@@ -1338,7 +1340,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 let verdict = self.revalidation(site, &row, &approval, now);
                 #[cfg(feature = "mutants")]
                 let verdict = crate::testing::mutants::approve_without_revalidation(verdict, &row);
-                let ruleset_version = self.env.ruleset.version.as_str().to_owned();
+                let ruleset_version = self.env.ruleset().version.as_str().to_owned();
                 // START folds in only when the pinned tool can run; otherwise the row stays
                 // AUTHORIZED and recovery closes it as unstartable.
                 let tool = self.pinned_tool(&row);

@@ -14,6 +14,7 @@ use airlock_core::env::Env;
 use airlock_core::events::Event;
 use airlock_core::ids::RunId;
 use airlock_core::invocation::Invocation;
+use airlock_core::live_policy::LivePolicy;
 use airlock_core::mem_store::MemStore;
 use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::policy::Ruleset;
@@ -494,8 +495,7 @@ impl Harness {
             store: Arc::clone(&store),
             clock: clock.clone(),
             ids: Arc::new(SeqIds),
-            ruleset: Arc::new(ruleset),
-            shadow: None,
+            policy: LivePolicy::fixed(ruleset),
             tools: Arc::new(registry),
             workspaces: Some(Arc::new(MemWorkspaces::default())),
             planners: Arc::new(ScriptedPlannerFactory),
@@ -573,8 +573,7 @@ impl Harness {
             store,
             clock: self.env.clock.clone(),
             ids: self.env.ids.clone(),
-            ruleset: self.env.ruleset.clone(),
-            shadow: self.env.shadow.clone(),
+            policy: self.env.policy.clone(),
             tools: self.env.tools.clone(),
             workspaces: self.env.workspaces.clone(),
             planners: self.env.planners.clone(),

@@ -115,7 +115,8 @@ pub async fn run(globals: &Globals, command: ApprovalsCommand) -> Exit {
             Ok(approval) => {
                 // §22.5: tell the person when the rules in force are not the ones it was
                 // requested under; stdout stays the record the HTTP API answers with.
-                let in_force = app.env.ruleset.version.as_str();
+                let ruleset = app.env.ruleset();
+                let in_force = ruleset.version.as_str();
                 if approval.policy_version != in_force {
                     eprintln!(
                         "note: requested under {}; in force now {in_force}",

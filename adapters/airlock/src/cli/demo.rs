@@ -155,7 +155,7 @@ pub async fn run(globals: &Globals, args: DemoArgs) -> Exit {
         }
         line(format_args!(
             "  policy version: {}",
-            demo.app.env.ruleset.version
+            demo.app.env.ruleset().version
         ));
         line("");
     }

@@ -11,6 +11,8 @@ use airlock_core::worker::{MAX_LEASE_MS, MIN_LEASE_MS};
 use super::output;
 use crate::app::App;
 use crate::exit::Exit;
+use crate::reload::{PolicySources, reload_on_sighup};
+use airlock_core::live_policy::Rulesets;
 
 /// Options every command accepts.
 #[derive(Debug, clap::Args)]
@@ -135,25 +137,37 @@ pub struct ShadowArgs {
 }
 
 impl ShadowArgs {
-    /// [`Globals::open_app`] with the shadow candidate in place. The candidate is loaded first,
-    /// so a broken candidate stops the process before it opens (or creates) a store.
-    pub async fn open_app(&self, globals: &Globals) -> Result<App, Exit> {
-        let candidate = match &self.shadow_policy_dir {
+    /// [`Globals::open_app`] for a process that decides calls, with the shadow candidate in
+    /// place, reloading its rules on `SIGHUP` ([`crate::reload`]). The candidate is loaded
+    /// first, so a broken candidate stops the process before it opens (or creates) a store.
+    /// Returns the sources a reload reads again.
+    pub async fn open_app(&self, globals: &Globals) -> Result<(App, PolicySources), Exit> {
+        let sources = PolicySources {
+            policy_dir: globals.policy_dir.clone(),
+            shadow_dir: self.shadow_policy_dir.clone(),
+        };
+        let shadow = match &sources.shadow_dir {
             Some(dir) => Some(Arc::new(
                 crate::policy_source::load_ruleset(Some(dir))
                     .map_err(|e| output::policy_error(&e))?,
             )),
             None => None,
         };
-        let mut app = globals.open_app().await?;
-        if let Some(candidate) = &candidate {
+        let app = globals.open_app().await?;
+        let live = app.env.ruleset();
+        if let Some(candidate) = &shadow {
             tracing::info!(
-                live = %app.env.ruleset.version,
+                live = %live.version,
                 candidate = %candidate.version,
                 "policy shadow mode: the candidate is decided beside the live policy"
             );
         }
-        app.env.shadow = candidate;
-        Ok(app)
+        app.env.policy.replace(Rulesets { live, shadow });
+        reload_on_sighup(
+            sources.clone(),
+            Arc::clone(&app.env.policy),
+            app.control(None),
+        );
+        Ok((app, sources))
     }
 }

@@ -205,7 +205,7 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
         Err(exit) => return exit,
     };
     let app = match args.shadow.open_app(globals).await {
-        Ok(app) => app,
+        Ok((app, _reloads)) => app,
         Err(exit) => return exit,
     };
     let mut settings = WorkerSettings::new(
@@ -432,7 +432,7 @@ async fn listing_gateway(
         config,
         id.to_owned(),
         Arc::new(ToolRegistry::new()),
-        Arc::new(ruleset),
+        airlock_core::live_policy::LivePolicy::fixed(ruleset),
         Arc::new(|_| {}),
         Arc::new(airlock_core::time::Timestamp::default),
     )

@@ -95,8 +95,8 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         },
         None => None,
     };
-    let app = match args.shadow.open_app(globals).await {
-        Ok(app) => app,
+    let (app, sources) = match args.shadow.open_app(globals).await {
+        Ok(opened) => opened,
         Err(exit) => return exit,
     };
     let worker = (!args.no_worker).then(|| {
@@ -133,6 +133,12 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         Some(issuer) => state.with_issuer(issuer),
         None => state,
     };
+    // POST /v1/admin/reload: the reload SIGHUP does (crate::reload).
+    let state = state.with_reload(Arc::new(crate::reload::HttpReload {
+        sources,
+        policy: Arc::clone(&app.env.policy),
+        control: app.control(None),
+    }));
     let scheme = if tls.is_some() { "https" } else { "http" };
     if exposed == Exposure::RemoteInsecure {
         eprintln!(
@@ -144,7 +150,7 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         "listening": bound.to_string(),
         "url": format!("{scheme}://{bound}/"),
         "worker": worker.is_some(),
-        "policy_version": app.env.ruleset.version.as_str(),
+        "policy_version": app.env.ruleset().version.as_str(),
     }));
 
     let stopping = Arc::new(AtomicBool::new(false));

@@ -45,7 +45,7 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
         return exit;
     }
     let app = match args.shadow.open_app(globals).await {
-        Ok(app) => app,
+        Ok((app, _reloads)) => app,
         Err(exit) => return exit,
     };
     let mut settings = WorkerSettings::new(

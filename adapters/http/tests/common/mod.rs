@@ -10,6 +10,7 @@ use airlock_core::access::{TokenGrant, TokenSecret};
 use airlock_core::control::ControlService;
 use airlock_core::env::Env;
 use airlock_core::ids::{ApprovalId, RunId};
+use airlock_core::live_policy::LivePolicy;
 use airlock_core::mem_store::MemStore;
 use airlock_core::planner::script::ScriptedPlannerFactory;
 use airlock_core::policy::Ruleset;
@@ -103,8 +104,7 @@ impl World {
             store: Arc::clone(&store),
             clock: clock.clone(),
             ids: Arc::new(V4Ids),
-            ruleset: Arc::new(ruleset),
-            shadow: None,
+            policy: LivePolicy::fixed(ruleset),
             tools: Arc::new(builtin_registry(dir.path()).expect("builtins")),
             workspaces: Some(Arc::new(LocalWorkspaces::new(dir.path()))),
             planners: Arc::new(ScriptedPlannerFactory),
