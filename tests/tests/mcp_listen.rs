@@ -2305,4 +2305,58 @@ timeout_seconds = 1
         before,
         "nothing exported without the variable"
     );
+
+    // Opted in (AIRLOCK_OTEL_TOOL_CONTENT=redacted): a call's arguments and result go on its
+    // span, redacted as the approval view redacts them.
+    let (port, received) = otlp_receiver();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let opted_in = scene.listen_with_env(
+        &[],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_BSP_SCHEDULE_DELAY", "200"),
+            ("AIRLOCK_OTEL_TOOL_CONTENT", "redacted"),
+        ],
+    );
+    let opened = opted_in.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    assert_eq!(opted_in.raw("POST", &headers, INITIALIZED).status, 202);
+    let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "test__note",
+            "arguments": {"visible": "shown-5e1c", "api_key": "sk-live-0123456789abcdef"}}});
+    let denied = opted_in.raw("POST", &headers, &body.to_string());
+    assert!(denied.body.contains("airlock denied"), "{}", denied.body);
+    assert_eq!(opted_in.stop(), Some(0));
+    let spans = exported_spans(&received.lock().unwrap());
+    let note = spans
+        .iter()
+        .find(|s| s.name == "tools/call test__note" && s.kind == 2)
+        .expect("the call's server span");
+    let arguments = note
+        .text("gen_ai.tool.call.arguments")
+        .expect("arguments on the span");
+    assert!(arguments.contains("shown-5e1c"), "{arguments}");
+    assert!(arguments.contains("[REDACTED]"), "{arguments}");
+    assert!(!arguments.contains("sk-live"), "{arguments}");
+    let result = note
+        .text("gen_ai.tool.call.result")
+        .expect("the result on the span");
+    assert!(result.contains("airlock denied"), "{result}");
+    // A bad value is refused before anything starts.
+    let refused = scene
+        .data
+        .command("operator", &["mcp", "serve", "--config"])
+        .arg(&scene.config)
+        .env("AIRLOCK_OTEL_TOOL_CONTENT", "everything")
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stdout);
+    assert!(said.contains("AIRLOCK_OTEL_TOOL_CONTENT"), "{said}");
 }

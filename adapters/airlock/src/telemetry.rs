@@ -70,6 +70,11 @@ fn signal_url(base: &str, path: &str) -> String {
 /// Installs the subscriber: stderr as `RUST_LOG` says, and the exporters when wanted. An error
 /// is a setting that cannot work (the caller exits 2); nothing is installed then.
 pub fn init(flag: Option<&str>) -> Result<Telemetry, String> {
+    // Tool arguments and results on spans: only when the operator opts in, redacted.
+    let content = std::env::var("AIRLOCK_OTEL_TOOL_CONTENT").ok();
+    airlock_mcp::telemetry::set_content_export(airlock_mcp::telemetry::ContentExport::parse(
+        content.as_deref(),
+    )?);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let stderr = tracing_subscriber::fmt::layer()

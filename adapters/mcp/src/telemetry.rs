@@ -7,8 +7,14 @@
 //!
 //! The spans are `tracing` spans whose fields carry the attribute names; the binary decides
 //! whether they leave the process (an OTLP exporter when `OTEL_EXPORTER_OTLP_ENDPOINT` is set).
-//! Without it every call here is as cheap as a disabled `tracing` span. Arguments and results
-//! are never recorded.
+//! Without it every call here is as cheap as a disabled `tracing` span.
+//!
+//! **Arguments and results** are not recorded unless the operator opts in
+//! ([`ContentExport::Redacted`], `AIRLOCK_OTEL_TOOL_CONTENT=redacted`): then a `tools/call` span
+//! carries `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` (the GenAI conventions'
+//! opt-in attributes), each redacted as the approval view redacts arguments (credential-named
+//! keys and credential-shaped strings replaced, long strings and collections cut) and bounded
+//! to [`MAX_CONTENT_CHARS`] characters.
 //!
 //! Choices where the conventions leave room: `mcp.session.id` is the client's conversation, its
 //! connection row in the store (a 2026-07-28 conversation is joined by every process serving
@@ -200,6 +206,8 @@ pub fn request_span(
         "gen_ai.tool.name" = Empty,
         "gen_ai.prompt.name" = Empty,
         "gen_ai.operation.name" = Empty,
+        "gen_ai.tool.call.arguments" = Empty,
+        "gen_ai.tool.call.result" = Empty,
         "error.type" = Empty,
         "airlock.policy.decision" = Empty,
         "airlock.policy.reason_code" = Empty,
@@ -410,6 +418,56 @@ pub fn record_call_end(end: &TicketEnd, waited: Option<&ApprovalWait>, tainted: 
     }
 }
 
+/// Whether tool arguments and results go on spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContentExport {
+    /// Never (the default).
+    #[default]
+    Never,
+    /// Redacted as the approval view redacts arguments.
+    Redacted,
+}
+
+impl ContentExport {
+    /// `AIRLOCK_OTEL_TOOL_CONTENT`: unset or `none` → never, `redacted` → redacted; anything
+    /// else is an error naming the allowed values.
+    pub fn parse(value: Option<&str>) -> Result<ContentExport, String> {
+        match value {
+            None | Some("none") => Ok(ContentExport::Never),
+            Some("redacted") => Ok(ContentExport::Redacted),
+            Some(other) => Err(format!(
+                "AIRLOCK_OTEL_TOOL_CONTENT must be 'none' or 'redacted', not '{}'",
+                other.escape_debug()
+            )),
+        }
+    }
+}
+
+/// The process's choice, set once by the binary at start.
+static CONTENT_EXPORT: std::sync::OnceLock<ContentExport> = std::sync::OnceLock::new();
+
+/// Sets whether tool content goes on spans (once per process; later calls are ignored).
+pub fn set_content_export(choice: ContentExport) {
+    let _ = CONTENT_EXPORT.set(choice);
+}
+
+fn content_export() -> ContentExport {
+    CONTENT_EXPORT.get().copied().unwrap_or_default()
+}
+
+/// The longest arguments or result text a span carries.
+pub const MAX_CONTENT_CHARS: usize = 4096;
+
+/// `value` redacted as the approval view redacts arguments, as JSON text of at most
+/// [`MAX_CONTENT_CHARS`] characters.
+fn redacted_text(value: &serde_json::Value) -> String {
+    let text = airlock_core::approval::redact::redact(value).to_string();
+    match text.char_indices().nth(MAX_CONTENT_CHARS) {
+        Some((cut, _)) => format!("{}…[TRUNCATED]", &text[..cut]),
+        None => text,
+    }
+}
+
 /// A client's handler with a span around each request it handles: every method delegates to
 /// the inner handler (its own or rmcp's default), inside the request's span.
 pub struct Traced<H> {
@@ -612,11 +670,26 @@ impl<H: ServerHandler> ServerHandler for Traced<H> {
         let span = self.span(&context, "tools/call", Some(&request.name));
         span.record("gen_ai.tool.name", bounded(&request.name).as_str());
         span.record("gen_ai.operation.name", "execute_tool");
+        let content = content_export();
+        if content == ContentExport::Redacted {
+            let arguments =
+                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+            span.record(
+                "gen_ai.tool.call.arguments",
+                redacted_text(&arguments).as_str(),
+            );
+        }
         let answer = self
             .inner
             .call_tool(request, context)
             .instrument(span.clone())
             .await;
+        if content == ContentExport::Redacted
+            && let Ok(CallToolResponse::Complete(result)) = &answer
+            && let Ok(value) = serde_json::to_value(result)
+        {
+            span.record("gen_ai.tool.call.result", redacted_text(&value).as_str());
+        }
         let error_type = match &answer {
             Err(error) => Some(error.code.0.to_string()),
             Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
