@@ -1,0 +1,121 @@
+//! One event worth a person's attention, as a notification says it.
+//!
+//! Built from the records the event names (the approval, or the invocation), never from the
+//! event's payload alone: a notification shows the tool, its risk, the arguments **redacted as
+//! the approval view redacts them** (credential-named keys and credential-shaped strings
+//! replaced, long strings and collections cut), the expiry, and a link to the console page where
+//! the person acts. Every string here may come from an agent or an upstream server; [`format`]
+//! escapes each for its target.
+//!
+//! [`format`]: crate::format
+
+use airlock_core::approval::Approval;
+use airlock_core::approval::redact::redact;
+use airlock_core::invocation::Invocation;
+use serde_json::Value;
+
+/// Which event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NoticeKind {
+    ApprovalRequested,
+    ApprovalExpired,
+    /// A call's outcome became unknown (UNCERTAIN): a human must settle it.
+    CallUncertain,
+}
+
+impl NoticeKind {
+    /// The event type a target subscribes to.
+    pub fn event_type(self) -> &'static str {
+        match self {
+            NoticeKind::ApprovalRequested => "approval.requested",
+            NoticeKind::ApprovalExpired => "approval.expired",
+            NoticeKind::CallUncertain => "tool.call.uncertain",
+        }
+    }
+
+    /// A short headline.
+    pub fn headline(self) -> &'static str {
+        match self {
+            NoticeKind::ApprovalRequested => "Approval requested",
+            NoticeKind::ApprovalExpired => "Approval expired unanswered",
+            NoticeKind::CallUncertain => "Call outcome unknown: settle it",
+        }
+    }
+}
+
+/// A notification's content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub kind: NoticeKind,
+    /// The event's id in the tenant's log: the delivery's idempotency key.
+    pub event_id: i64,
+    pub tenant_id: String,
+    /// Who the call acts for.
+    pub principal_id: String,
+    pub tool: String,
+    pub risk: String,
+    /// Redacted ([`redact`]).
+    pub arguments: Value,
+    /// RFC 3339; approvals only.
+    pub expires_at: Option<String>,
+    /// When the event happened (RFC 3339).
+    pub at: String,
+    pub approval_id: Option<String>,
+    pub invocation_id: String,
+    pub run_id: String,
+    /// The console page where a person acts on it, when the console's address is configured.
+    pub link: Option<String>,
+}
+
+impl Notice {
+    /// `approval.requested` or `approval.expired` of `approval`.
+    pub fn of_approval(
+        kind: NoticeKind,
+        event_id: i64,
+        at: String,
+        approval: &Approval,
+        console: Option<&str>,
+    ) -> Notice {
+        Notice {
+            kind,
+            event_id,
+            tenant_id: approval.tenant_id.clone(),
+            principal_id: approval.principal_id.clone(),
+            tool: approval.tool_name.clone(),
+            risk: approval.risk.as_str().to_owned(),
+            arguments: redact(&approval.arguments),
+            expires_at: Some(approval.expires_at.to_string()),
+            at,
+            approval_id: Some(approval.id.to_string()),
+            invocation_id: approval.tool_invocation_id.to_string(),
+            run_id: approval.run_id.to_string(),
+            link: console
+                .map(|base| format!("{}/approvals/{}", base.trim_end_matches('/'), approval.id)),
+        }
+    }
+
+    /// `tool.call.uncertain` of `invocation`, for whoever settles it (the review page).
+    pub fn of_uncertain(
+        event_id: i64,
+        at: String,
+        invocation: &Invocation,
+        principal_id: &str,
+        console: Option<&str>,
+    ) -> Notice {
+        Notice {
+            kind: NoticeKind::CallUncertain,
+            event_id,
+            tenant_id: invocation.tenant_id.clone(),
+            principal_id: principal_id.to_owned(),
+            tool: invocation.tool_name.clone(),
+            risk: invocation.risk.as_str().to_owned(),
+            arguments: redact(&invocation.raw_arguments),
+            expires_at: None,
+            at,
+            approval_id: None,
+            invocation_id: invocation.id.to_string(),
+            run_id: invocation.run_id.to_string(),
+            link: console.map(|base| format!("{}/review", base.trim_end_matches('/'))),
+        }
+    }
+}
