@@ -28,13 +28,16 @@ use airlock_core::store::Store;
 use crate::app::loaded_by;
 use crate::policy_source::{PolicySourceError, load_ruleset};
 
-/// Where a process reads its rules from.
+/// Where a process reads its rules from. Clones share one lock, so reloads (a `SIGHUP` and an
+/// HTTP request at once, say) run one after the other: a slow reload that read older files can
+/// never put them back in force after a later one.
 #[derive(Debug, Clone, Default)]
 pub struct PolicySources {
     /// `--policy-dir`; `None`: the embedded shipped files.
     pub policy_dir: Option<PathBuf>,
     /// `--shadow-policy-dir`; `None`: no shadow mode.
     pub shadow_dir: Option<PathBuf>,
+    one_at_a_time: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Why a reload changed nothing.
@@ -67,6 +70,14 @@ pub struct Reloaded {
 }
 
 impl PolicySources {
+    pub fn new(policy_dir: Option<PathBuf>, shadow_dir: Option<PathBuf>) -> PolicySources {
+        PolicySources {
+            policy_dir,
+            shadow_dir,
+            one_at_a_time: Arc::default(),
+        }
+    }
+
     /// Reads both sources; the shadow candidate only in shadow mode.
     pub fn load(&self) -> Result<Rulesets, ReloadError> {
         let live = load_ruleset(self.policy_dir.as_deref()).map_err(ReloadError::Policy)?;
@@ -89,6 +100,8 @@ impl PolicySources {
         policy: &LivePolicy,
         control: &ControlService<S>,
     ) -> Result<Reloaded, ReloadError> {
+        // From reading the files to putting them in force, one reload at a time.
+        let _one = self.one_at_a_time.lock().await;
         let next = self.load()?;
         control
             .record_ruleset(&next.live, &loaded_by())
@@ -133,13 +146,15 @@ impl PolicySources {
 }
 
 /// Reloads on every `SIGHUP` until the process ends (Unix only; elsewhere nothing listens).
+/// The handler is in place when this returns (before any task runs), so a `SIGHUP` sent once
+/// the process has opened its store never ends it.
 pub fn reload_on_sighup<S: Store + 'static>(
     sources: PolicySources,
     policy: Arc<LivePolicy>,
     control: ControlService<S>,
 ) {
     #[cfg(unix)]
-    tokio::spawn(async move {
+    {
         use tokio::signal::unix::{SignalKind, signal};
         let mut hangups = match signal(SignalKind::hangup()) {
             Ok(hangups) => hangups,
@@ -148,10 +163,12 @@ pub fn reload_on_sighup<S: Store + 'static>(
                 return;
             }
         };
-        while hangups.recv().await.is_some() {
-            let _ = sources.reload_logged(&policy, &control, "SIGHUP").await;
-        }
-    });
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let _ = sources.reload_logged(&policy, &control, "SIGHUP").await;
+            }
+        });
+    }
     #[cfg(not(unix))]
     let _ = (sources, policy, control);
 }
@@ -186,9 +203,22 @@ impl<S: Store + 'static> airlock_http::policy_reload::PolicyReload for HttpReloa
                     previous_version: reloaded.previous_version,
                     shadow_version: reloaded.shadow_version,
                 })
+                // The caller hears what kind of failure, not the server's paths or store errors:
+                // those are in the process's log.
                 .map_err(|error| airlock_http::policy_reload::ReloadFailure {
                     code: error.code(),
-                    message: error.to_string(),
+                    message: match error {
+                        ReloadError::Policy(_) => {
+                            "the policy files did not load; the rules in force stay (see the server's log)"
+                        }
+                        ReloadError::Shadow(_) => {
+                            "the shadow policy files did not load; the rules in force stay (see the server's log)"
+                        }
+                        ReloadError::Record(_) => {
+                            "the new rules could not be recorded; the rules in force stay (see the server's log)"
+                        }
+                    }
+                    .to_owned(),
                 })
         })
     }

@@ -180,7 +180,7 @@ issuer = "{issuer}"
 resource = "{RESOURCE}"
 jwks_url = "http://127.0.0.1:{port}/certs"
 tenant_claim = "org"
-scopes_supported = ["run.read", "approval.read", "approval.resolve"]
+scopes_supported = ["run.read", "approval.read", "approval.resolve", "policy.admin"]
 "#,
             issuer = issuer.issuer
         ),
@@ -224,6 +224,11 @@ scopes_supported = ["run.read", "approval.read", "approval.resolve"]
         Some(&without_scope),
     );
     assert_eq!(seen.status, 403, "{}", seen.body);
+    // The process's policy is every tenant's: an issuer's token never reloads it, whatever its
+    // scopes (issue 32 item 4).
+    let policy_admin = issuer.token(&claims("acme", "ops", "policy.admin"));
+    let reload = http(addr, "POST", "/v1/admin/reload", Some(&policy_admin));
+    assert_eq!(reload.status, 403, "{}", reload.body);
 
     // An approval resolved with the issuer's token is recorded as its subject's.
     let listed = http(addr, "GET", "/v1/approvals", Some(&bob));
@@ -334,7 +339,7 @@ scopes_supported = ["run.read", "approval.read", "approval.resolve"]
                 "authorization_servers": [issuer.issuer],
                 "bearer_methods_supported": ["header"],
                 "resource_name": "airlock",
-                "scopes_supported": ["run.read", "approval.read", "approval.resolve"],
+                "scopes_supported": ["run.read", "approval.read", "approval.resolve", "policy.admin"],
             }),
             "{path}"
         );

@@ -2,16 +2,21 @@
 //! without a restart, as `SIGHUP` does. The process decides how (the binary's `reload` module);
 //! this crate only checks the caller and answers.
 //!
-//! The caller needs the scope `policy.admin`. It is never granted by default (not among the
-//! platform scopes a token gets without `--scopes`): whoever may swap the rules every call is
-//! decided by must be named so, even though a reload only reads the files the operator put on
-//! the server's disk.
+//! The caller needs an airlock token (`alk_`) with the scope `policy.admin`. The scope is never
+//! granted by default (not among the platform scopes a token gets without `--scopes`): the
+//! policy is the whole process's, every tenant's, so whoever may swap it must be named so by
+//! the operator, even though a reload only reads the files the operator put on the server's
+//! disk. A token of the `[auth]` issuer is refused even if its `scope` claim lists
+//! `policy.admin`: the identity provider's administrators do not administer this server's
+//! rules. A failure answers only its kind; the paths and parse errors are in the server's log.
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+
+use airlock_core::access::VouchedBy;
 
 use crate::extract::Caller;
 use crate::policy_reload::ReloadedRecord;
@@ -27,7 +32,7 @@ pub const POLICY_ADMIN: &str = "policy.admin";
     responses(
         (status = 200, description = "The files loaded and are in force (recorded as `policy.profile.loaded`)", body = ReloadedRecord),
         (status = 401, body = ProblemBody, content_type = "application/problem+json"),
-        (status = 403, description = "`forbidden`: the caller lacks `policy.admin`", body = ProblemBody, content_type = "application/problem+json"),
+        (status = 403, description = "`forbidden`: not an airlock token with `policy.admin`", body = ProblemBody, content_type = "application/problem+json"),
         (status = 404, description = "`not_found`: this server does not reload its policy", body = ProblemBody, content_type = "application/problem+json"),
         (status = 422, description = "`policy_load`: a file did not load; the rules in force stay", body = ProblemBody, content_type = "application/problem+json"),
         (status = 503, description = "`storage`: the new rules could not be recorded; the rules in force stay", body = ProblemBody, content_type = "application/problem+json"),
@@ -36,16 +41,17 @@ pub async fn reload(
     State(state): State<AppState>,
     Caller(caller): Caller,
 ) -> Result<Json<ReloadedRecord>, Problem> {
-    if !caller
-        .principal
-        .scopes
-        .iter()
-        .any(|scope| scope.as_str() == POLICY_ADMIN)
+    if !matches!(caller.by, VouchedBy::ApiToken(_))
+        || !caller
+            .principal
+            .scopes
+            .iter()
+            .any(|scope| scope.as_str() == POLICY_ADMIN)
     {
         return Err(Problem::new(
             StatusCode::FORBIDDEN,
             "forbidden",
-            format!("reloading the policy needs the scope {POLICY_ADMIN}"),
+            format!("reloading the policy needs an airlock token with the scope {POLICY_ADMIN}"),
         ));
     }
     let Some(reloader) = state.reload.as_ref().map(Arc::clone) else {

@@ -2,4 +2,6 @@
 -- `policy replay` decides it again. The tool's target kind joins the fields the row already had
 -- (NULL on rows written before), and calls are read in creation order across tenants.
 ALTER TABLE tool_invocations ADD COLUMN target_kind TEXT;
-CREATE INDEX ix_tool_invocations_created ON tool_invocations (created_at, id);
+-- Ids compare in byte order (COLLATE "C"), as the paging query orders them, whatever the
+-- database's collation.
+CREATE INDEX ix_tool_invocations_created ON tool_invocations (created_at, id COLLATE "C");

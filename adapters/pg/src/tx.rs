@@ -1618,12 +1618,14 @@ impl StoreTx for PgTx<'_> {
         )
     }
 
-    /// `ix_tool_invocations_created` (V9) serves the order and the window.
+    /// `ix_tool_invocations_created` (V9, ids in byte order) serves the order and the window;
+    /// the redundant `created_at >= $1` gives the planner the range to start the scan at.
     fn invocations_created(&mut self, page: &CreatedPage) -> Result<Vec<Invocation>, TxError> {
         self.all(
             &format!(
                 "SELECT {} FROM tool_invocations \
-                 WHERE (created_at > $1 OR (created_at = $1 AND id COLLATE \"C\" > $2)) \
+                 WHERE created_at >= $1 \
+                 AND (created_at > $1 OR (created_at = $1 AND id COLLATE \"C\" > $2)) \
                  AND ($3::BIGINT IS NULL OR created_at < $3) ORDER BY created_at, id COLLATE \"C\" \
                  LIMIT $4",
                 rows::INVOCATION_COLUMNS
@@ -1647,6 +1649,7 @@ impl StoreTx for PgTx<'_> {
         self.all(
             &format!(
                 "SELECT {} FROM process_events WHERE event_type = $1 \
+                 AND created_at >= $2 \
                  AND (created_at > $2 OR (created_at = $2 AND id COLLATE \"C\" > $3)) \
                  AND ($4::BIGINT IS NULL OR created_at < $4) ORDER BY created_at, id COLLATE \"C\" \
                  LIMIT $5",

@@ -1388,7 +1388,7 @@ impl StoreTx for SqliteTx<'_> {
         self.all(
             &format!(
                 "SELECT {} FROM tool_invocations \
-                 WHERE (created_at > ?1 OR (created_at = ?1 AND id > ?2)) \
+                 WHERE created_at >= ?1 AND (created_at > ?1 OR (created_at = ?1 AND id > ?2)) \
                  AND (?3 IS NULL OR created_at < ?3) ORDER BY created_at, id LIMIT ?4",
                 rows::INVOCATION_COLUMNS
             ),
@@ -1411,7 +1411,7 @@ impl StoreTx for SqliteTx<'_> {
         self.all(
             &format!(
                 "SELECT {} FROM process_events WHERE event_type = ?1 \
-                 AND (created_at > ?2 OR (created_at = ?2 AND id > ?3)) \
+                 AND created_at >= ?2 AND (created_at > ?2 OR (created_at = ?2 AND id > ?3)) \
                  AND (?4 IS NULL OR created_at < ?4) ORDER BY created_at, id LIMIT ?5",
                 rows::PROCESS_EVENT_COLUMNS
             ),

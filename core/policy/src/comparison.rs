@@ -127,11 +127,23 @@ pub struct ChangeTable {
     /// Calls compared, alike or not.
     pub compared: u64,
     pub rows: BTreeMap<Transition, TransitionRow>,
+    /// Whether the calls decided alike were seen (a replay), or only the differences (a shadow
+    /// report: calls decided alike leave no record), so `compared` means nothing.
+    pub differences_only: bool,
 }
 
 impl ChangeTable {
+    /// A table of every call compared (replay).
     pub fn new() -> Self {
         ChangeTable::default()
+    }
+
+    /// A table of recorded differences alone (shadow report).
+    pub fn differences_only() -> Self {
+        ChangeTable {
+            differences_only: true,
+            ..ChangeTable::default()
+        }
     }
 
     /// A call decided alike by both.
@@ -160,12 +172,20 @@ impl ChangeTable {
     /// named with a newline or a terminal escape cannot forge a line of the report.
     pub fn render_text(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{} calls compared, {} decided differently",
-            self.compared,
-            self.changed()
-        );
+        if self.differences_only {
+            let _ = writeln!(
+                out,
+                "{} calls decided differently (calls decided alike leave no record)",
+                self.changed()
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "{} calls compared, {} decided differently",
+                self.compared,
+                self.changed()
+            );
+        }
         if self.rows.is_empty() {
             return out;
         }
@@ -198,7 +218,8 @@ impl ChangeTable {
     }
 
     /// The table as JSON: `{"compared", "changed", "transitions": [{"from", "to", "count",
-    /// "examples": [{call…, "live", "candidate"}]}]}`.
+    /// "examples": [{call…, "live", "candidate"}]}]}`; `compared` is null for a table of
+    /// differences only.
     pub fn to_json(&self) -> serde_json::Value {
         let transitions: Vec<serde_json::Value> = self
             .rows
@@ -227,28 +248,45 @@ impl ChangeTable {
             })
             .collect();
         serde_json::json!({
-            "compared": self.compared,
+            "compared": if self.differences_only { None } else { Some(self.compared) },
             "changed": self.changed(),
             "transitions": transitions,
         })
     }
 }
 
-/// `text` with control characters and backslashes escaped (`\n`, `\u{1b}`), so one value stays
-/// one run of visible characters on one line.
+/// `text` with control characters, invisible format characters (bidirectional overrides,
+/// zero-width spaces and joiners, the BOM) and backslashes escaped (`\n`, `\u{202e}`), so one
+/// value stays one run of visible characters on one line, shown in the order it was written.
 fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             ' ' => out.push_str("\\x20"),
-            c if c.is_control() => {
-                let _ = write!(out, "{}", c.escape_default());
+            c if c.is_control() || is_invisible_format(c) => {
+                let _ = write!(out, "{}", c.escape_unicode());
             }
             c => out.push(c),
         }
     }
     out
+}
+
+/// The format characters (Unicode `Cf`) that change how a line reads without being seen.
+fn is_invisible_format(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{061c}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{2066}'..='\u{206f}'
+            | '\u{feff}'
+            | '\u{fff9}'..='\u{fffb}'
+    )
 }
 
 #[cfg(test)]
@@ -338,10 +376,14 @@ mod tests {
         let mut table = ChangeTable::new();
         let d =
             Difference::between(&decision(Allow, "ok", "v1"), &decision(Deny, "no", "v2")).unwrap();
-        table.add_difference(call("evil\nallow → deny  999\u{1b}[2J"), d);
+        table.add_difference(call("evil\nallow → deny  999\u{1b}[2J\u{202e}kcatta"), d);
         let text = table.render_text();
         assert_eq!(text.lines().count(), 3, "{text}");
-        assert!(text.contains("tool=evil\\nallow\\x20→\\x20deny"), "{text}");
-        assert!(!text.contains('\u{1b}'));
+        assert!(
+            text.contains("tool=evil\\u{a}allow\\x20→\\x20deny"),
+            "{text}"
+        );
+        assert!(text.contains("\\u{202e}kcatta"), "{text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}'));
     }
 }

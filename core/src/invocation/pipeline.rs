@@ -23,6 +23,8 @@ use crate::invocation::gate::{Authority, authorize};
 use crate::invocation::outcome::{Outcome, ResultItem, codes, is_tool_reason_code, message_for};
 use crate::invocation::recovery::recovery_action;
 use crate::invocation::repeat::{self, Repeat};
+use crate::live_policy::Rulesets;
+use crate::policy::Ruleset;
 use crate::policy::comparison::decide_beside;
 use crate::ports::{Tool, ToolContext, ToolFailure, ToolSuccess};
 use crate::run::cancel::CancelToken;
@@ -265,12 +267,13 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     /// decision, the reason code and the policy version (exported as OpenTelemetry attributes
     /// when the binary exports, issue 31). The span observes; the decision is `evaluate`'s.
     ///
-    /// With a shadow candidate ([`Env::shadow`](crate::env::Env::shadow)) the candidate decides
+    /// With a shadow candidate (`shadow` of [`Rulesets`]) the candidate decides
     /// the same action too; what it decides never reaches the returned decision, only the
     /// `policy.shadow.diff` event PROPOSE appends when the two differ.
     fn decide(
         &self,
         action: &crate::action::ProposedAction,
+        rulesets: &Rulesets,
     ) -> (crate::action::PolicyDecision, Option<ProcessEvent>) {
         let span = tracing::info_span!(
             "policy",
@@ -279,8 +282,6 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             "airlock.policy.reason_code" = tracing::field::Empty,
             "airlock.policy.version" = tracing::field::Empty,
         );
-        // One reading of the policy in force decides the whole call (a reload may swap it).
-        let rulesets = self.env.policy.current();
         let (decision, difference) =
             span.in_scope(|| decide_beside(action, &rulesets.live, rulesets.shadow.as_deref()));
         span.record("airlock.policy.decision", decision.decision.as_str());
@@ -428,14 +429,17 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         let invocation_id = InvocationId(self.env.new_uuid());
         let now = self.env.clock.now();
         let mut action = self.action(site, &prepared, invocation_id, now);
-        let (decision, shadow) = self.decide(&action);
+        // One reading of the policy in force serves the whole decision: the gate, the shadow
+        // candidate and the approval's expiry (a reload may replace the policy meanwhile).
+        let rulesets = self.env.policy.current();
+        let (decision, shadow) = self.decide(&action, &rulesets);
         // Step 7: PROPOSE (with step 5 before it, and step 8 and START folded in for an
         // `allow`).
         let (mut proposed, mut folded) = self.propose(
             site,
             &prepared,
             &action,
-            (decision, shadow),
+            (decision, shadow, &rulesets.live),
             raw_hash.clone(),
             now,
         );
@@ -444,8 +448,15 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             // tainted call; PROPOSE then does not look again.
             action.origin_trust = TrustLevel::ExternalUntrusted;
             action.argument_trust = argument_trust(&prepared.arguments, &BTreeMap::new());
-            let decided = self.decide(&action);
-            (proposed, folded) = self.propose(site, &prepared, &action, decided, raw_hash, now);
+            let (decision, shadow) = self.decide(&action, &rulesets);
+            (proposed, folded) = self.propose(
+                site,
+                &prepared,
+                &action,
+                (decision, shadow, &rulesets.live),
+                raw_hash,
+                now,
+            );
         }
         let proposed = match proposed {
             Ok(proposed) => proposed,
@@ -521,8 +532,10 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         };
         let now = self.env.clock.now();
         let action = self.action(site, &prepared, InvocationId(self.env.new_uuid()), now);
-        let (decision, _) = self.decide(&action);
-        let Proposal { row, approval, .. } = self.proposal(site, &prepared, &action, decision, now);
+        let rulesets = self.env.policy.current();
+        let (decision, _) = self.decide(&action, &rulesets);
+        let Proposal { row, approval, .. } =
+            self.proposal(site, &prepared, &action, (decision, &rulesets.live), now);
         let actor = worker_actor(site);
         self.env
             .transact(|tx| {
@@ -714,7 +727,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         site: &CallSite<'_>,
         prepared: &Prepared,
         action: &ProposedAction,
-        decision: PolicyDecision,
+        (decision, ruleset): (PolicyDecision, &Ruleset),
         now: Timestamp,
     ) -> Proposal {
         let spec = &prepared.spec;
@@ -767,6 +780,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                 row.policy_decision = Some(decision.clone());
                 row.suspended_approval = Some(approval_id);
                 approval = Some(self.new_approval(
+                    ruleset,
                     site,
                     &row,
                     prepared,
@@ -806,7 +820,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         site: &CallSite<'_>,
         prepared: &Prepared,
         action: &ProposedAction,
-        (decision, shadow): (PolicyDecision, Option<ProcessEvent>),
+        (decision, shadow, ruleset): (PolicyDecision, Option<ProcessEvent>, &Ruleset),
         raw_hash: String,
         now: Timestamp,
     ) -> (Result<FirstCommit, TxError>, Folded) {
@@ -814,7 +828,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             row,
             approval,
             denial,
-        } = self.proposal(site, prepared, action, decision, now);
+        } = self.proposal(site, prepared, action, (decision, ruleset), now);
         let id = row.id;
         let actor = worker_actor(site);
         let ledger = site.ledger;
@@ -959,6 +973,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
     #[allow(clippy::too_many_arguments)]
     fn new_approval(
         &self,
+        ruleset: &Ruleset,
         site: &CallSite<'_>,
         row: &Invocation,
         prepared: &Prepared,
@@ -967,12 +982,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         id: ApprovalId,
         now: Timestamp,
     ) -> Approval {
-        let seconds = self
-            .env
-            .ruleset()
-            .profile
-            .approval_expiry
-            .seconds(prepared.spec.risk);
+        let seconds = ruleset.profile.approval_expiry.seconds(prepared.spec.risk);
         let mut expires_at = now.saturating_add_seconds(i64::try_from(seconds).unwrap_or(i64::MAX));
         if let Some(deadline) = site.run.deadline_at {
             expires_at = expires_at.min(deadline);
@@ -1337,10 +1347,12 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
             ApprovalStatus::Expired => codes::APPROVAL_EXPIRED,
             ApprovalStatus::Cancelled => codes::APPROVAL_CANCELLED,
             ApprovalStatus::Approved => {
-                let verdict = self.revalidation(site, &row, &approval, now);
+                // The version stamped is the one that revalidated: one reading of the policy.
+                let rulesets = self.env.policy.current();
+                let verdict = self.revalidation(site, &row, &approval, now, &rulesets);
                 #[cfg(feature = "mutants")]
                 let verdict = crate::testing::mutants::approve_without_revalidation(verdict, &row);
-                let ruleset_version = self.env.ruleset().version.as_str().to_owned();
+                let ruleset_version = rulesets.live.version.as_str().to_owned();
                 // START folds in only when the pinned tool can run; otherwise the row stays
                 // AUTHORIZED and recovery closes it as unstartable.
                 let tool = self.pinned_tool(&row);
@@ -1446,6 +1458,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         row: &Invocation,
         approval: &Approval,
         now: Timestamp,
+        rulesets: &Rulesets,
     ) -> Revalidation {
         let tool = self.pinned_tool(row);
         let spec = tool.as_ref().map(|t| t.spec().clone());
@@ -1498,7 +1511,7 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
                     evaluated_at: now,
                 };
                 Some(Fresh {
-                    decision: self.decide(&action).0,
+                    decision: self.decide(&action, rulesets).0,
                     risk: spec.risk,
                 })
             }

@@ -1,7 +1,7 @@
 //! Policy shadow mode (issue 32 item 2): a candidate policy decided beside the one in force.
 //!
 //! With `--shadow-policy-dir` the worker, `serve` and `mcp serve` load a second ruleset
-//! ([`Env::shadow`](crate::env::Env::shadow)). Every call the gate decides is decided by both;
+//! (the `shadow` of [`Env::policy`](crate::env::Env::policy)). Every call the gate decides is decided by both;
 //! only the policy in force acts. When the two differ (decision or reason code,
 //! [`Difference::between`]) a `policy.shadow.diff` process event is appended **in the call's own
 //! PROPOSE transaction**, so a difference is recorded exactly when the call is, costs no commit of

@@ -2373,7 +2373,7 @@ fn process_event_idempotency<S: Store>(store: &S) {
 fn creation_order_pages_cross_tenants_and_windows<S: Store>(store: &S) {
     let acme = seed_run(store, 1, RunStatus::Running);
     let other = seed_run_of_tenant(store, 2, RunStatus::Running, "globex");
-    // Five calls, two tenants; ids 3 and 4 share one microsecond.
+    // Five calls, two tenants; ids 3 and 4 share one second.
     let times = [
         (1, &acme, 10),
         (2, &other, 20),

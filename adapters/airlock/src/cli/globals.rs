@@ -142,10 +142,8 @@ impl ShadowArgs {
     /// first, so a broken candidate stops the process before it opens (or creates) a store.
     /// Returns the sources a reload reads again.
     pub async fn open_app(&self, globals: &Globals) -> Result<(App, PolicySources), Exit> {
-        let sources = PolicySources {
-            policy_dir: globals.policy_dir.clone(),
-            shadow_dir: self.shadow_policy_dir.clone(),
-        };
+        let sources =
+            PolicySources::new(globals.policy_dir.clone(), self.shadow_policy_dir.clone());
         let shadow = match &sources.shadow_dir {
             Some(dir) => Some(Arc::new(
                 crate::policy_source::load_ruleset(Some(dir))

@@ -122,7 +122,7 @@ fn shadow_table<S: Store>(
     store: &S,
     window: Window,
 ) -> Result<(ChangeTable, u64), airlock_core::store::TxError> {
-    let mut table = ChangeTable::new();
+    let mut table = ChangeTable::differences_only();
     let mut unreadable = 0;
     let mut page = CreatedPage::first(window.from, window.until, 1000);
     loop {
