@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock_e2e::mcp::{Need, repo};
 use airlock_e2e::*;
@@ -2359,4 +2359,94 @@ timeout_seconds = 1
     assert_eq!(refused.status.code(), Some(2));
     let said = String::from_utf8_lossy(&refused.stdout);
     assert!(said.contains("AIRLOCK_OTEL_TOOL_CONTENT"), "{said}");
+}
+
+/// Issue 32 item 4: `SIGHUP` reloads the gateway file. A server added to the file is connected
+/// and its tools listed, one removed is closed and its tools gone, and the client session open
+/// since the start keeps working throughout; a file that changes more than its servers (the
+/// tenant) is refused and changes nothing.
+#[test]
+fn sighup_connects_added_servers_and_closes_removed_ones_while_sessions_stay_open() {
+    let Some(python) = python("gateway_reload") else {
+        return;
+    };
+    let scene = Scene::with(python.clone(), &["mcp.test.call", "mcp.second.call"], "");
+    let gateway = scene.listen(&[]);
+    let bearer = format!(
+        "Bearer {}",
+        scene.token_with("acme", "bob", "mcp.test.call,mcp.second.call")
+    );
+    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("mcp-session-id", session.as_str()),
+    ];
+    assert_eq!(gateway.raw("POST", &headers, INITIALIZED).status, 202);
+    let listed = || gateway.raw("POST", &headers, TOOLS_LIST).body;
+    assert!(listed().contains("test__mutable"));
+    assert!(!listed().contains("second__mutable"));
+    let call = |id: u64, tool: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": {}}});
+        gateway.raw("POST", &headers, &body.to_string()).body
+    };
+    let hup = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &gateway.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let wait_for = |what: &str, holds: &dyn Fn(&str) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = listed();
+            if holds(&now) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: {now}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+
+    let original = std::fs::read_to_string(&scene.config).unwrap();
+    let second = airlock_e2e::mcp::test_server_tables(&python, &scene.ledger)
+        .replace("[servers.test", "[servers.second");
+    std::fs::write(&scene.config, format!("{original}\n{second}")).unwrap();
+    hup();
+    wait_for("the added server's tools", &|l| {
+        l.contains("second__mutable")
+    });
+    assert!(
+        call(3, "second__mutable").contains("same"),
+        "the new server answers"
+    );
+    assert!(
+        call(4, "test__mutable").contains("same"),
+        "the old one still does"
+    );
+
+    // More than the servers changed: refused, nothing changes.
+    std::fs::write(
+        &scene.config,
+        format!("{original}\n{second}").replace("tenant_id = \"acme\"", "tenant_id = \"globex\""),
+    )
+    .unwrap();
+    hup();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(listed().contains("second__mutable"), "{}", listed());
+    assert!(call(5, "second__mutable").contains("same"));
+
+    // Removed again: closed and its tools gone; the session carries on.
+    std::fs::write(&scene.config, &original).unwrap();
+    hup();
+    wait_for("the removed server's tools gone", &|l| {
+        !l.contains("second__mutable") && l.contains("test__mutable")
+    });
+    let gone = call(6, "second__mutable");
+    assert!(!gone.contains("\"same\""), "{gone}");
+    assert!(call(7, "test__mutable").contains("same"));
+    assert_eq!(gateway.stop(), Some(0));
 }

@@ -15,8 +15,8 @@
 //!
 //! Reloading unchanged files is harmless: the record is idempotent per version.
 //!
-//! Not reloaded here: the MCP gateway file (its upstreams and tool metadata stay as loaded at
-//! start).
+//! The MCP gateway file is reloaded on the same `SIGHUP` by `mcp serve` itself (`cli::mcp`,
+//! `Gateway::reload`).
 
 use std::path::PathBuf;
 use std::sync::Arc;

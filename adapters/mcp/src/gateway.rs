@@ -15,7 +15,7 @@
 //! event `mcp.tool.pin_mismatch`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use airlock_core::events::EventType;
 use airlock_core::live_policy::LivePolicy;
@@ -47,11 +47,27 @@ struct Table {
     entries: BTreeMap<String, Vec<Entry>>,
     /// Per internal name, the registered version and its definition hash.
     registered: BTreeMap<String, (ToolVersion, String)>,
+    /// Per internal name, the version a reload retired with its server: the server's next
+    /// registration of the name continues after it, so a call pinned to the old version is
+    /// never taken for a call to the new server.
+    retired: BTreeMap<String, ToolVersion>,
+}
+
+/// What a [`Gateway::reload`] changed: servers closed (gone or changed) and connected (new or
+/// changed), by id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayReloaded {
+    pub removed: Vec<String>,
+    pub added: Vec<String>,
 }
 
 /// The gateway's upstreams and tools; shared by every client connection of the process.
 pub struct Gateway {
-    config: GatewayConfig,
+    /// The gateway file in force: replaced whole by [`Gateway::reload`].
+    config: RwLock<Arc<GatewayConfig>>,
+    /// Where upstreams connected later (a reload) report list changes and relay requests.
+    changed: mpsc::UnboundedSender<String>,
+    relays: RelayContext,
     gateway_id: String,
     registry: Arc<ToolRegistry>,
     /// The policy in force (shared with the process's environment: a reload reaches it).
@@ -121,7 +137,9 @@ impl Gateway {
         }
         let (list_changed, _) = broadcast::channel(16);
         let gateway = Arc::new(Gateway {
-            config,
+            config: RwLock::new(Arc::new(config)),
+            changed: changed_tx,
+            relays,
             gateway_id,
             registry,
             policy,
@@ -137,8 +155,9 @@ impl Gateway {
         (gateway, changed_rx)
     }
 
-    pub fn config(&self) -> &GatewayConfig {
-        &self.config
+    /// The gateway file in force now.
+    pub fn config(&self) -> Arc<GatewayConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The client sessions and calls in-call traffic is relayed to.
@@ -148,7 +167,7 @@ impl Gateway {
 
     /// Re-lists every connected upstream.
     pub async fn refresh_all(&self) {
-        let ids: Vec<String> = self.config.servers.keys().cloned().collect();
+        let ids: Vec<String> = self.config().servers.keys().cloned().collect();
         for id in ids {
             self.refresh(&id).await;
         }
@@ -165,7 +184,8 @@ impl Gateway {
     /// Re-lists `server`, registers changed definitions, retires what is gone or no longer
     /// matches its pin, and tells clients when their listing changed.
     pub async fn refresh(&self, server_id: &str) {
-        let Some(server) = self.config.servers.get(server_id) else {
+        let config = self.config();
+        let Some(server) = config.servers.get(server_id) else {
             return;
         };
         let Some(upstream) = self.upstream(server_id) else {
@@ -180,7 +200,7 @@ impl Gateway {
         };
         let ruleset = self.ruleset();
         let denied = move |class| ruleset.profile.matrix.denies_unconditionally(class);
-        let fresh = entries(server, &tools, &self.config.scopes, &denied);
+        let fresh = entries(server, &tools, &config.scopes, &denied);
         let now = (self.now)();
         let mut events = Vec::new();
         let changed = {
@@ -251,6 +271,12 @@ impl Gateway {
                 let version = next_version
                     .get(&internal)
                     .copied()
+                    .or_else(|| {
+                        table
+                            .retired
+                            .get(&internal)
+                            .map(|v| ToolVersion::new(v.major, v.minor, v.patch.saturating_add(1)))
+                    })
                     .unwrap_or(ToolVersion::new(1, 0, 0));
                 let spec = spec_of(
                     server,
@@ -270,6 +296,7 @@ impl Gateway {
                         table
                             .registered
                             .insert(internal.clone(), (version, entry.definition_sha256.clone()));
+                        table.retired.remove(&internal);
                         events.push(process_event(
                             format!(
                                 "mcp.tool.registered:{}:{internal}@{version}",
@@ -309,6 +336,98 @@ impl Gateway {
         }
     }
 
+    /// Puts a new gateway file in force without a restart (issue 32 item 4: `SIGHUP` to `mcp
+    /// serve`). Only `[servers.*]` may change: a server that is new is connected and listed; one
+    /// that is gone is closed and its tools retired; one whose section changed in any way is
+    /// closed and connected again (so every tool metadata change re-registers its tools as a new
+    /// version, and a parked call pinned to the old one is revalidated and denied
+    /// `policy.revalidation.changed`, SPEC §10.3). Servers whose sections did not change keep
+    /// their connections, and every client session stays open; clients hear one
+    /// `notifications/tools/list_changed`. A file that changes anything else (tenant,
+    /// principal, scopes, limits, `[auth]`, …) is refused and changes nothing: those bind the
+    /// conversations already open, so they change only with a restart.
+    ///
+    /// A call in flight on a server that is closed ends as a lost upstream answer would
+    /// (UNCERTAIN for a non-idempotent tool).
+    pub async fn reload(&self, next: GatewayConfig) -> Result<GatewayReloaded, String> {
+        let current = self.config();
+        let without_servers = |config: &GatewayConfig| GatewayConfig {
+            servers: BTreeMap::new(),
+            ..config.clone()
+        };
+        if without_servers(&current) != without_servers(&next) {
+            return Err(
+                "only [servers.*] sections reload; restart mcp serve to change anything else"
+                    .to_owned(),
+            );
+        }
+        let removed: Vec<String> = current
+            .servers
+            .iter()
+            .filter(|(id, server)| next.servers.get(*id) != Some(server))
+            .map(|(id, _)| id.clone())
+            .collect();
+        let added: Vec<String> = next
+            .servers
+            .iter()
+            .filter(|(id, server)| current.servers.get(*id) != Some(server))
+            .map(|(id, _)| id.clone())
+            .collect();
+        // Retire and close what goes before the new file names anything.
+        for id in &removed {
+            self.retire_server(id);
+        }
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(next.clone());
+        for id in &added {
+            let Some(server) = next.servers.get(id) else {
+                continue;
+            };
+            let state = match Upstream::connect(
+                server,
+                self.changed.clone(),
+                self.notices.clone(),
+                self.relays.clone(),
+            )
+            .await
+            {
+                Ok(upstream) => ServerState::Connected(upstream),
+                Err(UpstreamError { message, .. }) => {
+                    tracing::warn!(server = %id, error = %message, "upstream failed to start after a reload; its tools are not listed");
+                    ServerState::Failed(message)
+                }
+            };
+            lock(&self.servers).insert(id.clone(), state);
+            self.refresh(id).await;
+        }
+        if !removed.is_empty() || !added.is_empty() {
+            let _ = self.list_changed.send(());
+        }
+        Ok(GatewayReloaded { removed, added })
+    }
+
+    /// Retires `server`'s registered tools, forgets its listing and closes its session.
+    fn retire_server(&self, server: &str) {
+        let prefix = format!("mcp.{server}.");
+        {
+            let mut table = lock(&self.table);
+            let registered: Vec<(String, ToolVersion)> = table
+                .registered
+                .iter()
+                .filter(|(name, _)| name.starts_with(&prefix))
+                .map(|(name, (version, _))| (name.clone(), *version))
+                .collect();
+            for (name, version) in registered {
+                self.registry.retire(&name, version);
+                table.registered.remove(&name);
+                table.retired.insert(name, version);
+            }
+            table.entries.remove(server);
+        }
+        if let Some(ServerState::Connected(upstream)) = lock(&self.servers).remove(server) {
+            upstream.close();
+        }
+    }
+
     /// Re-lists a server each time it reports a list change, until the senders are gone.
     pub async fn watch(self: Arc<Self>, mut changed: mpsc::UnboundedReceiver<String>) {
         while let Some(server) = changed.recv().await {
@@ -333,7 +452,7 @@ impl Gateway {
 
     /// The connected upstreams with their server configuration, in id order.
     pub fn connected(&self) -> Vec<(crate::config::ServerConfig, Arc<Upstream>)> {
-        self.config
+        self.config()
             .servers
             .values()
             .filter_map(|server| Some((server.clone(), self.upstream(&server.id)?)))
@@ -400,7 +519,7 @@ impl Gateway {
     pub fn report(&self) -> Value {
         let servers: Vec<Value> = {
             let servers = lock(&self.servers);
-            self.config
+            self.config()
                 .servers
                 .keys()
                 .map(|id| match servers.get(id) {

@@ -589,6 +589,7 @@ async fn caller<S: Store + 'static>(
     authorization: Result<Option<String>, ()>,
 ) -> Result<(SessionPrincipal, Credential, Option<Timestamp>), Refusal> {
     let config = guard.process.config();
+    let config = &*config;
     let presented = match authorization.as_ref().map(Option::as_deref) {
         // An Authorization header that is not a bearer token is refused even under
         // --listen-no-auth: whoever sent it meant to authenticate.

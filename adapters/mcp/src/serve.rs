@@ -269,7 +269,6 @@ impl SessionPrincipal {
 /// What one process shares between its client connections: the upstreams and tool table, the
 /// live planners, the worker that drives connection runs, and the maintenance loop.
 pub struct GatewayProcess<S: Store> {
-    config: GatewayConfig,
     env: Env<S>,
     gateway: Arc<Gateway>,
     planners: Arc<LivePlanners<S>>,
@@ -311,7 +310,6 @@ impl<S: Store + 'static> GatewayProcess<S> {
             config.conversation_idle_seconds,
         ));
         Arc::new(GatewayProcess {
-            config,
             env,
             gateway,
             planners,
@@ -322,8 +320,9 @@ impl<S: Store + 'static> GatewayProcess<S> {
         })
     }
 
-    pub fn config(&self) -> &GatewayConfig {
-        &self.config
+    /// The gateway file in force now (a reload may replace it, [`Gateway::reload`]).
+    pub fn config(&self) -> Arc<GatewayConfig> {
+        self.gateway.config()
     }
 
     pub fn gateway(&self) -> &Arc<Gateway> {
@@ -345,16 +344,18 @@ impl<S: Store + 'static> GatewayProcess<S> {
         &self,
         who: &SessionPrincipal,
     ) -> Result<(ClientSession<S>, OpenConnection<S>), TxError> {
+        // The file in force when the connection opens binds it for its life.
+        let config = self.config();
         let live = LiveConnection::new(
             ConnectionId(self.env.new_uuid()),
-            self.config.origin_trust == TrustLevel::User,
+            config.origin_trust == TrustLevel::User,
         );
-        let mut template = run_template(&self.config);
+        let mut template = run_template(&config);
         template.principal_scopes = who.scopes.clone();
         let driver = Arc::new(ConnectionDriver::open(
             Arc::clone(&self.worker),
             Arc::clone(&live),
-            &self.config.tenant_id,
+            &config.tenant_id,
             &who.principal_id,
             template,
         )?);
@@ -391,17 +392,18 @@ impl<S: Store + 'static> GatewayProcess<S> {
         who: &SessionPrincipal,
         (key, owner): (&ConversationKey, &str),
     ) -> Result<ClientSession<S>, TxError> {
-        let mut template = run_template(&self.config);
+        let config = self.config();
+        let mut template = run_template(&config);
         template.principal_scopes = who.scopes.clone();
         let request = self.sessionless.for_request(
             key,
             JoinWith {
                 owner,
                 worker: &self.worker,
-                tenant_id: &self.config.tenant_id,
+                tenant_id: &config.tenant_id,
                 principal_id: &who.principal_id,
-                idle_seconds: self.config.conversation_idle_seconds,
-                arguments_from_user: self.config.origin_trust == TrustLevel::User,
+                idle_seconds: config.conversation_idle_seconds,
+                arguments_from_user: config.origin_trust == TrustLevel::User,
                 template,
             },
         )?;
@@ -437,11 +439,11 @@ impl<S: Store + 'static> GatewayProcess<S> {
         session_id: SessionId,
     ) -> ClientSession<S> {
         let elicitation = self
-            .config
+            .config()
             .approve_via_elicitation
             .then(|| ElicitedApprovals {
                 control: self.control(),
-                principal: elicitation_principal(&self.config, who),
+                principal: elicitation_principal(&self.config(), who),
             });
         ClientSession::new(Arc::clone(&self.gateway), live, elicitation)
             .with_session(session_id)
@@ -452,7 +454,11 @@ impl<S: Store + 'static> GatewayProcess<S> {
 
     /// The approval tasks of `who` (SPEC §22.3 item 1).
     fn tasks_of(&self, who: &SessionPrincipal) -> Tasks<S> {
-        Tasks::new(self.env.clone(), &self.config.tenant_id, &who.principal_id)
+        Tasks::new(
+            self.env.clone(),
+            &self.config().tenant_id,
+            &who.principal_id,
+        )
     }
 
     /// Sealing of `input_required` states with the store's keys (SPEC §22.3 item 2).
@@ -574,7 +580,7 @@ where
     T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let (session, connection) = process.open(&SessionPrincipal::of_file(process.config()))?;
+    let (session, connection) = process.open(&SessionPrincipal::of_file(&process.config()))?;
     let gateway = Arc::clone(process.gateway());
     let session_id = connection.session_id();
     let connection_id = connection.connection_id();

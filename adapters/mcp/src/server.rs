@@ -223,6 +223,7 @@ impl<S: Store + 'static> ClientSession<S> {
         arguments: Value,
     ) -> Result<(), McpError> {
         let config = self.gateway.config();
+        let config = &*config;
         let read = OutsideRead {
             server_id: server.id.clone(),
             kind,
@@ -238,11 +239,12 @@ impl<S: Store + 'static> ClientSession<S> {
             } else {
                 TrustLevel::ExternalUntrusted
             };
+        let scopes = self.principal_scopes();
         let context = ReadContext {
             tenant_id: &config.tenant_id,
             session_id: self.session.map_or(uuid::Uuid::nil(), |s| s.as_uuid()),
             action_id: uuid::Uuid::new_v4(),
-            principal_scopes: self.principal_scopes(),
+            principal_scopes: &scopes,
             origin_trust,
             now: self.gateway.now(),
         };
@@ -263,10 +265,11 @@ impl<S: Store + 'static> ClientSession<S> {
     }
 
     /// The session principal's scopes: the file's, or an HTTP token's narrowed by them.
-    fn principal_scopes(&self) -> &ScopeSet {
-        self.scopes
-            .as_ref()
-            .unwrap_or(&self.gateway.config().scopes)
+    fn principal_scopes(&self) -> ScopeSet {
+        match &self.scopes {
+            Some(scopes) => scopes.clone(),
+            None => self.gateway.config().scopes.clone(),
+        }
     }
 
     /// Whether the principal may see `server`'s resources and prompts listed.
@@ -1017,7 +1020,8 @@ async fn relay_notices(
         };
         let sent = match notice {
             Notice::ResourceUpdated { server, uri } => {
-                let Some(config) = gateway.config().servers.get(&server) else {
+                let file = gateway.config();
+                let Some(config) = file.servers.get(&server) else {
                     continue;
                 };
                 let exposed = exposed_uri(config, &uri);
@@ -1272,7 +1276,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         self.gateway.refresh_all().await;
         let tools: Vec<Tool> = self
             .gateway
-            .listed(self.principal_scopes())
+            .listed(&self.principal_scopes())
             .into_iter()
             .filter_map(|tool| serde_json::from_value(tool).ok())
             .collect();
@@ -1514,6 +1518,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         let config = self.gateway.config();
+        let config = &*config;
         let Some((server, uri)) = route_uri(config, &request.uri) else {
             return Err(McpError::new(
                 ErrorCode::RESOURCE_NOT_FOUND,
@@ -1573,6 +1578,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let config = self.gateway.config();
+        let config = &*config;
         let Some((server, uri)) = route_uri(config, &request.uri) else {
             return Err(McpError::new(
                 ErrorCode::RESOURCE_NOT_FOUND,
@@ -1602,6 +1608,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&request.uri);
         let config = self.gateway.config();
+        let config = &*config;
         let Some((server, uri)) = route_uri(config, &request.uri) else {
             return Ok(());
         };
@@ -1636,6 +1643,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         let config = self.gateway.config();
+        let config = &*config;
         let Some((server, name)) = route_name(config, &request.name) else {
             return Err(McpError::invalid_params(
                 format!("unknown prompt: {}", request.name),
@@ -1688,6 +1696,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         let config = self.gateway.config();
+        let config = &*config;
         let mut params = to_json(&request)?;
         let reference = params.get("ref").cloned().unwrap_or(Value::Null);
         let (server, kind, key, upstream_name) = match reference.get("type").and_then(Value::as_str)
@@ -1808,6 +1817,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
             }
         }
         let config = self.gateway.config();
+        let config = &*config;
         let uris: Vec<String> = requested
             .resource_subscriptions
             .iter()
@@ -1831,6 +1841,7 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         // Upstream subscriptions for the accepted URIs (a 2025-11-25 upstream's
         // `resources/subscribe`); one that fails is logged and simply never updates.
         let config = self.gateway.config();
+        let config = &*config;
         for exposed in context.accepted().resource_subscriptions.iter().flatten() {
             if let Some((server, uri)) = route_uri(config, exposed)
                 && let Some(upstream) = self.gateway.upstream(&server.id)

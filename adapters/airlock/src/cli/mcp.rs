@@ -18,7 +18,7 @@ use airlock_mcp::config::GatewayConfig;
 use airlock_mcp::draft::{self, Upstream};
 use airlock_mcp::gateway::Gateway;
 use airlock_mcp::listen::{ListenAuth, ListenSettings, MCP_PATH, listener};
-use airlock_mcp::serve::{GatewayProcess, ServeError, serve_stdio, serve_stdio_connection};
+use airlock_mcp::serve::{GatewayProcess, ServeError, serve_stdio_connection};
 
 use super::globals::Globals;
 use super::output::{invalid_argument, line, policy_error, print};
@@ -129,11 +129,58 @@ fn config_error(message: &str) -> Exit {
 
 /// Reads and loads the gateway file; the error names the key's path.
 fn load(path: &Path) -> Result<GatewayConfig, Exit> {
+    read_config(path).map_err(|message| config_error(&message))
+}
+
+/// The gateway file at `path`, or why not (naming the file).
+fn read_config(path: &Path) -> Result<GatewayConfig, String> {
     let bytes = read_bounded(path, FileKind::Readable, MAX_CONFIG_BYTES)
-        .map_err(|e| config_error(&format!("{}: {e}", path.display())))?;
-    let text = String::from_utf8(bytes)
-        .map_err(|_| config_error(&format!("{}: not UTF-8 text", path.display())))?;
-    GatewayConfig::parse(&text).map_err(|e| config_error(&format!("{}: {e}", path.display())))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8 text", path.display()))?;
+    GatewayConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `SIGHUP` also reloads the gateway file (issue 32 item 4), beside the policy files
+/// (`crate::reload`): [`Gateway::reload`] connects new servers and closes removed ones while
+/// every client session stays open. A file that does not load, or that changes more than its
+/// servers, is logged and changes nothing. The handler is in place when this returns.
+fn reload_gateway_on_sighup<S: airlock_core::store::Store + 'static>(
+    process: Arc<GatewayProcess<S>>,
+    path: PathBuf,
+) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGHUP: the gateway file reloads only by restart");
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            while hangups.recv().await.is_some() {
+                let outcome = match read_config(&path) {
+                    Ok(next) => process.gateway().reload(next).await,
+                    Err(message) => Err(message),
+                };
+                match outcome {
+                    Ok(reloaded) => tracing::info!(
+                        removed = ?reloaded.removed,
+                        added = ?reloaded.added,
+                        "gateway file reloaded"
+                    ),
+                    Err(message) => tracing::error!(
+                        %message,
+                        "gateway file reload failed; the file in force stays"
+                    ),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = (process, path);
 }
 
 /// What `--listen` resolved to before anything is opened.
@@ -216,10 +263,23 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     settings.lease_ms = args.lease_ms;
     settings.reclaim_every_ms = settings.reclaim_every_ms.min(args.lease_ms);
     let served = match plan {
-        None => serve_stdio(config, app.env.clone(), settings).await,
+        None => {
+            let process = GatewayProcess::start(config, app.env.clone(), settings).await;
+            reload_gateway_on_sighup(Arc::clone(&process), args.config.clone());
+            let served = serve_stdio_connection(&process).await;
+            process.shutdown().await;
+            served
+        }
         Some(plan) => {
-            return serve_listening(config, app.env.clone(), settings, plan, &args.listen_host)
-                .await;
+            return serve_listening(
+                config,
+                app.env.clone(),
+                settings,
+                plan,
+                &args.listen_host,
+                &args.config,
+            )
+            .await;
         }
     };
     served_exit(served)
@@ -250,6 +310,7 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
     settings: WorkerSettings,
     plan: ListenPlan,
     extra_hosts: &[String],
+    config_path: &Path,
 ) -> Exit {
     // The `[auth]` issuer's keys are fetched before anything listens: a wrong URL stops the start.
     let issuer = match config.auth.clone() {
@@ -269,6 +330,7 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
         Err(e) => return refuse(&e.to_string()),
     };
     let process = GatewayProcess::start(config, env, settings).await;
+    reload_gateway_on_sighup(Arc::clone(&process), config_path.to_owned());
     let listening = listener(
         Arc::clone(&process),
         ListenSettings {
