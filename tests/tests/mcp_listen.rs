@@ -2428,6 +2428,34 @@ fn sighup_connects_added_servers_and_closes_removed_ones_while_sessions_stay_ope
         "the old one still does"
     );
 
+    // A changed section reconnects the server; its tools come back as new versions, so a call
+    // pinned to the old one cannot be taken for the new server's.
+    let registered = |version: &str| {
+        scene.data.count(&format!(
+            "SELECT COUNT(*) FROM process_events WHERE derivation_key LIKE \
+             'mcp.tool.registered:%:mcp.second.mutable@{version}'"
+        ))
+    };
+    assert_eq!(registered("1.0.0"), 1);
+    let changed = format!(
+        "{second}\n[servers.second.tools.mutable]\nside_effect = \"none\"\nidempotency = \"read_only\"\nrisk = \"high\"\n"
+    );
+    std::fs::write(&scene.config, format!("{original}\n{changed}")).unwrap();
+    hup();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while registered("1.0.1") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "mutable not registered again as 1.0.1"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for("the reconnected server's tools", &|l| {
+        l.contains("second__mutable")
+    });
+    assert!(call(8, "second__mutable").contains("same"));
+    std::fs::write(&scene.config, format!("{original}\n{second}")).unwrap();
+
     // More than the servers changed: refused, nothing changes.
     std::fs::write(
         &scene.config,
