@@ -291,6 +291,23 @@ impl Gateway {
     /// One raw HTTP/1.1 request to `/mcp` with `headers` (this listener's Host unless they name
     /// one), read to the end of its answer (`connection: close`; an SSE answer ends with its
     /// request's response).
+    /// Opens a 2025-11-25 session with `bearer` (`initialize`, then `initialized`) and returns
+    /// its `Mcp-Session-Id`.
+    fn open_session(&self, bearer: &str) -> String {
+        let opened = self.raw("POST", &[("authorization", bearer)], INITIALIZE);
+        assert_eq!(opened.status, 200, "{}", opened.body);
+        let session = opened
+            .header("mcp-session-id")
+            .expect("a session id")
+            .to_owned();
+        let headers = [
+            ("authorization", bearer),
+            ("mcp-session-id", session.as_str()),
+        ];
+        assert_eq!(self.raw("POST", &headers, INITIALIZED).status, 202);
+        session
+    }
+
     fn raw(&self, method: &str, headers: &[(&str, &str)], body: &str) -> RawAnswer {
         let mut request = format!("{method} /mcp HTTP/1.1\r\n");
         if !headers
@@ -2319,14 +2336,11 @@ timeout_seconds = 1
             ("AIRLOCK_OTEL_TOOL_CONTENT", "redacted"),
         ],
     );
-    let opened = opted_in.raw("POST", &[("authorization", &bearer)], INITIALIZE);
-    assert_eq!(opened.status, 200, "{}", opened.body);
-    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let session = opted_in.open_session(&bearer);
     let headers = [
         ("authorization", bearer.as_str()),
         ("mcp-session-id", session.as_str()),
     ];
-    assert_eq!(opted_in.raw("POST", &headers, INITIALIZED).status, 202);
     let body = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "test__note",
             "arguments": {"visible": "shown-5e1c", "api_key": "sk-live-0123456789abcdef"}}});
@@ -2376,14 +2390,11 @@ fn sighup_connects_added_servers_and_closes_removed_ones_while_sessions_stay_ope
         "Bearer {}",
         scene.token_with("acme", "bob", "mcp.test.call,mcp.second.call")
     );
-    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
-    assert_eq!(opened.status, 200, "{}", opened.body);
-    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let session = gateway.open_session(&bearer);
     let headers = [
         ("authorization", bearer.as_str()),
         ("mcp-session-id", session.as_str()),
     ];
-    assert_eq!(gateway.raw("POST", &headers, INITIALIZED).status, 202);
     let listed = || gateway.raw("POST", &headers, TOOLS_LIST).body;
     assert!(listed().contains("test__mutable"));
     assert!(!listed().contains("second__mutable"));

@@ -292,16 +292,7 @@ fn is_invisible_format(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decision(decision: PolicyDecisionType, reason: &str, version: &str) -> PolicyDecision {
-        PolicyDecision {
-            decision,
-            reason_code: reason.to_owned(),
-            explanation: String::new(),
-            policy_version: version.to_owned(),
-            modified_arguments: None,
-        }
-    }
+    use crate::testing::decision;
 
     fn call(tool: &str) -> CallRef {
         CallRef {

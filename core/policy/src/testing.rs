@@ -9,7 +9,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::Ruleset;
-use crate::action::{JsonMap, ProposedAction, Target};
+use crate::action::{JsonMap, PolicyDecision, ProposedAction, Target};
 use crate::canonical::arguments_hash;
 use crate::time::Timestamp;
 use crate::vocab::{
@@ -63,5 +63,20 @@ pub fn tool_call(
         origin_trust: TrustLevel::User,
         target: Target::for_kind(target),
         evaluated_at: T0,
+    }
+}
+
+/// A decision with only what comparisons read: decision, reason code and policy version.
+pub fn decision(
+    decision: crate::vocab::PolicyDecisionType,
+    reason_code: &str,
+    policy_version: &str,
+) -> PolicyDecision {
+    PolicyDecision {
+        decision,
+        reason_code: reason_code.to_owned(),
+        explanation: String::new(),
+        policy_version: policy_version.to_owned(),
+        modified_arguments: None,
     }
 }

@@ -72,18 +72,8 @@ pub fn read(event: &ProcessEvent) -> Option<(CallRef, Difference)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::PolicyDecision;
+    use crate::policy::testing::decision;
     use crate::vocab::PolicyDecisionType;
-
-    fn decision(decision: PolicyDecisionType, reason: &str, version: &str) -> PolicyDecision {
-        PolicyDecision {
-            decision,
-            reason_code: reason.to_owned(),
-            explanation: String::new(),
-            policy_version: version.to_owned(),
-            modified_arguments: None,
-        }
-    }
 
     #[test]
     fn a_difference_is_one_event_keyed_by_the_action_and_reads_back() {
