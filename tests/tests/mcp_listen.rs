@@ -2385,7 +2385,13 @@ fn sighup_connects_added_servers_and_closes_removed_ones_while_sessions_stay_ope
         return;
     };
     let scene = Scene::with(python.clone(), &["mcp.test.call", "mcp.second.call"], "");
-    let gateway = scene.listen(&[]);
+    // The shipped policy files in a directory of their own, edited at the end.
+    let policy = scene.data.path().join("policy");
+    std::fs::create_dir_all(&policy).unwrap();
+    for file in ["default.toml", "hardline.toml"] {
+        std::fs::copy(repo().join("policies").join(file), policy.join(file)).unwrap();
+    }
+    let gateway = scene.listen(&["--policy-dir", policy.to_str().unwrap()]);
     let bearer = format!(
         "Bearer {}",
         scene.token_with("acme", "bob", "mcp.test.call,mcp.second.call")
@@ -2487,5 +2493,22 @@ fn sighup_connects_added_servers_and_closes_removed_ones_while_sessions_stay_ope
     let gone = call(6, "second__mutable");
     assert!(!gone.contains("\"same\""), "{gone}");
     assert!(call(7, "test__mutable").contains("same"));
+
+    // The same SIGHUP reloads the policy first, and the listing follows it: a class the new
+    // rules deny outright is no longer listed, and its calls are denied.
+    let profile = policy.join("default.toml");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    let denied = text.replace(
+        "[rules.none]\ndecision = \"allow\"",
+        "[rules.none]\ndecision = \"deny\"",
+    );
+    assert_ne!(denied, text, "the edit applies");
+    std::fs::write(&profile, denied).unwrap();
+    hup();
+    wait_for("the denied class unlisted", &|l| {
+        l.contains("test__append") && !l.contains("test__mutable")
+    });
+    let refused = call(9, "test__mutable");
+    assert!(refused.contains("airlock denied"), "{refused}");
     assert_eq!(gateway.stop(), Some(0));
 }

@@ -15,8 +15,8 @@
 //!
 //! Reloading unchanged files is harmless: the record is idempotent per version.
 //!
-//! The MCP gateway file is reloaded on the same `SIGHUP` by `mcp serve` itself (`cli::mcp`,
-//! `Gateway::reload`).
+//! `mcp serve` answers `SIGHUP` itself (`cli::mcp`): this reload, then its gateway file
+//! (`Gateway::reload`), then a re-listing of every upstream.
 
 use std::path::PathBuf;
 use std::sync::Arc;

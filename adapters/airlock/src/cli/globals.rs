@@ -125,6 +125,15 @@ pub fn check_id_flag(flag: &str, id: Option<&str>) -> Result<(), Exit> {
     }
 }
 
+/// Who answers `SIGHUP` in a process that decides calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hangup {
+    /// [`crate::reload::reload_on_sighup`]: the policy files.
+    ReloadsPolicy,
+    /// The command installs its own handler (and reloads the policy in it).
+    CallerHandles,
+}
+
 /// `--shadow-policy-dir` of the commands that decide calls (`worker`, `serve`, `mcp serve`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ShadowArgs {
@@ -138,10 +147,15 @@ pub struct ShadowArgs {
 
 impl ShadowArgs {
     /// [`Globals::open_app`] for a process that decides calls, with the shadow candidate in
-    /// place, reloading its rules on `SIGHUP` ([`crate::reload`]). The candidate is loaded
-    /// first, so a broken candidate stops the process before it opens (or creates) a store.
-    /// Returns the sources a reload reads again.
-    pub async fn open_app(&self, globals: &Globals) -> Result<(App, PolicySources), Exit> {
+    /// place, reloading its rules on `SIGHUP` ([`crate::reload`]) unless the caller handles
+    /// `SIGHUP` itself (`mcp serve`, which reloads its gateway file after the rules). The
+    /// candidate is loaded first, so a broken candidate stops the process before it opens (or
+    /// creates) a store. Returns the sources a reload reads again.
+    pub async fn open_app(
+        &self,
+        globals: &Globals,
+        hangup: Hangup,
+    ) -> Result<(App, PolicySources), Exit> {
         let sources =
             PolicySources::new(globals.policy_dir.clone(), self.shadow_policy_dir.clone());
         let shadow = match &sources.shadow_dir {
@@ -161,11 +175,13 @@ impl ShadowArgs {
             );
         }
         app.env.policy.replace(Rulesets { live, shadow });
-        reload_on_sighup(
-            sources.clone(),
-            Arc::clone(&app.env.policy),
-            app.control(None),
-        );
+        if hangup == Hangup::ReloadsPolicy {
+            reload_on_sighup(
+                sources.clone(),
+                Arc::clone(&app.env.policy),
+                app.control(None),
+            );
+        }
         Ok((app, sources))
     }
 }

@@ -141,13 +141,23 @@ fn read_config(path: &Path) -> Result<GatewayConfig, String> {
     GatewayConfig::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// `SIGHUP` also reloads the gateway file (issue 32 item 4), beside the policy files
-/// (`crate::reload`): [`Gateway::reload`] connects new servers and closes removed ones while
-/// every client session stays open. A file that does not load, or that changes more than its
-/// servers, is logged and changes nothing. The handler is in place when this returns.
-fn reload_gateway_on_sighup<S: airlock_core::store::Store + 'static>(
+/// What `SIGHUP` reloads in `mcp serve` (issue 32 item 4), in order.
+struct Reloads<S: airlock_core::store::Store> {
+    sources: crate::reload::PolicySources,
+    policy: Arc<airlock_core::live_policy::LivePolicy>,
+    control: airlock_core::control::ControlService<S>,
+    gateway_file: PathBuf,
+}
+
+/// On each `SIGHUP`: the policy files ([`crate::reload`]), then the gateway file
+/// ([`Gateway::reload`]: new servers connected, removed ones closed, every client session kept
+/// open), then every upstream listed again, so the listing (which hides tools of a class the
+/// rules deny outright) follows the new rules too. A file that does not load, or a gateway
+/// file that changes more than its servers, is logged and changes nothing of its own. The
+/// handler is in place when this returns.
+fn reload_on_sighup<S: airlock_core::store::Store + 'static>(
     process: Arc<GatewayProcess<S>>,
-    path: PathBuf,
+    reloads: Reloads<S>,
 ) {
     #[cfg(unix)]
     {
@@ -155,13 +165,17 @@ fn reload_gateway_on_sighup<S: airlock_core::store::Store + 'static>(
         let mut hangups = match signal(SignalKind::hangup()) {
             Ok(hangups) => hangups,
             Err(error) => {
-                tracing::warn!(%error, "cannot listen for SIGHUP: the gateway file reloads only by restart");
+                tracing::warn!(%error, "cannot listen for SIGHUP: policy and gateway file reload only by restart");
                 return;
             }
         };
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                let outcome = match read_config(&path) {
+                let _ = reloads
+                    .sources
+                    .reload_logged(&reloads.policy, &reloads.control, "SIGHUP")
+                    .await;
+                let outcome = match read_config(&reloads.gateway_file) {
                     Ok(next) => process.gateway().reload(next).await,
                     Err(message) => Err(message),
                 };
@@ -176,11 +190,12 @@ fn reload_gateway_on_sighup<S: airlock_core::store::Store + 'static>(
                         "gateway file reload failed; the file in force stays"
                     ),
                 }
+                process.gateway().refresh_all().await;
             }
         });
     }
     #[cfg(not(unix))]
-    let _ = (process, path);
+    let _ = (process, reloads);
 }
 
 /// What `--listen` resolved to before anything is opened.
@@ -251,9 +266,19 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
         Ok(config) => config,
         Err(exit) => return exit,
     };
-    let app = match args.shadow.open_app(globals).await {
-        Ok((app, _reloads)) => app,
+    let (app, sources) = match args
+        .shadow
+        .open_app(globals, super::globals::Hangup::CallerHandles)
+        .await
+    {
+        Ok(opened) => opened,
         Err(exit) => return exit,
+    };
+    let reloads = Reloads {
+        sources,
+        policy: Arc::clone(&app.env.policy),
+        control: app.control(None),
+        gateway_file: args.config.clone(),
     };
     let mut settings = WorkerSettings::new(
         args.gateway_id
@@ -265,7 +290,7 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     let served = match plan {
         None => {
             let process = GatewayProcess::start(config, app.env.clone(), settings).await;
-            reload_gateway_on_sighup(Arc::clone(&process), args.config.clone());
+            reload_on_sighup(Arc::clone(&process), reloads);
             let served = serve_stdio_connection(&process).await;
             process.shutdown().await;
             served
@@ -277,7 +302,7 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
                 settings,
                 plan,
                 &args.listen_host,
-                &args.config,
+                reloads,
             )
             .await;
         }
@@ -310,7 +335,7 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
     settings: WorkerSettings,
     plan: ListenPlan,
     extra_hosts: &[String],
-    config_path: &Path,
+    reloads: Reloads<S>,
 ) -> Exit {
     // The `[auth]` issuer's keys are fetched before anything listens: a wrong URL stops the start.
     let issuer = match config.auth.clone() {
@@ -330,7 +355,7 @@ async fn serve_listening<S: airlock_core::store::Store + 'static>(
         Err(e) => return refuse(&e.to_string()),
     };
     let process = GatewayProcess::start(config, env, settings).await;
-    reload_gateway_on_sighup(Arc::clone(&process), config_path.to_owned());
+    reload_on_sighup(Arc::clone(&process), reloads);
     let listening = listener(
         Arc::clone(&process),
         ListenSettings {

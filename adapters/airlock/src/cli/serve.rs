@@ -95,7 +95,11 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         },
         None => None,
     };
-    let (app, sources) = match args.shadow.open_app(globals).await {
+    let (app, sources) = match args
+        .shadow
+        .open_app(globals, super::globals::Hangup::ReloadsPolicy)
+        .await
+    {
         Ok(opened) => opened,
         Err(exit) => return exit,
     };

@@ -44,7 +44,11 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     if let Err(exit) = super::globals::check_id_flag("--worker-id", args.worker_id.as_deref()) {
         return exit;
     }
-    let app = match args.shadow.open_app(globals).await {
+    let app = match args
+        .shadow
+        .open_app(globals, super::globals::Hangup::ReloadsPolicy)
+        .await
+    {
         Ok((app, _reloads)) => app,
         Err(exit) => return exit,
     };
