@@ -44,11 +44,13 @@ DATA="$WORK/data"
 "$BIN" demo --data-dir "$DATA" >"$WORK/demo.log" 2>&1
 token() {
   "$BIN" --data-dir "$DATA" --tenant acme --principal "$1" tokens create --expires-in 1h --label "$2" \
-    | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])'
+    ${3:+--scopes "$3"} | python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])'
 }
 REVIEWER_TOKEN="$(token bob ci-reviewer)"
 AGENT_TOKEN="$(token alice ci-agent)"
-FUZZ_TOKEN="$(token carol ci-schemathesis)"
+# The platform scopes and policy.admin, so schemathesis also reaches POST /v1/admin/reload's 200
+# (a reload of the shipped files: the same version, harmless).
+FUZZ_TOKEN="$(token carol ci-schemathesis "run.read,run.write,run.cancel,approval.read,approval.resolve,invocation.read,invocation.settle,workspace.read,workspace.write,demo.write,policy.admin")"
 
 "$BIN" --data-dir "$DATA" serve --listen 127.0.0.1:0 >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER=$!
