@@ -20,11 +20,6 @@ pub fn new_token() -> Result<TokenSecret, RandomnessError> {
     random_bytes::<TOKEN_SECRET_BYTES>().map(TokenSecret::from_random)
 }
 
-/// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

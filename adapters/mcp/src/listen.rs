@@ -229,7 +229,7 @@ impl Credential {
             Credential::Token(id) => Some(id.to_string()),
             Credential::Issued(id) => Some(format!(
                 "issuer:{}",
-                id.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                airlock_core::policy::hex::encode(id.as_slice())
             )),
             Credential::Tokenless => None,
         }

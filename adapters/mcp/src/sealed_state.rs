@@ -12,6 +12,7 @@ use airlock_core::conversation::request_state::{
     Sealed, SealedCall, SealedRelay, StateKey, StateRefused, check_in_tx, sealing_key_in_tx,
     take_relay_in_tx,
 };
+use airlock_core::policy::hex::{decode as unhex, encode as hex};
 use airlock_core::ports::Clock;
 use airlock_core::store::{Store, TxError};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
@@ -174,20 +175,6 @@ fn aead_key(key: &StateKey) -> Option<LessSafeKey> {
     UnboundKey::new(&CHACHA20_POLY1305, &secret)
         .ok()
         .map(LessSafeKey::new)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //!
 //! The scheme follows the widely used one of Stripe's webhooks, so existing receiver code fits.
 
+use airlock_core::policy::hex::{decode as unhex, encode as hex};
 use ring::hmac;
 
 /// The header a delivery carries its signature in.
@@ -28,20 +29,6 @@ fn mac(secret: &[u8], unix_seconds: i64, body: &[u8]) -> Vec<u8> {
     context.update(b".");
     context.update(body);
     context.sign().as_ref().to_vec()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Why a signature was refused.

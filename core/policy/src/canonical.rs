@@ -75,13 +75,7 @@ fn write_string(out: &mut String, s: &str) {
 
 /// Lowercase hex SHA-256 of some bytes: the one hashing path for arguments, keys and policy files.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for byte in digest.iter() {
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
-        hex.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
-    }
-    hex
+    crate::hex::encode(&Sha256::digest(bytes))
 }
 
 /// `normalized_arguments_hash`: SHA-256 of the canonical bytes of the normalized arguments.

@@ -72,6 +72,7 @@ pub mod comparison;
 pub mod engine;
 pub mod facts;
 pub mod hardline;
+pub mod hex;
 pub mod ids;
 pub mod loader;
 pub mod matrix;

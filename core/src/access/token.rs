@@ -4,8 +4,6 @@
 
 use std::fmt;
 
-use sha2::{Digest, Sha256};
-
 use crate::ids::ApiTokenId;
 use crate::principal::Principal;
 use crate::scope::ScopeSet;
@@ -82,7 +80,10 @@ impl fmt::Debug for TokenSecret {
 impl TokenSecret {
     /// The token for 32 random bytes from the host's generator.
     pub fn from_random(bytes: [u8; TOKEN_SECRET_BYTES]) -> TokenSecret {
-        TokenSecret(format!("{TOKEN_PREFIX}{}", hex(&bytes)))
+        TokenSecret(format!(
+            "{TOKEN_PREFIX}{}",
+            crate::policy::hex::encode(&bytes)
+        ))
     }
 
     /// A presented token, if it has the shape of one (`alk_` + 64 lowercase hex digits).
@@ -109,12 +110,8 @@ impl TokenSecret {
 
     /// Lowercase hex SHA-256 of the token text: what the store keeps and looks up.
     pub fn digest(&self) -> String {
-        hex(&Sha256::digest(self.0.as_bytes()))
+        crate::canonical::sha256_hex(self.0.as_bytes())
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Compares two digests in time that depends only on their lengths, so a comparison leaks

@@ -14,7 +14,9 @@ use axum::http::HeaderMap;
 use axum::http::header;
 use sha2::{Digest, Sha256};
 
-use crate::secret::{RandomnessError, hex, random_bytes};
+use airlock_core::policy::hex::encode as hex;
+
+use crate::secret::{RandomnessError, random_bytes};
 
 /// The session cookie's name.
 pub const COOKIE: &str = "airlock_session";
