@@ -4,6 +4,7 @@
 mod approvals;
 mod conversations;
 mod demo;
+mod duration;
 mod globals;
 mod id_arg;
 mod invocations;

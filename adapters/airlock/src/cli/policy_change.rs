@@ -177,26 +177,12 @@ fn parse_time(text: &str) -> Result<Timestamp, String> {
 
 /// `text` as an age before `now` (`30m` → 30 minutes before).
 fn age_before(text: &str, now: Timestamp) -> Result<Timestamp, String> {
-    let bad = || {
+    let seconds = super::duration::seconds(text).ok_or_else(|| {
         format!(
             "'{}' is neither an RFC 3339 time nor an age like 30m, 24h or 7d",
             text.escape_debug()
         )
-    };
-    let unit = text.chars().last().ok_or_else(bad)?;
-    let seconds_per = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        _ => return Err(bad()),
-    };
-    let digits = &text[..text.len() - 1];
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
-    }
-    let count: i64 = digits.parse().map_err(|_| bad())?;
-    let seconds = count.checked_mul(seconds_per).ok_or_else(bad)?;
+    })?;
     Ok(now.saturating_add_seconds(-seconds))
 }
 

@@ -37,25 +37,12 @@ pub fn parse_expiry(text: &str) -> Result<Option<i64>, String> {
     if text == "never" {
         return Ok(None);
     }
-    let invalid = || format!("--expires-in '{text}': expected e.g. 90d, 12h, 30m, 3600s or never");
-    let split = text.len().checked_sub(1).ok_or_else(invalid)?;
-    let (number, unit) = text.split_at(split);
-    let number: i64 = number.parse().map_err(|_| invalid())?;
-    let unit_seconds = match unit {
-        "d" => 86_400,
-        "h" => 3600,
-        "m" => 60,
-        "s" => 1,
-        _ => return Err(invalid()),
-    };
-    if number <= 0 {
-        return Err(invalid());
-    }
-    number
-        .checked_mul(unit_seconds)
-        .filter(|s| *s <= 100 * 365 * 86_400)
-        .map(Some)
-        .ok_or_else(invalid)
+    super::duration::seconds(text).map(Some).ok_or_else(|| {
+        format!(
+            "--expires-in '{}': expected e.g. 90d, 12h, 30m, 3600s or never",
+            text.escape_debug()
+        )
+    })
 }
 
 /// One line of JSON in the record's field order (SPEC §20 lists `create`'s fields).
@@ -152,6 +139,8 @@ mod tests {
             "1.5h",
             "99999999999d",
             "h12",
+            // A multi-byte last character once split the text inside it (a panic).
+            "5ḿ",
         ] {
             assert!(parse_expiry(bad).is_err(), "{bad}");
         }
