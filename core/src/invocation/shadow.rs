@@ -18,7 +18,10 @@ use serde_json::json;
 
 use crate::action::ProposedAction;
 use crate::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent, keys};
-use crate::policy::comparison::{CallRef, Decided, Difference};
+use crate::policy::comparison::{CallRef, ChangeTable, Decided, Difference};
+use crate::store::{CreatedPage, Store, TxError};
+
+use super::replay::{PAGE, Window};
 
 /// The `policy.shadow.diff` event of one action the candidate decided differently
 /// ([`decide_beside`](crate::policy::comparison::decide_beside)).
@@ -41,6 +44,30 @@ pub fn diff_event(action: &ProposedAction, difference: Difference) -> ProcessEve
         }),
         derivation_key: key,
         created_at: action.evaluated_at,
+    }
+}
+
+/// Every `policy.shadow.diff` event recorded in `window`, read page by page (each page its own
+/// read transaction, as [`replay`](super::replay::replay) reads), into a table of differences
+/// only; and how many events this build could not [`read`] (kept out of the table, counted so
+/// none is lost silently).
+pub fn report<S: Store>(store: &S, window: Window) -> Result<(ChangeTable, u64), TxError> {
+    let mut table = ChangeTable::differences_only();
+    let mut unreadable = 0;
+    let mut page = CreatedPage::first(window.from, window.until, PAGE);
+    loop {
+        let events =
+            store.read(|tx| tx.process_events_created(EventType::PolicyShadowDiff, &page))?;
+        let Some(last) = events.last() else {
+            return Ok((table, unreadable));
+        };
+        page = page.after(last.created_at, last.id);
+        for event in &events {
+            match read(event) {
+                Some((call, difference)) => table.add_difference(call, difference),
+                None => unreadable += 1,
+            }
+        }
     }
 }
 
@@ -109,5 +136,49 @@ mod tests {
         assert_eq!(difference.live.reason_code, "policy.matrix.allow");
         assert_eq!(difference.candidate.decision, PolicyDecisionType::Deny);
         assert_eq!(difference.candidate.policy_version, "v2");
+    }
+
+    #[test]
+    fn a_report_reads_its_window_and_counts_what_it_cannot_read() {
+        use crate::store::Store as _;
+        use crate::vocab::{IdempotencyClass, SideEffectClass, TargetKind};
+        let store = crate::mem_store::MemStore::new();
+        let live = decision(PolicyDecisionType::Allow, "ok", "v1");
+        let candidate = decision(PolicyDecisionType::Deny, "no", "v2");
+        let at = |seconds: i64| crate::time::Timestamp::from_micros(seconds * 1_000_000);
+        for (n, seconds) in [(1u128, 10), (2, 20), (3, 30)] {
+            let mut action = crate::policy::testing::tool_call(
+                SideEffectClass::WorkspaceWrite,
+                "workspace.write_text",
+                IdempotencyClass::Idempotent,
+                TargetKind::InProcess,
+                json!({}),
+            );
+            action.action_id = uuid::Uuid::from_u128(n);
+            action.evaluated_at = at(seconds);
+            let mut event = diff_event(&action, Difference::between(&live, &candidate).unwrap());
+            if n == 3 {
+                event.payload = json!({"tool": "written by another build"});
+            }
+            store
+                .transact(|tx| tx.append_process_event(&event))
+                .unwrap();
+        }
+        let everything = Window {
+            from: at(0),
+            until: None,
+        };
+        let (table, unreadable) = report(&store, everything).unwrap();
+        assert_eq!((table.changed(), unreadable), (2, 1));
+        assert!(table.differences_only);
+        let (table, unreadable) = report(
+            &store,
+            Window {
+                from: at(15),
+                until: Some(at(30)),
+            },
+        )
+        .unwrap();
+        assert_eq!((table.changed(), unreadable), (1, 0), "the window [15, 30)");
     }
 }

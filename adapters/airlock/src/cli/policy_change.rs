@@ -14,11 +14,8 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use airlock_core::events::{EventType, ProcessEvent};
 use airlock_core::invocation::replay::{Window, replay};
 use airlock_core::invocation::shadow;
-use airlock_core::policy::comparison::ChangeTable;
-use airlock_core::store::{CreatedPage, Store};
 use airlock_core::time::Timestamp;
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -94,7 +91,7 @@ pub async fn shadow_command(globals: &Globals, command: ShadowCommand) -> Exit {
         Ok(opened) => opened,
         Err(exit) => return exit,
     };
-    let read = airlock_host::blocking(move || shadow_table(&store, span));
+    let read = airlock_host::blocking(move || shadow::report(&store, span));
     let (table, unreadable) = match read {
         Ok(read) => read,
         Err(error) => return storage_error(&error.to_string()),
@@ -113,33 +110,6 @@ pub async fn shadow_command(globals: &Globals, command: ShadowCommand) -> Exit {
         print!("{text}");
     }
     Exit::Ok
-}
-
-/// Every `policy.shadow.diff` event of the window, page by page, into a table; and how many
-/// events could not be read (kept out of the table, counted so none is lost silently). A
-/// shadow report counts differences only: the calls decided alike left no event.
-fn shadow_table<S: Store>(
-    store: &S,
-    window: Window,
-) -> Result<(ChangeTable, u64), airlock_core::store::TxError> {
-    let mut table = ChangeTable::differences_only();
-    let mut unreadable = 0;
-    let mut page = CreatedPage::first(window.from, window.until, 1000);
-    loop {
-        let events: Vec<ProcessEvent> =
-            store.read(|tx| tx.process_events_created(EventType::PolicyShadowDiff, &page))?;
-        let Some(last) = events.last() else {
-            break;
-        };
-        page = page.after(last.created_at, last.id);
-        for event in &events {
-            match shadow::read(event) {
-                Some((call, difference)) => table.add_difference(call, difference),
-                None => unreadable += 1,
-            }
-        }
-    }
-    Ok((table, unreadable))
 }
 
 fn open(globals: &Globals, window: &WindowArgs) -> Result<(crate::app::HostStore, Window), Exit> {
