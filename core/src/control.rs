@@ -922,6 +922,20 @@ impl<S: Store> ControlService<S> {
         self.env.reached(CrashPoint::AfterProfile).await;
         Ok(stored)
     }
+
+    /// RELOAD (issue 32 item 4): puts `next` in force for every clone of this environment, and
+    /// returns the rulesets that were. Its live rules are recorded first (PROFILE), so no call is
+    /// ever decided by rules the store has no record of; if recording fails, nothing changes.
+    /// Calls decided before and executed after are revalidated (SPEC §10.3), as for any change
+    /// of `policy_version`.
+    pub async fn put_in_force(
+        &self,
+        next: crate::live_policy::Rulesets,
+        loaded_by: &str,
+    ) -> Result<crate::live_policy::Rulesets, ServiceError> {
+        self.record_ruleset(&next.live, loaded_by).await?;
+        Ok(self.env.policy.replace(next))
+    }
 }
 
 /// `"{created_at_micros}:{id}"`.

@@ -1305,3 +1305,42 @@ async fn a_resolve_that_waits_for_the_lock_past_expiry_expires_instead_of_approv
         ApprovalStatus::Expired
     );
 }
+
+/// Issue 32 item 4: a reload records its rules before it puts them in force, and every clone of
+/// the environment (a worker's, the gateway's) decides with them from then on: a call approved
+/// under the old rules is revalidated under the new in the same process (SPEC §10.3 row 3).
+#[tokio::test(start_paused = true)]
+async fn a_reload_is_recorded_before_it_decides_and_reaches_every_clone_of_the_environment() {
+    let h = Harness::new();
+    let (run, approval) = park_and_approve(&h).await;
+    let worker_env = h.env.clone();
+    let edited = edited_ruleset(
+        EXTERNAL_WRITE_ROW,
+        "[rules.external_write]\ndecision = \"allow\"\n",
+    );
+    let version = edited.version.as_str().to_owned();
+    let previous = h
+        .control
+        .put_in_force(
+            airlock_core::live_policy::Rulesets {
+                live: Arc::new(edited),
+                shadow: None,
+            },
+            "test",
+        )
+        .await
+        .expect("recorded and in force");
+    assert_eq!(previous.live.version.as_str(), SHIPPED_VERSION);
+    assert_eq!(
+        worker_env.ruleset().version.as_str(),
+        version,
+        "every clone"
+    );
+    let recorded = h.store.read(|tx| tx.policy_profiles()).expect("profiles");
+    assert!(
+        recorded.iter().any(|p| p.policy_version == version),
+        "the new version is recorded: {recorded:?}"
+    );
+    drive_to_completion(&h, "after-reload").await;
+    assert_revalidation_authorized(&h, run, approval.id, PolicyDecisionType::Allow);
+}

@@ -6,10 +6,10 @@
 //!
 //! 1. if either does not load, nothing changes: the rules in force stay, and the error is
 //!    logged (and answered, over HTTP);
-//! 2. the new live rules are recorded (`policy_profiles` and `policy.profile.loaded`, as at
-//!    start) **before** they are put in force, so no call is ever decided by rules the store has
-//!    no record of; if recording fails, nothing changes either;
-//! 3. the new rules replace the old in the process's shared [`LivePolicy`], reaching the
+//! 2. core's `ControlService::put_in_force` records the new live rules (`policy_profiles` and
+//!    `policy.profile.loaded`, as at start) **before** they are put in force, so no call is
+//!    ever decided by rules the store has no record of; if recording fails, nothing changes;
+//! 3. the new rules replace the old in the process's shared `LivePolicy`, reaching the
 //!    worker, the HTTP API and the MCP gateway at once. A call decided before and executed
 //!    after is revalidated as SPEC §10.3 says for any change of `policy_version`.
 //!
@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use airlock_core::control::ControlService;
-use airlock_core::live_policy::{LivePolicy, Rulesets};
+use airlock_core::live_policy::Rulesets;
 use airlock_core::store::Store;
 
 use crate::app::loaded_by;
@@ -97,19 +97,17 @@ impl PolicySources {
     /// force (see the module docs). On error the rules in force are unchanged.
     pub async fn reload<S: Store>(
         &self,
-        policy: &LivePolicy,
         control: &ControlService<S>,
     ) -> Result<Reloaded, ReloadError> {
         // From reading the files to putting them in force, one reload at a time.
         let _one = self.one_at_a_time.lock().await;
         let next = self.load()?;
-        control
-            .record_ruleset(&next.live, &loaded_by())
-            .await
-            .map_err(|e| ReloadError::Record(e.to_string()))?;
         let policy_version = next.live.version.as_str().to_owned();
         let shadow_version = next.shadow.as_ref().map(|s| s.version.as_str().to_owned());
-        let previous = policy.replace(next);
+        let previous = control
+            .put_in_force(next, &loaded_by())
+            .await
+            .map_err(|e| ReloadError::Record(e.to_string()))?;
         Ok(Reloaded {
             previous_version: previous.live.version.as_str().to_owned(),
             policy_version,
@@ -121,11 +119,10 @@ impl PolicySources {
     /// (the rules in force stay).
     pub async fn reload_logged<S: Store>(
         &self,
-        policy: &LivePolicy,
         control: &ControlService<S>,
         trigger: &str,
     ) -> Result<Reloaded, ReloadError> {
-        let outcome = self.reload(policy, control).await;
+        let outcome = self.reload(control).await;
         match &outcome {
             Ok(reloaded) => tracing::info!(
                 trigger,
@@ -148,11 +145,7 @@ impl PolicySources {
 /// Reloads on every `SIGHUP` until the process ends (Unix only; elsewhere nothing listens).
 /// The handler is in place when this returns (before any task runs), so a `SIGHUP` sent once
 /// the process has opened its store never ends it.
-pub fn reload_on_sighup<S: Store + 'static>(
-    sources: PolicySources,
-    policy: Arc<LivePolicy>,
-    control: ControlService<S>,
-) {
+pub fn reload_on_sighup<S: Store + 'static>(sources: PolicySources, control: ControlService<S>) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -165,18 +158,17 @@ pub fn reload_on_sighup<S: Store + 'static>(
         };
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
-                let _ = sources.reload_logged(&policy, &control, "SIGHUP").await;
+                let _ = sources.reload_logged(&control, "SIGHUP").await;
             }
         });
     }
     #[cfg(not(unix))]
-    let _ = (sources, policy, control);
+    let _ = (sources, control);
 }
 
 /// `POST /v1/admin/reload` of `airlock serve`: the same reload as `SIGHUP`.
 pub struct HttpReload<S: Store> {
     pub sources: PolicySources,
-    pub policy: Arc<LivePolicy>,
     pub control: ControlService<S>,
 }
 
@@ -196,7 +188,7 @@ impl<S: Store + 'static> airlock_http::policy_reload::PolicyReload for HttpReloa
     > {
         Box::pin(async move {
             self.sources
-                .reload_logged(&self.policy, &self.control, "POST /v1/admin/reload")
+                .reload_logged(&self.control, "POST /v1/admin/reload")
                 .await
                 .map(|reloaded| airlock_http::policy_reload::ReloadedRecord {
                     policy_version: reloaded.policy_version,

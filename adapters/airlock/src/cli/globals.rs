@@ -176,11 +176,7 @@ impl ShadowArgs {
         }
         app.env.policy.replace(Rulesets { live, shadow });
         if hangup == Hangup::ReloadsPolicy {
-            reload_on_sighup(
-                sources.clone(),
-                Arc::clone(&app.env.policy),
-                app.control(None),
-            );
+            reload_on_sighup(sources.clone(), app.control(None));
         }
         Ok((app, sources))
     }

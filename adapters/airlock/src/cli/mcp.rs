@@ -144,7 +144,6 @@ fn read_config(path: &Path) -> Result<GatewayConfig, String> {
 /// What `SIGHUP` reloads in `mcp serve` (issue 32 item 4), in order.
 struct Reloads<S: airlock_core::store::Store> {
     sources: crate::reload::PolicySources,
-    policy: Arc<airlock_core::live_policy::LivePolicy>,
     control: airlock_core::control::ControlService<S>,
     gateway_file: PathBuf,
 }
@@ -173,7 +172,7 @@ fn reload_on_sighup<S: airlock_core::store::Store + 'static>(
             while hangups.recv().await.is_some() {
                 let _ = reloads
                     .sources
-                    .reload_logged(&reloads.policy, &reloads.control, "SIGHUP")
+                    .reload_logged(&reloads.control, "SIGHUP")
                     .await;
                 let outcome = match read_config(&reloads.gateway_file) {
                     Ok(next) => process.gateway().reload(next).await,
@@ -276,7 +275,6 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     };
     let reloads = Reloads {
         sources,
-        policy: Arc::clone(&app.env.policy),
         control: app.control(None),
         gateway_file: args.config.clone(),
     };

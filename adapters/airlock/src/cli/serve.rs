@@ -140,7 +140,6 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
     // POST /v1/admin/reload: the reload SIGHUP does (crate::reload).
     let state = state.with_reload(Arc::new(crate::reload::HttpReload {
         sources,
-        policy: Arc::clone(&app.env.policy),
         control: app.control(None),
     }));
     let scheme = if tls.is_some() { "https" } else { "http" };
