@@ -1803,14 +1803,11 @@ leeway_seconds = 0
     // `openid` and a scope the file does not hold grant nothing here.
     let token = issuer.token(&claims("acme", "openid mcp.test.call mcp.other.call", 300));
     let bearer = format!("Bearer {token}");
-    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
-    assert_eq!(opened.status, 200, "{}", opened.body);
-    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let session = gateway.open_session(&bearer);
     let mine = [
         ("authorization", bearer.as_str()),
         ("mcp-session-id", session.as_str()),
     ];
-    assert_eq!(gateway.raw("POST", &mine, INITIALIZED).status, 202);
     let listed = gateway.raw("POST", &mine, TOOLS_LIST);
     assert_eq!(listed.status, 200, "{}", listed.body);
     assert!(listed.body.contains("test__append"), "{}", listed.body);
@@ -2084,14 +2081,11 @@ timeout_seconds = 1
         ],
     );
     let bearer = format!("Bearer {}", scene.token("acme", "bob"));
-    let opened = gateway.raw("POST", &[("authorization", &bearer)], INITIALIZE);
-    assert_eq!(opened.status, 200, "{}", opened.body);
-    let session = opened.header("mcp-session-id").unwrap().to_owned();
+    let session = gateway.open_session(&bearer);
     let headers = [
         ("authorization", bearer.as_str()),
         ("mcp-session-id", session.as_str()),
     ];
-    assert_eq!(gateway.raw("POST", &headers, INITIALIZED).status, 202);
     let listed = gateway.raw("POST", &headers, TOOLS_LIST);
     assert!(listed.body.contains("test__mutable"), "{}", listed.body);
     let call = |id: u64, tool: &str, arguments: Value, meta: Value| {

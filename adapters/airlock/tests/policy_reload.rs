@@ -5,14 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use common::{BIN, airlock, http};
+use common::{BIN, Server, airlock, http};
 
 /// A policy dir holding the shipped files.
 fn policy_dir(root: &Path) -> PathBuf {
@@ -60,38 +59,6 @@ fn versions_recorded(data: &Path) -> Vec<String> {
         .expect("versions")
 }
 
-struct Serving {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn serve(data: &Path, policy: &Path) -> Serving {
-    let mut child = Command::new(BIN)
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--policy-dir")
-        .arg(policy)
-        .args(["serve", "--listen", "127.0.0.1:0", "--no-worker"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("serve starts");
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut first)
-        .expect("the listening line");
-    let line: Value = serde_json::from_str(&first).expect("JSON");
-    let addr = line["listening"].as_str().expect("address").to_owned();
-    Serving { child, addr }
-}
-
 fn token(data: &Path, policy: &Path, scopes: &str) -> String {
     let (code, created) = airlock(
         data,
@@ -119,7 +86,11 @@ fn post_admin_reload_puts_new_files_in_force_and_keeps_the_old_on_a_broken_one()
     let policy = policy_dir(dir.path());
     let admin = token(&data, &policy, "policy.admin");
     let reader = token(&data, &policy, "run.read");
-    let server = serve(&data, &policy);
+    let server = Server::start(
+        &data,
+        &["--policy-dir", policy.to_str().expect("utf-8")],
+        &[],
+    );
     let health = |what: &str| -> String {
         let (status, body) = http(&server.addr, "GET", "/healthz", None, None);
         assert_eq!(status, 200, "{what}: {body}");

@@ -4,66 +4,11 @@
 //! SIGTERM ends the server cleanly, and bad listen/TLS options are refused before anything is
 //! opened.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use serde_json::{Value, json};
+use serde_json::json;
 
 mod common;
 
-use common::{BIN, airlock, http};
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(data: &Path) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("--data-dir")
-            .arg(data)
-            .args(["serve", "--listen", "127.0.0.1:0", "--no-worker"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut first = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut first)
-            .expect("the listening line");
-        let line: Value = serde_json::from_str(&first).expect("JSON");
-        assert_eq!(line["worker"], false);
-        let addr = line["listening"].as_str().expect("address").to_owned();
-        Server { child, addr }
-    }
-
-    fn terminate(mut self) -> i32 {
-        let pid = self.child.id().to_string();
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{Server, airlock, http};
 
 #[test]
 fn serve_answers_with_the_clis_records_and_revocation_is_immediate() {
@@ -133,7 +78,7 @@ fn serve_answers_with_the_clis_records_and_revocation_is_immediate() {
         "the token's text is not in the store"
     );
 
-    let server = Server::start(&data);
+    let server = Server::start(&data, &[], &[]);
     let (status, health) = http(&server.addr, "GET", "/healthz", None, None);
     assert_eq!((status, &health["status"]), (200, &json!("ok")));
 

@@ -4,20 +4,20 @@
 //! A good token is its claims' caller (tenant, principal, scopes); every bad one is 401 with
 //! the challenge pointing at the protected-resource metadata, which is served without a token.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_oauth::testing::TestIssuer;
 use serde_json::{Value, json};
 
 mod common;
 
-use common::{BIN, airlock};
+use common::{BIN, Server, airlock};
 const RESOURCE: &str = "https://airlock.test/api";
 const METADATA_URL: &str = "https://airlock.test/.well-known/oauth-protected-resource/api";
 
@@ -53,85 +53,8 @@ fn keys_server(body: String) -> (u16, Arc<AtomicUsize>) {
     (port, hits)
 }
 
-/// An answer: status, `WWW-Authenticate` (if any), body as JSON.
-struct Answer {
-    status: u16,
-    challenge: Option<String>,
-    body: Value,
-}
-
-fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> Answer {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("timeout");
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .expect("write");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .expect("a status");
-    let challenge = head.lines().find_map(|line| {
-        let (name, value) = line.split_once(':')?;
-        name.eq_ignore_ascii_case("www-authenticate")
-            .then(|| value.trim().to_owned())
-    });
-    Answer {
-        status,
-        challenge,
-        body: serde_json::from_str(body).unwrap_or(Value::Null),
-    }
-}
-
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(data: &Path, config: &Path) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("--data-dir")
-            .arg(data)
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--no-worker",
-                "--config",
-            ])
-            .arg(config)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("serve starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut first = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut first)
-            .expect("the listening line");
-        let line: Value = serde_json::from_str(&first).expect("JSON");
-        let addr = line["listening"]
-            .as_str()
-            .unwrap_or_else(|| panic!("not listening: {line}"))
-            .to_owned();
-        Server { child, addr }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> common::Answer {
+    common::request(addr, method, path, token, None)
 }
 
 /// A run of tenant acme waiting for an approval, submitted by alice.
@@ -187,7 +110,7 @@ scopes_supported = ["run.read", "approval.read", "approval.resolve", "policy.adm
     )
     .expect("config");
     let run = waiting_run(&data, dir.path());
-    let server = Server::start(&data, &config);
+    let server = Server::start(&data, &[], &["--config", config.to_str().expect("utf-8")]);
     assert_eq!(
         hits.load(Ordering::SeqCst),
         1,

@@ -1,11 +1,12 @@
-//! What the tests of `airlock serve` share: the binary, and one command's exit code and last
-//! JSON line.
+//! What the tests of `airlock serve` share: the binary, one command's exit code and last JSON
+//! line, a running server, and one HTTP request to it.
+#![allow(dead_code)] // each test binary uses its own part
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -28,15 +29,79 @@ pub fn airlock(data: &Path, args: &[&str]) -> (i32, Value) {
     (output.status.code().unwrap_or(-1), value)
 }
 
-/// One HTTP/1.1 request on a fresh connection; the status and the body as JSON.
-#[allow(dead_code)] // not every test binary sends requests
-pub fn http(
+/// `airlock --data-dir DATA GLOBAL… serve --listen 127.0.0.1:0 --no-worker SERVE…`, running
+/// until dropped (killed) or [`Server::terminate`]d; `addr` is where it listens.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    pub fn start(data: &Path, global: &[&str], serve: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("--data-dir")
+            .arg(data)
+            .args(global)
+            .args(["serve", "--listen", "127.0.0.1:0", "--no-worker"])
+            .args(serve)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut first = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("the listening line");
+        let line: Value = serde_json::from_str(&first).expect("JSON");
+        assert_eq!(line["worker"], false, "{line}");
+        let addr = line["listening"]
+            .as_str()
+            .unwrap_or_else(|| panic!("not listening: {line}"))
+            .to_owned();
+        Server { child, addr }
+    }
+
+    /// SIGTERM, then its exit code (within 20 s).
+    pub fn terminate(mut self) -> i32 {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An answer: status, `WWW-Authenticate` (if any), body as JSON (`null` if it is not).
+pub struct Answer {
+    pub status: u16,
+    pub challenge: Option<String>,
+    pub body: Value,
+}
+
+/// One HTTP/1.1 request on a fresh connection.
+pub fn request(
     addr: &str,
     method: &str,
     path: &str,
     token: Option<&str>,
     body: Option<&Value>,
-) -> (u16, Value) {
+) -> Answer {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -57,5 +122,26 @@ pub fn http(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .expect("a status");
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let challenge = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("www-authenticate")
+            .then(|| value.trim().to_owned())
+    });
+    Answer {
+        status,
+        challenge,
+        body: serde_json::from_str(body).unwrap_or(Value::Null),
+    }
+}
+
+/// [`request`]'s status and body.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, Value) {
+    let answer = request(addr, method, path, token, body);
+    (answer.status, answer.body)
 }
