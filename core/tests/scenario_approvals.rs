@@ -1344,3 +1344,73 @@ async fn a_reload_is_recorded_before_it_decides_and_reaches_every_clone_of_the_e
     drive_to_completion(&h, "after-reload").await;
     assert_revalidation_authorized(&h, run, approval.id, PolicyDecisionType::Allow);
 }
+
+/// Issue 32 item 2: in shadow mode the live rules alone act (the call parks for approval as it
+/// would without a candidate), and the candidate's different decision is one
+/// `policy.shadow.diff` process event keyed by the call's invocation, carrying both decisions
+/// and no arguments. Resuming the run after the approval proposes nothing again, so the event
+/// is not repeated.
+#[tokio::test(start_paused = true)]
+async fn a_shadow_candidate_is_recorded_once_beside_the_call_and_never_acts() {
+    let h = Harness::new();
+    let candidate = edited_ruleset(
+        EXTERNAL_WRITE_ROW,
+        "[rules.external_write]\ndecision = \"deny\"\n",
+    );
+    let candidate_version = candidate.version.as_str().to_owned();
+    h.env.policy.replace(airlock_core::live_policy::Rulesets {
+        live: h.env.ruleset(),
+        shadow: Some(Arc::new(candidate)),
+    });
+    let (run, approval) = park_and_approve(&h).await;
+    drive_to_completion(&h, "w2").await;
+    assert_eq!(
+        h.run(run).status(),
+        RunStatus::Completed,
+        "the live rules acted"
+    );
+    let diffs: Vec<_> = h
+        .store
+        .read(|tx| tx.process_events())
+        .expect("process events")
+        .into_iter()
+        .filter(|e| e.event_type.as_str() == "policy.shadow.diff")
+        .collect();
+    assert_eq!(diffs.len(), 1, "one difference, once: {diffs:?}");
+    let diff = &diffs[0];
+    let call = only_invocation(&h, run);
+    assert_eq!(
+        diff.derivation_key,
+        format!("policy.shadow.diff:{}", call.id)
+    );
+    assert_eq!(diff.payload["live"]["decision"], "require_approval");
+    assert_eq!(
+        diff.payload["live"]["policy_version"],
+        approval.policy_version
+    );
+    assert_eq!(diff.payload["candidate"]["decision"], "deny");
+    assert_eq!(
+        diff.payload["candidate"]["policy_version"],
+        candidate_version
+    );
+    let keys: Vec<&String> = diff
+        .payload
+        .as_object()
+        .expect("an object")
+        .keys()
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "action_id",
+            "candidate",
+            "evaluated_at",
+            "live",
+            "run_id",
+            "step_number",
+            "tenant_id",
+            "tool"
+        ],
+        "the call and both decisions, never its arguments"
+    );
+}
