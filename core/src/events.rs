@@ -45,6 +45,9 @@ airlock_policy::wire_enum! {
         McpRequestStateUsed = "mcp.request_state.used",
         ConversationTainted = "conversation.tainted",
         ConversationTaintCleared = "conversation.taint_cleared",
+        NotifyTargetAdded = "notify.target.added",
+        NotifyTargetRemoved = "notify.target.removed",
+        NotifyDeliveryGivenUp = "notify.delivery.given_up",
     }
 }
 
@@ -237,5 +240,15 @@ pub mod keys {
     /// One shadow difference per proposed action (its id is the invocation's).
     pub fn shadow_diff(action_id: uuid::Uuid) -> String {
         format!("policy.shadow.diff:{action_id}")
+    }
+    pub fn notify_target_added(id: crate::ids::NotifyTargetId) -> String {
+        format!("notify.target.added:{id}")
+    }
+    pub fn notify_target_removed(id: crate::ids::NotifyTargetId) -> String {
+        format!("notify.target.removed:{id}")
+    }
+    /// A target gives up one event once.
+    pub fn notify_given_up(target: crate::ids::NotifyTargetId, event_id: i64) -> String {
+        format!("notify.delivery.given_up:{target}:{event_id}")
     }
 }

@@ -69,6 +69,10 @@ uuid_id!(
     /// One API token of the HTTP API (SPEC §20); names the token, never reveals it.
     ApiTokenId
 );
+uuid_id!(
+    /// One notification target of a tenant (issue 32 item 1): where approvers are told.
+    NotifyTargetId
+);
 
 #[cfg(test)]
 mod tests {

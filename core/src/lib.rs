@@ -18,6 +18,7 @@ pub mod ids;
 pub mod invocation;
 pub mod live_policy;
 pub mod mem_store;
+pub mod notify;
 pub mod planner;
 pub mod ports;
 pub mod run;

@@ -39,9 +39,11 @@ use crate::conversation::task::CallTask;
 use crate::conversation::{Connection, ConnectionState, ConnectionStatus, ConversationKey};
 use crate::events::{Event, EventType, NewEvent, ProcessEvent};
 use crate::ids::{
-    ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId, SettlementId,
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
+    SettlementId,
 };
 use crate::invocation::Invocation;
+use crate::notify::{NotifyLease, NotifyTarget, Progress};
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
@@ -77,6 +79,10 @@ pub struct MemSnapshot {
     pub call_tasks: BTreeMap<String, CallTask>,
     /// SPEC §22.3 item 2: `requestState` sealing keys, by id.
     pub state_keys: BTreeMap<String, StateKey>,
+    /// Issue 32 item 1: notification targets, removed ones included.
+    pub notify_targets: BTreeMap<NotifyTargetId, NotifyTarget>,
+    /// Issue 32 item 1: the notifier lease of each tenant.
+    pub notify_leases: BTreeMap<String, NotifyLease>,
 }
 
 /// The committed state: the rows plus the indexes that make uniqueness checks and lookups cheap.
@@ -1345,6 +1351,96 @@ impl StoreTx for MemTx<'_> {
         }
         token.revoked_at = Some(at);
         Ok(token.clone())
+    }
+
+    fn insert_notify_target(&mut self, target: &NotifyTarget) -> Result<(), TxError> {
+        let targets = &mut self.tables.rows.notify_targets;
+        if targets.contains_key(&target.id) {
+            return Err(conflict(format!(
+                "notify_targets: duplicate id {}",
+                target.id
+            )));
+        }
+        targets.insert(target.id, target.clone());
+        Ok(())
+    }
+
+    fn notify_target(&mut self, id: NotifyTargetId) -> Result<Option<NotifyTarget>, TxError> {
+        Ok(self.tables.rows.notify_targets.get(&id).cloned())
+    }
+
+    fn notify_targets(&mut self, tenant: Option<&str>) -> Result<Vec<NotifyTarget>, TxError> {
+        let mut targets: Vec<NotifyTarget> = self
+            .tables
+            .rows
+            .notify_targets
+            .values()
+            .filter(|t| t.removed_at.is_none() && tenant.is_none_or(|x| t.tenant_id == x))
+            .cloned()
+            .collect();
+        targets.sort_by_key(|t| (t.created_at, t.id));
+        Ok(targets)
+    }
+
+    fn remove_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        at: Timestamp,
+    ) -> Result<NotifyTarget, TxError> {
+        let target = self
+            .tables
+            .rows
+            .notify_targets
+            .get_mut(&id)
+            .ok_or(TxError::NotFound)?;
+        if target.removed_at.is_some() {
+            return Err(conflict(format!(
+                "notify_targets: removed_at of target {id} is set once"
+            )));
+        }
+        target.removed_at = Some(at);
+        Ok(target.clone())
+    }
+
+    fn advance_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        expected: &Progress,
+        next: &Progress,
+    ) -> Result<(), TxError> {
+        let target = self
+            .tables
+            .rows
+            .notify_targets
+            .get_mut(&id)
+            .ok_or(TxError::NotFound)?;
+        if target.progress != *expected {
+            return Err(conflict(format!(
+                "notify_targets: the progress of target {id} moved"
+            )));
+        }
+        target.progress = *next;
+        Ok(())
+    }
+
+    fn notify_lease(&mut self, tenant: &str) -> Result<Option<NotifyLease>, TxError> {
+        Ok(self.tables.rows.notify_leases.get(tenant).cloned())
+    }
+
+    fn swap_notify_lease(
+        &mut self,
+        expected: Option<&NotifyLease>,
+        next: &NotifyLease,
+    ) -> Result<(), TxError> {
+        let leases = &mut self.tables.rows.notify_leases;
+        if leases.get(&next.tenant_id) != expected {
+            return Err(conflict(format!(
+                "notify_leases: the lease of tenant {} moved",
+                next.tenant_id
+            )));
+        }
+        leases.insert(next.tenant_id.clone(), next.clone());
+        Ok(())
     }
 }
 

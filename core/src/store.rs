@@ -10,8 +10,11 @@ use crate::conversation::record::{
     CallTask, Connection, ConnectionStatus, ConversationKey, StateKey,
 };
 use crate::events::{Event, EventType, NewEvent, ProcessEvent};
-use crate::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use crate::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
+};
 use crate::invocation::Invocation;
+use crate::notify::{NotifyLease, NotifyTarget, Progress};
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
@@ -362,6 +365,37 @@ pub trait StoreTx {
     /// Sets `revoked_at` once: `NotFound` for an unknown id, `Conflict` if it is already set
     /// (nothing else of a token ever changes).
     fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError>;
+
+    // Notification targets (issue 32 item 1).
+    /// `Conflict` on a duplicate id.
+    fn insert_notify_target(&mut self, target: &NotifyTarget) -> Result<(), TxError>;
+    fn notify_target(&mut self, id: NotifyTargetId) -> Result<Option<NotifyTarget>, TxError>;
+    /// The targets not removed, of one tenant or of all, by `created_at, id`.
+    fn notify_targets(&mut self, tenant: Option<&str>) -> Result<Vec<NotifyTarget>, TxError>;
+    /// Sets `removed_at` once: `NotFound` for an unknown id, `Conflict` if it is already set.
+    fn remove_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        at: Timestamp,
+    ) -> Result<NotifyTarget, TxError>;
+    /// Sets a target's progress iff the stored one is `expected` (`Conflict` otherwise,
+    /// `NotFound` for an unknown id): two notifiers never move one cursor apart.
+    fn advance_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        expected: &Progress,
+        next: &Progress,
+    ) -> Result<(), TxError>;
+    /// The tenant's notifier lease, if one was ever taken.
+    fn notify_lease(&mut self, tenant: &str) -> Result<Option<NotifyLease>, TxError>;
+    /// Replaces the tenant's lease iff the stored one is `expected` (`None`: no row yet);
+    /// `Conflict` otherwise. Compare-and-set, so two processes racing for an expired lease
+    /// cannot both win whatever the store's isolation level.
+    fn swap_notify_lease(
+        &mut self,
+        expected: Option<&NotifyLease>,
+        next: &NotifyLease,
+    ) -> Result<(), TxError>;
 }
 
 /// One page of rows in `(created_at, id)` order: the rows after the position `(at, after_id)`

@@ -15,9 +15,12 @@ use airlock_core::access::ApiToken;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection, ConnectionStatus};
 use airlock_core::events::{Event, EventType, NewEvent, ProcessEvent};
-use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
+};
 use airlock_core::invocation::Invocation;
 use airlock_core::mem_store::{MemSnapshot, MemStore, is_rule_breach};
+use airlock_core::notify::{NotifyLease, NotifyTarget, Progress};
 use airlock_core::run::checkpoint::{Admission, Checkpoint, ResultRef, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
@@ -968,6 +971,40 @@ impl StoreTx for TxProbe<'_> {
     }
     fn revoke_api_token(&mut self, id: ApiTokenId, at: Timestamp) -> Result<ApiToken, TxError> {
         self.inner.revoke_api_token(id, at)
+    }
+    fn insert_notify_target(&mut self, target: &NotifyTarget) -> Result<(), TxError> {
+        self.inner.insert_notify_target(target)
+    }
+    fn notify_target(&mut self, id: NotifyTargetId) -> Result<Option<NotifyTarget>, TxError> {
+        self.inner.notify_target(id)
+    }
+    fn notify_targets(&mut self, tenant: Option<&str>) -> Result<Vec<NotifyTarget>, TxError> {
+        self.inner.notify_targets(tenant)
+    }
+    fn remove_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        at: Timestamp,
+    ) -> Result<NotifyTarget, TxError> {
+        self.inner.remove_notify_target(id, at)
+    }
+    fn advance_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        expected: &Progress,
+        next: &Progress,
+    ) -> Result<(), TxError> {
+        self.inner.advance_notify_target(id, expected, next)
+    }
+    fn notify_lease(&mut self, tenant: &str) -> Result<Option<NotifyLease>, TxError> {
+        self.inner.notify_lease(tenant)
+    }
+    fn swap_notify_lease(
+        &mut self,
+        expected: Option<&NotifyLease>,
+        next: &NotifyLease,
+    ) -> Result<(), TxError> {
+        self.inner.swap_notify_lease(expected, next)
     }
 }
 

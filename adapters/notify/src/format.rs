@@ -15,35 +15,8 @@ use serde_json::{Value, json};
 
 use crate::notice::{Notice, NoticeKind};
 
-/// A target's format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Json,
-    Slack,
-    Ntfy,
-}
-
-impl Format {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Format::Json => "json",
-            Format::Slack => "slack",
-            Format::Ntfy => "ntfy",
-        }
-    }
-
-    pub fn parse(text: &str) -> Result<Format, String> {
-        match text {
-            "json" => Ok(Format::Json),
-            "slack" => Ok(Format::Slack),
-            "ntfy" => Ok(Format::Ntfy),
-            other => Err(format!(
-                "unknown format '{}' (json, slack or ntfy)",
-                other.escape_debug()
-            )),
-        }
-    }
-}
+/// A target's format (kept with the target in the store, so core's type).
+pub use airlock_core::notify::NotifyFormat as Format;
 
 /// What is posted.
 #[derive(Debug, Clone, PartialEq, Eq)]

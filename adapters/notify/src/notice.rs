@@ -12,6 +12,7 @@
 use airlock_core::approval::Approval;
 use airlock_core::approval::redact::redact;
 use airlock_core::invocation::Invocation;
+use airlock_core::notify::{Due, NotifyEvent, Subject};
 use serde_json::Value;
 
 /// Which event.
@@ -21,6 +22,16 @@ pub enum NoticeKind {
     ApprovalExpired,
     /// A call's outcome became unknown (UNCERTAIN): a human must settle it.
     CallUncertain,
+}
+
+impl From<NotifyEvent> for NoticeKind {
+    fn from(event: NotifyEvent) -> NoticeKind {
+        match event {
+            NotifyEvent::ApprovalRequested => NoticeKind::ApprovalRequested,
+            NotifyEvent::ApprovalExpired => NoticeKind::ApprovalExpired,
+            NotifyEvent::CallUncertain => NoticeKind::CallUncertain,
+        }
+    }
 }
 
 impl NoticeKind {
@@ -116,6 +127,22 @@ impl Notice {
             invocation_id: invocation.id.to_string(),
             run_id: invocation.run_id.to_string(),
             link: console.map(|base| format!("{}/review", base.trim_end_matches('/'))),
+        }
+    }
+}
+
+impl Notice {
+    /// What `due` is about, as a notification says it.
+    pub fn of_due(due: &Due, console: Option<&str>) -> Notice {
+        let at = due.event.created_at.to_string();
+        match &due.subject {
+            Subject::Approval(approval) => {
+                Notice::of_approval(due.kind.into(), due.event.id, at, approval, console)
+            }
+            Subject::Uncertain {
+                invocation,
+                principal_id,
+            } => Notice::of_uncertain(due.event.id, at, invocation, principal_id, console),
         }
     }
 }

@@ -24,6 +24,7 @@ use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
+use airlock_core::notify::{NotifyLease, NotifyTarget, Progress, SecretSource};
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{Run, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
@@ -560,5 +561,37 @@ pub(crate) fn api_token(row: &Row) -> Result<ApiToken, TxError> {
         created_at: time(row, 6)?,
         expires_at: time_opt(row, 7)?,
         revoked_at: time_opt(row, 8)?,
+    })
+}
+
+pub(crate) const NOTIFY_TARGET_COLUMNS: &str = "id, tenant_id, url, events, format, secret, \
+     label, created_by, created_at, removed_at, after_event_id, attempts, retry_at";
+
+pub(crate) fn notify_target(row: &Row) -> Result<NotifyTarget, TxError> {
+    let secret: String = get(row, 5)?;
+    Ok(NotifyTarget {
+        id: parse(row, 0)?,
+        tenant_id: get(row, 1)?,
+        url: get(row, 2)?,
+        events: json_col(row, 3)?,
+        format: parse(row, 4)?,
+        secret: SecretSource::parse(&secret).map_err(|e| decode_error(5, e))?,
+        label: get(row, 6)?,
+        created_by: get(row, 7)?,
+        created_at: time(row, 8)?,
+        removed_at: time_opt(row, 9)?,
+        progress: Progress {
+            after: get(row, 10)?,
+            attempts: u32::try_from(get::<i64>(row, 11)?).map_err(|e| decode_error(11, e))?,
+            retry_at: time_opt(row, 12)?,
+        },
+    })
+}
+
+pub(crate) fn notify_lease(row: &Row) -> Result<NotifyLease, TxError> {
+    Ok(NotifyLease {
+        tenant_id: get(row, 0)?,
+        holder: get(row, 1)?,
+        expires_at: time(row, 2)?,
     })
 }

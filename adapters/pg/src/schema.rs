@@ -87,11 +87,15 @@ const V8: (&str, &str) = (
 /// are read in creation order (issue 32 item 3).
 const V9: (&str, &str) = ("V9__replay", include_str!("../migrations/V9__replay.sql"));
 
+/// V10: each tenant's notification targets with their delivery cursor, and the lease of the
+/// process that delivers them (issue 32 item 1).
+const V10: (&str, &str) = ("V10__notify", include_str!("../migrations/V10__notify.sql"));
+
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 9;
+pub const SCHEMA_VERSION: i32 = 10;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

@@ -62,8 +62,11 @@ use airlock_core::conversation::ConversationKey;
 use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Event, EventType, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
-use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
+};
 use airlock_core::invocation::Invocation;
+use airlock_core::notify::{NotifyLease, NotifyTarget, Progress};
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
@@ -1856,6 +1859,155 @@ impl StoreTx for PgTx<'_> {
                 "api_tokens: revoked_at of token {id} is set once"
             ))),
             None => Err(TxError::NotFound),
+        }
+    }
+
+    /// Duplicate id: the primary key (`Conflict`).
+    fn insert_notify_target(&mut self, target: &NotifyTarget) -> Result<(), TxError> {
+        self.wire
+            .write(
+                &format!(
+                    "INSERT INTO notify_targets ({}) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                    rows::NOTIFY_TARGET_COLUMNS
+                ),
+                &[
+                    &target.id.to_string(),
+                    &target.tenant_id,
+                    &target.url,
+                    &json(&target.events, "notify_targets.events")?,
+                    &target.format.as_str(),
+                    &target.secret.to_text(),
+                    &target.label,
+                    &target.created_by,
+                    &ts(target.created_at),
+                    &opt_ts(target.removed_at),
+                    &target.progress.after,
+                    &i64::from(target.progress.attempts),
+                    &opt_ts(target.progress.retry_at),
+                ],
+            )
+            .map(drop)
+    }
+
+    fn notify_target(&mut self, id: NotifyTargetId) -> Result<Option<NotifyTarget>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM notify_targets WHERE id = $1",
+                rows::NOTIFY_TARGET_COLUMNS
+            ),
+            &[&id.to_string()],
+            rows::notify_target,
+        )
+    }
+
+    fn notify_targets(&mut self, tenant: Option<&str>) -> Result<Vec<NotifyTarget>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM notify_targets WHERE removed_at IS NULL \
+                 AND ($1::TEXT IS NULL OR tenant_id = $1) ORDER BY created_at, id COLLATE \"C\"",
+                rows::NOTIFY_TARGET_COLUMNS
+            ),
+            &[&tenant],
+            rows::notify_target,
+        )
+    }
+
+    /// One guarded statement, as `revoke_api_token`: a second removal changes nothing.
+    fn remove_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        at: Timestamp,
+    ) -> Result<NotifyTarget, TxError> {
+        let removed = self.wire.write_rows(
+            &format!(
+                "UPDATE notify_targets SET removed_at = $2 WHERE id = $1 AND removed_at IS NULL \
+                 RETURNING {}",
+                rows::NOTIFY_TARGET_COLUMNS
+            ),
+            &[&id.to_string(), &ts(at)],
+        )?;
+        match removed.first() {
+            Some(row) => rows::notify_target(row),
+            None if self.notify_target(id)?.is_some() => Err(conflict(format!(
+                "notify_targets: removed_at of target {id} is set once"
+            ))),
+            None => Err(TxError::NotFound),
+        }
+    }
+
+    /// Compare-and-set in one statement: the row changes only while its progress is `expected`.
+    fn advance_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        expected: &Progress,
+        next: &Progress,
+    ) -> Result<(), TxError> {
+        let changed = self.wire.write(
+            "UPDATE notify_targets SET after_event_id = $5, attempts = $6, retry_at = $7 \
+             WHERE id = $1 AND after_event_id = $2 AND attempts = $3 \
+             AND retry_at IS NOT DISTINCT FROM $4",
+            &[
+                &id.to_string(),
+                &expected.after,
+                &i64::from(expected.attempts),
+                &opt_ts(expected.retry_at),
+                &next.after,
+                &i64::from(next.attempts),
+                &opt_ts(next.retry_at),
+            ],
+        )?;
+        if changed == 1 {
+            return Ok(());
+        }
+        if self.notify_target(id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        Err(conflict(format!(
+            "notify_targets: the progress of target {id} moved"
+        )))
+    }
+
+    fn notify_lease(&mut self, tenant: &str) -> Result<Option<NotifyLease>, TxError> {
+        self.one(
+            "SELECT tenant_id, holder, expires_at FROM notify_leases WHERE tenant_id = $1",
+            &[&tenant],
+            rows::notify_lease,
+        )
+    }
+
+    /// Compare-and-set in one statement: an insert that finds a row, or an update that finds
+    /// another holder or expiry, changes nothing and is a `Conflict`.
+    fn swap_notify_lease(
+        &mut self,
+        expected: Option<&NotifyLease>,
+        next: &NotifyLease,
+    ) -> Result<(), TxError> {
+        let changed = match expected {
+            None => self.wire.write(
+                "INSERT INTO notify_leases (tenant_id, holder, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (tenant_id) DO NOTHING",
+                &[&next.tenant_id, &next.holder, &ts(next.expires_at)],
+            )?,
+            Some(expected) => self.wire.write(
+                "UPDATE notify_leases SET holder = $4, expires_at = $5 \
+                 WHERE tenant_id = $1 AND holder = $2 AND expires_at = $3",
+                &[
+                    &expected.tenant_id,
+                    &expected.holder,
+                    &ts(expected.expires_at),
+                    &next.holder,
+                    &ts(next.expires_at),
+                ],
+            )?,
+        };
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(conflict(format!(
+                "notify_leases: the lease of tenant {} moved",
+                next.tenant_id
+            )))
         }
     }
 }

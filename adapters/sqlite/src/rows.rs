@@ -23,6 +23,7 @@ use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Actor, Event, ProcessEvent};
 use airlock_core::invocation::Invocation;
+use airlock_core::notify::{NotifyLease, NotifyTarget, Progress, SecretSource};
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{Run, RunState, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
@@ -557,5 +558,37 @@ pub(super) fn api_token(row: &Row<'_>) -> rusqlite::Result<ApiToken> {
         created_at: time(row, 6)?,
         expires_at: time_opt(row, 7)?,
         revoked_at: time_opt(row, 8)?,
+    })
+}
+
+pub(super) const NOTIFY_TARGET_COLUMNS: &str = "id, tenant_id, url, events, format, secret, \
+     label, created_by, created_at, removed_at, after_event_id, attempts, retry_at";
+
+pub(super) fn notify_target(row: &Row<'_>) -> rusqlite::Result<NotifyTarget> {
+    let secret: String = row.get(5)?;
+    Ok(NotifyTarget {
+        id: parse(row, 0)?,
+        tenant_id: row.get(1)?,
+        url: row.get(2)?,
+        events: json_col(row, 3)?,
+        format: parse(row, 4)?,
+        secret: SecretSource::parse(&secret).map_err(|e| decode_error(5, e))?,
+        label: row.get(6)?,
+        created_by: row.get(7)?,
+        created_at: time(row, 8)?,
+        removed_at: time_opt(row, 9)?,
+        progress: Progress {
+            after: row.get(10)?,
+            attempts: u32::try_from(row.get::<_, i64>(11)?).map_err(|e| decode_error(11, e))?,
+            retry_at: time_opt(row, 12)?,
+        },
+    })
+}
+
+pub(super) fn notify_lease(row: &Row<'_>) -> rusqlite::Result<NotifyLease> {
+    Ok(NotifyLease {
+        tenant_id: row.get(0)?,
+        holder: row.get(1)?,
+        expires_at: time(row, 2)?,
     })
 }

@@ -494,6 +494,49 @@ ALTER TABLE tool_invocations ADD COLUMN target_kind TEXT;
 CREATE INDEX ix_tool_invocations_created ON tool_invocations (created_at, id);
 "#;
 
+/// M12 (issue 32 item 1): each tenant's notification targets with their delivery cursor, and
+/// the lease that lets one process at a time deliver a tenant's notifications. A target is
+/// never deleted (it is the record of where notifications went); only its removal, once, and
+/// its progress change.
+const M_NOTIFY: &str = r#"
+CREATE TABLE notify_targets (
+    id             TEXT    NOT NULL PRIMARY KEY,
+    tenant_id      TEXT    NOT NULL,
+    url            TEXT    NOT NULL,
+    events         TEXT    NOT NULL,
+    format         TEXT    NOT NULL
+        CONSTRAINT ck_notify_targets_format CHECK (format IN ('json', 'slack', 'ntfy')),
+    secret         TEXT    NOT NULL,
+    label          TEXT,
+    created_by     TEXT    NOT NULL,
+    created_at     INTEGER NOT NULL,
+    removed_at     INTEGER,
+    after_event_id INTEGER NOT NULL
+        CONSTRAINT ck_notify_targets_after CHECK (after_event_id >= 0),
+    attempts       INTEGER NOT NULL
+        CONSTRAINT ck_notify_targets_attempts CHECK (attempts >= 0),
+    retry_at       INTEGER
+);
+CREATE INDEX ix_notify_targets_tenant ON notify_targets (tenant_id, created_at, id);
+CREATE TRIGGER notify_targets_only_removal_and_progress BEFORE UPDATE ON notify_targets
+WHEN NEW.id IS NOT OLD.id OR NEW.tenant_id IS NOT OLD.tenant_id OR NEW.url IS NOT OLD.url
+  OR NEW.events IS NOT OLD.events OR NEW.format IS NOT OLD.format
+  OR NEW.secret IS NOT OLD.secret OR NEW.label IS NOT OLD.label
+  OR NEW.created_by IS NOT OLD.created_by OR NEW.created_at IS NOT OLD.created_at
+  OR (OLD.removed_at IS NOT NULL AND NEW.removed_at IS NOT OLD.removed_at)
+BEGIN
+    SELECT RAISE(ABORT, 'notify_targets: only removal, once, and delivery progress change');
+END;
+CREATE TRIGGER notify_targets_no_delete BEFORE DELETE ON notify_targets
+BEGIN SELECT RAISE(ABORT, 'notify_targets are kept: remove a target instead'); END;
+
+CREATE TABLE notify_leases (
+    tenant_id  TEXT    NOT NULL PRIMARY KEY,
+    holder     TEXT    NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -507,10 +550,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_CALL_TASKS),
     M::up(M_STATE_KEYS),
     M::up(M_REPLAY),
+    M::up(M_NOTIFY),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 11;
+pub const SCHEMA_VERSION: i64 = 12;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

@@ -32,8 +32,11 @@ use airlock_core::conversation::ConversationKey;
 use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
 use airlock_core::events::{Event, EventType, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
-use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
+};
 use airlock_core::invocation::Invocation;
+use airlock_core::notify::{NotifyLease, NotifyTarget, Progress};
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
 use airlock_core::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use airlock_core::session::{PolicyProfileRecord, Session, Settlement};
@@ -1595,5 +1598,152 @@ impl StoreTx for SqliteTx<'_> {
             revoked_at: Some(at),
             ..token
         })
+    }
+
+    fn insert_notify_target(&mut self, target: &NotifyTarget) -> Result<(), TxError> {
+        if self.notify_target(target.id)?.is_some() {
+            return Err(conflict(format!(
+                "notify_targets: duplicate id {}",
+                target.id
+            )));
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO notify_targets ({}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                rows::NOTIFY_TARGET_COLUMNS
+            ),
+            params![
+                target.id.to_string(),
+                target.tenant_id,
+                target.url,
+                json(&target.events, "notify_targets.events")?,
+                target.format.as_str(),
+                target.secret.to_text(),
+                target.label,
+                target.created_by,
+                ts(target.created_at),
+                opt_ts(target.removed_at),
+                target.progress.after,
+                i64::from(target.progress.attempts),
+                opt_ts(target.progress.retry_at),
+            ],
+        )
+        .map(drop)
+    }
+
+    fn notify_target(&mut self, id: NotifyTargetId) -> Result<Option<NotifyTarget>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM notify_targets WHERE id = ?1",
+                rows::NOTIFY_TARGET_COLUMNS
+            ),
+            params![id.to_string()],
+            rows::notify_target,
+        )
+    }
+
+    fn notify_targets(&mut self, tenant: Option<&str>) -> Result<Vec<NotifyTarget>, TxError> {
+        self.all(
+            &format!(
+                "SELECT {} FROM notify_targets WHERE removed_at IS NULL \
+                 AND (?1 IS NULL OR tenant_id = ?1) ORDER BY created_at, id",
+                rows::NOTIFY_TARGET_COLUMNS
+            ),
+            params![tenant],
+            rows::notify_target,
+        )
+    }
+
+    fn remove_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        at: Timestamp,
+    ) -> Result<NotifyTarget, TxError> {
+        let target = self.notify_target(id)?.ok_or(TxError::NotFound)?;
+        if target.removed_at.is_some() {
+            return Err(conflict(format!(
+                "notify_targets: removed_at of target {id} is set once"
+            )));
+        }
+        self.execute(
+            "UPDATE notify_targets SET removed_at = ?2 WHERE id = ?1 AND removed_at IS NULL",
+            params![id.to_string(), ts(at)],
+        )?;
+        Ok(NotifyTarget {
+            removed_at: Some(at),
+            ..target
+        })
+    }
+
+    fn advance_notify_target(
+        &mut self,
+        id: NotifyTargetId,
+        expected: &Progress,
+        next: &Progress,
+    ) -> Result<(), TxError> {
+        let changed = self.execute(
+            "UPDATE notify_targets SET after_event_id = ?5, attempts = ?6, retry_at = ?7 \
+             WHERE id = ?1 AND after_event_id = ?2 AND attempts = ?3 AND retry_at IS ?4",
+            params![
+                id.to_string(),
+                expected.after,
+                i64::from(expected.attempts),
+                opt_ts(expected.retry_at),
+                next.after,
+                i64::from(next.attempts),
+                opt_ts(next.retry_at),
+            ],
+        )?;
+        if changed == 1 {
+            return Ok(());
+        }
+        if self.notify_target(id)?.is_none() {
+            return Err(TxError::NotFound);
+        }
+        Err(conflict(format!(
+            "notify_targets: the progress of target {id} moved"
+        )))
+    }
+
+    fn notify_lease(&mut self, tenant: &str) -> Result<Option<NotifyLease>, TxError> {
+        self.one(
+            "SELECT tenant_id, holder, expires_at FROM notify_leases WHERE tenant_id = ?1",
+            params![tenant],
+            rows::notify_lease,
+        )
+    }
+
+    fn swap_notify_lease(
+        &mut self,
+        expected: Option<&NotifyLease>,
+        next: &NotifyLease,
+    ) -> Result<(), TxError> {
+        let changed = match expected {
+            None => self.execute(
+                "INSERT INTO notify_leases (tenant_id, holder, expires_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (tenant_id) DO NOTHING",
+                params![next.tenant_id, next.holder, ts(next.expires_at)],
+            )?,
+            Some(expected) => self.execute(
+                "UPDATE notify_leases SET holder = ?4, expires_at = ?5 \
+                 WHERE tenant_id = ?1 AND holder = ?2 AND expires_at = ?3",
+                params![
+                    expected.tenant_id,
+                    expected.holder,
+                    ts(expected.expires_at),
+                    next.holder,
+                    ts(next.expires_at),
+                ],
+            )?,
+        };
+        if changed == 1 {
+            Ok(())
+        } else {
+            Err(conflict(format!(
+                "notify_leases: the lease of tenant {} moved",
+                next.tenant_id
+            )))
+        }
     }
 }

@@ -82,6 +82,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     state_keys_are_kept_and_the_newest_seals(&make());
     waiting_call_approvals_are_the_parked_calls_of_a_principal_and_tool(&make());
     crate::testing::contract_http::run(&make);
+    crate::testing::contract_notify::run(&make);
 }
 
 // ----- helpers -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 
 pub mod contract;
 pub mod contract_http;
+pub mod contract_notify;
 pub mod earlier_build;
 pub mod fixtures;
 pub mod invariants;

@@ -1,0 +1,363 @@
+//! The notifier's decisions against the store; the adapter only sends.
+//!
+//! **One notifier per tenant at a time.** Any number of processes (`serve`, `worker`, on one
+//! store) run a notifier; for each tenant with targets, the one holding the tenant's lease
+//! delivers. A lease lasts [`Notifier::new`]'s `lease_seconds` and is renewed on every round;
+//! a process that stops releases its leases, one that dies leaves them to expire, and then
+//! another takes over from the stored cursors. Taking is compare-and-set
+//! ([`StoreTx::swap_notify_lease`]), so two processes never both win.
+//!
+//! **The cursor.** [`Notifier::due`] reads the tenant's log after each target's cursor and
+//! answers the first event the target subscribes to, with the record it is about (the approval,
+//! or the UNCERTAIN invocation); events before it that the target does not subscribe to are
+//! stepped over in a transaction of their own. [`Notifier::settle`] records how the attempt
+//! ended: delivered or given up moves the cursor past the event (given up with a
+//! `notify.delivery.given_up` process event in the same transaction); a retry keeps it and
+//! records the attempt count and the time before which no attempt is made. Both writes check
+//! that this notifier still holds the lease and compare the cursor they move, so a notifier that
+//! lost its lease mid-attempt changes nothing ([`TxError::Fenced`]).
+//!
+//! [`StoreTx::swap_notify_lease`]: crate::store::StoreTx::swap_notify_lease
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use super::target::{NotifyEvent, NotifyTarget, Progress};
+use crate::approval::Approval;
+use crate::env::Env;
+use crate::events::{Actor, Event, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent, keys};
+use crate::ids::{ApprovalId, InvocationId, NotifyTargetId};
+use crate::invocation::Invocation;
+use crate::store::{Store, StoreTx, TxError};
+use crate::time::Timestamp;
+
+/// Events read per store query while looking for a target's next one.
+const PAGE: usize = 200;
+
+/// One row of `notify_leases`: which process delivers a tenant's notifications, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyLease {
+    pub tenant_id: String,
+    pub holder: String,
+    pub expires_at: Timestamp,
+}
+
+/// What an event to notify is about, as read when it is due.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    Approval(Box<Approval>),
+    Uncertain {
+        invocation: Box<Invocation>,
+        /// The run's principal: whom the call acted for.
+        principal_id: String,
+    },
+}
+
+/// An event due at a target now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Due {
+    pub target: NotifyTarget,
+    pub event: Event,
+    pub kind: NotifyEvent,
+    pub subject: Subject,
+    /// This attempt's number, from 1.
+    pub attempt: u32,
+}
+
+/// How an attempt ended, as the adapter decided it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settle {
+    Delivered,
+    /// Failed; try again, not before this time.
+    RetryAt(Timestamp),
+    /// Failed for good (refused, or out of attempts): `why` is recorded.
+    GiveUp {
+        why: String,
+    },
+}
+
+/// One process's notifier.
+pub struct Notifier<S: Store> {
+    env: Env<S>,
+    holder: String,
+    lease_micros: i64,
+}
+
+impl<S: Store> Notifier<S> {
+    /// `holder` names this process in the lease rows (unique per process: a worker id).
+    pub fn new(env: Env<S>, holder: String, lease_seconds: i64) -> Notifier<S> {
+        Notifier {
+            env,
+            holder,
+            lease_micros: lease_seconds.saturating_mul(1_000_000),
+        }
+    }
+
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The tenants that have a target, in order.
+    pub fn tenants(&self) -> Result<Vec<String>, TxError> {
+        let targets = self.env.read(|tx| tx.notify_targets(None))?;
+        Ok(targets
+            .into_iter()
+            .map(|t| t.tenant_id)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect())
+    }
+
+    /// Takes or renews the tenant's lease: `true` if this notifier holds it now.
+    pub fn hold(&self, tenant: &str) -> Result<bool, TxError> {
+        let now = self.env.clock.now();
+        let next = NotifyLease {
+            tenant_id: tenant.to_owned(),
+            holder: self.holder.clone(),
+            expires_at: now.saturating_add_micros(self.lease_micros),
+        };
+        let taken = self.env.transact(|tx| {
+            let current = tx.notify_lease(tenant)?;
+            if current
+                .as_ref()
+                .is_some_and(|l| l.holder != self.holder && l.expires_at > now)
+            {
+                return Ok(false);
+            }
+            tx.swap_notify_lease(current.as_ref(), &next)?;
+            Ok(true)
+        });
+        match taken {
+            Err(TxError::Conflict(_)) => Ok(false),
+            other => other,
+        }
+    }
+
+    /// Gives the tenant's lease up now if this notifier holds it, so another process takes over
+    /// at once rather than after the lease runs out.
+    pub fn release(&self, tenant: &str) -> Result<(), TxError> {
+        let now = self.env.clock.now();
+        let released = self.env.transact(|tx| {
+            match tx.notify_lease(tenant)? {
+                Some(current) if current.holder == self.holder && current.expires_at > now => {
+                    let next = NotifyLease {
+                        expires_at: now,
+                        ..current.clone()
+                    };
+                    tx.swap_notify_lease(Some(&current), &next)?;
+                }
+                _ => {}
+            }
+            Ok(())
+        });
+        match released {
+            Err(TxError::Conflict(_)) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// The tenant's live targets.
+    pub fn targets(&self, tenant: &str) -> Result<Vec<NotifyTarget>, TxError> {
+        self.env.read(|tx| tx.notify_targets(Some(tenant)))
+    }
+
+    /// The event due at `target` now, if any: `None` when the target is caught up or waits
+    /// out a back-off. Steps the cursor over events the target does not subscribe to (and over
+    /// an event whose record is gone, which a store never does).
+    pub fn due(&self, target: &NotifyTarget) -> Result<Option<Due>, TxError> {
+        let now = self.env.clock.now();
+        if target.progress.retry_at.is_some_and(|at| at > now) {
+            return Ok(None);
+        }
+        let mut progress = target.progress;
+        loop {
+            let (events, found) = self.env.read(|tx| {
+                let events = tx.events_of_tenant(&target.tenant_id, Some(progress.after), PAGE)?;
+                for (index, event) in events.iter().enumerate() {
+                    let Some(kind) = NotifyEvent::of(event.event_type)
+                        .filter(|kind| target.events.contains(kind))
+                    else {
+                        continue;
+                    };
+                    if let Some(subject) = subject_of(tx, event)? {
+                        return Ok((events, Some((index, kind, subject))));
+                    }
+                }
+                Ok((events, None))
+            })?;
+            // The events before the one found (all of them if none was) are stepped over.
+            let stepped = match &found {
+                Some((index, _, _)) => index.checked_sub(1).and_then(|i| events.get(i)),
+                None => events.last(),
+            };
+            if let Some(last) = stepped {
+                let next = Progress {
+                    after: last.id,
+                    attempts: 0,
+                    retry_at: None,
+                };
+                self.advance(target.id, &target.tenant_id, &progress, &next, None)?;
+                progress = next;
+            }
+            if let Some((index, kind, subject)) = found {
+                let Some(event) = events.get(index).cloned() else {
+                    return Ok(None);
+                };
+                let mut target = target.clone();
+                target.progress = progress;
+                return Ok(Some(Due {
+                    attempt: progress.attempts.saturating_add(1),
+                    target,
+                    event,
+                    kind,
+                    subject,
+                }));
+            }
+            if events.len() < PAGE {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// This notifier's clock.
+    pub fn now(&self) -> Timestamp {
+        self.env.clock.now()
+    }
+
+    /// Records how `due`'s attempt ended (see the module docs); answers the target as it now
+    /// stands.
+    pub fn settle(&self, due: &Due, settle: &Settle) -> Result<NotifyTarget, TxError> {
+        let expected = due.target.progress;
+        let next = self.settled(due, settle, &expected)?;
+        Ok(NotifyTarget {
+            progress: next,
+            ..due.target.clone()
+        })
+    }
+
+    fn settled(
+        &self,
+        due: &Due,
+        settle: &Settle,
+        expected: &Progress,
+    ) -> Result<Progress, TxError> {
+        let expected = *expected;
+        match settle {
+            Settle::Delivered => {
+                let next = Progress {
+                    after: due.event.id,
+                    attempts: 0,
+                    retry_at: None,
+                };
+                self.advance(due.target.id, &due.target.tenant_id, &expected, &next, None)?;
+                Ok(next)
+            }
+            Settle::RetryAt(at) => {
+                let next = Progress {
+                    after: expected.after,
+                    attempts: due.attempt,
+                    retry_at: Some(*at),
+                };
+                self.advance(due.target.id, &due.target.tenant_id, &expected, &next, None)?;
+                Ok(next)
+            }
+            Settle::GiveUp { why } => {
+                let next = Progress {
+                    after: due.event.id,
+                    attempts: 0,
+                    retry_at: None,
+                };
+                let now = self.env.clock.now();
+                let given_up = ProcessEvent {
+                    id: self.env.new_uuid(),
+                    event_type: EventType::NotifyDeliveryGivenUp,
+                    payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+                    actor: Actor::worker(&self.holder),
+                    payload: json!({
+                        "tenant_id": due.target.tenant_id,
+                        "target_id": due.target.id.to_string(),
+                        "event_id": due.event.id,
+                        "event_type": due.kind.as_str(),
+                        "attempts": due.attempt,
+                        "why": why,
+                    }),
+                    derivation_key: keys::notify_given_up(due.target.id, due.event.id),
+                    created_at: now,
+                };
+                self.advance(
+                    due.target.id,
+                    &due.target.tenant_id,
+                    &expected,
+                    &next,
+                    Some(&given_up),
+                )?;
+                Ok(next)
+            }
+        }
+    }
+
+    /// Moves a target's cursor from `expected` to `next` if this notifier holds the tenant's
+    /// lease (`Fenced` otherwise), with `also` appended in the same transaction.
+    fn advance(
+        &self,
+        target: NotifyTargetId,
+        tenant: &str,
+        expected: &Progress,
+        next: &Progress,
+        also: Option<&ProcessEvent>,
+    ) -> Result<(), TxError> {
+        let now = self.env.clock.now();
+        self.env.transact(|tx| {
+            let held = tx
+                .notify_lease(tenant)?
+                .is_some_and(|l| l.holder == self.holder && l.expires_at > now);
+            if !held {
+                return Err(TxError::Fenced);
+            }
+            tx.advance_notify_target(target, expected, next)?;
+            if let Some(event) = also {
+                tx.append_process_event(event)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The record an event to notify is about.
+fn subject_of(tx: &mut dyn StoreTx, event: &Event) -> Result<Option<Subject>, TxError> {
+    let id_of = |field: &str| {
+        event
+            .payload
+            .get(field)
+            .and_then(|v| v.as_str())
+            .and_then(|s| s.parse::<uuid::Uuid>().ok())
+    };
+    match event.event_type {
+        EventType::ApprovalRequested | EventType::ApprovalExpired => {
+            let Some(id) = id_of("approval_id") else {
+                return Ok(None);
+            };
+            Ok(tx
+                .approval(ApprovalId(id))?
+                .map(|a| Subject::Approval(Box::new(a))))
+        }
+        EventType::ToolCallUncertain => {
+            let Some(id) = id_of("invocation_id") else {
+                return Ok(None);
+            };
+            let Some(invocation) = tx.invocation(InvocationId(id))? else {
+                return Ok(None);
+            };
+            let principal_id = tx
+                .run(invocation.run_id)?
+                .map(|r| r.principal_id)
+                .unwrap_or_default();
+            Ok(Some(Subject::Uncertain {
+                invocation: Box::new(invocation),
+                principal_id,
+            }))
+        }
+        _ => Ok(None),
+    }
+}
