@@ -48,9 +48,10 @@ token() {
 }
 REVIEWER_TOKEN="$(token bob ci-reviewer)"
 AGENT_TOKEN="$(token alice ci-agent)"
-# The platform scopes and policy.admin, so schemathesis also reaches POST /v1/admin/reload's 200
-# (a reload of the shipped files: the same version, harmless).
-FUZZ_TOKEN="$(token carol ci-schemathesis "run.read,run.write,run.cancel,approval.read,approval.resolve,invocation.read,invocation.settle,workspace.read,workspace.write,demo.write,policy.admin")"
+# The platform scopes, policy.admin and notify.admin, so schemathesis also reaches POST
+# /v1/admin/reload's 200 (a reload of the shipped files: the same version, harmless) and the
+# /v1/notify/targets routes (targets it adds point at addresses nothing answers on here).
+FUZZ_TOKEN="$(token carol ci-schemathesis "run.read,run.write,run.cancel,approval.read,approval.resolve,invocation.read,invocation.settle,workspace.read,workspace.write,demo.write,policy.admin,notify.admin")"
 
 "$BIN" --data-dir "$DATA" serve --listen 127.0.0.1:0 >"$WORK/serve.out" 2>"$WORK/serve.err" &
 SERVER=$!

@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use airlock_core::control::ServiceError;
 use airlock_core::events::EventType;
 use airlock_core::notify::{
-    NotifyEvent, NotifyFormat, Notifier, SecretSource, Settle, Subject, TargetSpec,
+    Notifier, NotifyEvent, NotifyFormat, SecretSource, Settle, Subject, TargetSpec,
 };
 use airlock_core::ports::Clock;
 use airlock_core::run::executor::ExecutionEnd;
@@ -140,7 +140,10 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
     assert!(first.hold("acme").expect("renew"), "the holder renews");
 
     // The approval target has the request due, with the approval it is about.
-    let due = first.due(&requested).expect("due").expect("an event is due");
+    let due = first
+        .due(&requested)
+        .expect("due")
+        .expect("an event is due");
     assert_eq!(due.kind, NotifyEvent::ApprovalRequested);
     assert_eq!(due.attempt, 1);
     let Subject::Approval(approval) = &due.subject else {
@@ -158,7 +161,9 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
 
     // A failed attempt holds the event until its back-off passes, then it is due again.
     let retry_at = first.now().saturating_add_seconds(5);
-    let waiting = first.settle(&due, &Settle::RetryAt(retry_at)).expect("retry");
+    let waiting = first
+        .settle(&due, &Settle::RetryAt(retry_at))
+        .expect("retry");
     assert_eq!(waiting.progress.attempts, 1);
     assert_eq!(first.due(&waiting).expect("due"), None, "backing off");
     h.advance(5).await;

@@ -18,6 +18,7 @@ pub mod admin;
 pub mod api;
 pub mod console;
 pub mod extract;
+pub mod notify;
 pub mod oauth;
 pub mod openapi;
 pub mod policy_reload;
@@ -67,6 +68,14 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/events/stream", get(stream::stream))
         .route("/v1/admin/reload", post(admin::reload))
+        .route(
+            "/v1/notify/targets",
+            get(notify::list_targets).post(notify::add_target),
+        )
+        .route(
+            "/v1/notify/targets/{id}",
+            axum::routing::delete(notify::remove_target),
+        )
         .route("/v1/openapi.json", get(openapi::openapi));
     let metadata_paths = state
         .issuer

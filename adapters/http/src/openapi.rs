@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::extract::Caller;
 use crate::problem::ProblemBody;
-use crate::{admin, api, policy_reload, problem, stream, wire};
+use crate::{admin, api, notify, policy_reload, problem, stream, wire};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -39,6 +39,9 @@ use crate::{admin, api, policy_reload, problem, stream, wire};
         api::get_conversation,
         api::clear_conversation_taint,
         admin::reload,
+        notify::list_targets,
+        notify::add_target,
+        notify::remove_target,
         stream::stream,
         openapi,
     ),
@@ -74,6 +77,11 @@ use crate::{admin, api, policy_reload, problem, stream, wire};
         wire::ConversationDetail,
         wire::ClearTaintBody,
         policy_reload::ReloadedRecord,
+        notify::TargetRecord,
+        notify::TargetList,
+        notify::NewTargetBody,
+        notify::FormatName,
+        notify::EventName,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
@@ -84,6 +92,7 @@ use crate::{admin, api, policy_reload, problem, stream, wire};
         (name = "conversations", description = "MCP conversations: their calls and taint (SPEC §22.1)"),
         (name = "events", description = "The tenant's event stream"),
         (name = "admin", description = "Operating the server: reload its policy (scope policy.admin)"),
+        (name = "notify", description = "Where the tenant's approvers are notified: signed webhooks, Slack, ntfy (scope notify.admin)"),
         (name = "health", description = "Liveness"),
         (name = "meta", description = "This document"),
     ),

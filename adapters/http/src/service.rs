@@ -16,8 +16,11 @@ use airlock_core::control::{
     CancelOutcome, ControlService, Page, Resolved, ServiceError, Submitted,
 };
 use airlock_core::events::Event;
-use airlock_core::ids::{ApiTokenId, ApprovalId, ConnectionId, InvocationId, RunId, SessionId};
+use airlock_core::ids::{
+    ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
+};
 use airlock_core::invocation::Invocation;
+use airlock_core::notify::{NotifyTarget, TargetSpec};
 use airlock_core::ports::BoxFut;
 use airlock_core::principal::Principal;
 use airlock_core::run::Run;
@@ -120,6 +123,20 @@ pub trait Control: Send + Sync + 'static {
         who: &Principal,
         sessions: &[SessionId],
     ) -> Result<BTreeMap<SessionId, ConnectionId>, ServiceError>;
+    /// The tenant's notification targets (issue 32 item 1; the route checks `notify.admin`).
+    fn list_notify_targets(&self, tenant: &str) -> Result<Vec<NotifyTarget>, ServiceError>;
+    fn add_notify_target(
+        &self,
+        tenant: &str,
+        by: &str,
+        spec: &TargetSpec,
+    ) -> Result<NotifyTarget, ServiceError>;
+    fn remove_notify_target(
+        &self,
+        tenant: &str,
+        by: &str,
+        id: NotifyTargetId,
+    ) -> Result<NotifyTarget, ServiceError>;
     /// One read of the store, for `/healthz`.
     fn check_store(&self) -> Result<(), ServiceError>;
     fn now(&self) -> Timestamp;
@@ -264,6 +281,25 @@ impl<S: Store + 'static> Control for ControlService<S> {
             }
             Ok(found)
         })?)
+    }
+    fn list_notify_targets(&self, tenant: &str) -> Result<Vec<NotifyTarget>, ServiceError> {
+        ControlService::list_notify_targets(self, tenant)
+    }
+    fn add_notify_target(
+        &self,
+        tenant: &str,
+        by: &str,
+        spec: &TargetSpec,
+    ) -> Result<NotifyTarget, ServiceError> {
+        ControlService::add_notify_target(self, tenant, by, spec)
+    }
+    fn remove_notify_target(
+        &self,
+        tenant: &str,
+        by: &str,
+        id: NotifyTargetId,
+    ) -> Result<NotifyTarget, ServiceError> {
+        ControlService::remove_notify_target(self, tenant, by, id)
     }
     fn check_store(&self) -> Result<(), ServiceError> {
         Ok(self.env().read(|tx| tx.last_event_id().map(drop))?)

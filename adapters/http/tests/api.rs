@@ -839,6 +839,28 @@ impl Control for StoreDown {
     ) -> Result<std::collections::BTreeMap<SessionId, ConnectionId>, ServiceError> {
         down()
     }
+    fn list_notify_targets(
+        &self,
+        _: &str,
+    ) -> Result<Vec<airlock_core::notify::NotifyTarget>, ServiceError> {
+        down()
+    }
+    fn add_notify_target(
+        &self,
+        _: &str,
+        _: &str,
+        _: &airlock_core::notify::TargetSpec,
+    ) -> Result<airlock_core::notify::NotifyTarget, ServiceError> {
+        down()
+    }
+    fn remove_notify_target(
+        &self,
+        _: &str,
+        _: &str,
+        _: airlock_core::ids::NotifyTargetId,
+    ) -> Result<airlock_core::notify::NotifyTarget, ServiceError> {
+        down()
+    }
     fn check_store(&self) -> Result<(), ServiceError> {
         down()
     }

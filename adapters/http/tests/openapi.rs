@@ -48,6 +48,9 @@ fn the_document_is_openapi_3_1_and_covers_every_route_of_section_20() {
         ("/v1/events/stream", "get"),
         ("/v1/openapi.json", "get"),
         ("/v1/admin/reload", "post"),
+        ("/v1/notify/targets", "get"),
+        ("/v1/notify/targets", "post"),
+        ("/v1/notify/targets/{id}", "delete"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),
@@ -56,8 +59,9 @@ fn the_document_is_openapi_3_1_and_covers_every_route_of_section_20() {
     }
     assert_eq!(
         paths.len(),
-        17,
-        "every documented path is a route of §20 (and §22.1's conversations, issue 32's reload)"
+        19,
+        "every documented path is a route of §20 (and §22.1's conversations, issue 32's reload \
+         and notification targets)"
     );
     assert_eq!(
         document["paths"]["/healthz"]["get"]["security"],

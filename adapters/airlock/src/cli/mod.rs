@@ -11,6 +11,7 @@ mod invocations;
 mod json;
 mod lines;
 mod mcp;
+mod notify;
 mod output;
 mod policy;
 mod policy_change;
@@ -73,6 +74,9 @@ pub enum Command {
     /// The MCP gateway: serve a client in front of MCP servers, or list their tools.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Notification targets: signed webhooks, Slack and ntfy for approvers and reviewers.
+    #[command(subcommand)]
+    Notify(notify::NotifyCommand),
 }
 
 /// Help and version print on stdout and exit 0. A usage error is an invalid input like any
@@ -163,6 +167,7 @@ pub fn run() -> ExitCode {
             Command::Serve(args) => serve::run(&globals, args).await,
             Command::Tokens(command) => tokens::run(&globals, command).await,
             Command::Mcp(command) => mcp::run(&globals, command).await,
+            Command::Notify(command) => notify::run(&globals, command).await,
         }
     });
     shut_down(runtime);

@@ -22,6 +22,8 @@ use crate::exit::Exit;
 pub struct ServeArgs {
     #[command(flatten)]
     pub shadow: super::globals::ShadowArgs,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
     /// Address to listen on (port 0: any free port; the chosen one is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -63,6 +65,10 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
     if args.concurrency == 0 {
         return invalid_argument("--concurrency must be at least 1");
     }
+    let notify_settings = match args.notify.settings() {
+        Ok(settings) => settings,
+        Err(exit) => return exit,
+    };
     let exposed = match exposure(args.listen, tls_files.is_some(), args.insecure_remote) {
         Ok(exposed) => exposed,
         Err(e) => return invalid_argument(&e.to_string()),
@@ -103,8 +109,9 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         Ok(opened) => opened,
         Err(exit) => return exit,
     };
+    let process_id = format!("serve-{}", uuid::Uuid::new_v4());
     let worker = (!args.no_worker).then(|| {
-        let mut settings = WorkerSettings::new(format!("serve-{}", uuid::Uuid::new_v4()));
+        let mut settings = WorkerSettings::new(process_id.clone());
         settings.concurrency = args.concurrency;
         app.worker(settings)
     });
@@ -185,7 +192,13 @@ pub async fn run(globals: &Globals, args: ServeArgs) -> Exit {
         }
         result
     };
+    // Notifications (issue 32 item 1): delivered by one process per tenant at a time, whether
+    // or not this one runs a worker.
+    let notifier = super::notify::start(&app, notify_settings, &args.notify, process_id);
     let (served, worked) = tokio::join!(server, worker_loop);
+    if let Some(notifier) = notifier {
+        notifier.stop().await;
+    }
     if let Err(e) = worked {
         return service_error(&e.into());
     }

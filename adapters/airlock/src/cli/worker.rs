@@ -16,6 +16,8 @@ use airlock_host::TokioSpawner;
 pub struct WorkerArgs {
     #[command(flatten)]
     pub shadow: super::globals::ShadowArgs,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
     /// Runs executed at once.
     #[arg(long, default_value_t = 4)]
     pub concurrency: usize,
@@ -44,6 +46,10 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     if let Err(exit) = super::globals::check_id_flag("--worker-id", args.worker_id.as_deref()) {
         return exit;
     }
+    let notify_settings = match args.notify.settings() {
+        Ok(settings) => settings,
+        Err(exit) => return exit,
+    };
     let app = match args
         .shadow
         .open_app(globals, super::globals::Hangup::ReloadsPolicy)
@@ -72,9 +78,19 @@ pub async fn run(globals: &Globals, args: WorkerArgs) -> Exit {
     };
     // Fail-stop: a storage error in the loop (a claim, reclaim or sweep) stops claiming, lets the
     // runs in flight finish, and then ends the process with exit 4 rather than retrying blind.
+    // Notifications (issue 32 item 1): one process per tenant at a time delivers them.
+    let notifier = super::notify::start(
+        &app,
+        notify_settings,
+        &args.notify,
+        worker.settings().worker_id.clone(),
+    );
     let ran = worker
         .run_with_hints(&TokioSpawner, &control, &stop, &*app.dispatcher)
         .await;
+    if let Some(notifier) = notifier {
+        notifier.stop().await;
+    }
     if until_idle {
         print_summary(&app.env, &worker.settings().worker_id, &worker.tally());
     }
