@@ -38,7 +38,8 @@ impl Received {
 }
 
 /// A webhook receiver on loopback: `/flaky` answers 500 the first time and 200 after, `/down`
-/// always 503, `/gone` 404, anything else 200. Every request is recorded.
+/// always 503, `/gone` 404, `/slow…` 200 after 2.5 s, anything else 200 at once. Every request
+/// is recorded when it arrives.
 struct Receiver {
     addr: String,
     got: Arc<Mutex<Vec<Received>>>,
@@ -67,6 +68,9 @@ impl Receiver {
                         _ => 200,
                     }
                 };
+                if request.path.starts_with("/slow") {
+                    std::thread::sleep(Duration::from_millis(2500));
+                }
                 let _ = write!(
                     stream,
                     "HTTP/1.1 {status} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -484,4 +488,95 @@ fn the_http_api_manages_the_callers_tenants_targets_under_notify_admin() {
         ],
     );
     assert_eq!(code, 1, "another tenant's target is not found");
+}
+
+/// `airlock ARGS…` with `AIRLOCK_CRASH_AT` set (or removed): the exit code.
+fn airlock_crashing(data: &Path, crash_at: Option<&str>, args: &[&str]) -> Option<i32> {
+    let mut command = std::process::Command::new(common::BIN);
+    command.arg("--data-dir").arg(data).args(args);
+    match crash_at {
+        Some(point) => command.env("AIRLOCK_CRASH_AT", point),
+        None => command.env_remove("AIRLOCK_CRASH_AT"),
+    };
+    command.output().expect("airlock runs").status.code()
+}
+
+#[test]
+fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let key = dir.path().join("hook.key");
+    std::fs::write(&key, SECRET).expect("key");
+    let receiver = Receiver::start();
+    let base = format!("http://{}", receiver.addr);
+    // A slow receiver: the event stays due while it answers, so only the lease keeps the other
+    // server from sending it too.
+    add_target(
+        &data,
+        &key,
+        &format!("{base}/slow"),
+        "json",
+        "approval.requested",
+    );
+    add_target(
+        &data,
+        &key,
+        &format!("{base}/uncertain"),
+        "json",
+        "tool.call.uncertain",
+    );
+
+    // Two servers on one store: each notifies, one per tenant at a time.
+    let first = Server::start(&data, &[], &[]);
+    let second = Server::start(&data, &[], &[]);
+    let run = park_a_run(&data, dir.path());
+    let requested = receiver.wait_for("/slow", 1);
+    assert_signed(&requested[0]);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        receiver.at("/slow").len(),
+        1,
+        "one notifier per tenant: the event is sent once"
+    );
+
+    // Approved, then the worker dies right after the effect: a restarted worker finds the
+    // call UNCERTAIN, and its target is told.
+    let (_, page) = airlock(
+        &data,
+        &["--tenant", "acme", "approvals", "list", "--run", &run],
+    );
+    let approval = page["items"][0]["id"]
+        .as_str()
+        .expect("approval")
+        .to_owned();
+    let (code, resolved) = airlock(
+        &data,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "bob",
+            "approvals",
+            "approve",
+            &approval,
+        ],
+    );
+    assert_eq!(code, 0, "{resolved}");
+    let worker = ["worker", "--until-idle", "--no-notify", "--lease-ms", "3"];
+    assert_ne!(
+        airlock_crashing(&data, Some("after_invoke"), &worker),
+        Some(0),
+        "the worker dies after the effect"
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(airlock_crashing(&data, None, &worker), Some(0));
+    let uncertain = receiver.wait_for("/uncertain", 1);
+    assert_signed(&uncertain[0]);
+    let notice = uncertain[0].json();
+    assert_eq!(notice["type"], "tool.call.uncertain");
+    assert_eq!(notice["run_id"], run.as_str());
+    assert_eq!(notice["principal_id"], "alice");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(receiver.at("/uncertain").len(), 1, "sent once");
+    drop((first, second));
 }
