@@ -45,8 +45,11 @@ async fn park(h: &Harness) {
         .submit(h.script(json!([[{"call_id": "c1", "tool": "test.send", "arguments": {"text": "<script>x</script>"}, "argument_trust": {"text": "user"}}]])))
         .await;
     let worker = h.worker("w1");
-    assert_eq!(h.drive(&worker).await, vec![ExecutionEnd::Parked]);
-    let _ = run;
+    assert_eq!(
+        h.drive(&worker).await.last(),
+        Some(&ExecutionEnd::Parked),
+        "run {run} parks"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -213,4 +216,16 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
     // Released at shutdown: the other takes over at once.
     second.release("acme").expect("release");
     assert!(first.hold("acme").expect("hold"));
+
+    // A target removed after it was listed has nothing more due.
+    let late = h
+        .control
+        .add_notify_target("acme", "alice", &spec(&[NotifyEvent::ApprovalRequested]))
+        .expect("add");
+    park(&h).await;
+    assert!(first.due(&late).expect("due").is_some());
+    h.control
+        .remove_notify_target("acme", "alice", late.id)
+        .expect("remove");
+    assert_eq!(first.due(&late).expect("due"), None);
 }

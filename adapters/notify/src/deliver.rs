@@ -181,8 +181,15 @@ impl<S: Store> Deliverer<S> {
                     if stop() {
                         return Ok(());
                     }
-                    let Some(due) = self.notifier.due(&target)? else {
-                        break;
+                    let due = match self.notifier.due(&target) {
+                        Ok(Some(due)) => due,
+                        Ok(None) => break,
+                        Err(TxError::Fenced | TxError::Conflict(_)) => {
+                            // Stepping over events found the lease lost or the cursor moved.
+                            held.remove(&tenant);
+                            break 'targets;
+                        }
+                        Err(error) => return Err(error),
                     };
                     if !self.notifier.hold(&tenant)? {
                         held.remove(&tenant);

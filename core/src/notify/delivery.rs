@@ -109,9 +109,25 @@ impl<S: Store> Notifier<S> {
             .collect())
     }
 
-    /// Takes or renews the tenant's lease: `true` if this notifier holds it now.
+    /// Takes or renews the tenant's lease: `true` if this notifier holds it now, with at least
+    /// half of a lease's length left. A lease with more than half left is not written again
+    /// (a read only), so an idle notifier does not commit every round.
     pub fn hold(&self, tenant: &str) -> Result<bool, TxError> {
         let now = self.env.clock.now();
+        let seen = self.env.read(|tx| tx.notify_lease(tenant))?;
+        match &seen {
+            Some(lease) if lease.holder != self.holder && lease.expires_at > now => {
+                return Ok(false);
+            }
+            Some(lease)
+                if lease.holder == self.holder
+                    && lease.expires_at.as_micros().saturating_sub(now.as_micros())
+                        > self.lease_micros / 2 =>
+            {
+                return Ok(true);
+            }
+            _ => {}
+        }
         let next = NotifyLease {
             tenant_id: tenant.to_owned(),
             holder: self.holder.clone(),
@@ -173,6 +189,13 @@ impl<S: Store> Notifier<S> {
         let mut progress = target.progress;
         loop {
             let (events, found) = self.env.read(|tx| {
+                // Removed since it was listed: nothing more is sent to it.
+                if tx
+                    .notify_target(target.id)?
+                    .is_none_or(|t| t.removed_at.is_some())
+                {
+                    return Ok((Vec::new(), None));
+                }
                 let events = tx.events_of_tenant(&target.tenant_id, Some(progress.after), PAGE)?;
                 for (index, event) in events.iter().enumerate() {
                     let Some(kind) = NotifyEvent::of(event.event_type)
