@@ -43,7 +43,7 @@ use crate::ids::{
     SettlementId,
 };
 use crate::invocation::Invocation;
-use crate::notify::{NotifyLease, NotifyTarget, Progress};
+use crate::notify::target::{NotifyLease, NotifyTarget, Progress};
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunState, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};
@@ -1414,9 +1414,9 @@ impl StoreTx for MemTx<'_> {
             .notify_targets
             .get_mut(&id)
             .ok_or(TxError::NotFound)?;
-        if target.progress != *expected {
+        if target.progress != *expected || target.removed_at.is_some() {
             return Err(conflict(format!(
-                "notify_targets: the progress of target {id} moved"
+                "notify_targets: the progress of target {id} moved, or it was removed"
             )));
         }
         target.progress = *next;

@@ -14,7 +14,7 @@ use crate::ids::{
     ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
 };
 use crate::invocation::Invocation;
-use crate::notify::{NotifyLease, NotifyTarget, Progress};
+use crate::notify::target::{NotifyLease, NotifyTarget, Progress};
 use crate::run::checkpoint::{Checkpoint, StepRecord};
 use crate::run::{HeartbeatObs, Lease, Run, RunGuard, RunSummary};
 use crate::session::{PolicyProfileRecord, Session, Settlement};

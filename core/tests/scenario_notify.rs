@@ -9,7 +9,8 @@ mod common;
 use std::collections::BTreeSet;
 
 use airlock_core::control::ServiceError;
-use airlock_core::events::EventType;
+use airlock_core::events::{Actor, EventType, NewEvent};
+use airlock_core::notify::target::tenant_tag;
 use airlock_core::notify::{
     Notifier, NotifyEvent, NotifyFormat, SecretSource, Settle, Subject, TargetSpec,
 };
@@ -19,12 +20,17 @@ use airlock_core::store::{Store, StoreTx, TxError};
 use common::*;
 use serde_json::json;
 
+/// acme's secret variable `AIRLOCK_NOTIFY_<acme's tag>_HOOK`.
+fn acme_secret() -> String {
+    format!("AIRLOCK_NOTIFY_{}_HOOK", tenant_tag("acme"))
+}
+
 fn spec(events: &[NotifyEvent]) -> TargetSpec {
     TargetSpec {
         url: "https://hooks.example/services/T0/B0/secret-path".to_owned(),
         events: events.iter().copied().collect::<BTreeSet<_>>(),
         format: NotifyFormat::Slack,
-        secret: SecretSource::Env("AIRLOCK_NOTIFY_HOOK".to_owned()),
+        secret: SecretSource::Env(acme_secret()),
         label: Some("approvers".to_owned()),
     }
 }
@@ -76,7 +82,7 @@ async fn targets_are_the_tenants_own_and_every_change_is_audited() {
         added[0]["url"], "https://hooks.example/…",
         "the path, a credential for Slack, is not recorded"
     );
-    assert_eq!(added[0]["secret"], "env:AIRLOCK_NOTIFY_HOOK");
+    assert_eq!(added[0]["secret"], format!("env:{}", acme_secret()));
 
     // Another tenant cannot remove it; removing it twice finds nothing the second time.
     assert_eq!(
@@ -110,6 +116,21 @@ async fn targets_are_the_tenants_own_and_every_change_is_audited() {
                 ..spec(&[NotifyEvent::ApprovalRequested])
             },
             "an unprefixed variable",
+        ),
+        (
+            TargetSpec {
+                secret: SecretSource::Env(format!("AIRLOCK_NOTIFY_{}_HOOK", tenant_tag("evil"))),
+                ..spec(&[NotifyEvent::ApprovalRequested])
+            },
+            "another tenant's secret",
+        ),
+        (
+            TargetSpec {
+                format: NotifyFormat::Ntfy,
+                url: "https://ntfy.example".to_owned(),
+                ..spec(&[NotifyEvent::ApprovalRequested])
+            },
+            "an ntfy URL without its topic",
         ),
     ] {
         assert!(
@@ -228,4 +249,37 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
         .remove_notify_target("acme", "alice", late.id)
         .expect("remove");
     assert_eq!(first.due(&late).expect("due"), None);
+
+    // An event whose record cannot be found is given up, and that is recorded.
+    let orphaned = h
+        .control
+        .add_notify_target("acme", "alice", &spec(&[NotifyEvent::ApprovalRequested]))
+        .expect("add");
+    let missing = h
+        .store
+        .transact(|tx: &mut dyn StoreTx| {
+            tx.append_event(&NewEvent {
+                session_id: due.event.session_id,
+                run_id: None,
+                event_type: EventType::ApprovalRequested,
+                actor: Actor::application(),
+                payload: json!({"approval_id": "00000000-0000-4000-8000-00000000dead"}),
+                derivation_key: None,
+                created_at: h.clock.now(),
+            })
+        })
+        .expect("append");
+    assert_eq!(first.due(&orphaned).expect("due"), None);
+    let given_up = process_events_of(&h, EventType::NotifyDeliveryGivenUp);
+    let last = given_up.last().expect("given up");
+    assert_eq!(last["event_id"], missing.id);
+    assert_eq!(last["target_id"], orphaned.id.to_string());
+    assert_eq!(
+        first
+            .targets("acme")
+            .expect("targets")
+            .last()
+            .map(|t| t.progress.after),
+        Some(missing.id)
+    );
 }

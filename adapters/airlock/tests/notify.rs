@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use airlock_core::notify::target::tenant_tag;
 use airlock_notify::signature::{DEFAULT_TOLERANCE_SECONDS, verify};
 use serde_json::{Value, json};
 
@@ -181,6 +182,15 @@ fn assert_signed(request: &Received) {
     );
 }
 
+/// acme's secret file: in a directory named after acme's tag, as a secret must be.
+fn acme_key(dir: &Path, text: &str) -> std::path::PathBuf {
+    let own = dir.join("secrets").join(tenant_tag("acme"));
+    std::fs::create_dir_all(&own).expect("secrets dir");
+    let key = own.join("hook.key");
+    std::fs::write(&key, text).expect("key");
+    key
+}
+
 fn add_target(data: &Path, key: &Path, url: &str, format: &str, event: &str) -> String {
     let secret = format!("file:{}", key.display());
     let (code, added) = airlock(
@@ -257,8 +267,7 @@ fn given_up_events(data: &Path) -> Vec<Value> {
 fn deliveries_are_signed_retried_once_each_and_inert_in_every_format() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");
-    let key = dir.path().join("hook.key");
-    std::fs::write(&key, format!("{SECRET}\n")).expect("key");
+    let key = acme_key(dir.path(), &format!("{SECRET}\n"));
     let receiver = Receiver::start();
     let base = format!("http://{}", receiver.addr);
     let requested = "approval.requested";
@@ -398,8 +407,9 @@ fn the_http_api_manages_the_callers_tenants_targets_under_notify_admin() {
     let admin = mint("notify.admin");
     let reader = mint("run.read");
     let server = Server::start(&data, &[], &[]);
+    let secret = format!("env:AIRLOCK_NOTIFY_{}_SLACK", tenant_tag("acme"));
     let body = json!({"url": "https://hooks.slack.com/services/T0/B0/XYZ", "format": "slack",
-        "secret": "env:AIRLOCK_NOTIFY_SLACK", "label": "<b>ops</b>"});
+        "secret": secret, "label": "<b>ops</b>"});
 
     let (status, refused) = http(
         &server.addr,
@@ -437,11 +447,11 @@ fn the_http_api_manages_the_callers_tenants_targets_under_notify_admin() {
     assert_eq!(listed, cli, "the API's records are the CLI's");
     for (bad, why) in [
         (
-            json!({"url": "ftp://x", "format": "json", "secret": "env:AIRLOCK_NOTIFY_A"}),
+            json!({"url": "ftp://x", "format": "json", "secret": secret}),
             "scheme",
         ),
         (
-            json!({"url": "https://x/", "format": "xml", "secret": "env:AIRLOCK_NOTIFY_A"}),
+            json!({"url": "https://x/", "format": "xml", "secret": secret}),
             "format",
         ),
         (
@@ -449,11 +459,11 @@ fn the_http_api_manages_the_callers_tenants_targets_under_notify_admin() {
             "variable",
         ),
         (
-            json!({"url": "https://x/", "format": "json", "secret": "env:AIRLOCK_NOTIFY_A", "events": ["run.completed"]}),
+            json!({"url": "https://x/", "format": "json", "secret": secret, "events": ["run.completed"]}),
             "event",
         ),
         (
-            json!({"url": "https://x/", "format": "json", "secret": "env:AIRLOCK_NOTIFY_A", "extra": 1}),
+            json!({"url": "https://x/", "format": "json", "secret": secret, "extra": 1}),
             "unknown field",
         ),
     ] {
@@ -505,8 +515,7 @@ fn airlock_crashing(data: &Path, crash_at: Option<&str>, args: &[&str]) -> Optio
 fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");
-    let key = dir.path().join("hook.key");
-    std::fs::write(&key, SECRET).expect("key");
+    let key = acme_key(dir.path(), SECRET);
     let receiver = Receiver::start();
     let base = format!("http://{}", receiver.addr);
     // A slow receiver: the event stays due while it answers, so only the lease keeps the other

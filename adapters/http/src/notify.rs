@@ -78,9 +78,10 @@ pub struct TargetList {
     pub items: Vec<TargetRecord>,
 }
 
-/// `POST /v1/notify/targets`. The schema is a little stricter than the server (host names of
-/// letters, digits, dots and dashes; printable ASCII paths), so every body it admits is taken;
-/// the server also takes IPv6 literals and any path without whitespace or control characters.
+/// `POST /v1/notify/targets`. Host names are documented as letters, digits, dots and dashes
+/// (the server also takes IPv6 literals); what a schema cannot say is checked by the server:
+/// the secret must be the caller's tenant's, a port at most 65535, an ntfy URL must end in its
+/// topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewTargetBody {
@@ -92,8 +93,9 @@ pub struct NewTargetBody {
     pub url: String,
     #[schema(value_type = FormatName)]
     pub format: String,
-    /// Where the signing secret is: `env:AIRLOCK_NOTIFY_…` (a variable of the notifying
-    /// processes) or `file:/absolute/path`.
+    /// Where the signing secret is, the tenant's own: `env:AIRLOCK_NOTIFY_<tag>_NAME` (a
+    /// variable of the notifying processes) or `file:/…/<tag>/NAME`, where `<tag>` is `T` and
+    /// 16 hex digits of the SHA-256 of the tenant id (`airlock notify secret-name`).
     #[schema(pattern = "^(env:AIRLOCK_NOTIFY_[A-Z0-9_]{1,113}|file:/[!-~]{0,4000})$")]
     pub secret: String,
     /// Default: all three (`approval.requested`, `approval.expired`, `tool.call.uncertain`).

@@ -51,8 +51,10 @@ pub struct Backoff {
 }
 
 impl Default for Backoff {
-    /// 1 s, 2 s, 4 s … capped at 10 minutes, 10 attempts: about 17 minutes before a delivery is
-    /// given up (an approval usually waits hours; an hour of receiver outage still loses it).
+    /// 1 s, 2 s, 4 s … capped at 10 minutes, 10 attempts: nine delays of at most 511 s in all
+    /// (255–511 s with the jitter), so a delivery is given up 4 to 9 minutes after its first
+    /// attempt, plus the attempts' own time (a receiver down longer loses it; see
+    /// `--notify-attempts`).
     fn default() -> Self {
         Backoff {
             base_ms: 1_000,

@@ -2,11 +2,13 @@
 //! ended; this module reads the signing secret, renders, signs and posts.
 //!
 //! Each round (every [`DeliverySettings::poll`]) it takes or renews the lease of every tenant
-//! with targets, and for each tenant it holds, sends each target's due events in order until the
-//! target is caught up, waits out a back-off, or [`MAX_PER_ROUND`] were sent. The lease is
-//! renewed before every attempt, so an attempt never starts under a lease about to run out; one
-//! that ends after its lease was lost records nothing (`Fenced`), and whoever holds the lease
-//! then sends the event again (at least once).
+//! with targets, and follows every target of the tenants it holds at once, each sending its due
+//! events in order until it is caught up, waits out a back-off, or [`MAX_PER_ROUND`] were sent:
+//! a slow or failing receiver holds back its own target only. Before every attempt the lease is
+//! made to have at least half its length left, so an attempt (at most
+//! [`DeliverySettings::timeout`]) never outlives it; one that ends after its lease was lost
+//! anyway records nothing (`Fenced`), and whoever holds the lease then sends the event again
+//! (at least once).
 //!
 //! A request carries:
 //! - `Airlock-Signature: t=…,v1=…` ([`crate::signature`]);
@@ -25,7 +27,7 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use airlock_core::notify::{Due, Notifier, NotifyFormat, SecretSource, Settle};
+use airlock_core::notify::{Due, Notifier, NotifyFormat, NotifyTarget, SecretSource, Settle};
 use airlock_core::store::{Store, TxError};
 
 use crate::backoff::{Answer, Backoff, Outcome};
@@ -35,6 +37,16 @@ use crate::signature::{HEADER, sign};
 
 /// At most this many events per target per round: one busy target does not starve the others.
 pub const MAX_PER_ROUND: usize = 50;
+
+/// How long the last round at shutdown may take.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(15);
+
+/// How following a target ended.
+enum Followed {
+    Done,
+    /// This notifier no longer holds the tenant's lease.
+    LeaseLost(String),
+}
 
 /// The largest secret file read (bytes).
 const MAX_SECRET_FILE_BYTES: u64 = 4096;
@@ -81,6 +93,13 @@ fn read_secret(source: &SecretSource) -> Result<Vec<u8>, String> {
             .map_err(|_| format!("the environment variable {name} is not set"))?,
         SecretSource::File(path) => {
             use std::io::Read;
+            // Only a regular file: a FIFO or a terminal would block the reading thread.
+            let is_file = std::fs::metadata(path)
+                .map_err(|e| format!("cannot read {path}: {e}"))?
+                .is_file();
+            if !is_file {
+                return Err(format!("{path} is not a regular file"));
+            }
             let file = std::fs::File::open(path).map_err(|e| format!("cannot open {path}: {e}"))?;
             let mut text = String::new();
             file.take(MAX_SECRET_FILE_BYTES + 1)
@@ -110,9 +129,9 @@ pub fn ntfy_endpoint(url: &reqwest::Url) -> Result<(reqwest::Url, String), Strin
         .ok_or_else(|| {
             "an ntfy URL must end in its topic (https://ntfy.example/topic)".to_owned()
         })?;
+    // The query stays: ntfy takes an access token as `?auth=…`.
     let mut root = url.clone();
     root.set_path("/");
-    root.set_query(None);
     Ok((root, topic))
 }
 
@@ -140,7 +159,9 @@ impl<S: Store> Deliverer<S> {
         })
     }
 
-    /// Delivers until `stop()` is true (checked between attempts and every poll), then gives
+    /// Delivers until `stop()` is true (checked between attempts and every poll), then sends
+    /// what is due at that moment in one last round (bounded by [`DRAIN_LIMIT`]: a `worker
+    /// --until-idle` tells of the approval its run just asked for before it exits) and gives
     /// up the leases it holds so another process takes over at once. A store error ends the
     /// round (logged), not the loop: notifications are not worth stopping a server for.
     pub async fn run(&self, stop: impl Fn() -> bool) {
@@ -156,6 +177,11 @@ impl<S: Store> Deliverer<S> {
                 waited += step;
             }
         }
+        match tokio::time::timeout(DRAIN_LIMIT, self.round(&mut held, &|| false)).await {
+            Ok(Err(error)) => tracing::warn!(%error, "notifications: the last round failed"),
+            Err(_) => tracing::warn!("notifications: the last round was cut short"),
+            Ok(Ok(())) => {}
+        }
         for tenant in held {
             if let Err(error) = self.notifier.release(&tenant) {
                 tracing::warn!(%error, %tenant, "notifications: cannot release the lease");
@@ -163,55 +189,69 @@ impl<S: Store> Deliverer<S> {
         }
     }
 
-    /// One pass over every tenant with targets.
+    /// One pass: takes or renews the lease of every tenant with targets, then follows every
+    /// target of the tenants it holds **at once** (each target's own events in order), so a
+    /// slow or failing receiver holds back only its own target.
     pub async fn round(
         &self,
         held: &mut BTreeSet<String>,
         stop: &impl Fn() -> bool,
     ) -> Result<(), TxError> {
+        let mut targets = Vec::new();
         for tenant in self.notifier.tenants()? {
             if !self.notifier.hold(&tenant)? {
                 held.remove(&tenant);
                 continue;
             }
             held.insert(tenant.clone());
-            'targets: for target in self.notifier.targets(&tenant)? {
-                let mut target = target;
-                for _ in 0..MAX_PER_ROUND {
-                    if stop() {
-                        return Ok(());
-                    }
-                    let due = match self.notifier.due(&target) {
-                        Ok(Some(due)) => due,
-                        Ok(None) => break,
-                        Err(TxError::Fenced | TxError::Conflict(_)) => {
-                            // Stepping over events found the lease lost or the cursor moved.
-                            held.remove(&tenant);
-                            break 'targets;
-                        }
-                        Err(error) => return Err(error),
-                    };
-                    if !self.notifier.hold(&tenant)? {
-                        held.remove(&tenant);
-                        break 'targets;
-                    }
-                    let settle = self.attempt(&due).await;
-                    match self.notifier.settle(&due, &settle) {
-                        Ok(next) => target = next,
-                        Err(TxError::Fenced | TxError::Conflict(_)) => {
-                            // Another notifier took over, or moved the cursor: it goes on.
-                            held.remove(&tenant);
-                            break 'targets;
-                        }
-                        Err(error) => return Err(error),
-                    }
-                    if matches!(settle, Settle::RetryAt(_)) {
-                        break;
-                    }
-                }
+            targets.extend(self.notifier.targets(&tenant)?);
+        }
+        let ends = futures_util::future::join_all(
+            targets.into_iter().map(|target| self.follow(target, stop)),
+        )
+        .await;
+        for end in ends {
+            if let Followed::LeaseLost(tenant) = end? {
+                held.remove(&tenant);
             }
         }
         Ok(())
+    }
+
+    /// Sends `target`'s due events in order, at most [`MAX_PER_ROUND`], until it is caught up,
+    /// backs off, or the lease is lost.
+    async fn follow(
+        &self,
+        mut target: NotifyTarget,
+        stop: &impl Fn() -> bool,
+    ) -> Result<Followed, TxError> {
+        let lost = |target: &NotifyTarget| Ok(Followed::LeaseLost(target.tenant_id.clone()));
+        for _ in 0..MAX_PER_ROUND {
+            if stop() {
+                break;
+            }
+            let due = match self.notifier.due(&target) {
+                Ok(Some(due)) => due,
+                Ok(None) => break,
+                // Stepping over events found the lease lost, or the cursor moved.
+                Err(TxError::Fenced | TxError::Conflict(_)) => return lost(&target),
+                Err(error) => return Err(error),
+            };
+            if !self.notifier.hold(&target.tenant_id)? {
+                return lost(&target);
+            }
+            let settle = self.attempt(&due).await;
+            match self.notifier.settle(&due, &settle) {
+                Ok(next) => target = next,
+                // Another notifier took over or moved the cursor, or the target was removed.
+                Err(TxError::Fenced | TxError::Conflict(_)) => return lost(&target),
+                Err(error) => return Err(error),
+            }
+            if matches!(settle, Settle::RetryAt(_)) {
+                break;
+            }
+        }
+        Ok(Followed::Done)
     }
 
     /// One attempt at `due`, and how it ended.
@@ -278,6 +318,11 @@ impl<S: Store> Deliverer<S> {
             NotifyFormat::Ntfy => ntfy_endpoint(&url).map_err(Prepared::Never)?,
             NotifyFormat::Json | NotifyFormat::Slack => (url, String::new()),
         };
+        // Checked again at each delivery: a secret that is not the tenant's is never read.
+        target
+            .secret
+            .check_for(&target.tenant_id)
+            .map_err(Prepared::Never)?;
         let secret = read_secret(&target.secret).map_err(Prepared::Failed)?;
         let notice = Notice::of_due(due, self.settings.console_url.as_deref());
         let rendered = render(target.format, &notice, &topic);
@@ -296,7 +341,8 @@ impl<S: Store> Deliverer<S> {
         Ok(match sent {
             Ok(response) => Answer::Status(response.status().as_u16()),
             Err(error) => {
-                tracing::debug!(%error, "no answer");
+                // Without the URL: its path may be the target's credential.
+                tracing::debug!(error = %error.without_url(), "no answer");
                 Answer::NoAnswer
             }
         })

@@ -1946,7 +1946,7 @@ impl StoreTx for PgTx<'_> {
         let changed = self.wire.write(
             "UPDATE notify_targets SET after_event_id = $5, attempts = $6, retry_at = $7 \
              WHERE id = $1 AND after_event_id = $2 AND attempts = $3 \
-             AND retry_at IS NOT DISTINCT FROM $4",
+             AND retry_at IS NOT DISTINCT FROM $4 AND removed_at IS NULL",
             &[
                 &id.to_string(),
                 &expected.after,
@@ -1964,7 +1964,7 @@ impl StoreTx for PgTx<'_> {
             return Err(TxError::NotFound);
         }
         Err(conflict(format!(
-            "notify_targets: the progress of target {id} moved"
+            "notify_targets: the progress of target {id} moved, or it was removed"
         )))
     }
 

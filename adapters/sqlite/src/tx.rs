@@ -1684,7 +1684,8 @@ impl StoreTx for SqliteTx<'_> {
     ) -> Result<(), TxError> {
         let changed = self.execute(
             "UPDATE notify_targets SET after_event_id = ?5, attempts = ?6, retry_at = ?7 \
-             WHERE id = ?1 AND after_event_id = ?2 AND attempts = ?3 AND retry_at IS ?4",
+             WHERE id = ?1 AND after_event_id = ?2 AND attempts = ?3 AND retry_at IS ?4 \
+             AND removed_at IS NULL",
             params![
                 id.to_string(),
                 expected.after,
@@ -1702,7 +1703,7 @@ impl StoreTx for SqliteTx<'_> {
             return Err(TxError::NotFound);
         }
         Err(conflict(format!(
-            "notify_targets: the progress of target {id} moved"
+            "notify_targets: the progress of target {id} moved, or it was removed"
         )))
     }
 

@@ -23,6 +23,7 @@ use std::collections::BTreeSet;
 
 use serde_json::json;
 
+pub use super::target::NotifyLease;
 use super::target::{NotifyEvent, NotifyTarget, Progress};
 use crate::approval::Approval;
 use crate::env::Env;
@@ -34,14 +35,6 @@ use crate::time::Timestamp;
 
 /// Events read per store query while looking for a target's next one.
 const PAGE: usize = 200;
-
-/// One row of `notify_leases`: which process delivers a tenant's notifications, until when.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NotifyLease {
-    pub tenant_id: String,
-    pub holder: String,
-    pub expires_at: Timestamp,
-}
 
 /// What an event to notify is about, as read when it is due.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,9 +196,8 @@ impl<S: Store> Notifier<S> {
                     else {
                         continue;
                     };
-                    if let Some(subject) = subject_of(tx, event)? {
-                        return Ok((events, Some((index, kind, subject))));
-                    }
+                    let subject = subject_of(tx, event)?;
+                    return Ok((events, Some((index, kind, subject))));
                 }
                 Ok((events, None))
             })?;
@@ -223,19 +215,50 @@ impl<S: Store> Notifier<S> {
                 self.advance(target.id, &target.tenant_id, &progress, &next, None)?;
                 progress = next;
             }
-            if let Some((index, kind, subject)) = found {
-                let Some(event) = events.get(index).cloned() else {
-                    return Ok(None);
-                };
-                let mut target = target.clone();
-                target.progress = progress;
-                return Ok(Some(Due {
-                    attempt: progress.attempts.saturating_add(1),
-                    target,
-                    event,
-                    kind,
-                    subject,
-                }));
+            match found {
+                Some((index, kind, Some(subject))) => {
+                    let Some(event) = events.get(index).cloned() else {
+                        return Ok(None);
+                    };
+                    let mut target = target.clone();
+                    target.progress = progress;
+                    return Ok(Some(Due {
+                        attempt: progress.attempts.saturating_add(1),
+                        target,
+                        event,
+                        kind,
+                        subject,
+                    }));
+                }
+                Some((index, kind, None)) => {
+                    // The record the event names is gone (no store removes one) or the payload
+                    // does not name it: nothing can be said of it, and that is recorded.
+                    let Some(event) = events.get(index) else {
+                        return Ok(None);
+                    };
+                    let next = Progress {
+                        after: event.id,
+                        attempts: 0,
+                        retry_at: None,
+                    };
+                    let given_up = self.given_up(
+                        target,
+                        event.id,
+                        kind,
+                        0,
+                        "the record the event names was not found",
+                    );
+                    self.advance(
+                        target.id,
+                        &target.tenant_id,
+                        &progress,
+                        &next,
+                        Some(&given_up),
+                    )?;
+                    progress = next;
+                    continue;
+                }
+                None => {}
             }
             if events.len() < PAGE {
                 return Ok(None);
@@ -291,23 +314,7 @@ impl<S: Store> Notifier<S> {
                     attempts: 0,
                     retry_at: None,
                 };
-                let now = self.env.clock.now();
-                let given_up = ProcessEvent {
-                    id: self.env.new_uuid(),
-                    event_type: EventType::NotifyDeliveryGivenUp,
-                    payload_schema_version: PAYLOAD_SCHEMA_VERSION,
-                    actor: Actor::worker(&self.holder),
-                    payload: json!({
-                        "tenant_id": due.target.tenant_id,
-                        "target_id": due.target.id.to_string(),
-                        "event_id": due.event.id,
-                        "event_type": due.kind.as_str(),
-                        "attempts": due.attempt,
-                        "why": why,
-                    }),
-                    derivation_key: keys::notify_given_up(due.target.id, due.event.id),
-                    created_at: now,
-                };
+                let given_up = self.given_up(&due.target, due.event.id, due.kind, due.attempt, why);
                 self.advance(
                     due.target.id,
                     &due.target.tenant_id,
@@ -317,6 +324,33 @@ impl<S: Store> Notifier<S> {
                 )?;
                 Ok(next)
             }
+        }
+    }
+
+    /// The `notify.delivery.given_up` event of `target` for `event_id`.
+    fn given_up(
+        &self,
+        target: &NotifyTarget,
+        event_id: i64,
+        kind: NotifyEvent,
+        attempts: u32,
+        why: &str,
+    ) -> ProcessEvent {
+        ProcessEvent {
+            id: self.env.new_uuid(),
+            event_type: EventType::NotifyDeliveryGivenUp,
+            payload_schema_version: PAYLOAD_SCHEMA_VERSION,
+            actor: Actor::worker(&self.holder),
+            payload: json!({
+                "tenant_id": target.tenant_id,
+                "target_id": target.id.to_string(),
+                "event_id": event_id,
+                "event_type": kind.as_str(),
+                "attempts": attempts,
+                "why": why,
+            }),
+            derivation_key: keys::notify_given_up(target.id, event_id),
+            created_at: self.env.clock.now(),
         }
     }
 

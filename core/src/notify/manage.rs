@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::target::{
     MAX_LABEL_CHARS, NotifyEvent, NotifyFormat, NotifyTarget, Progress, SecretSource, check_url,
+    ntfy_topic,
 };
 use crate::control::{ControlService, ServiceError};
 use crate::events::{Actor, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent, keys};
@@ -29,8 +30,13 @@ pub struct TargetSpec {
 }
 
 impl TargetSpec {
-    fn check(&self) -> Result<(), ServiceError> {
+    fn check(&self, tenant: &str) -> Result<(), ServiceError> {
         check_url(&self.url).map_err(ServiceError::InvalidArgument)?;
+        if self.format == NotifyFormat::Ntfy && ntfy_topic(&self.url).is_none() {
+            return Err(ServiceError::InvalidArgument(
+                "an ntfy URL ends in its topic: https://ntfy.example/topic".to_owned(),
+            ));
+        }
         if self.events.is_empty() {
             return Err(ServiceError::InvalidArgument(
                 "a target must subscribe to at least one event".to_owned(),
@@ -45,6 +51,9 @@ impl TargetSpec {
         }
         // A reference built in code (not parsed) is held to the same rules.
         SecretSource::parse(&self.secret.to_text()).map_err(ServiceError::InvalidArgument)?;
+        self.secret
+            .check_for(tenant)
+            .map_err(ServiceError::InvalidArgument)?;
         Ok(())
     }
 }
@@ -75,7 +84,7 @@ impl<S: Store> ControlService<S> {
             check_identity(value)
                 .map_err(|e| ServiceError::InvalidArgument(format!("{field} {e}")))?;
         }
-        spec.check()?;
+        spec.check(tenant)?;
         let env = self.env();
         let now = env.clock.now();
         let id = NotifyTargetId(env.new_uuid());
@@ -132,7 +141,11 @@ impl<S: Store> ControlService<S> {
             tx.notify_target(id)?
                 .filter(|t| t.tenant_id == tenant && t.removed_at.is_none())
                 .ok_or(TxError::NotFound)?;
-            let removed = tx.remove_notify_target(id, now)?;
+            // Removed by a concurrent request since the check: as if it were not found.
+            let removed = match tx.remove_notify_target(id, now) {
+                Err(TxError::Conflict(_)) => return Err(TxError::NotFound),
+                other => other?,
+            };
             let mut payload = described(&removed);
             if let Some(object) = payload.as_object_mut() {
                 object.insert("removed_by".to_owned(), json!(by));

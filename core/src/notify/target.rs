@@ -45,7 +45,22 @@ impl NotifyEvent {
 /// secret's variable, and the notifier reads it in its own process: without a prefix, whoever
 /// manages targets could make the notifier key its signatures with any variable of the server
 /// (an OAuth client secret, a database password). The name is all anyone can read back.
+///
+/// A secret is also **the tenant's own** ([`SecretSource::check_for`]): its variable is named
+/// `AIRLOCK_NOTIFY_<tag>_…` and its file lies in a directory named `<tag>`, where the tag is
+/// [`tenant_tag`]. Otherwise one tenant's administrator could name another tenant's secret and
+/// have the server sign requests of their choosing with it.
 pub const SECRET_ENV_PREFIX: &str = "AIRLOCK_NOTIFY_";
+
+/// A tenant's tag in its secrets' names: `T` and the first 16 hex digits (upper case) of the
+/// SHA-256 of the tenant id. A hash, because tenant ids may hold any character and two ids must
+/// never share a tag; `airlock notify secret-name` prints it.
+pub fn tenant_tag(tenant: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(tenant.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02X}")).collect();
+    format!("T{hex}")
+}
 
 /// The longest target URL, label and secret file path, in bytes.
 pub const MAX_URL_BYTES: usize = 2048;
@@ -97,6 +112,35 @@ impl SecretSource {
         Err("the secret must be given as env:AIRLOCK_NOTIFY_… or file:/absolute/path".to_owned())
     }
 
+    /// Whether this secret is `tenant`'s own: a variable named `AIRLOCK_NOTIFY_<tag>_…`, or a
+    /// file in a directory named `<tag>` (no `.` or `..` component), where the tag is
+    /// [`tenant_tag`]. Checked when a target is added and again before each delivery.
+    pub fn check_for(&self, tenant: &str) -> Result<(), String> {
+        let tag = tenant_tag(tenant);
+        let own = match self {
+            SecretSource::Env(name) => name
+                .strip_prefix(SECRET_ENV_PREFIX)
+                .and_then(|rest| rest.strip_prefix(tag.as_str()))
+                .and_then(|rest| rest.strip_prefix('_'))
+                .is_some_and(|rest| !rest.is_empty()),
+            SecretSource::File(path) => {
+                let components: Vec<&str> = path.split('/').collect();
+                !components.iter().any(|c| *c == "." || *c == "..")
+                    && components[..components.len().saturating_sub(1)].contains(&tag.as_str())
+            }
+        };
+        if own {
+            Ok(())
+        } else {
+            Err(format!(
+                "a secret of tenant '{}' is the environment variable \
+                 {SECRET_ENV_PREFIX}{tag}_… or a file in a directory named {tag} \
+                 (`airlock notify secret-name` prints them)",
+                tenant.escape_debug()
+            ))
+        }
+    }
+
     /// The `env:…` / `file:…` spelling [`SecretSource::parse`] reads.
     pub fn to_text(&self) -> String {
         match self {
@@ -116,6 +160,14 @@ pub struct Progress {
     pub attempts: u32,
     /// No attempt at it before this time (the back-off after a failed attempt).
     pub retry_at: Option<Timestamp>,
+}
+
+/// One row of `notify_leases`: which process delivers a tenant's notifications, until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyLease {
+    pub tenant_id: String,
+    pub holder: String,
+    pub expires_at: Timestamp,
 }
 
 /// One row of `notify_targets`. Rows are never deleted: a removed target stays as the record of
@@ -159,6 +211,14 @@ pub fn shown_url(url: &str) -> String {
     }
 }
 
+/// An ntfy target's topic: the last non-empty segment of its URL's path.
+pub fn ntfy_topic(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+    let path = &rest[rest.find('/')?..];
+    path.split('/').rfind(|s| !s.is_empty())
+}
+
 /// Checks a target URL: `http` or `https`, a host, no user information (a password in a URL
 /// ends up in logs), no fragment, no whitespace or control characters, at most
 /// [`MAX_URL_BYTES`]. The adapter parses it fully before it sends anything.
@@ -180,10 +240,15 @@ pub fn check_url(url: &str) -> Result<(), String> {
     if authority.contains('@') {
         return Err("the URL must not carry user information (user:password@)".to_owned());
     }
-    let host = authority
+    let (host, port) = authority
         .rsplit_once(':')
         .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
-        .map_or(authority, |(host, _)| host);
+        .map_or((authority, None), |(host, port)| (host, Some(port)));
+    if port.is_some_and(|p| {
+        p.is_empty() || p.len() > 5 || p.parse::<u32>().map_or(true, |n| n > 65_535)
+    }) {
+        return Err("the URL's port must be 0..=65535".to_owned());
+    }
     if host.is_empty() || host == "[]" {
         return Err("the URL must name a host".to_owned());
     }
@@ -213,6 +278,8 @@ mod tests {
             "https://host/#frag",
             "javascript:alert(1)",
             "https://host/\u{7}",
+            "https://host:65536/",
+            "https://host:/",
         ] {
             assert!(check_url(bad).is_err(), "{bad}");
         }
@@ -222,6 +289,34 @@ mod tests {
         );
         assert_eq!(shown_url("http://127.0.0.1:8080"), "http://127.0.0.1:8080/");
         assert_eq!(shown_url("http://h:1?token=x"), "http://h:1/…");
+    }
+
+    #[test]
+    fn a_secret_is_the_tenants_own() {
+        let tag = tenant_tag("acme");
+        assert_eq!(tag.len(), 17);
+        assert_ne!(tag, tenant_tag("acme2"));
+        let own = [
+            format!("env:AIRLOCK_NOTIFY_{tag}_SLACK"),
+            format!("file:/etc/airlock/notify/{tag}/slack.key"),
+        ];
+        for text in &own {
+            let source = SecretSource::parse(text).expect("parses");
+            assert_eq!(source.check_for("acme"), Ok(()), "{text}");
+            assert!(source.check_for("other").is_err(), "{text} is not other's");
+        }
+        for text in [
+            "env:AIRLOCK_NOTIFY_SLACK".to_owned(),
+            format!("env:AIRLOCK_NOTIFY_{tag}_"),
+            format!("env:AIRLOCK_NOTIFY_{tag}X_A"),
+            format!("file:/etc/{tag}"),
+            format!("file:/etc/{tag}/../other/key"),
+            format!("file:/etc/./{tag}/key"),
+            "file:/proc/self/environ".to_owned(),
+        ] {
+            let source = SecretSource::parse(&text).expect("parses");
+            assert!(source.check_for("acme").is_err(), "{text}");
+        }
     }
 
     #[test]

@@ -6,7 +6,9 @@
 use std::collections::BTreeSet;
 
 use crate::ids::NotifyTargetId;
-use crate::notify::{NotifyEvent, NotifyFormat, NotifyLease, NotifyTarget, Progress, SecretSource};
+use crate::notify::target::{
+    NotifyEvent, NotifyFormat, NotifyLease, NotifyTarget, Progress, SecretSource,
+};
 use crate::store::{Store, StoreTx, TxError};
 use crate::testing::fixtures::*;
 
@@ -117,6 +119,20 @@ fn a_target_is_removed_once<S: Store>(store: &S) {
     assert_eq!(
         store.transact(|tx| tx.remove_notify_target(target_id(42), at(60))),
         Err(TxError::NotFound)
+    );
+    assert!(
+        matches!(
+            store.transact(|tx| tx.advance_notify_target(
+                target.id,
+                &target.progress,
+                &Progress {
+                    after: 9,
+                    ..Progress::default()
+                }
+            )),
+            Err(TxError::Conflict(_))
+        ),
+        "notify_targets: a removed target's progress no longer moves"
     );
     assert_eq!(
         read(store, |tx| tx.notify_targets(None)),

@@ -47,6 +47,13 @@ pub enum NotifyCommand {
     List,
     /// Remove a target: nothing more is sent to it.
     Remove { id: NotifyTargetId },
+    /// The names the tenant's signing secrets must have: the environment variable
+    /// `AIRLOCK_NOTIFY_<tag>_NAME` and the directory `<tag>` a secret file lies in.
+    SecretName {
+        /// The variable's last part (A–Z, 0–9, _).
+        #[arg(default_value = "WEBHOOK")]
+        name: String,
+    },
 }
 
 fn emit(record: &impl serde::Serialize) -> Exit {
@@ -65,6 +72,28 @@ pub async fn run(globals: &Globals, command: NotifyCommand) -> Exit {
         Err(exit) => return exit,
     };
     match command {
+        NotifyCommand::SecretName { name } => {
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+            {
+                return invalid_argument("NAME is A–Z, 0–9 and _");
+            }
+            let tag = airlock_core::notify::target::tenant_tag(&principal.tenant_id);
+            let variable = format!(
+                "{}{tag}_{name}",
+                airlock_core::notify::target::SECRET_ENV_PREFIX
+            );
+            line(serde_json::json!({
+                "tenant_id": principal.tenant_id,
+                "tag": tag,
+                "env": variable,
+                "secret": format!("env:{variable}"),
+                "file_directory": tag,
+            }));
+            Exit::Ok
+        }
         NotifyCommand::Add {
             url,
             format,
@@ -180,11 +209,20 @@ pub struct Running {
 }
 
 impl Running {
+    /// Stops the notifier: the attempt in flight ends, the last round runs, the leases are
+    /// released; after [`STOP_LIMIT`] the task is abandoned (its leases then expire).
     pub async fn stop(self) {
         self.stopping.store(true, Ordering::SeqCst);
-        let _ = self.task.await;
+        let abort = self.task.abort_handle();
+        if tokio::time::timeout(STOP_LIMIT, self.task).await.is_err() {
+            tracing::warn!("notifications: the notifier did not stop in time");
+            abort.abort();
+        }
     }
 }
+
+/// How long stopping the notifier may take: an attempt (10 s) and the last round (15 s).
+pub const STOP_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Starts this process's notifier as `holder` (its worker id), unless `--no-notify`.
 pub fn start(
@@ -196,6 +234,9 @@ pub fn start(
     if args.no_notify {
         return None;
     }
+    // Unique per process even when two workers are given one --worker-id: the lease tells
+    // processes apart by this name.
+    let holder = format!("{holder}/{}", uuid::Uuid::new_v4());
     let notifier = Notifier::new(app.env.clone(), holder, LEASE_SECONDS);
     let deliverer = match Deliverer::new(notifier, settings) {
         Ok(deliverer) => deliverer,
