@@ -591,3 +591,52 @@ fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
     assert_eq!(receiver.at("/uncertain").len(), 1, "sent once");
     drop((first, second));
 }
+
+#[test]
+fn a_worker_tells_of_the_approval_its_run_asked_for_before_it_exits() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let key = acme_key(dir.path(), SECRET);
+    let receiver = Receiver::start();
+    let base = format!("http://{}", receiver.addr);
+    add_target(
+        &data,
+        &key,
+        &format!("{base}/worker"),
+        "json",
+        "approval.requested",
+    );
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
+            "principal_scopes": ["demo.write"], "origin_trust": "user",
+            "steps": [{"calls": [{"call_id": "c1", "tool": "demo.external_write",
+                "arguments": {"destination": "demo", "content": "x"},
+                "argument_trust": {"destination": "user", "content": "user"}}]}]})
+        .to_string(),
+    )
+    .expect("script");
+    let (code, submitted) = airlock(
+        &data,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "alice",
+            "run",
+            "submit",
+            script.to_str().expect("utf-8"),
+        ],
+    );
+    assert_eq!(code, 0, "{submitted}");
+    assert_eq!(submitted["status"], "QUEUED");
+    // The worker parks the run and, stopping once idle, sends what is due in a last round.
+    let (code, summary) = airlock(&data, &["worker", "--until-idle"]);
+    assert_eq!(code, 0, "{summary}");
+    assert_eq!(summary["parked_for_approval"], 1, "{summary}");
+    let got = receiver.at("/worker");
+    assert_eq!(got.len(), 1, "delivered before the worker exited: {got:?}");
+    assert_signed(&got[0]);
+    assert_eq!(got[0].json()["run_id"], submitted["run_id"]);
+}
