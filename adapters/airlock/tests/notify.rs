@@ -216,38 +216,6 @@ fn add_target(data: &Path, key: &Path, url: &str, format: &str, event: &str) -> 
     added["id"].as_str().expect("id").to_owned()
 }
 
-/// Submits alice's run whose one call (an external write, its content a `<script>`) waits for
-/// approval; answers the run id.
-fn park_a_run(data: &Path, dir: &Path) -> String {
-    let script = dir.join("script.json");
-    std::fs::write(
-        &script,
-        json!({"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
-            "principal_scopes": ["demo.write"], "origin_trust": "user",
-            "steps": [{"calls": [{"call_id": "c1", "tool": "demo.external_write",
-                "arguments": {"destination": "demo", "content": "<script>alert(1)</script>"},
-                "argument_trust": {"destination": "user", "content": "user"}}]}]})
-        .to_string(),
-    )
-    .expect("script");
-    let (code, submitted) = airlock(
-        data,
-        &[
-            "--tenant",
-            "acme",
-            "--principal",
-            "alice",
-            "run",
-            "submit",
-            script.to_str().expect("utf-8"),
-            "--inline",
-        ],
-    );
-    assert_eq!(code, 0, "{submitted}");
-    assert_eq!(submitted["status"], "WAITING_FOR_APPROVAL");
-    submitted["run_id"].as_str().expect("run").to_owned()
-}
-
 fn given_up_events(data: &Path) -> Vec<Value> {
     let conn = rusqlite::Connection::open(data.join("airlock.sqlite3")).expect("open");
     let mut statement = conn
@@ -283,7 +251,7 @@ fn deliveries_are_signed_retried_once_each_and_inert_in_every_format() {
         "json",
         "approval.expired",
     );
-    park_a_run(&data, dir.path());
+    common::waiting_run(&data, dir.path(), "<script>alert(1)</script>");
 
     let notify_flags = ["--notify-backoff-ms", "10", "--notify-attempts", "3"];
     let server = Server::start(&data, &[], &notify_flags);
@@ -538,7 +506,7 @@ fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
     // Two servers on one store: each notifies, one per tenant at a time.
     let first = Server::start(&data, &[], &[]);
     let second = Server::start(&data, &[], &[]);
-    let run = park_a_run(&data, dir.path());
+    let run = common::waiting_run(&data, dir.path(), "<script>alert(1)</script>");
     let requested = receiver.wait_for("/slow", 1);
     assert_signed(&requested[0]);
     std::thread::sleep(Duration::from_secs(5));
@@ -606,17 +574,7 @@ fn a_worker_tells_of_the_approval_its_run_asked_for_before_it_exits() {
         "json",
         "approval.requested",
     );
-    let script = dir.path().join("script.json");
-    std::fs::write(
-        &script,
-        json!({"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
-            "principal_scopes": ["demo.write"], "origin_trust": "user",
-            "steps": [{"calls": [{"call_id": "c1", "tool": "demo.external_write",
-                "arguments": {"destination": "demo", "content": "x"},
-                "argument_trust": {"destination": "user", "content": "user"}}]}]})
-        .to_string(),
-    )
-    .expect("script");
+    let script = common::write_script(dir.path(), "x");
     let (code, submitted) = airlock(
         &data,
         &[

@@ -6,7 +6,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,35 +57,6 @@ fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> common::An
 }
 
 /// A run of tenant acme waiting for an approval, submitted by alice.
-fn waiting_run(data: &Path, dir: &Path) -> String {
-    let script = dir.join("script.json");
-    std::fs::write(
-        &script,
-        json!({"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
-            "principal_scopes": ["demo.write"], "origin_trust": "user",
-            "steps": [{"calls": [{"call_id": "c1", "tool": "demo.external_write",
-                "arguments": {"destination": "demo", "content": "hello"},
-                "argument_trust": {"destination": "user", "content": "user"}}]}]})
-        .to_string(),
-    )
-    .expect("script");
-    let (code, submitted) = airlock(
-        data,
-        &[
-            "--tenant",
-            "acme",
-            "--principal",
-            "alice",
-            "run",
-            "submit",
-            script.to_str().expect("utf-8"),
-            "--inline",
-        ],
-    );
-    assert_eq!(code, 0, "{submitted}");
-    assert_eq!(submitted["status"], "WAITING_FOR_APPROVAL");
-    submitted["run_id"].as_str().expect("run").to_owned()
-}
 
 #[test]
 fn an_issuers_tokens_are_their_claims_caller_and_every_bad_one_is_401_with_the_metadata() {
@@ -109,7 +79,7 @@ scopes_supported = ["run.read", "approval.read", "approval.resolve", "policy.adm
         ),
     )
     .expect("config");
-    let run = waiting_run(&data, dir.path());
+    let run = common::waiting_run(&data, dir.path(), "hello");
     let server = Server::start(&data, &[], &["--config", config.to_str().expect("utf-8")]);
     assert_eq!(
         hits.load(Ordering::SeqCst),

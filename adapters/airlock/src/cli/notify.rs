@@ -16,7 +16,7 @@ use airlock_notify::deliver::{Deliverer, DeliverySettings};
 use clap::Subcommand;
 
 use super::globals::Globals;
-use super::output::{invalid_argument, line, service_error};
+use super::output::{invalid_argument, line, record, service_error};
 use crate::app::App;
 use crate::exit::Exit;
 
@@ -54,16 +54,6 @@ pub enum NotifyCommand {
         #[arg(default_value = "WEBHOOK")]
         name: String,
     },
-}
-
-fn emit(record: &impl serde::Serialize) -> Exit {
-    match serde_json::to_string(record) {
-        Ok(text) => {
-            line(text);
-            Exit::Ok
-        }
-        Err(e) => service_error(&airlock_core::control::ServiceError::Storage(e.to_string())),
-    }
 }
 
 pub async fn run(globals: &Globals, command: NotifyCommand) -> Exit {
@@ -121,7 +111,7 @@ pub async fn run(globals: &Globals, command: NotifyCommand) -> Exit {
                 &principal.principal_id,
                 &spec,
             ) {
-                Ok(target) => emit(&TargetRecord::from(&target)),
+                Ok(target) => record(&TargetRecord::from(&target)),
                 Err(e) => service_error(&e),
             }
         }
@@ -131,7 +121,7 @@ pub async fn run(globals: &Globals, command: NotifyCommand) -> Exit {
                 Err(exit) => return exit,
             };
             match app.control(None).list_notify_targets(&principal.tenant_id) {
-                Ok(targets) => emit(&TargetList {
+                Ok(targets) => record(&TargetList {
                     items: targets.iter().map(TargetRecord::from).collect(),
                 }),
                 Err(e) => service_error(&e),
@@ -147,7 +137,7 @@ pub async fn run(globals: &Globals, command: NotifyCommand) -> Exit {
                 &principal.principal_id,
                 id,
             ) {
-                Ok(target) => emit(&TargetRecord::from(&target)),
+                Ok(target) => record(&TargetRecord::from(&target)),
                 Err(e) => service_error(&e),
             }
         }

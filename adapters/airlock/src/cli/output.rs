@@ -40,6 +40,17 @@ pub fn print(value: &Value) -> Exit {
     Exit::Ok
 }
 
+/// Prints a wire record (a struct in its field order) as one line of compact JSON.
+pub fn record(record: &impl serde::Serialize) -> Exit {
+    match serde_json::to_string(record) {
+        Ok(text) => {
+            line(text);
+            Exit::Ok
+        }
+        Err(e) => service_error(&ServiceError::Storage(e.to_string())),
+    }
+}
+
 /// Prints a service error object and returns its exit class.
 pub fn service_error(error: &ServiceError) -> Exit {
     line(error_json(error.code(), &error.to_string()));

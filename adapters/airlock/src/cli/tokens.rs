@@ -9,7 +9,7 @@ use airlock_http::wire::{TokenList, TokenRecord};
 use clap::Subcommand;
 
 use super::globals::Globals;
-use super::output::{invalid_argument, line, service_error};
+use super::output::{invalid_argument, record, service_error};
 use crate::exit::Exit;
 
 /// A token lives this long unless `--expires-in` says otherwise.
@@ -45,17 +45,6 @@ pub fn parse_expiry(text: &str) -> Result<Option<i64>, String> {
     })
 }
 
-/// One line of JSON in the record's field order (SPEC §20 lists `create`'s fields).
-fn emit(record: &impl serde::Serialize) -> Exit {
-    match serde_json::to_string(record) {
-        Ok(text) => {
-            line(text);
-            Exit::Ok
-        }
-        Err(e) => service_error(&airlock_core::control::ServiceError::Storage(e.to_string())),
-    }
-}
-
 pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
     let principal = match globals.principal() {
         Ok(p) => p,
@@ -89,7 +78,7 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
                 expires_at: seconds.map(|s| now.saturating_add_seconds(s)),
             };
             match control.issue_token(&grant, &secret) {
-                Ok(token) => emit(&TokenRecord::new(&token, Some(secret.expose()))),
+                Ok(token) => record(&TokenRecord::new(&token, Some(secret.expose()))),
                 Err(e) => service_error(&e),
             }
         }
@@ -99,7 +88,7 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
                 Err(exit) => return exit,
             };
             match app.control(None).list_tokens(&principal.tenant_id) {
-                Ok(tokens) => emit(&TokenList {
+                Ok(tokens) => record(&TokenList {
                     items: tokens.iter().map(|t| TokenRecord::new(t, None)).collect(),
                 }),
                 Err(e) => service_error(&e),
@@ -111,7 +100,7 @@ pub async fn run(globals: &Globals, command: TokensCommand) -> Exit {
                 Err(exit) => return exit,
             };
             match app.control(None).revoke_token(&principal.tenant_id, id) {
-                Ok(token) => emit(&TokenRecord::new(&token, None)),
+                Ok(token) => record(&TokenRecord::new(&token, None)),
                 Err(e) => service_error(&e),
             }
         }

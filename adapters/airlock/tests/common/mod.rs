@@ -29,6 +29,44 @@ pub fn airlock(data: &Path, args: &[&str]) -> (i32, Value) {
     (output.status.code().unwrap_or(-1), value)
 }
 
+/// A run script of alice's in tenant acme whose one call, an external write of `content`,
+/// waits for approval under the shipped policy; written to `dir/script.json`.
+pub fn write_script(dir: &Path, content: &str) -> std::path::PathBuf {
+    let script = dir.join("script.json");
+    std::fs::write(
+        &script,
+        serde_json::json!({"schema_version": 1, "tenant_id": "acme", "principal_id": "alice",
+            "principal_scopes": ["demo.write"], "origin_trust": "user",
+            "steps": [{"calls": [{"call_id": "c1", "tool": "demo.external_write",
+                "arguments": {"destination": "demo", "content": content},
+                "argument_trust": {"destination": "user", "content": "user"}}]}]})
+        .to_string(),
+    )
+    .expect("script");
+    script
+}
+
+/// Submits [`write_script`]'s run with `--inline`: it parks; answers its id.
+pub fn waiting_run(data: &Path, dir: &Path, content: &str) -> String {
+    let script = write_script(dir, content);
+    let (code, submitted) = airlock(
+        data,
+        &[
+            "--tenant",
+            "acme",
+            "--principal",
+            "alice",
+            "run",
+            "submit",
+            script.to_str().expect("utf-8"),
+            "--inline",
+        ],
+    );
+    assert_eq!(code, 0, "{submitted}");
+    assert_eq!(submitted["status"], "WAITING_FOR_APPROVAL");
+    submitted["run_id"].as_str().expect("run").to_owned()
+}
+
 /// `airlock --data-dir DATA GLOBAL… serve --listen 127.0.0.1:0 --no-worker SERVE…`, running
 /// until dropped (killed) or [`Server::terminate`]d; `addr` is where it listens.
 pub struct Server {
