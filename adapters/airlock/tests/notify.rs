@@ -598,3 +598,43 @@ fn a_worker_tells_of_the_approval_its_run_asked_for_before_it_exits() {
     assert_signed(&got[0]);
     assert_eq!(got[0].json()["run_id"], submitted["run_id"]);
 }
+
+#[test]
+fn an_mcp_gateway_process_notifies_too() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let key = acme_key(dir.path(), SECRET);
+    let receiver = Receiver::start();
+    let base = format!("http://{}", receiver.addr);
+    add_target(
+        &data,
+        &key,
+        &format!("{base}/gateway"),
+        "json",
+        "approval.requested",
+    );
+    let run = common::waiting_run(&data, dir.path(), "x");
+    // A gateway whose one upstream never answers: only the notifier has work to do.
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        "schema_version = 1\ntenant_id = \"acme\"\nprincipal_id = \"alice\"\nscopes = []\n\
+         origin_trust = \"user\"\n[servers.quiet]\ncommand = \"sleep\"\nargs = [\"60\"]\n",
+    )
+    .expect("gateway file");
+    let mut gateway = std::process::Command::new(common::BIN)
+        .arg("--data-dir")
+        .arg(&data)
+        .args(["mcp", "serve", "--config"])
+        .arg(&config)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("mcp serve starts");
+    let got = receiver.wait_for("/gateway", 1);
+    let _ = gateway.kill();
+    let _ = gateway.wait();
+    assert_signed(&got[0]);
+    assert_eq!(got[0].json()["run_id"], run.as_str());
+}

@@ -61,6 +61,8 @@ pub struct InitArgs {
 pub struct ServeArgs {
     #[command(flatten)]
     pub shadow: super::globals::ShadowArgs,
+    #[command(flatten)]
+    pub notify: super::notify::NotifyArgs,
     /// The gateway file (SPEC §19.2).
     #[arg(long)]
     pub config: PathBuf,
@@ -265,6 +267,10 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
         Ok(config) => config,
         Err(exit) => return exit,
     };
+    let notify_settings = match args.notify.settings() {
+        Ok(settings) => settings,
+        Err(exit) => return exit,
+    };
     let (app, sources) = match args
         .shadow
         .open_app(globals, super::globals::Hangup::CallerHandles)
@@ -285,16 +291,25 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
     );
     settings.lease_ms = args.lease_ms;
     settings.reclaim_every_ms = settings.reclaim_every_ms.min(args.lease_ms);
-    let served = match plan {
+    // Notifications (issue 32 item 1): a gateway's calls wait for people too; one process per
+    // tenant delivers, whichever of the gateways, servers and workers on the store holds the
+    // tenant's lease.
+    let notifier = super::notify::start(
+        &app,
+        notify_settings,
+        &args.notify,
+        settings.worker_id.clone(),
+    );
+    let exit = match plan {
         None => {
             let process = GatewayProcess::start(config, app.env.clone(), settings).await;
             reload_on_sighup(Arc::clone(&process), reloads);
             let served = serve_stdio_connection(&process).await;
             process.shutdown().await;
-            served
+            served_exit(served)
         }
         Some(plan) => {
-            return serve_listening(
+            serve_listening(
                 config,
                 app.env.clone(),
                 settings,
@@ -302,10 +317,13 @@ async fn serve(globals: &Globals, args: ServeArgs) -> Exit {
                 &args.listen_host,
                 reloads,
             )
-            .await;
+            .await
         }
     };
-    served_exit(served)
+    if let Some(notifier) = notifier {
+        notifier.stop().await;
+    }
+    exit
 }
 
 fn served_exit(served: Result<(), ServeError>) -> Exit {
