@@ -182,6 +182,9 @@ impl<S: Store> Notifier<S> {
         let mut progress = target.progress;
         loop {
             let (events, found) = self.env.read(|tx| {
+                // The tail first: a store may require it to be a read transaction's first read
+                // (PostgreSQL waits there for event writers still in flight).
+                let events = tx.events_of_tenant(&target.tenant_id, Some(progress.after), PAGE)?;
                 // Removed since it was listed: nothing more is sent to it.
                 if tx
                     .notify_target(target.id)?
@@ -189,7 +192,6 @@ impl<S: Store> Notifier<S> {
                 {
                     return Ok((Vec::new(), None));
                 }
-                let events = tx.events_of_tenant(&target.tenant_id, Some(progress.after), PAGE)?;
                 for (index, event) in events.iter().enumerate() {
                     let Some(kind) = NotifyEvent::of(event.event_type)
                         .filter(|kind| target.events.contains(kind))
