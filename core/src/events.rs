@@ -9,7 +9,8 @@ use crate::tx_error::TxError;
 use crate::vocab::ActorType;
 
 airlock_policy::wire_enum! {
-    /// Every event type of SPEC §13.1 and §13.3.
+    /// Every event type of SPEC §13.1 and §13.3, and the process events of issue 32's
+    /// notification targets (`notify.*`), which the specification does not list.
     EventType: "event type" {
         RunQueued = "run.queued",
         RunCheckpointed = "run.checkpointed",

@@ -158,7 +158,14 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
 
     let first = Notifier::new(h.env.clone(), "n1".to_owned(), 30);
     let second = Notifier::new(h.env.clone(), "n2".to_owned(), 30);
-    assert_eq!(first.tenants().expect("tenants"), vec!["acme".to_owned()]);
+    assert_eq!(
+        first
+            .targets_by_tenant()
+            .expect("targets")
+            .keys()
+            .collect::<Vec<_>>(),
+        vec!["acme"]
+    );
     assert!(first.hold("acme").expect("hold"));
     assert!(!second.hold("acme").expect("hold"), "one holder at a time");
     assert!(first.hold("acme").expect("renew"), "the holder renews");
@@ -180,8 +187,8 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
     );
     // The expiry target has nothing due, and its cursor stepped over the run's events.
     assert_eq!(first.due(&expired).expect("due"), None);
-    let stepped = first.targets("acme").expect("targets");
-    assert!(stepped[1].progress.after >= due.event.id);
+    let stepped = first.targets_by_tenant().expect("targets");
+    assert!(stepped["acme"][1].progress.after >= due.event.id);
 
     // A failed attempt holds the event until its back-off passes, then it is due again.
     let retry_at = first.now().saturating_add_seconds(5);
@@ -220,7 +227,7 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
     // out) and the other notifier takes over from the stored cursor.
     h.advance(86_401).await;
     assert_eq!(h.control.expire_due_all(h.clock.now()).await.unwrap(), 1);
-    let expired_now = first.targets("acme").expect("targets")[1].clone();
+    let expired_now = first.targets_by_tenant().expect("targets")["acme"][1].clone();
     let due_expiry = first.due(&expired_now).expect("due").expect("expiry due");
     assert_eq!(due_expiry.kind, NotifyEvent::ApprovalExpired);
     assert!(second.hold("acme").expect("take over an expired lease"));
@@ -275,9 +282,7 @@ async fn one_notifier_per_tenant_follows_each_targets_cursor() {
     assert_eq!(last["event_id"], missing.id);
     assert_eq!(last["target_id"], orphaned.id.to_string());
     assert_eq!(
-        first
-            .targets("acme")
-            .expect("targets")
+        first.targets_by_tenant().expect("targets")["acme"]
             .last()
             .map(|t| t.progress.after),
         Some(missing.id)

@@ -198,13 +198,13 @@ impl<S: Store> Deliverer<S> {
         stop: &impl Fn() -> bool,
     ) -> Result<(), TxError> {
         let mut targets = Vec::new();
-        for tenant in self.notifier.tenants()? {
-            if !self.notifier.hold(&tenant)? {
+        for (tenant, of_tenant) in self.notifier.targets_by_tenant()? {
+            if self.notifier.hold(&tenant)? {
+                held.insert(tenant);
+                targets.extend(of_tenant);
+            } else {
                 held.remove(&tenant);
-                continue;
             }
-            held.insert(tenant.clone());
-            targets.extend(self.notifier.targets(&tenant)?);
         }
         let ends = futures_util::future::join_all(
             targets.into_iter().map(|target| self.follow(target, stop)),

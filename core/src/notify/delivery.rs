@@ -19,7 +19,7 @@
 //!
 //! [`StoreTx::swap_notify_lease`]: crate::store::StoreTx::swap_notify_lease
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use serde_json::json;
 
@@ -28,7 +28,7 @@ use super::target::{NotifyEvent, NotifyTarget, Progress};
 use crate::approval::Approval;
 use crate::env::Env;
 use crate::events::{Actor, Event, EventType, PAYLOAD_SCHEMA_VERSION, ProcessEvent, keys};
-use crate::ids::{ApprovalId, InvocationId, NotifyTargetId};
+use crate::ids::{ApprovalId, InvocationId};
 use crate::invocation::Invocation;
 use crate::store::{Store, StoreTx, TxError};
 use crate::time::Timestamp;
@@ -91,15 +91,17 @@ impl<S: Store> Notifier<S> {
         &self.holder
     }
 
-    /// The tenants that have a target, in order.
-    pub fn tenants(&self) -> Result<Vec<String>, TxError> {
-        let targets = self.env.read(|tx| tx.notify_targets(None))?;
-        Ok(targets
-            .into_iter()
-            .map(|t| t.tenant_id)
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect())
+    /// Every live target, by tenant (tenants in order, each tenant's targets by creation):
+    /// one read per round.
+    pub fn targets_by_tenant(&self) -> Result<BTreeMap<String, Vec<NotifyTarget>>, TxError> {
+        let mut by_tenant: BTreeMap<String, Vec<NotifyTarget>> = BTreeMap::new();
+        for target in self.env.read(|tx| tx.notify_targets(None))? {
+            by_tenant
+                .entry(target.tenant_id.clone())
+                .or_default()
+                .push(target);
+        }
+        Ok(by_tenant)
     }
 
     /// Takes or renews the tenant's lease: `true` if this notifier holds it now, with at least
@@ -166,11 +168,6 @@ impl<S: Store> Notifier<S> {
         }
     }
 
-    /// The tenant's live targets.
-    pub fn targets(&self, tenant: &str) -> Result<Vec<NotifyTarget>, TxError> {
-        self.env.read(|tx| tx.notify_targets(Some(tenant)))
-    }
-
     /// The event due at `target` now, if any: `None` when the target is caught up or waits
     /// out a back-off. Steps the cursor over events the target does not subscribe to (and over
     /// an event whose record is gone, which a store never does).
@@ -209,12 +206,8 @@ impl<S: Store> Notifier<S> {
                 None => events.last(),
             };
             if let Some(last) = stepped {
-                let next = Progress {
-                    after: last.id,
-                    attempts: 0,
-                    retry_at: None,
-                };
-                self.advance(target.id, &target.tenant_id, &progress, &next, None)?;
+                let next = Progress::past(last.id);
+                self.advance(target, &progress, &next, None)?;
                 progress = next;
             }
             match found {
@@ -238,11 +231,7 @@ impl<S: Store> Notifier<S> {
                     let Some(event) = events.get(index) else {
                         return Ok(None);
                     };
-                    let next = Progress {
-                        after: event.id,
-                        attempts: 0,
-                        retry_at: None,
-                    };
+                    let next = Progress::past(event.id);
                     let given_up = self.given_up(
                         target,
                         event.id,
@@ -250,13 +239,7 @@ impl<S: Store> Notifier<S> {
                         0,
                         "the record the event names was not found",
                     );
-                    self.advance(
-                        target.id,
-                        &target.tenant_id,
-                        &progress,
-                        &next,
-                        Some(&given_up),
-                    )?;
+                    self.advance(target, &progress, &next, Some(&given_up))?;
                     progress = next;
                     continue;
                 }
@@ -276,57 +259,26 @@ impl<S: Store> Notifier<S> {
     /// Records how `due`'s attempt ended (see the module docs); answers the target as it now
     /// stands.
     pub fn settle(&self, due: &Due, settle: &Settle) -> Result<NotifyTarget, TxError> {
-        let expected = due.target.progress;
-        let next = self.settled(due, settle, &expected)?;
+        let (next, given_up) = match settle {
+            Settle::Delivered => (Progress::past(due.event.id), None),
+            Settle::RetryAt(at) => (
+                Progress {
+                    after: due.target.progress.after,
+                    attempts: due.attempt,
+                    retry_at: Some(*at),
+                },
+                None,
+            ),
+            Settle::GiveUp { why } => (
+                Progress::past(due.event.id),
+                Some(self.given_up(&due.target, due.event.id, due.kind, due.attempt, why)),
+            ),
+        };
+        self.advance(&due.target, &due.target.progress, &next, given_up.as_ref())?;
         Ok(NotifyTarget {
             progress: next,
             ..due.target.clone()
         })
-    }
-
-    fn settled(
-        &self,
-        due: &Due,
-        settle: &Settle,
-        expected: &Progress,
-    ) -> Result<Progress, TxError> {
-        let expected = *expected;
-        match settle {
-            Settle::Delivered => {
-                let next = Progress {
-                    after: due.event.id,
-                    attempts: 0,
-                    retry_at: None,
-                };
-                self.advance(due.target.id, &due.target.tenant_id, &expected, &next, None)?;
-                Ok(next)
-            }
-            Settle::RetryAt(at) => {
-                let next = Progress {
-                    after: expected.after,
-                    attempts: due.attempt,
-                    retry_at: Some(*at),
-                };
-                self.advance(due.target.id, &due.target.tenant_id, &expected, &next, None)?;
-                Ok(next)
-            }
-            Settle::GiveUp { why } => {
-                let next = Progress {
-                    after: due.event.id,
-                    attempts: 0,
-                    retry_at: None,
-                };
-                let given_up = self.given_up(&due.target, due.event.id, due.kind, due.attempt, why);
-                self.advance(
-                    due.target.id,
-                    &due.target.tenant_id,
-                    &expected,
-                    &next,
-                    Some(&given_up),
-                )?;
-                Ok(next)
-            }
-        }
     }
 
     /// The `notify.delivery.given_up` event of `target` for `event_id`.
@@ -360,8 +312,7 @@ impl<S: Store> Notifier<S> {
     /// lease (`Fenced` otherwise), with `also` appended in the same transaction.
     fn advance(
         &self,
-        target: NotifyTargetId,
-        tenant: &str,
+        target: &NotifyTarget,
         expected: &Progress,
         next: &Progress,
         also: Option<&ProcessEvent>,
@@ -369,12 +320,12 @@ impl<S: Store> Notifier<S> {
         let now = self.env.clock.now();
         self.env.transact(|tx| {
             let held = tx
-                .notify_lease(tenant)?
+                .notify_lease(&target.tenant_id)?
                 .is_some_and(|l| l.holder == self.holder && l.expires_at > now);
             if !held {
                 return Err(TxError::Fenced);
             }
-            tx.advance_notify_target(target, expected, next)?;
+            tx.advance_notify_target(target.id, expected, next)?;
             if let Some(event) = also {
                 tx.append_process_event(event)?;
             }

@@ -101,11 +101,7 @@ impl<S: Store> ControlService<S> {
                 created_by: by.to_owned(),
                 created_at: now,
                 removed_at: None,
-                progress: Progress {
-                    after: tx.last_event_id()?.unwrap_or(0),
-                    attempts: 0,
-                    retry_at: None,
-                },
+                progress: Progress::past(tx.last_event_id()?.unwrap_or(0)),
             };
             tx.insert_notify_target(&target)?;
             tx.append_process_event(&ProcessEvent {

@@ -162,6 +162,17 @@ pub struct Progress {
     pub retry_at: Option<Timestamp>,
 }
 
+impl Progress {
+    /// Handled through `event_id`, nothing pending.
+    pub fn past(event_id: i64) -> Progress {
+        Progress {
+            after: event_id,
+            attempts: 0,
+            retry_at: None,
+        }
+    }
+}
+
 /// One row of `notify_leases`: which process delivers a tenant's notifications, until when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotifyLease {

@@ -91,7 +91,7 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
 type Edit<T> = Box<dyn Fn(&mut T)>;
 
 #[track_caller]
-fn assert_conflict<R: Debug>(result: Result<R, TxError>, rule: &str) {
+pub(crate) fn assert_conflict<R: Debug>(result: Result<R, TxError>, rule: &str) {
     assert!(
         matches!(result, Err(TxError::Conflict(_))),
         "{rule}: expected Conflict, got {result:?}"

@@ -10,6 +10,7 @@ use crate::notify::target::{
     NotifyEvent, NotifyFormat, NotifyLease, NotifyTarget, Progress, SecretSource,
 };
 use crate::store::{Store, StoreTx, TxError};
+use crate::testing::contract::assert_conflict;
 use crate::testing::fixtures::*;
 
 /// Runs every check of this file, each on a fresh store.
@@ -72,12 +73,9 @@ fn targets_round_trip_and_are_listed_per_tenant<S: Store>(store: &S) {
     );
     let mut duplicate = sample_target(9, TENANT);
     duplicate.id = first.id;
-    assert!(
-        matches!(
-            store.transact(|tx| tx.insert_notify_target(&duplicate)),
-            Err(TxError::Conflict(_))
-        ),
-        "notify_targets: a duplicate id is a Conflict"
+    assert_conflict(
+        store.transact(|tx| tx.insert_notify_target(&duplicate)),
+        "notify_targets: a duplicate id is a Conflict",
     );
     assert_eq!(
         read(store, |tx| tx.notify_targets(Some(TENANT))),
@@ -109,30 +107,26 @@ fn a_target_is_removed_once<S: Store>(store: &S) {
             ..target.clone()
         }
     );
-    assert!(
-        matches!(
-            store.transact(|tx| tx.remove_notify_target(target.id, at(60))),
-            Err(TxError::Conflict(_))
-        ),
-        "notify_targets: a second removal is a Conflict"
+    assert_conflict(
+        store.transact(|tx| tx.remove_notify_target(target.id, at(60))),
+        "notify_targets: a second removal is a Conflict",
     );
     assert_eq!(
         store.transact(|tx| tx.remove_notify_target(target_id(42), at(60))),
         Err(TxError::NotFound)
     );
-    assert!(
-        matches!(
-            store.transact(|tx| tx.advance_notify_target(
+    assert_conflict(
+        store.transact(|tx| {
+            tx.advance_notify_target(
                 target.id,
                 &target.progress,
                 &Progress {
                     after: 9,
                     ..Progress::default()
-                }
-            )),
-            Err(TxError::Conflict(_))
-        ),
-        "notify_targets: a removed target's progress no longer moves"
+                },
+            )
+        }),
+        "notify_targets: a removed target's progress no longer moves",
     );
     assert_eq!(
         read(store, |tx| tx.notify_targets(None)),
@@ -157,19 +151,18 @@ fn progress_moves_only_from_what_it_was<S: Store>(store: &S) {
     commit(store, "retry", |tx| {
         tx.advance_notify_target(target.id, &target.progress, &failed)
     });
-    assert!(
-        matches!(
-            store.transact(|tx| tx.advance_notify_target(
+    assert_conflict(
+        store.transact(|tx| {
+            tx.advance_notify_target(
                 target.id,
                 &target.progress,
                 &Progress {
                     after: 9,
                     ..Progress::default()
-                }
-            )),
-            Err(TxError::Conflict(_))
-        ),
-        "notify_targets: progress from a stale expectation is a Conflict"
+                },
+            )
+        }),
+        "notify_targets: progress from a stale expectation is a Conflict",
     );
     let delivered = Progress {
         after: 9,
@@ -202,23 +195,17 @@ fn a_lease_is_taken_by_compare_and_set<S: Store>(store: &S) {
         expires_at: at(60),
         ..mine.clone()
     };
-    assert!(
-        matches!(
-            store.transact(|tx| tx.swap_notify_lease(None, &theirs)),
-            Err(TxError::Conflict(_))
-        ),
-        "notify_leases: a second first take is a Conflict"
+    assert_conflict(
+        store.transact(|tx| tx.swap_notify_lease(None, &theirs)),
+        "notify_leases: a second first take is a Conflict",
     );
     let stale = NotifyLease {
         expires_at: at(29),
         ..mine.clone()
     };
-    assert!(
-        matches!(
-            store.transact(|tx| tx.swap_notify_lease(Some(&stale), &theirs)),
-            Err(TxError::Conflict(_))
-        ),
-        "notify_leases: a take from a stale expectation is a Conflict"
+    assert_conflict(
+        store.transact(|tx| tx.swap_notify_lease(Some(&stale), &theirs)),
+        "notify_leases: a take from a stale expectation is a Conflict",
     );
     commit(store, "take over", |tx| {
         tx.swap_notify_lease(Some(&mine), &theirs)
