@@ -120,16 +120,13 @@ fn read_secret(source: &SecretSource) -> Result<Vec<u8>, String> {
     Ok(secret.as_bytes().to_vec())
 }
 
-/// Where an ntfy target's body goes, and its topic: the URL's origin, and its last path segment.
+/// Where an ntfy target's body goes, and its topic: the URL's origin (the query stays: ntfy
+/// takes an access token as `?auth=…`), and its topic as core reads it (`ntfy_topic`, also
+/// checked when the target was added).
 pub fn ntfy_endpoint(url: &reqwest::Url) -> Result<(reqwest::Url, String), String> {
-    let topic = url
-        .path_segments()
-        .and_then(|mut segments| segments.rfind(|s| !s.is_empty()))
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            "an ntfy URL must end in its topic (https://ntfy.example/topic)".to_owned()
-        })?;
-    // The query stays: ntfy takes an access token as `?auth=…`.
+    let topic = airlock_core::notify::target::ntfy_topic(url.as_str())
+        .ok_or_else(|| "an ntfy URL must end in its topic (https://ntfy.example/topic)".to_owned())?
+        .to_owned();
     let mut root = url.clone();
     root.set_path("/");
     Ok((root, topic))

@@ -13,7 +13,9 @@
 
 use serde_json::{Value, json};
 
-use crate::notice::{Notice, NoticeKind};
+use airlock_core::notify::NotifyEvent;
+
+use crate::notice::{Notice, headline};
 
 /// A target's format (kept with the target in the store, so core's type).
 pub use airlock_core::notify::NotifyFormat as Format;
@@ -50,7 +52,7 @@ pub fn render(format: Format, notice: &Notice, ntfy_topic: &str) -> Rendered {
 fn generic(notice: &Notice) -> Value {
     json!({
         "id": notice.event_id,
-        "type": notice.kind.event_type(),
+        "type": notice.kind.as_str(),
         "at": notice.at,
         "tenant_id": notice.tenant_id,
         "principal_id": notice.principal_id,
@@ -104,14 +106,14 @@ fn slack(notice: &Notice) -> Value {
         fields.push(json!({"type": "mrkdwn", "text": format!("*Expires*\n{}", code(expires))}));
     }
     let mut blocks = vec![
-        json!({"type": "header", "text": {"type": "plain_text", "text": notice.kind.headline()}}),
+        json!({"type": "header", "text": {"type": "plain_text", "text": headline(notice.kind)}}),
         json!({"type": "section", "fields": fields}),
         json!({"type": "section", "text": {"type": "mrkdwn",
             "text": format!("*Arguments* (redacted)\n```{}```", slack_text(&arguments_text(&notice.arguments)))}}),
     ];
     if let Some(link) = &notice.link {
         let label = match notice.kind {
-            NoticeKind::CallUncertain => "Settle in the console",
+            NotifyEvent::CallUncertain => "Settle in the console",
             _ => "Review in the console",
         };
         blocks.push(json!({"type": "actions", "elements": [
@@ -120,7 +122,7 @@ fn slack(notice: &Notice) -> Value {
     }
     json!({
         // The fallback for notifications and clients without blocks: plain, no markup.
-        "text": format!("{}: {}", notice.kind.headline(), slack_text(&notice.tool)),
+        "text": format!("{}: {}", headline(notice.kind), slack_text(&notice.tool)),
         "blocks": blocks,
     })
 }
@@ -160,10 +162,10 @@ fn ntfy(notice: &Notice, topic: &str) -> Value {
     };
     let mut body = json!({
         "topic": topic,
-        "title": notice.kind.headline(),
+        "title": headline(notice.kind),
         "message": message,
         "priority": priority,
-        "tags": [notice.kind.event_type()],
+        "tags": [notice.kind.as_str()],
     });
     if let Some(link) = &notice.link {
         body["click"] = json!(link);
@@ -177,7 +179,7 @@ mod tests {
 
     fn hostile() -> Notice {
         Notice {
-            kind: NoticeKind::ApprovalRequested,
+            kind: NotifyEvent::ApprovalRequested,
             event_id: 42,
             tenant_id: "acme".to_owned(),
             principal_id: "alice`<!channel>`".to_owned(),

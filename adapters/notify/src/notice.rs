@@ -15,49 +15,20 @@ use airlock_core::invocation::Invocation;
 use airlock_core::notify::{Due, NotifyEvent, Subject};
 use serde_json::Value;
 
-/// Which event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum NoticeKind {
-    ApprovalRequested,
-    ApprovalExpired,
-    /// A call's outcome became unknown (UNCERTAIN): a human must settle it.
-    CallUncertain,
-}
-
-impl From<NotifyEvent> for NoticeKind {
-    fn from(event: NotifyEvent) -> NoticeKind {
-        match event {
-            NotifyEvent::ApprovalRequested => NoticeKind::ApprovalRequested,
-            NotifyEvent::ApprovalExpired => NoticeKind::ApprovalExpired,
-            NotifyEvent::CallUncertain => NoticeKind::CallUncertain,
-        }
-    }
-}
-
-impl NoticeKind {
-    /// The event type a target subscribes to.
-    pub fn event_type(self) -> &'static str {
-        match self {
-            NoticeKind::ApprovalRequested => "approval.requested",
-            NoticeKind::ApprovalExpired => "approval.expired",
-            NoticeKind::CallUncertain => "tool.call.uncertain",
-        }
-    }
-
-    /// A short headline.
-    pub fn headline(self) -> &'static str {
-        match self {
-            NoticeKind::ApprovalRequested => "Approval requested",
-            NoticeKind::ApprovalExpired => "Approval expired unanswered",
-            NoticeKind::CallUncertain => "Call outcome unknown: settle it",
-        }
+/// A short headline for each event a notification is about (core's [`NotifyEvent`]: the
+/// three a target may subscribe to).
+pub fn headline(kind: NotifyEvent) -> &'static str {
+    match kind {
+        NotifyEvent::ApprovalRequested => "Approval requested",
+        NotifyEvent::ApprovalExpired => "Approval expired unanswered",
+        NotifyEvent::CallUncertain => "Call outcome unknown: settle it",
     }
 }
 
 /// A notification's content.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Notice {
-    pub kind: NoticeKind,
+    pub kind: NotifyEvent,
     /// The event's id in the tenant's log: the delivery's idempotency key.
     pub event_id: i64,
     pub tenant_id: String,
@@ -81,7 +52,7 @@ pub struct Notice {
 impl Notice {
     /// `approval.requested` or `approval.expired` of `approval`.
     pub fn of_approval(
-        kind: NoticeKind,
+        kind: NotifyEvent,
         event_id: i64,
         at: String,
         approval: &Approval,
@@ -114,7 +85,7 @@ impl Notice {
         console: Option<&str>,
     ) -> Notice {
         Notice {
-            kind: NoticeKind::CallUncertain,
+            kind: NotifyEvent::CallUncertain,
             event_id,
             tenant_id: invocation.tenant_id.clone(),
             principal_id: principal_id.to_owned(),
@@ -137,7 +108,7 @@ impl Notice {
         let at = due.event.created_at.to_string();
         match &due.subject {
             Subject::Approval(approval) => {
-                Notice::of_approval(due.kind.into(), due.event.id, at, approval, console)
+                Notice::of_approval(due.kind, due.event.id, at, approval, console)
             }
             Subject::Uncertain {
                 invocation,
