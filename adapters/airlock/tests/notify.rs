@@ -191,6 +191,29 @@ fn acme_key(dir: &Path, text: &str) -> std::path::PathBuf {
     key
 }
 
+/// A test's scene: its directory, data dir and receiver, and `target(path, format, event)`,
+/// which adds a target of acme at the receiver's `path`, signed with acme's key file holding
+/// `secret`, and answers its id.
+fn scene(
+    secret: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Receiver,
+    impl Fn(&str, &str, &str) -> String + use<>,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
+    let key = acme_key(dir.path(), secret);
+    let receiver = Receiver::start();
+    let base = format!("http://{}", receiver.addr);
+    let at = data.clone();
+    let target = move |path: &str, format: &str, event: &str| {
+        add_target(&at, &key, &format!("{base}{path}"), format, event)
+    };
+    (dir, data, receiver, target)
+}
+
 fn add_target(data: &Path, key: &Path, url: &str, format: &str, event: &str) -> String {
     let secret = format!("file:{}", key.display());
     let (code, added) = airlock(
@@ -233,24 +256,14 @@ fn given_up_events(data: &Path) -> Vec<Value> {
 
 #[test]
 fn deliveries_are_signed_retried_once_each_and_inert_in_every_format() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("data");
-    let key = acme_key(dir.path(), &format!("{SECRET}\n"));
-    let receiver = Receiver::start();
-    let base = format!("http://{}", receiver.addr);
+    let (dir, data, receiver, target) = scene(&format!("{SECRET}\n"));
     let requested = "approval.requested";
-    add_target(&data, &key, &format!("{base}/flaky"), "json", requested);
-    add_target(&data, &key, &format!("{base}/slack"), "slack", requested);
-    add_target(&data, &key, &format!("{base}/approvals"), "ntfy", requested);
-    let down = add_target(&data, &key, &format!("{base}/down"), "json", requested);
-    add_target(&data, &key, &format!("{base}/gone"), "json", requested);
-    add_target(
-        &data,
-        &key,
-        &format!("{base}/expired"),
-        "json",
-        "approval.expired",
-    );
+    target("/flaky", "json", requested);
+    target("/slack", "slack", requested);
+    target("/approvals", "ntfy", requested);
+    let down = target("/down", "json", requested);
+    target("/gone", "json", requested);
+    target("/expired", "json", "approval.expired");
     common::waiting_run(&data, dir.path(), "<script>alert(1)</script>");
 
     let notify_flags = ["--notify-backoff-ms", "10", "--notify-attempts", "3"];
@@ -355,23 +368,7 @@ fn deliveries_are_signed_retried_once_each_and_inert_in_every_format() {
 fn the_http_api_manages_the_callers_tenants_targets_under_notify_admin() {
     let dir = tempfile::tempdir().expect("temp dir");
     let data = dir.path().join("data");
-    let mint = |scopes: &str| {
-        let (code, minted) = airlock(
-            &data,
-            &[
-                "--tenant",
-                "acme",
-                "--principal",
-                "ops",
-                "--scopes",
-                scopes,
-                "tokens",
-                "create",
-            ],
-        );
-        assert_eq!(code, 0, "{minted}");
-        minted["token"].as_str().expect("token").to_owned()
-    };
+    let mint = |scopes: &str| common::token(&data, &[], scopes);
     let admin = mint("notify.admin");
     let reader = mint("run.read");
     let server = Server::start(&data, &[], &[]);
@@ -481,27 +478,11 @@ fn airlock_crashing(data: &Path, crash_at: Option<&str>, args: &[&str]) -> Optio
 
 #[test]
 fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("data");
-    let key = acme_key(dir.path(), SECRET);
-    let receiver = Receiver::start();
-    let base = format!("http://{}", receiver.addr);
+    let (dir, data, receiver, target) = scene(SECRET);
     // A slow receiver: the event stays due while it answers, so only the lease keeps the other
     // server from sending it too.
-    add_target(
-        &data,
-        &key,
-        &format!("{base}/slow"),
-        "json",
-        "approval.requested",
-    );
-    add_target(
-        &data,
-        &key,
-        &format!("{base}/uncertain"),
-        "json",
-        "tool.call.uncertain",
-    );
+    target("/slow", "json", "approval.requested");
+    target("/uncertain", "json", "tool.call.uncertain");
 
     // Two servers on one store: each notifies, one per tenant at a time.
     let first = Server::start(&data, &[], &[]);
@@ -562,18 +543,8 @@ fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
 
 #[test]
 fn a_worker_tells_of_the_approval_its_run_asked_for_before_it_exits() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("data");
-    let key = acme_key(dir.path(), SECRET);
-    let receiver = Receiver::start();
-    let base = format!("http://{}", receiver.addr);
-    add_target(
-        &data,
-        &key,
-        &format!("{base}/worker"),
-        "json",
-        "approval.requested",
-    );
+    let (dir, data, receiver, target) = scene(SECRET);
+    target("/worker", "json", "approval.requested");
     let script = common::write_script(dir.path(), "x");
     let (code, submitted) = airlock(
         &data,
@@ -601,18 +572,8 @@ fn a_worker_tells_of_the_approval_its_run_asked_for_before_it_exits() {
 
 #[test]
 fn an_mcp_gateway_process_notifies_too() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let data = dir.path().join("data");
-    let key = acme_key(dir.path(), SECRET);
-    let receiver = Receiver::start();
-    let base = format!("http://{}", receiver.addr);
-    add_target(
-        &data,
-        &key,
-        &format!("{base}/gateway"),
-        "json",
-        "approval.requested",
-    );
+    let (dir, data, receiver, target) = scene(SECRET);
+    target("/gateway", "json", "approval.requested");
     let run = common::waiting_run(&data, dir.path(), "x");
     // A gateway whose one upstream never answers: only the notifier has work to do.
     let config = dir.path().join("gateway.toml");

@@ -60,23 +60,11 @@ fn versions_recorded(data: &Path) -> Vec<String> {
 }
 
 fn token(data: &Path, policy: &Path, scopes: &str) -> String {
-    let (code, created) = airlock(
+    common::token(
         data,
-        &[
-            "--policy-dir",
-            policy.to_str().expect("utf-8"),
-            "--tenant",
-            "acme",
-            "--principal",
-            "ops",
-            "--scopes",
-            scopes,
-            "tokens",
-            "create",
-        ],
-    );
-    assert_eq!(code, 0, "{created}");
-    created["token"].as_str().expect("token").to_owned()
+        &["--policy-dir", policy.to_str().expect("utf-8")],
+        scopes,
+    )
 }
 
 #[test]

@@ -29,6 +29,25 @@ pub fn airlock(data: &Path, args: &[&str]) -> (i32, Value) {
     (output.status.code().unwrap_or(-1), value)
 }
 
+/// `airlock GLOBAL… --tenant acme --principal ops --scopes SCOPES tokens create`: the token's
+/// text.
+pub fn token(data: &Path, global: &[&str], scopes: &str) -> String {
+    let mut args = global.to_vec();
+    args.extend([
+        "--tenant",
+        "acme",
+        "--principal",
+        "ops",
+        "--scopes",
+        scopes,
+        "tokens",
+        "create",
+    ]);
+    let (code, created) = airlock(data, &args);
+    assert_eq!(code, 0, "{created}");
+    created["token"].as_str().expect("token").to_owned()
+}
+
 /// A run script of alice's in tenant acme whose one call, an external write of `content`,
 /// waits for approval under the shipped policy; written to `dir/script.json`.
 pub fn write_script(dir: &Path, content: &str) -> std::path::PathBuf {
