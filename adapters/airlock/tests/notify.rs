@@ -373,6 +373,13 @@ fn the_http_api_manages_the_callers_tenants_targets_under_notify_admin() {
     let reader = mint("run.read");
     let server = Server::start(&data, &[], &[]);
     let secret = format!("env:AIRLOCK_NOTIFY_{}_SLACK", tenant_tag("acme"));
+    let (code, named) = airlock(
+        &data,
+        &["--tenant", "acme", "notify", "secret-name", "SLACK"],
+    );
+    assert_eq!((code, &named["secret"]), (0, &json!(secret)), "{named}");
+    let (code, refused) = airlock(&data, &["--tenant", "acme", "notify", "secret-name", "a-b"]);
+    assert_eq!(code, 2, "{refused}");
     let body = json!({"url": "https://hooks.slack.com/services/T0/B0/XYZ", "format": "slack",
         "secret": secret, "label": "<b>ops</b>"});
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_core::ids::NotifyTargetId;
-use airlock_core::notify::Notifier;
+use airlock_core::notify::{Notifier, SecretSource};
 use airlock_http::notify::{NewTargetBody, TargetList, TargetRecord, target_spec};
 use airlock_notify::backoff::Backoff;
 use airlock_notify::deliver::{Deliverer, DeliverySettings};
@@ -63,23 +63,23 @@ pub async fn run(globals: &Globals, command: NotifyCommand) -> Exit {
     };
     match command {
         NotifyCommand::SecretName { name } => {
-            if name.is_empty()
-                || !name
-                    .bytes()
-                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
-            {
-                return invalid_argument("NAME is A–Z, 0–9 and _");
-            }
             let tag = airlock_core::notify::target::tenant_tag(&principal.tenant_id);
             let variable = format!(
                 "{}{tag}_{name}",
                 airlock_core::notify::target::SECRET_ENV_PREFIX
             );
+            // The rules a target's secret is held to, not a copy of them.
+            let secret = format!("env:{variable}");
+            if let Err(message) = SecretSource::parse(&secret)
+                .and_then(|source| source.check_for(&principal.tenant_id))
+            {
+                return invalid_argument(&format!("NAME '{}': {message}", name.escape_debug()));
+            }
             line(serde_json::json!({
                 "tenant_id": principal.tenant_id,
                 "tag": tag,
                 "env": variable,
-                "secret": format!("env:{variable}"),
+                "secret": secret,
                 "file_directory": tag,
             }));
             Exit::Ok
