@@ -314,6 +314,11 @@ pub trait StoreTx {
     /// id below `n`. SQLite and `MemStore` commit one writer at a time, so an id is taken and
     /// committed before the next one is taken; a store whose ids can commit out of order (a
     /// PostgreSQL sequence) must hold back ids above the oldest uncommitted one.
+    ///
+    /// In a read transaction, call it first: the PostgreSQL store computes what it may return
+    /// before its snapshot is taken, and refuses a tail read after any other read (`Backend`).
+    /// `MemStore` and SQLite do not check this; `adapters/pg/tests/pg_notify.rs` runs the
+    /// notifier, which reads a tail and then its target, on PostgreSQL.
     fn events_of_tenant(
         &mut self,
         tenant: &str,
