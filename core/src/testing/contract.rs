@@ -90,14 +90,6 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
 /// One change to a sample row, for table-driven checks.
 type Edit<T> = Box<dyn Fn(&mut T)>;
 
-#[track_caller]
-pub(crate) fn assert_conflict<R: Debug>(result: Result<R, TxError>, rule: &str) {
-    assert!(
-        matches!(result, Err(TxError::Conflict(_))),
-        "{rule}: expected Conflict, got {result:?}"
-    );
-}
-
 /// A `Conflict` that refuses a write breaking a rule of the rows (§8.1, §8.2, §9.1), not one
 /// any other error would satisfy.
 #[track_caller]

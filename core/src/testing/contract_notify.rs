@@ -10,7 +10,6 @@ use crate::notify::target::{
     NotifyEvent, NotifyFormat, NotifyLease, NotifyTarget, Progress, SecretSource,
 };
 use crate::store::{Store, StoreTx, TxError};
-use crate::testing::contract::assert_conflict;
 use crate::testing::fixtures::*;
 
 /// Runs every check of this file, each on a fresh store.

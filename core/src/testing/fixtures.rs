@@ -416,3 +416,12 @@ pub fn user_call(call_id: &str, tool: &str, arguments: serde_json::Value) -> ser
         .unwrap_or_default();
     serde_json::json!({"call_id": call_id, "tool": tool, "arguments": arguments, "argument_trust": trust})
 }
+
+/// The store refused with `Conflict` (a uniqueness or compare-and-set rule), not any other error.
+#[track_caller]
+pub fn assert_conflict<R: std::fmt::Debug>(result: Result<R, TxError>, rule: &str) {
+    assert!(
+        matches!(result, Err(TxError::Conflict(_))),
+        "{rule}: expected Conflict, got {result:?}"
+    );
+}
