@@ -58,7 +58,7 @@ impl NetworkRanges {
         if prefilter == Prefilter::On && !s.bytes().any(|b| b.is_ascii_digit() || b == b':') {
             return false;
         }
-        let cleaned: Cow<'_, str> = if s.contains(['\t', '\n', '\r']) {
+        let cleaned: Cow<'_, str> = if s.bytes().any(|b| matches!(b, b'\t' | b'\n' | b'\r')) {
             Cow::Owned(
                 s.chars()
                     .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
@@ -77,7 +77,8 @@ impl NetworkRanges {
             return true;
         }
         // The slashed spelling differs from the trimmed one only when it has a `\`.
-        trimmed.contains('\\') && self.any_candidate_matches(&trimmed.replace('\\', "/"), reading)
+        trimmed.bytes().any(|b| b == b'\\')
+            && self.any_candidate_matches(&trimmed.replace('\\', "/"), reading)
     }
 
     fn any_candidate_matches(&self, text: &str, reading: Reading) -> bool {
@@ -90,9 +91,21 @@ impl NetworkRanges {
 
     /// A candidate as given, without one trailing `.`, without a `%zone`, and without both.
     fn candidate_matches(&self, candidate: &str, reading: Reading) -> bool {
+        // Pre-filter: each of the four texts holds the candidate's part before its first `%`
+        // (less at most a trailing `.`), and `any_address` refuses a text with a byte outside
+        // its spelling alphabet; so one such byte before the first `%` refuses all four, before
+        // any of them is built.
+        if reading.prefilter == Prefilter::On
+            && candidate
+                .bytes()
+                .find(|b| !is_address_byte(*b))
+                .is_some_and(|b| b != b'%')
+        {
+            return false;
+        }
         let without_dot = candidate.strip_suffix('.');
-        let without_zone = candidate.find('%').map(|i| &candidate[..i]);
-        let without_both = without_dot.and_then(|c| c.find('%').map(|i| &c[..i]));
+        let without_zone = ascii_position(candidate, b'%').map(|i| &candidate[..i]);
+        let without_both = without_dot.and_then(|c| ascii_position(c, b'%').map(|i| &c[..i]));
         [Some(candidate), without_dot, without_zone, without_both]
             .into_iter()
             .flatten()
@@ -117,7 +130,12 @@ fn for_each_candidate<'a>(text: &'a str, f: &mut impl FnMut(&'a str)) {
     let end = ascii_delimiter(text).unwrap_or(text.len());
     let head = &text[..end];
     authority_hosts(head, f);
-    authority_hosts(strip_userinfo(head), f);
+    // Without userinfo, the same text unless it has an `@`: a candidate given twice can only
+    // repeat its answer, so it is given once.
+    let host = strip_userinfo(head);
+    if host.len() != head.len() {
+        authority_hosts(host, f);
+    }
 }
 
 /// The first `/`, `?` or `#`, as `str::find` with those three would give it, by bytes: they
@@ -128,22 +146,34 @@ fn ascii_delimiter(text: &str) -> Option<usize> {
 
 fn strip_userinfo(authority: &str) -> &str {
     authority
-        .rfind('@')
+        .bytes()
+        .rposition(|b| b == b'@')
         .map_or(authority, |i| &authority[i + 1..])
+}
+
+/// The first `byte` (ASCII, so always a character boundary), as `str::find` with its `char`
+/// would give it: a plain loop, which the short texts read here favour over `memchr`'s set-up.
+fn ascii_position(text: &str, byte: u8) -> Option<usize> {
+    text.bytes().position(|b| b == byte)
 }
 
 /// The host candidates of an authority: the bracketed part, or the text before the first `:`,
 /// before the last `:`, and the whole.
 fn authority_hosts<'a>(authority: &'a str, f: &mut impl FnMut(&'a str)) {
-    if let Some(open) = authority.find('[') {
+    if let Some(open) = ascii_position(authority, b'[') {
         let inner = &authority[open + 1..];
-        f(inner.find(']').map_or(inner, |close| &inner[..close]));
+        f(ascii_position(inner, b']').map_or(inner, |close| &inner[..close]));
         return;
     }
-    if let Some(first) = authority.find(':') {
+    // Before the first and before the last `:` are one text when there is one `:`; it is given
+    // once (a repeated candidate can only repeat its answer).
+    let first = ascii_position(authority, b':');
+    if let Some(first) = first {
         f(&authority[..first]);
     }
-    if let Some(last) = authority.rfind(':') {
+    if let Some(last) = authority.bytes().rposition(|b| b == b':')
+        && Some(last) != first
+    {
         f(&authority[..last]);
     }
     f(authority);
@@ -166,6 +196,11 @@ struct Reading {
     prefilter: Prefilter,
 }
 
+/// The bytes an address spelling of [`any_address`] is made of: hex digits, `x`, `.` and `:`.
+fn is_address_byte(b: u8) -> bool {
+    b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'x' | b'X')
+}
+
 /// Whether `test` holds for any address a candidate denotes: IPv6, strict dotted-decimal IPv4
 /// (leading zeros decimal), `inet_aton` IPv4, and the IPv4 embedded in an IPv6 address. Built
 /// without allocating: it runs on every collected string of every action.
@@ -173,11 +208,7 @@ fn any_address(text: &str, reading: Reading, test: &mut impl FnMut(IpAddr) -> bo
     // Pre-filter: every spelling below is made of hex digits, `x`, `.` and `:` only, so a
     // candidate with any other byte (most of them: whole sentences, paths, commands) is refused
     // before parsing.
-    if reading.prefilter == Prefilter::On
-        && !text
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() || matches!(b, b'.' | b':' | b'x' | b'X'))
-    {
+    if reading.prefilter == Prefilter::On && !text.bytes().all(is_address_byte) {
         return false;
     }
     // An IPv6 literal always has a `:`; skipping the parse without one changes no answer.
