@@ -56,7 +56,7 @@ struct Reader<'a> {
 }
 
 /// The bit of an action's field in the set already read (declaration order of the struct).
-fn field_index(key: &str) -> Option<u32> {
+fn field_index(key: &str) -> Option<usize> {
     Some(match key {
         "kind" => 0,
         "action_id" => 1,
@@ -80,6 +80,39 @@ fn field_index(key: &str) -> Option<u32> {
         _ => return None,
     })
 }
+
+/// The action's keys in declaration order (each at its [`field_index`]): the order writers
+/// use, so the reader tries the next one first.
+const FIELD_KEYS: [&str; 19] = [
+    "kind",
+    "action_id",
+    "tenant_id",
+    "session_id",
+    "run_id",
+    "step_number",
+    "name",
+    "version",
+    "summary",
+    "side_effect",
+    "risk",
+    "idempotency",
+    "required_scopes",
+    "arguments",
+    "normalized_arguments_hash",
+    "argument_trust",
+    "origin_trust",
+    "target",
+    "evaluated_at",
+];
+
+/// The target's keys in declaration order.
+const TARGET_KEYS: [&str; 5] = [
+    "kind",
+    "isolated",
+    "network_enabled",
+    "device_id",
+    "server_id",
+];
 
 /// Where the first byte that ends or stops a plain string is: a quote, a backslash or a
 /// control character. Eight bytes at a time: in each word, a byte equal to `"` or `\\` or
@@ -143,6 +176,32 @@ impl<'a> Reader<'a> {
         self.at = end + 1;
         // Both ends are ASCII quotes, so the slice lies on character boundaries.
         self.text.get(start..end)
+    }
+
+    /// The next key's index in `keys`, trying `keys[expected]` first as its bytes between
+    /// quotes: a key without escapes or control characters is read as exactly that text by
+    /// [`Reader::plain_str`], so this takes what it would, only sooner. Any other key is read
+    /// and looked up by `index` (`keys`' positions); `None` for one that is not there.
+    fn key(
+        &mut self,
+        keys: &[&str],
+        expected: usize,
+        index: impl Fn(&str) -> Option<usize>,
+    ) -> Option<usize> {
+        self.skip_ws();
+        if let Some(key) = keys.get(expected) {
+            let key = key.as_bytes();
+            let rest = &self.bytes[self.at..];
+            if rest.len() > key.len() + 1
+                && rest[0] == b'"'
+                && &rest[1..=key.len()] == key
+                && rest[key.len() + 1] == b'"'
+            {
+                self.at += key.len() + 2;
+                return Some(expected);
+            }
+        }
+        index(self.plain_str()?)
     }
 
     fn wire_str(&mut self) -> Option<WireStr<'a>> {
@@ -257,18 +316,21 @@ impl<'a> Reader<'a> {
         }
         let (mut kind, mut isolated, mut network_enabled) = (None, None, None);
         let (mut device_id, mut server_id) = (None, None);
+        let mut expected = 0;
         loop {
-            let key = self.plain_str()?;
+            let index = self.key(&TARGET_KEYS, expected, |key| {
+                TARGET_KEYS.iter().position(|k| *k == key)
+            })?;
+            expected = index + 1;
             if !self.eat(b':') {
                 return None;
             }
-            let fresh = match key {
-                "kind" => kind.replace(TargetKind::parse(self.plain_str()?)).is_none(),
-                "isolated" => isolated.replace(self.boolean()?).is_none(),
-                "network_enabled" => network_enabled.replace(self.boolean()?).is_none(),
-                "device_id" => device_id.replace(self.nullable_str()?).is_none(),
-                "server_id" => server_id.replace(self.nullable_str()?).is_none(),
-                _ => false,
+            let fresh = match index {
+                0 => kind.replace(TargetKind::parse(self.plain_str()?)).is_none(),
+                1 => isolated.replace(self.boolean()?).is_none(),
+                2 => network_enabled.replace(self.boolean()?).is_none(),
+                3 => device_id.replace(self.nullable_str()?).is_none(),
+                _ => server_id.replace(self.nullable_str()?).is_none(),
             };
             if !fresh {
                 return None;
@@ -295,8 +357,11 @@ impl<'a> Reader<'a> {
         }
         let mut seen = 0u32;
         let mut fields = Partial::default();
+        let mut expected = 0;
         loop {
-            let index = field_index(self.plain_str()?)?;
+            let index = self.key(&FIELD_KEYS, expected, field_index)?;
+            expected = index + 1;
+            let index = index as u32;
             if seen & (1 << index) != 0 || !self.eat(b':') {
                 return None;
             }
@@ -386,6 +451,14 @@ impl<'a> Partial<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each key of the expected order is its own field's.
+    #[test]
+    fn the_expected_keys_are_the_fields_in_order() {
+        for (index, key) in FIELD_KEYS.iter().enumerate() {
+            assert_eq!(field_index(key), Some(index), "{key}");
+        }
+    }
 
     /// The word-at-a-time search finds the byte a plain search finds, wherever it is and
     /// whatever precedes it (every byte value, every position in and across words).
