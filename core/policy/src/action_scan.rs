@@ -145,6 +145,32 @@ fn stop_at(bytes: &[u8]) -> Option<usize> {
         .map(|at| offset + at)
 }
 
+/// `a == b`, eight bytes at a time and inline: for keys of 4 to 25 bytes a call to `memcmp`
+/// cost more than the comparison (3 % of `policy eval --jsonl` in a profile).
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    fn word(bytes: &[u8]) -> u64 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&bytes[..8]);
+        u64::from_le_bytes(word)
+    }
+    let len = a.len();
+    if len != b.len() {
+        return false;
+    }
+    if len < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let mut at = 0;
+    while at + 8 <= len {
+        if word(&a[at..]) != word(&b[at..]) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last eight bytes, overlapping what was compared: the tail without a byte loop.
+    word(&a[len - 8..]) == word(&b[len - 8..])
+}
+
 impl<'a> Reader<'a> {
     fn skip_ws(&mut self) {
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.bytes.get(self.at) {
@@ -194,7 +220,7 @@ impl<'a> Reader<'a> {
             let rest = &self.bytes[self.at..];
             if rest.len() > key.len() + 1
                 && rest[0] == b'"'
-                && &rest[1..=key.len()] == key
+                && same_bytes(&rest[1..=key.len()], key)
                 && rest[key.len() + 1] == b'"'
             {
                 self.at += key.len() + 2;
@@ -451,6 +477,26 @@ impl<'a> Partial<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The word-at-a-time comparison is `==`: every length to 40, a difference at each
+    /// position (every bit of it), and unequal lengths.
+    #[test]
+    fn same_bytes_is_equality() {
+        for len in 0..40usize {
+            let a: Vec<u8> = (0..len).map(|i| (i * 37 + 11) as u8).collect();
+            assert!(same_bytes(&a, &a.clone()), "{len}");
+            for at in 0..len {
+                for bit in 0..8 {
+                    let mut b = a.clone();
+                    b[at] ^= 1 << bit;
+                    assert!(!same_bytes(&a, &b), "{len} {at} {bit}");
+                }
+            }
+            let mut longer = a.clone();
+            longer.push(0);
+            assert!(!same_bytes(&a, &longer), "{len}");
+        }
+    }
 
     /// Each key of the expected order is its own field's.
     #[test]
