@@ -82,8 +82,10 @@ fn field_index(key: &str) -> Option<usize> {
 }
 
 /// The action's keys in declaration order (each at its [`field_index`]): the order writers
-/// use, so the reader tries the next one first.
-const FIELD_KEYS: [&str; 19] = [
+/// use, so the reader tries the next one first. Public for the tests that hold it to the order
+/// the action serializes in.
+#[doc(hidden)]
+pub const FIELD_KEYS: [&str; 19] = [
     "kind",
     "action_id",
     "tenant_id",
@@ -105,8 +107,9 @@ const FIELD_KEYS: [&str; 19] = [
     "evaluated_at",
 ];
 
-/// The target's keys in declaration order.
-const TARGET_KEYS: [&str; 5] = [
+/// The target's keys in declaration order (public for the same tests).
+#[doc(hidden)]
+pub const TARGET_KEYS: [&str; 5] = [
     "kind",
     "isolated",
     "network_enabled",

@@ -8,7 +8,7 @@ mod common;
 
 use airlock_policy::action::ProposedAction;
 use airlock_policy::action_ref::ActionRef;
-use airlock_policy::action_scan::scan;
+use airlock_policy::action_scan::{FIELD_KEYS, TARGET_KEYS, scan};
 use airlock_policy::{Ruleset, decide, evaluate};
 use serde_json::Value;
 
@@ -211,6 +211,17 @@ fn edge_cases_read_the_same_both_ways() {
     both_paths(&ruleset, &reversed).expect("a repeated label reads the same both ways");
 }
 
+/// Each key's first `"key":` in `text` comes after the one before it.
+fn assert_keys_in_order(text: &str, keys: &[&str]) {
+    let at = |key: &str| {
+        text.find(&format!("\"{key}\":"))
+            .unwrap_or_else(|| panic!("{key} is not in {text}"))
+    };
+    for pair in keys.windows(2) {
+        assert!(at(pair[0]) < at(pair[1]), "{pair:?} in {text}");
+    }
+}
+
 /// Texts written to trip a hand-written reader: numbers JSON or `u64` does not take, keys and
 /// values with escapes or raw control characters, `null` and booleans cut short, trailing
 /// commas, repeated target keys, text after the object. Each must read as the parsers read it.
@@ -272,7 +283,10 @@ fn texts_that_trip_a_reader_read_as_the_parsers_read_them() {
     // shorter, and two swapped).
     let ordered = serde_json::to_string(&ProposedAction::from_json(&base).expect("base reads"))
         .expect("an action serializes");
-    assert!(ordered.starts_with("{\"kind\":"), "{ordered}");
+    // The reader's expected order is the order the action serializes in (its declaration).
+    assert_keys_in_order(&ordered, &FIELD_KEYS);
+    let target = &ordered[ordered.find("\"target\":").expect("a target is written")..];
+    assert_keys_in_order(target, &TARGET_KEYS);
     texts.push(ordered.clone());
     for (from, to) in [
         ("\"kind\":", "\"kinx\":"),
@@ -306,35 +320,13 @@ fn an_action_or_a_target_written_as_an_array_is_refused_by_every_path() {
     let ruleset = shipped();
     let base: Value = serde_json::from_str(&conformance_actions("policy-cases.jsonl")[0])
         .expect("an action is JSON");
-    let target = [
-        "kind",
-        "isolated",
-        "network_enabled",
-        "device_id",
-        "server_id",
-    ];
-    let target_array = Value::Array(target.iter().map(|k| base["target"][k].clone()).collect());
-    let fields = [
-        "kind",
-        "action_id",
-        "tenant_id",
-        "session_id",
-        "run_id",
-        "step_number",
-        "name",
-        "version",
-        "summary",
-        "side_effect",
-        "risk",
-        "idempotency",
-        "required_scopes",
-        "arguments",
-        "normalized_arguments_hash",
-        "argument_trust",
-        "origin_trust",
-        "target",
-        "evaluated_at",
-    ];
+    let target_array = Value::Array(
+        TARGET_KEYS
+            .iter()
+            .map(|k| base["target"][k].clone())
+            .collect(),
+    );
+    let fields = FIELD_KEYS;
     let whole = Value::Array(fields.iter().map(|k| base[k].clone()).collect()).to_string();
     let mut with_target_array = base.clone();
     with_target_array["target"] = target_array;
