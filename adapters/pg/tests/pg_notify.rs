@@ -8,10 +8,7 @@ mod common;
 
 use std::sync::{Arc, Barrier};
 
-use airlock_core::ids::NotifyTargetId;
-use airlock_core::notify::target::{
-    NotifyEvent, NotifyFormat, NotifyLease, NotifyTarget, Progress, SecretSource,
-};
+use airlock_core::notify::target::{NotifyLease, NotifyTarget, Progress};
 use airlock_core::store::{Store, TxError};
 use airlock_core::testing::fixtures::*;
 
@@ -32,17 +29,8 @@ fn racing_takers_of_one_lease_and_one_cursor_have_one_winner_each_round() {
         .map(|_| Arc::new(common::store_in(&url, &schema)))
         .collect();
     let target = NotifyTarget {
-        id: NotifyTargetId(uuid::Uuid::from_u128(0x7a26_0001)),
-        tenant_id: TENANT.to_owned(),
-        url: "https://hooks.example/x".to_owned(),
-        events: [NotifyEvent::ApprovalRequested].into_iter().collect(),
-        format: NotifyFormat::Json,
-        secret: SecretSource::Env("AIRLOCK_NOTIFY_X".to_owned()),
-        label: None,
-        created_by: PRINCIPAL.to_owned(),
-        created_at: at(0),
-        removed_at: None,
         progress: Progress::default(),
+        ..sample_notify_target(1, TENANT)
     };
     stores[0]
         .transact(|tx| tx.insert_notify_target(&target))
@@ -75,7 +63,7 @@ fn racing_takers_of_one_lease_and_one_cursor_have_one_winner_each_round() {
                         store.transact(|tx| tx.swap_notify_lease(expected_lease.as_ref(), &next));
                     let moved = store.transact(|tx| {
                         tx.advance_notify_target(
-                            NotifyTargetId(uuid::Uuid::from_u128(0x7a26_0001)),
+                            notify_target_id(1),
                             &expected_progress,
                             &Progress {
                                 after: expected_progress.after + 1,
@@ -164,18 +152,10 @@ fn the_notifier_follows_a_cursor_on_postgresql() {
     cleanup.add(&schema);
     let store = Arc::new(common::store_in(&url, &schema));
     let run = seed_run(&*store, 1, RunStatus::Running);
+    // Subscribed to approvals (and UNCERTAIN calls), not to checkpoints; from the first event.
     let target = NotifyTarget {
-        id: NotifyTargetId(uuid::Uuid::from_u128(0x7a26_0002)),
-        tenant_id: run.tenant_id.clone(),
-        url: "https://hooks.example/x".to_owned(),
-        events: [NotifyEvent::ApprovalRequested].into_iter().collect(),
-        format: NotifyFormat::Json,
-        secret: SecretSource::Env("AIRLOCK_NOTIFY_X".to_owned()),
-        label: None,
-        created_by: PRINCIPAL.to_owned(),
-        created_at: at(0),
-        removed_at: None,
         progress: Progress::default(),
+        ..sample_notify_target(2, &run.tenant_id)
     };
     store
         .transact(|tx| tx.insert_notify_target(&target))

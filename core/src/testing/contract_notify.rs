@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::ids::NotifyTargetId;
 use crate::notify::target::{
     NotifyEvent, NotifyFormat, NotifyLease, NotifyTarget, Progress, SecretSource,
 };
@@ -20,30 +19,6 @@ pub fn run<S: Store>(make: &impl Fn() -> S) {
     a_lease_is_taken_by_compare_and_set(&make());
 }
 
-fn target_id(n: u128) -> NotifyTargetId {
-    NotifyTargetId(uuid::Uuid::from_u128((0x7a26 << 96) | n))
-}
-
-fn sample_target(n: u128, tenant: &str) -> NotifyTarget {
-    NotifyTarget {
-        id: target_id(n),
-        tenant_id: tenant.to_owned(),
-        url: format!("https://hooks.example/{n}"),
-        events: BTreeSet::from([NotifyEvent::ApprovalRequested, NotifyEvent::CallUncertain]),
-        format: NotifyFormat::Slack,
-        secret: SecretSource::Env("AIRLOCK_NOTIFY_HOOK".to_owned()),
-        label: Some(format!("target {n}")),
-        created_by: PRINCIPAL.to_owned(),
-        created_at: at(i64::try_from(n).expect("small n")),
-        removed_at: None,
-        progress: Progress {
-            after: 7,
-            attempts: 0,
-            retry_at: None,
-        },
-    }
-}
-
 fn read<S: Store, R>(store: &S, f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>) -> R {
     store
         .read(f)
@@ -51,15 +26,15 @@ fn read<S: Store, R>(store: &S, f: impl FnOnce(&mut dyn StoreTx) -> Result<R, Tx
 }
 
 fn targets_round_trip_and_are_listed_per_tenant<S: Store>(store: &S) {
-    let first = sample_target(2, TENANT);
-    let mut bare = sample_target(1, TENANT);
+    let first = sample_notify_target(2, TENANT);
+    let mut bare = sample_notify_target(1, TENANT);
     bare.label = None;
     bare.format = NotifyFormat::Ntfy;
     bare.secret = SecretSource::File("/etc/airlock/key".to_owned());
     bare.events = BTreeSet::from([NotifyEvent::ApprovalExpired]);
     bare.progress.retry_at = Some(at(99));
     bare.progress.attempts = 3;
-    let other = sample_target(3, "tenant-b");
+    let other = sample_notify_target(3, "tenant-b");
     commit(store, "insert targets", |tx| {
         tx.insert_notify_target(&first)?;
         tx.insert_notify_target(&bare)?;
@@ -70,7 +45,7 @@ fn targets_round_trip_and_are_listed_per_tenant<S: Store>(store: &S) {
         Some(bare.clone()),
         "notify_targets: a target reads back exactly"
     );
-    let mut duplicate = sample_target(9, TENANT);
+    let mut duplicate = sample_notify_target(9, TENANT);
     duplicate.id = first.id;
     assert_conflict(
         store.transact(|tx| tx.insert_notify_target(&duplicate)),
@@ -87,14 +62,14 @@ fn targets_round_trip_and_are_listed_per_tenant<S: Store>(store: &S) {
         "notify_targets: every tenant's, by creation"
     );
     assert_eq!(
-        read(store, |tx| tx.notify_target(target_id(42))),
+        read(store, |tx| tx.notify_target(notify_target_id(42))),
         None,
         "notify_targets: an unknown id"
     );
 }
 
 fn a_target_is_removed_once<S: Store>(store: &S) {
-    let target = sample_target(1, TENANT);
+    let target = sample_notify_target(1, TENANT);
     commit(store, "insert", |tx| tx.insert_notify_target(&target));
     let removed = commit(store, "remove", |tx| {
         tx.remove_notify_target(target.id, at(50))
@@ -111,7 +86,7 @@ fn a_target_is_removed_once<S: Store>(store: &S) {
         "notify_targets: a second removal is a Conflict",
     );
     assert_eq!(
-        store.transact(|tx| tx.remove_notify_target(target_id(42), at(60))),
+        store.transact(|tx| tx.remove_notify_target(notify_target_id(42), at(60))),
         Err(TxError::NotFound)
     );
     assert_conflict(
@@ -140,7 +115,7 @@ fn a_target_is_removed_once<S: Store>(store: &S) {
 }
 
 fn progress_moves_only_from_what_it_was<S: Store>(store: &S) {
-    let target = sample_target(1, TENANT);
+    let target = sample_notify_target(1, TENANT);
     commit(store, "insert", |tx| tx.insert_notify_target(&target));
     let failed = Progress {
         after: 7,
@@ -176,7 +151,7 @@ fn progress_moves_only_from_what_it_was<S: Store>(store: &S) {
         Some(delivered)
     );
     assert_eq!(
-        store.transact(|tx| tx.advance_notify_target(target_id(42), &delivered, &failed)),
+        store.transact(|tx| tx.advance_notify_target(notify_target_id(42), &delivered, &failed)),
         Err(TxError::NotFound)
     );
 }

@@ -5,7 +5,7 @@
 //! `run_id(1)` and `session_id(1)` differ, and ids of one type sort by `n`), and times are
 //! offsets from [`T0`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -14,9 +14,12 @@ use crate::action::PolicyDecision;
 use crate::approval::Approval;
 use crate::canonical::{arguments_hash, to_canonical_string};
 use crate::events::{Actor, EventType, NewEvent, ProcessEvent, keys};
-use crate::ids::{ApprovalId, InvocationId, ParallelGroupId, RunId, SessionId, SettlementId};
+use crate::ids::{
+    ApprovalId, InvocationId, NotifyTargetId, ParallelGroupId, RunId, SessionId, SettlementId,
+};
 use crate::invocation::Invocation;
 use crate::invocation::outcome::{Outcome, ResultItem, codes};
+use crate::notify::target::{NotifyEvent, NotifyFormat, NotifyTarget, Progress, SecretSource};
 use crate::ports::ProposedCall;
 use crate::run::checkpoint::{Checkpoint, CheckpointState, ResultRef, StepRecord};
 use crate::run::{Failure, Limits, Run, RunState};
@@ -368,6 +371,33 @@ pub fn sample_policy_profile(policy_version: &str) -> PolicyProfileRecord {
         rule_count: 15,
         loaded_at: T0,
         loaded_by: WORKER.to_owned(),
+    }
+}
+
+/// The id of notification target `n`.
+pub fn notify_target_id(n: u128) -> NotifyTargetId {
+    NotifyTargetId(Uuid::from_u128((0x7a26 << 96) | n))
+}
+
+/// Notification target `n` of `tenant`: a Slack target for approvals and UNCERTAIN calls,
+/// its secret from the environment, its cursor after event 7.
+pub fn sample_notify_target(n: u128, tenant: &str) -> NotifyTarget {
+    NotifyTarget {
+        id: notify_target_id(n),
+        tenant_id: tenant.to_owned(),
+        url: format!("https://hooks.example/{n}"),
+        events: BTreeSet::from([NotifyEvent::ApprovalRequested, NotifyEvent::CallUncertain]),
+        format: NotifyFormat::Slack,
+        secret: SecretSource::Env("AIRLOCK_NOTIFY_HOOK".to_owned()),
+        label: Some(format!("target {n}")),
+        created_by: PRINCIPAL.to_owned(),
+        created_at: at(i64::try_from(n).expect("small n")),
+        removed_at: None,
+        progress: Progress {
+            after: 7,
+            attempts: 0,
+            retry_at: None,
+        },
     }
 }
 
