@@ -40,10 +40,7 @@ fn racing_takers_of_one_lease_and_one_cursor_have_one_winner_each_round() {
         let expected_lease = stores[0]
             .read(|tx| tx.notify_lease(TENANT))
             .expect("read the lease");
-        let expected_progress = Progress {
-            after: i64::try_from(round).expect("small"),
-            ..Progress::default()
-        };
+        let expected_progress = Progress::past(i64::try_from(round).expect("small"));
         let barrier = Arc::new(Barrier::new(RACERS));
         let racers: Vec<_> = stores
             .iter()
@@ -65,10 +62,7 @@ fn racing_takers_of_one_lease_and_one_cursor_have_one_winner_each_round() {
                         tx.advance_notify_target(
                             notify_target_id(1),
                             &expected_progress,
-                            &Progress {
-                                after: expected_progress.after + 1,
-                                ..Progress::default()
-                            },
+                            &Progress::past(expected_progress.after + 1),
                         )
                     });
                     (lease, moved)

@@ -91,14 +91,7 @@ fn a_target_is_removed_once<S: Store>(store: &S) {
     );
     assert_conflict(
         store.transact(|tx| {
-            tx.advance_notify_target(
-                target.id,
-                &target.progress,
-                &Progress {
-                    after: 9,
-                    ..Progress::default()
-                },
-            )
+            tx.advance_notify_target(target.id, &target.progress, &Progress::past(9))
         }),
         "notify_targets: a removed target's progress no longer moves",
     );
@@ -127,14 +120,7 @@ fn progress_moves_only_from_what_it_was<S: Store>(store: &S) {
     });
     assert_conflict(
         store.transact(|tx| {
-            tx.advance_notify_target(
-                target.id,
-                &target.progress,
-                &Progress {
-                    after: 9,
-                    ..Progress::default()
-                },
-            )
+            tx.advance_notify_target(target.id, &target.progress, &Progress::past(9))
         }),
         "notify_targets: progress from a stale expectation is a Conflict",
     );
