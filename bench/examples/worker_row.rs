@@ -1,7 +1,8 @@
 //! One row of the worker benchmark, for profilers (`perf record`, `strace -c`) that should see
 //! the worker and nothing else: `cargo run --release --example worker_row -- <calls/step> <runs>
 //! [runs per slot] [write|calc]` (the tool: `workspace.write_text`, the default, or
-//! `math.calculate`). Prints calls/s, the group-commit counters and CPU time per call; no raw
+//! `math.calculate`). Prints calls/s, the group-commit counters, CPU time per call and the writer's statement
+//! time per call; no raw
 //! limit is measured. With `KEEP=1` the data directory stays (its path goes to stderr), for
 //! reading the WAL or the database afterwards.
 
@@ -45,13 +46,14 @@ fn main() {
     match result {
         Ok(report) => println!(
             "{}, {calls_per_step} calls/step, {concurrent_runs} runs: {} calls, {:.0} calls/s, \
-             {:.1} tx/call, {:.2} tx/COMMIT, {:.2} CPU ms/call",
+             {:.1} tx/call, {:.2} tx/COMMIT, {:.2} CPU ms/call, {:.0} writer µs/call",
             tool.name(),
             report.calls.operations,
             report.calls.per_second(),
             report.per_call(report.transactions),
             report.transactions_per_commit(),
-            report.cpu_ms_per_call()
+            report.cpu_ms_per_call(),
+            report.writer_us_per_call()
         ),
         Err(e) => {
             eprintln!("worker row: {e}");

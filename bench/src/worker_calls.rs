@@ -90,6 +90,9 @@ pub struct WorkerReport {
     pub groups: u64,
     /// CPU time of the whole process (every thread, user and system) during the measurement.
     pub cpu: Duration,
+    /// Nanoseconds the single writer spent on statements (held by `transact` callers, minus
+    /// its COMMITs), by the store's own clock (`GroupStats::statement_nanos`).
+    pub writer_statement_nanos: u64,
 }
 
 impl WorkerReport {
@@ -106,6 +109,12 @@ impl WorkerReport {
     /// core busy all the time: a ceiling that no amount of fsync sharing can lift.
     pub fn cpu_ceiling(&self, cores: usize) -> f64 {
         cores as f64 * 1000.0 / self.cpu_ms_per_call()
+    }
+
+    /// Microseconds of the writer's statements per completed call: the serialized work that
+    /// bounds calls/s once fsyncs are shared (issue 33: at most 100).
+    pub fn writer_us_per_call(&self) -> f64 {
+        self.writer_statement_nanos as f64 / 1000.0 / self.calls.operations.max(1) as f64
     }
 
     pub fn per_call(&self, count: u64) -> f64 {
@@ -239,11 +248,13 @@ async fn measure_async(
             expected,
         });
     }
+    let stats = stats_after.since(&stats_before);
     Ok(WorkerReport {
         calls: Rate::new(succeeded, elapsed),
-        transactions: stats_after.transactions - stats_before.transactions,
-        groups: stats_after.groups - stats_before.groups,
+        transactions: stats.transactions,
+        groups: stats.groups,
         cpu,
+        writer_statement_nanos: stats.statement_nanos(),
     })
 }
 

@@ -38,6 +38,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use rusqlite::Connection;
 
@@ -104,13 +105,42 @@ struct Shared {
     broken: Option<String>,
 }
 
-/// Counters for tests and benchmarks: how well transactions share commits.
+/// Counters for tests and benchmarks: how well transactions share commits, and how long the
+/// writer is held.
+///
+/// The writer is the store's one serialized resource: while one member runs its statements, no
+/// other transaction of the process can. `held_nanos` is every interval a `transact` caller
+/// held it (its `BEGIN`, savepoint, statements, and the `COMMIT` when it closed the group);
+/// `commit_nanos` the part spent in `COMMIT` (the fsync). Their difference over the
+/// transactions of a call is the writer's SQL per call (issue 33's figure), measured by the
+/// store's own clock rather than sampled by a profiler.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupStats {
     /// `transact` calls that ran inside a group.
     pub transactions: u64,
     /// Groups closed (COMMIT or, for a broken group, ROLLBACK).
     pub groups: u64,
+    /// Nanoseconds the writer was held by `transact` callers, `COMMIT`s included.
+    pub held_nanos: u64,
+    /// Nanoseconds of those spent closing groups (`COMMIT`, or `ROLLBACK` of a broken group).
+    pub commit_nanos: u64,
+}
+
+impl GroupStats {
+    /// The counts between `earlier` and `self`.
+    pub fn since(&self, earlier: &GroupStats) -> GroupStats {
+        GroupStats {
+            transactions: self.transactions - earlier.transactions,
+            groups: self.groups - earlier.groups,
+            held_nanos: self.held_nanos - earlier.held_nanos,
+            commit_nanos: self.commit_nanos - earlier.commit_nanos,
+        }
+    }
+
+    /// Nanoseconds the writer spent on statements rather than on closing groups.
+    pub fn statement_nanos(&self) -> u64 {
+        self.held_nanos.saturating_sub(self.commit_nanos)
+    }
 }
 
 /// The connection and the group-commit protocol.
@@ -120,6 +150,8 @@ pub(super) struct GroupCommit {
     arriving: AtomicUsize,
     transactions: AtomicU64,
     groups: AtomicU64,
+    held_nanos: AtomicU64,
+    commit_nanos: AtomicU64,
 }
 
 /// What a member's closure did.
@@ -140,6 +172,8 @@ impl GroupCommit {
             arriving: AtomicUsize::new(0),
             transactions: AtomicU64::new(0),
             groups: AtomicU64::new(0),
+            held_nanos: AtomicU64::new(0),
+            commit_nanos: AtomicU64::new(0),
         }
     }
 
@@ -147,6 +181,8 @@ impl GroupCommit {
         GroupStats {
             transactions: self.transactions.load(Ordering::Relaxed),
             groups: self.groups.load(Ordering::Relaxed),
+            held_nanos: self.held_nanos.load(Ordering::Relaxed),
+            commit_nanos: self.commit_nanos.load(Ordering::Relaxed),
         }
     }
 
@@ -168,6 +204,7 @@ impl GroupCommit {
     ) -> Result<R, TxError> {
         self.arriving.fetch_add(1, Ordering::SeqCst);
         let mut shared = self.lock();
+        let held_since = Instant::now();
         self.arriving.fetch_sub(1, Ordering::SeqCst);
 
         let group = match &shared.open {
@@ -199,6 +236,8 @@ impl GroupCommit {
         if self.arriving.load(Ordering::SeqCst) == 0 || shared.members >= MAX_GROUP {
             self.close_group(&mut shared, &group);
         }
+        self.held_nanos
+            .fetch_add(nanos_since(held_since), Ordering::Relaxed);
         drop(shared);
         let outcome = group.wait();
 
@@ -214,6 +253,7 @@ impl GroupCommit {
     /// Ends the open group: COMMIT (one fsync for every member), or ROLLBACK if it is broken
     /// or the COMMIT fails; then publishes the outcome to every member.
     fn close_group(&self, shared: &mut Shared, group: &Group) {
+        let closing_since = Instant::now();
         let outcome = match shared.broken.take() {
             Some(reason) => {
                 rollback_if_open(&shared.conn);
@@ -230,8 +270,15 @@ impl GroupCommit {
         shared.open = None;
         shared.members = 0;
         self.groups.fetch_add(1, Ordering::Relaxed);
+        self.commit_nanos
+            .fetch_add(nanos_since(closing_since), Ordering::Relaxed);
         group.close(outcome);
     }
+}
+
+/// Nanoseconds since `start`, saturating (a `u64` of nanoseconds spans 584 years).
+fn nanos_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Runs one of the fixed statements that open and end transactions and savepoints through the

@@ -509,11 +509,15 @@ fn concurrent_transactions_all_commit_with_unique_sequences() {
         );
     }
 
-    let stats = store.group_stats();
-    let transactions = stats.transactions - before.transactions;
-    let groups = stats.groups - before.groups;
+    let stats = store.group_stats().since(&before);
+    let (transactions, groups) = (stats.transactions, stats.groups);
     assert!(transactions >= (THREADS * PER_THREAD) as u64);
     assert!(groups <= transactions);
+    // The writer's clock: every group's COMMIT lies inside some member's hold of the writer,
+    // and the statements took time of their own.
+    assert!(stats.commit_nanos > 0, "{stats:?}");
+    assert!(stats.held_nanos > stats.commit_nanos, "{stats:?}");
+    assert!(stats.statement_nanos() > 0, "{stats:?}");
     eprintln!("{transactions} transactions in {groups} commits");
 }
 
