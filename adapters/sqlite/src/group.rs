@@ -44,6 +44,7 @@ use rusqlite::Connection;
 
 use airlock_core::store::{StoreTx, TxError};
 
+use super::checkpoint::{self, Checkpointer};
 use super::tx::{SqliteTx, tx_error};
 
 /// At most this many transactions share one COMMIT. A bound keeps a steady stream of arrivals
@@ -122,8 +123,14 @@ pub struct GroupStats {
     pub groups: u64,
     /// Nanoseconds the writer was held by `transact` callers, `COMMIT`s included.
     pub held_nanos: u64,
-    /// Nanoseconds of those spent closing groups (`COMMIT`, or `ROLLBACK` of a broken group).
+    /// Nanoseconds of those spent closing groups (`COMMIT`, or `ROLLBACK` of a broken group,
+    /// and an inline checkpoint).
     pub commit_nanos: u64,
+    /// WAL checkpoints the store's checkpointer thread ran (see the `checkpoint` module).
+    pub background_checkpoints: u64,
+    /// WAL checkpoints a committing thread ran itself, because the WAL outgrew what the
+    /// checkpointer keeps up with: each one made a group wait.
+    pub inline_checkpoints: u64,
 }
 
 impl GroupStats {
@@ -134,6 +141,8 @@ impl GroupStats {
             groups: self.groups - earlier.groups,
             held_nanos: self.held_nanos - earlier.held_nanos,
             commit_nanos: self.commit_nanos - earlier.commit_nanos,
+            background_checkpoints: self.background_checkpoints - earlier.background_checkpoints,
+            inline_checkpoints: self.inline_checkpoints - earlier.inline_checkpoints,
         }
     }
 
@@ -152,6 +161,10 @@ pub(super) struct GroupCommit {
     groups: AtomicU64,
     held_nanos: AtomicU64,
     commit_nanos: AtomicU64,
+    inline_checkpoints: AtomicU64,
+    /// Runs the WAL checkpoints the commits ask for; `None` on a connection without the WAL
+    /// hook, whose commits never ask (see the `checkpoint` module).
+    checkpointer: Option<Checkpointer>,
 }
 
 /// What a member's closure did.
@@ -161,7 +174,7 @@ enum MemberResult<R> {
 }
 
 impl GroupCommit {
-    pub(super) fn new(conn: Connection) -> GroupCommit {
+    pub(super) fn new(conn: Connection, checkpointer: Option<Checkpointer>) -> GroupCommit {
         GroupCommit {
             shared: Mutex::new(Shared {
                 conn,
@@ -174,6 +187,8 @@ impl GroupCommit {
             groups: AtomicU64::new(0),
             held_nanos: AtomicU64::new(0),
             commit_nanos: AtomicU64::new(0),
+            inline_checkpoints: AtomicU64::new(0),
+            checkpointer,
         }
     }
 
@@ -183,6 +198,11 @@ impl GroupCommit {
             groups: self.groups.load(Ordering::Relaxed),
             held_nanos: self.held_nanos.load(Ordering::Relaxed),
             commit_nanos: self.commit_nanos.load(Ordering::Relaxed),
+            background_checkpoints: self
+                .checkpointer
+                .as_ref()
+                .map_or(0, Checkpointer::completed),
+            inline_checkpoints: self.inline_checkpoints.load(Ordering::Relaxed),
         }
     }
 
@@ -260,7 +280,10 @@ impl GroupCommit {
                 Err(reason)
             }
             None => match control(&shared.conn, "COMMIT") {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    self.after_commit(&shared.conn);
+                    Ok(())
+                }
                 Err(error) => {
                     rollback_if_open(&shared.conn);
                     Err(format!("commit failed: {error}"))
@@ -273,6 +296,27 @@ impl GroupCommit {
         self.commit_nanos
             .fetch_add(nanos_since(closing_since), Ordering::Relaxed);
         group.close(outcome);
+    }
+}
+
+impl GroupCommit {
+    /// Asks for the checkpoint the WAL's size calls for, if any (see the `checkpoint` module):
+    /// the checkpointer's past [`checkpoint::BACKGROUND_FRAMES`], this thread's own past
+    /// [`checkpoint::INLINE_FRAMES`] or when there is no checkpointer thread. An inline
+    /// checkpoint's failure changes nothing durable and the next commit asks again.
+    fn after_commit(&self, conn: &Connection) {
+        let frames = checkpoint::take_wal_frames();
+        if frames < checkpoint::BACKGROUND_FRAMES {
+            return;
+        }
+        match &self.checkpointer {
+            Some(checkpointer) if frames < checkpoint::INLINE_FRAMES => checkpointer.request(),
+            _ => {
+                if checkpoint::checkpoint_passive(conn).is_ok() {
+                    self.inline_checkpoints.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 }
 
@@ -380,7 +424,7 @@ mod tests {
     #[test]
     fn a_member_that_fills_the_disk_gets_its_own_error_not_a_bare_rollback() {
         let dir = tempfile::tempdir().unwrap();
-        let group = GroupCommit::new(nearly_full(&dir.path().join("store.sqlite3")));
+        let group = GroupCommit::new(nearly_full(&dir.path().join("store.sqlite3")), None);
         let session = sample_session(1);
         let mut run = sample_run(1, session.id, RunStatus::Queued);
         run.planner_input = format!("\"{}\"", "x".repeat(1_000_000));
@@ -404,5 +448,32 @@ mod tests {
         group
             .transact(|tx| tx.insert_session(&sample_session(2)))
             .unwrap();
+    }
+
+    /// Without a checkpointer thread, a commit past the background threshold checkpoints inline
+    /// (as SQLite's automatic checkpoint did), so the WAL stays bounded.
+    #[test]
+    fn without_a_checkpointer_commits_checkpoint_inline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.sqlite3");
+        drop(crate::SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        conn.busy_timeout(crate::tuning::BUSY_TIMEOUT).unwrap();
+        checkpoint::hand_checkpoints_off(&conn).unwrap();
+        let group = GroupCommit::new(conn, None);
+        for n in 0..200u128 {
+            let session = sample_session(10 + n);
+            let mut run = sample_run(10 + n, session.id, RunStatus::Queued);
+            run.planner_input = format!("\"{}\"", "x".repeat(40_000));
+            group
+                .transact(|tx| {
+                    tx.insert_session(&session)?;
+                    tx.insert_run(&run)
+                })
+                .unwrap();
+        }
+        let stats = group.stats();
+        assert!(stats.inline_checkpoints > 0, "{stats:?}");
+        assert_eq!(stats.background_checkpoints, 0, "{stats:?}");
     }
 }

@@ -17,6 +17,7 @@
 //! semantics; `rows` converts rows and records. The contract suite
 //! (`airlock_core::testing::contract`) checks both stores alike.
 
+mod checkpoint;
 mod group;
 mod readers;
 mod rows;
@@ -129,9 +130,10 @@ impl SqliteStore {
             },
             None => error,
         })?;
+        let checkpointer = open_checkpointer(path)?;
         Ok(SqliteStore {
             path: path.to_owned(),
-            group: group::GroupCommit::new(conn),
+            group: group::GroupCommit::new(conn, checkpointer),
             readers: readers::Readers::new(&by_path(path)),
         })
     }
@@ -227,6 +229,30 @@ fn open_writer(path: &Path) -> Result<Connection, SqliteError> {
     Ok(conn)
 }
 
+/// The checkpointer thread on a connection of its own (see the `checkpoint` module), set up
+/// like the writer for what a checkpoint does: wait for a busy file, sync fully. If the thread
+/// cannot be started, `None`: the writer's commits then checkpoint inline, as SQLite's
+/// automatic checkpoint did.
+fn open_checkpointer(path: &Path) -> Result<Option<checkpoint::Checkpointer>, SqliteError> {
+    let conn = Connection::open_with_flags(by_path(path), open_flags()).map_err(|source| {
+        SqliteError::Open {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|source| SqliteError::Pragma {
+            pragma: "busy_timeout",
+            source,
+        })?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(|source| SqliteError::Pragma {
+            pragma: "synchronous",
+            source,
+        })?;
+    Ok(checkpoint::Checkpointer::start(conn).ok())
+}
+
 /// Why the store at `path` cannot be written, asked only after opening it failed: the file
 /// opened for writing (nothing created, nothing changed), then its directory, where SQLite
 /// must create the `-wal` and `-shm` files, by creating and removing an empty probe file.
@@ -308,6 +334,10 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
         conn.pragma_update(None, pragma, value)
             .map_err(|source| SqliteError::Pragma { pragma, source })?;
     }
+    checkpoint::hand_checkpoints_off(conn).map_err(|source| SqliteError::Pragma {
+        pragma: "wal_autocheckpoint",
+        source,
+    })?;
     let foreign_keys: i64 = conn
         .pragma_query_value(None, "foreign_keys", |row| row.get(0))
         .map_err(SqliteError::Query)?;

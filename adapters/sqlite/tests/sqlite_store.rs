@@ -806,3 +806,31 @@ fn the_repeat_check_reads_only_the_open_rows_of_its_identity() {
     );
     drop(store);
 }
+
+/// Issue 33: the writer never checkpoints the WAL itself while the checkpointer thread keeps
+/// up. About 16 MB of commits (four times SQLite's automatic threshold) ask the thread for
+/// checkpoints, which it runs, and no commit runs one inline.
+#[test]
+fn wal_checkpoints_run_off_the_writer() {
+    let (_dir, store) = fresh();
+    let before = store.group_stats();
+    for n in 0..400u128 {
+        let session = sample_session(1_000 + n);
+        let mut run = sample_run(1_000 + n, session.id, RunStatus::Queued);
+        run.planner_input = format!("\"{}\"", "x".repeat(40_000));
+        commit(&store, "a large run", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)
+        });
+    }
+    let mut stats = store.group_stats().since(&before);
+    for _ in 0..200 {
+        if stats.background_checkpoints > 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(25));
+        stats = store.group_stats().since(&before);
+    }
+    assert!(stats.background_checkpoints > 0, "{stats:?}");
+    assert_eq!(stats.inline_checkpoints, 0, "{stats:?}");
+}
