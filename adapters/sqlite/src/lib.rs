@@ -19,6 +19,8 @@
 
 mod checkpoint;
 mod group;
+#[cfg(test)]
+mod hot_statements;
 mod readers;
 mod rows;
 mod schema;

@@ -266,8 +266,32 @@ pub(super) fn call_task(row: &Row<'_>) -> rusqlite::Result<CallTask> {
     })
 }
 
-pub(super) const SESSION_COLUMNS: &str =
-    "id, tenant_id, principal_id, next_event_sequence, created_at";
+/// The next event sequence of the session row `sessions`: the larger of the stored
+/// `next_event_sequence` and one past the session's last event, found at the end of
+/// `uq_events_session_sequence`. Since M13 the stored column is only the session's floor (its
+/// first sequence, or what the dropped M1 trigger last left there), so that appending an event
+/// writes the event's row and nothing else.
+macro_rules! next_event_sequence {
+    () => {
+        "MAX(sessions.next_event_sequence, COALESCE((SELECT MAX(e.sequence) FROM events AS e \
+         WHERE e.session_id = sessions.id), 0) + 1)"
+    };
+}
+
+/// A session's columns as `Session` reads them, from `sessions`.
+pub(super) const SESSION_COLUMNS: &str = concat!(
+    "id, tenant_id, principal_id, ",
+    next_event_sequence!(),
+    ", created_at"
+);
+
+/// The session's next event sequence, as [`SESSION_COLUMNS`] reads it, and the session of the
+/// run `?2` (NULL if there is none), for `sessions` row `?1`: `append_event`'s one read.
+pub(super) const EVENT_SLOT: &str = concat!(
+    "SELECT ",
+    next_event_sequence!(),
+    ", (SELECT r.session_id FROM runs AS r WHERE r.id = ?2) FROM sessions WHERE sessions.id = ?1"
+);
 
 pub(super) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
     Ok(Session {

@@ -537,6 +537,23 @@ CREATE TABLE notify_leases (
 );
 "#;
 
+/// M13 (issue 33): no trigger on a hot path. Each of these ran as a sub-program on every row
+/// the writer inserts on a tool call's path, and SQLite materialises an `INSERT … SELECT` into a
+/// table with a row trigger in a temporary table first:
+/// - `events_advance_session_sequence`: a session's next sequence is now read as one past its
+///   last event (`rows::SESSION_COLUMNS`); the stored `next_event_sequence` stays as the
+///   session's floor, which every existing row already satisfies (the trigger kept it one past
+///   the last event), so nothing is rewritten.
+/// - `checkpoints_versions_contiguous`, `step_records_contiguous`: `SqliteTx` checks both
+///   before it inserts (as `MemStore` does) and refuses a gap with the same `Conflict`; the
+///   primary keys still refuse a repeated version or step. Only a writer that bypasses airlock
+///   could now leave a gap, as it could already edit a row's content.
+const M_NO_HOT_TRIGGERS: &str = r#"
+DROP TRIGGER events_advance_session_sequence;
+DROP TRIGGER checkpoints_versions_contiguous;
+DROP TRIGGER step_records_contiguous;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 const MIGRATIONS: &[M<'static>] = &[
     M::up(M1),
@@ -551,10 +568,11 @@ const MIGRATIONS: &[M<'static>] = &[
     M::up(M_STATE_KEYS),
     M::up(M_REPLAY),
     M::up(M_NOTIFY),
+    M::up(M_NO_HOT_TRIGGERS),
 ];
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 12;
+pub const SCHEMA_VERSION: i64 = 13;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::from_slice(MIGRATIONS)

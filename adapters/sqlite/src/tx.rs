@@ -10,7 +10,7 @@
 //! or `NotFound` (a missing parent row, as in `MemStore`); anything else is `Backend`.
 //!
 //! **Atomic methods.** Every method is one statement or checks everything before its single
-//! write (`append_event`'s counter advances in a trigger of its INSERT); so a caller that handles
+//! write (`append_event` reads, then inserts); so a caller that handles
 //! an `Err` and carries on sees no partial write, as with `MemStore`. **A dead transaction** —
 //! SQLite rolls the whole transaction back by itself after some I/O errors — is detected at the
 //! start of every method (`is_autocommit`) and answered with `Backend`, so that no later
@@ -1238,29 +1238,41 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
-    /// One statement on the common path: an INSERT that takes the session's next sequence and
-    /// checks the run's session, while the schema's `events_advance_session_sequence` trigger
-    /// advances the counter inside the same statement, so the event and the advance are atomic.
-    /// Whatever stops the INSERT — a repeated derivation key, a missing session or run, a run of
-    /// another session, a payload that is not an object — is sorted out afterwards by
+    /// One read and one plain `INSERT … VALUES` (issue 33): the read gives the session's next
+    /// sequence (one past its last event, see `rows::EVENT_SLOT`) and the run's session; the
+    /// INSERT is the method's only write, so the method stays atomic, and no trigger, `RETURNING`
+    /// or `INSERT … SELECT` runs (each made SQLite build a temporary table per event). The
+    /// writer's lock, held since `BEGIN IMMEDIATE`, keeps the sequence free between the two.
+    /// Whatever stops the event — a repeated derivation key, a missing session or run, a run of
+    /// another session, a payload that is not an object — is sorted out by
     /// [`SqliteTx::refused_event`], in `MemStore`'s order. A refused INSERT writes nothing, so
-    /// it consumes no sequence and no id.
+    /// it consumes no sequence.
     fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
         if !event.payload.is_object() {
             return self.refused_event(event, None);
         }
         let session_id = event.session_id.to_string();
+        let run_id = event.run_id.map(|r| r.to_string());
+        let slot = self.one(rows::EVENT_SLOT, params![session_id, run_id], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
+        })?;
+        let sequence = match slot {
+            Some((sequence, run_session))
+                if run_id.is_none() || run_session.as_deref() == Some(session_id.as_str()) =>
+            {
+                sequence
+            }
+            _ => return self.refused_event(event, None),
+        };
         let payload = json(&event.payload, "events.payload")?;
-        let inserted = self.one(
+        let inserted = self.execute(
             "INSERT INTO events (session_id, run_id, sequence, event_type, \
              payload_schema_version, actor_type, actor_id, payload, derivation_key, created_at) \
-             SELECT id, ?2, next_event_sequence, ?3, ?4, ?5, ?6, ?7, ?8, ?9 FROM sessions \
-             WHERE id = ?1 AND (?2 IS NULL OR EXISTS \
-                 (SELECT 1 FROM runs WHERE runs.id = ?2 AND runs.session_id = ?1)) \
-             RETURNING id, sequence",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
                 session_id,
-                event.run_id.map(|r| r.to_string()),
+                run_id,
+                sequence,
                 event.event_type.as_str(),
                 PAYLOAD_SCHEMA_VERSION,
                 event.actor.actor_type.as_str(),
@@ -1269,14 +1281,13 @@ impl StoreTx for SqliteTx<'_> {
                 event.derivation_key,
                 ts(event.created_at),
             ],
-            |row| Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?)),
         );
-        let (id, sequence) = match inserted {
-            Ok(Some(row)) => row,
-            Ok(None) => return self.refused_event(event, None),
+        match inserted {
+            Ok(_) => {}
             Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
             Err(error) => return Err(error),
-        };
+        }
+        let id = self.conn()?.last_insert_rowid();
         let sequence = u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?;
         Ok(event.stored_as(id, sequence))
     }
