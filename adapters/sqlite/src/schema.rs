@@ -20,7 +20,7 @@
 //! the group, not just the offending one.
 
 use rusqlite::Connection;
-use rusqlite_migration::{M, Migrations};
+use rusqlite_migration::{HookError, HookResult, M, Migrations};
 
 /// M1: the whole v1 schema.
 const M1: &str = r#"
@@ -554,28 +554,162 @@ DROP TRIGGER checkpoints_versions_contiguous;
 DROP TRIGGER step_records_contiguous;
 "#;
 
-/// Every migration, oldest first; the schema version is their count.
-const MIGRATIONS: &[M<'static>] = &[
-    M::up(M1),
-    M::up(M2),
-    M::up(M3),
-    M::up(M_API_TOKENS),
-    M::up(M_TWINS),
-    M::up(M_RUNS_BY_TENANT),
-    M::up(M_CONVERSATIONS),
-    M::up(M_CONVERSATION_KEYS),
-    M::up(M_CALL_TASKS),
-    M::up(M_STATE_KEYS),
-    M::up(M_REPLAY),
-    M::up(M_NOTIFY),
-    M::up(M_NO_HOT_TRIGGERS),
+/// M14 (issue 33): the vocabulary checks of M1 without temporary b-trees. SQLite compiles
+/// `x IN (…)` of more than two constants into a temporary index that it fills again on every
+/// execution of a statement writing `x`; a call's writes ran about thirty of them. The same
+/// checks as `=`/`<>` chains accept and refuse exactly the same rows (each column's NULL
+/// yields NULL both ways, which a CHECK accepts) and build nothing.
+///
+/// The partial indexes of `runs` are dropped and created again with the same chains (and
+/// `active_runs_in_session` reads them with the same terms, so the planner still proves its
+/// WHERE implies the index's). The table CHECKs cannot be altered by DDL, and rebuilding
+/// `runs`, `tool_invocations` and `approvals` would rewrite every row and every foreign key
+/// into them, so [`rewrite_vocabulary_checks`] edits their `CREATE TABLE` text in place, the
+/// way SQLite documents for changes that leave the stored rows valid ("Making Other Kinds Of
+/// Table Schema Changes" in its ALTER TABLE page): `writable_schema`, the text, the schema
+/// cookie one up, then an integrity check inside the same transaction.
+const M_VOCABULARY_CHAINS: &str = r#"
+DROP INDEX uq_runs_one_active_per_session;
+CREATE UNIQUE INDEX uq_runs_one_active_per_session ON runs (session_id)
+    WHERE status <> 'COMPLETED' AND status <> 'FAILED' AND status <> 'CANCELLED'
+        AND planner_kind <> 'mcp';
+DROP INDEX ix_runs_active_by_session;
+CREATE INDEX ix_runs_active_by_session ON runs (session_id, created_at, id)
+    WHERE status <> 'COMPLETED' AND status <> 'FAILED' AND status <> 'CANCELLED';
+"#;
+
+/// The `CHECK` texts [`M_VOCABULARY_CHAINS`] rewrites: table, M1's text, its replacement.
+const VOCABULARY_CHAINS: [(&str, &str, &str); 9] = [
+    (
+        "runs",
+        "CHECK (status IN ('QUEUED', 'RUNNING', 'WAITING_FOR_APPROVAL',
+                                                    'COMPLETED', 'FAILED', 'CANCELLED'))",
+        "CHECK (status = 'QUEUED' OR status = 'RUNNING' OR status = 'WAITING_FOR_APPROVAL'
+            OR status = 'COMPLETED' OR status = 'FAILED' OR status = 'CANCELLED')",
+    ),
+    (
+        "checkpoints",
+        "CHECK (\"trigger\" IN ('seed', 'tool_pending', 'tool_batch',
+                                                                'suspended', 'final'))",
+        "CHECK (\"trigger\" = 'seed' OR \"trigger\" = 'tool_pending'
+            OR \"trigger\" = 'tool_batch' OR \"trigger\" = 'suspended' OR \"trigger\" = 'final')",
+    ),
+    (
+        "tool_invocations",
+        "CHECK (status IN ('PROPOSED', 'AUTHORIZED', 'WAITING_FOR_APPROVAL', 'RUNNING',
+                          'SUCCEEDED', 'FAILED', 'DENIED', 'UNCERTAIN'))",
+        "CHECK (status = 'PROPOSED' OR status = 'AUTHORIZED' OR status = 'WAITING_FOR_APPROVAL'
+            OR status = 'RUNNING' OR status = 'SUCCEEDED' OR status = 'FAILED'
+            OR status = 'DENIED' OR status = 'UNCERTAIN')",
+    ),
+    (
+        "tool_invocations",
+        "CHECK (outcome_status IN ('succeeded', 'failed', 'denied', 'uncertain'))",
+        "CHECK (outcome_status = 'succeeded' OR outcome_status = 'failed'
+            OR outcome_status = 'denied' OR outcome_status = 'uncertain')",
+    ),
+    (
+        "tool_invocations",
+        "CHECK (effect_sent_at IS NULL OR status IN ('RUNNING', 'SUCCEEDED', 'FAILED', 'UNCERTAIN'))",
+        "CHECK (effect_sent_at IS NULL OR status = 'RUNNING' OR status = 'SUCCEEDED'
+            OR status = 'FAILED' OR status = 'UNCERTAIN')",
+    ),
+    (
+        "tool_invocations",
+        "CHECK (status NOT IN ('SUCCEEDED', 'FAILED', 'DENIED', 'UNCERTAIN')",
+        "CHECK ((status <> 'SUCCEEDED' AND status <> 'FAILED' AND status <> 'DENIED'
+                AND status <> 'UNCERTAIN')",
+    ),
+    (
+        "approvals",
+        "CHECK (status IN ('pending', 'approved', 'denied', 'expired', 'cancelled'))",
+        "CHECK (status = 'pending' OR status = 'approved' OR status = 'denied'
+            OR status = 'expired' OR status = 'cancelled')",
+    ),
+    (
+        "events",
+        "CHECK (actor_type IN ('principal', 'worker', 'application', 'maintenance', 'process'))",
+        "CHECK (actor_type = 'principal' OR actor_type = 'worker' OR actor_type = 'application'
+            OR actor_type = 'maintenance' OR actor_type = 'process')",
+    ),
+    (
+        "process_events",
+        "CHECK (actor_type IN ('principal', 'worker', 'application', 'maintenance', 'process'))",
+        "CHECK (actor_type = 'principal' OR actor_type = 'worker' OR actor_type = 'application'
+            OR actor_type = 'maintenance' OR actor_type = 'process')",
+    ),
 ];
 
+/// M14's hook: the table `CHECK`s of [`VOCABULARY_CHAINS`], edited in the schema's text (see
+/// [`M_VOCABULARY_CHAINS`]). Each M1 text must occur exactly once in its table, or nothing is
+/// changed and the migration fails: a store whose schema was edited by hand is not guessed at.
+fn rewrite_vocabulary_checks(tx: &rusqlite::Transaction<'_>) -> HookResult {
+    let cookie: i64 = tx.query_row("PRAGMA schema_version", [], |row| row.get(0))?;
+    let mut tables: Vec<(&str, String)> = Vec::new();
+    for (table, from, to) in VOCABULARY_CHAINS {
+        let index = match tables.iter().position(|(name, _)| *name == table) {
+            Some(index) => index,
+            None => {
+                let sql: String = tx.query_row(
+                    "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                    [table],
+                    |row| row.get(0),
+                )?;
+                tables.push((table, sql));
+                tables.len() - 1
+            }
+        };
+        let sql = &mut tables[index].1;
+        if sql.matches(from).count() != 1 {
+            return Err(HookError::Hook(format!(
+                "M14: table {table} does not hold exactly one `{from}`"
+            )));
+        }
+        *sql = sql.replacen(from, to, 1);
+    }
+    tx.pragma_update(None, "writable_schema", true)?;
+    for (table, sql) in &tables {
+        tx.execute(
+            "UPDATE sqlite_schema SET sql = ?2 WHERE type = 'table' AND name = ?1",
+            rusqlite::params![table, sql],
+        )?;
+    }
+    tx.pragma_update(None, "schema_version", cookie + 1)?;
+    tx.pragma_update(None, "writable_schema", false)?;
+    let integrity: String = tx.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
+    if integrity != "ok" {
+        return Err(HookError::Hook(format!(
+            "M14: integrity check: {integrity}"
+        )));
+    }
+    Ok(())
+}
+
+/// Every migration, oldest first; the schema version is their count.
+fn all_migrations() -> Vec<M<'static>> {
+    vec![
+        M::up(M1),
+        M::up(M2),
+        M::up(M3),
+        M::up(M_API_TOKENS),
+        M::up(M_TWINS),
+        M::up(M_RUNS_BY_TENANT),
+        M::up(M_CONVERSATIONS),
+        M::up(M_CONVERSATION_KEYS),
+        M::up(M_CALL_TASKS),
+        M::up(M_STATE_KEYS),
+        M::up(M_REPLAY),
+        M::up(M_NOTIFY),
+        M::up(M_NO_HOT_TRIGGERS),
+        M::up_with_hook(M_VOCABULARY_CHAINS, rewrite_vocabulary_checks),
+    ]
+}
+
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 pub(super) fn migrations() -> Migrations<'static> {
-    Migrations::from_slice(MIGRATIONS)
+    Migrations::new(all_migrations())
 }
 
 /// One schema object as `sqlite_master` records it: type, name and its `CREATE` text.
@@ -606,7 +740,131 @@ mod tests {
     fn migrations_are_valid_and_end_at_the_schema_version() {
         let migrations = migrations();
         assert!(migrations.validate().is_ok());
-        assert_eq!(MIGRATIONS.len() as i64, SCHEMA_VERSION);
+        assert_eq!(all_migrations().len() as i64, SCHEMA_VERSION);
+    }
+
+    /// M14's chains decide every value as M1's `IN` lists did: each CHECK, as an expression of
+    /// its column, gives the same answer (true, false or NULL) before and after for every word
+    /// of its vocabulary, other spellings of them, a foreign word, the empty text and NULL.
+    #[test]
+    fn m14_chains_decide_every_value_as_the_in_lists_did() {
+        let conn = Connection::open_in_memory().expect("open");
+        let columns = ["outcome_status", "actor_type", "\"trigger\"", "status"];
+        let words = |text: &str| -> Vec<String> {
+            text.split('\'')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect()
+        };
+        for (table, from, to) in VOCABULARY_CHAINS {
+            let expression = |check: &str| {
+                let mut text = check.trim_start_matches("CHECK ").to_owned();
+                if text.matches('(').count() > text.matches(')').count() {
+                    text.push_str(" OR 0)");
+                }
+                for column in columns {
+                    text = text.replace(column, "?1");
+                }
+                // Every expression names ?2 (true whatever it is), so each takes both parameters.
+                format!(
+                    "({}) AND (?2 IS NULL OR ?2 IS NOT NULL)",
+                    text.replace("effect_sent_at", "?2")
+                )
+            };
+            let (before, after) = (expression(from), expression(to));
+            let decide =
+                |expression: &str, value: Option<&str>, sent: Option<i64>| -> Option<bool> {
+                    conn.query_row(
+                        &format!("SELECT {expression}"),
+                        rusqlite::params![value, sent],
+                        |row| row.get(0),
+                    )
+                    .unwrap_or_else(|e| panic!("{table}: SELECT {expression}: {e}"))
+                };
+            let mut probes: Vec<Option<String>> =
+                vec![None, Some(String::new()), Some("bogus".into())];
+            for word in words(from) {
+                probes.push(Some(word.to_uppercase()));
+                probes.push(Some(word.to_lowercase()));
+                probes.push(Some(format!("{word} ")));
+                probes.push(Some(word));
+            }
+            assert!(probes.len() > 8, "{table}: the vocabulary was read");
+            for probe in &probes {
+                for sent in [None, Some(5)] {
+                    assert_eq!(
+                        decide(&before, probe.as_deref(), sent),
+                        decide(&after, probe.as_deref(), sent),
+                        "{table}: {probe:?} (effect sent {sent:?}): {before} against {after}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// M13 and M14 upgrade a store of M12 in place: its schema becomes a new file's, a
+    /// session's next sequence continues after its last event (the dropped trigger's counter
+    /// is only a floor now), and the rewritten checks still refuse what M1's refused, under
+    /// their names.
+    #[test]
+    fn m13_and_m14_upgrade_an_m12_store_in_place() {
+        let mut conn = Connection::open_in_memory().expect("open");
+        Migrations::new(all_migrations().into_iter().take(12).collect())
+            .to_latest(&mut conn)
+            .expect("M1..M12");
+        let session = "00000000-0000-0000-0000-000000000001";
+        conn.execute(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES (?1, 't', 'p', 1)",
+            [session],
+        )
+        .expect("session");
+        insert_run(&conn, "r1", session, "scripted", "QUEUED").expect("run");
+        for sequence in 1..=3 {
+            conn.execute(
+                "INSERT INTO events (session_id, run_id, sequence, event_type, \
+                 payload_schema_version, actor_type, payload, created_at) \
+                 VALUES (?1, 'r1', ?2, 'run.started', 1, 'worker', '{}', 1)",
+                rusqlite::params![session, sequence],
+            )
+            .expect("event under M12's trigger");
+        }
+        migrations().to_latest(&mut conn).expect("M13, M14");
+
+        assert_eq!(
+            objects(&conn).expect("objects"),
+            expected_objects().expect("expected"),
+            "an upgraded store has a new file's schema"
+        );
+        let next: i64 = conn
+            .query_row(
+                &format!("SELECT {} FROM sessions", crate::rows::SESSION_COLUMNS),
+                [],
+                |row| row.get(3),
+            )
+            .expect("session");
+        assert_eq!(next, 4, "the sequence continues after the last event");
+        for (sql, constraint) in [
+            (
+                "UPDATE runs SET status = 'PAUSED' WHERE id = 'r1'",
+                "ck_runs_status",
+            ),
+            (
+                "UPDATE events SET actor_type = 'robot'",
+                "events are append-only",
+            ),
+            (
+                "INSERT INTO events (session_id, sequence, event_type, payload_schema_version, \
+                 actor_type, payload, created_at) \
+                 VALUES ('00000000-0000-0000-0000-000000000001', 4, 'x', 1, 'robot', '{}', 1)",
+                "ck_events_actor_type",
+            ),
+        ] {
+            let message = conn.execute(sql, []).expect_err(sql).to_string();
+            assert!(message.contains(constraint), "{sql}: {message}");
+        }
+        insert_run(&conn, "r2", session, "scripted", "QUEUED")
+            .expect_err("a second active non-mcp run of the session");
     }
 
     /// Inserts a run row of `session` with just the columns M1 requires.
@@ -631,7 +889,7 @@ mod tests {
     #[test]
     fn m7_upgrades_an_m6_store_in_place() {
         let mut conn = Connection::open_in_memory().expect("open");
-        Migrations::from_slice(&MIGRATIONS[..6])
+        Migrations::new(all_migrations().into_iter().take(6).collect())
             .to_latest(&mut conn)
             .expect("M1..M6");
         conn.execute_batch(

@@ -306,7 +306,8 @@ impl StoreTx for SqliteTx<'_> {
     fn active_runs_in_session(&mut self, session: SessionId) -> Result<Vec<RunId>, TxError> {
         self.run_ids(
             "SELECT id FROM runs WHERE session_id = ?1 \
-             AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') ORDER BY created_at, id",
+             AND status <> 'COMPLETED' AND status <> 'FAILED' AND status <> 'CANCELLED' \
+             ORDER BY created_at, id",
             params![session.to_string()],
         )
     }
