@@ -5,18 +5,20 @@
 //! writer's lock, waits while the checkpoint copies those pages into the database file and
 //! syncs it. Measured on the 990-step run, step latency rose 1.7× from the first such
 //! checkpoint on. Here the writer runs with `wal_autocheckpoint = 0` and a WAL hook that only
-//! notes the WAL's size after each commit ([`take_wal_frames`]); when it reaches
-//! [`BACKGROUND_FRAMES`], the group asks the [`Checkpointer`], a thread with a connection of
-//! its own, for a `PASSIVE` checkpoint, which never takes the write lock, so commits go on
-//! while it copies.
+//! notes the WAL's size after each commit ([`take_wal_frames`]), and the group decides
+//! ([`WalPolicy`]):
 //!
-//! **The bound.** A passive checkpoint copies the frames committed before it started; the
-//! WAL starts again from its beginning only when a new write transaction finds every frame
-//! copied. Under a steady stream of commits that may not happen for a while, and the WAL would
-//! grow. If it reaches [`INLINE_FRAMES`] anyway (the checkpointer cannot keep up, or could not
-//! start), the committing thread checkpoints inline, as SQLite itself would have done, so the WAL
-//! stays bounded; `GroupStats::inline_checkpoints` counts those, and the tests expect none
-//! on a store that is merely busy.
+//! 1. Past [`BACKGROUND_FRAMES`], it asks the [`Checkpointer`], a thread with a connection of
+//!    its own, for a `PASSIVE` checkpoint, which never takes the write lock: commits go on while
+//!    it copies the bulk of the WAL.
+//! 2. The WAL only starts again from its beginning when a write transaction finds every frame
+//!    copied, and under steady load some commit always lands while the thread copies. So once
+//!    the thread's last pass left at most [`TAIL_FRAMES`] uncopied, the committing thread copies
+//!    that tail itself (a passive checkpoint of a few pages; `GroupStats::tail_checkpoints`),
+//!    and the next transaction restarts the WAL. If more were left, the thread is asked again.
+//! 3. Past [`INLINE_FRAMES`] (the thread cannot keep up, or could not start), the committing
+//!    thread checkpoints everything itself, as SQLite would have; `GroupStats::inline_checkpoints`
+//!    counts those, and the tests expect none on a store that is merely busy.
 //!
 //! **Durability** is unchanged: a checkpoint copies frames that are already durable in the
 //! WAL, and the checkpointer's connection syncs with `synchronous = FULL` like the writer's.
@@ -38,6 +40,12 @@ pub(super) const BACKGROUND_FRAMES: c_int = 1_000;
 /// WAL frames after which the committing thread checkpoints itself (see the module docs):
 /// sixteen times the background threshold, about 64 MB of 4 KB pages.
 pub(super) const INLINE_FRAMES: c_int = 16 * BACKGROUND_FRAMES;
+
+/// At most this many frames left uncopied by the thread's last pass are copied by the
+/// committing thread, so that the WAL can restart: a few group commits' worth, a fraction of a
+/// millisecond of page copies and one sync of the database file, once per
+/// [`BACKGROUND_FRAMES`].
+pub(super) const TAIL_FRAMES: c_int = 64;
 
 /// How long the checkpointer sleeps between requests when none comes: long, because every
 /// request wakes it; the timeout only lets it notice a store being dropped if a wake-up is lost.
@@ -70,10 +78,79 @@ pub(super) fn take_wal_frames() -> c_int {
     WAL_FRAMES.with(|cell| cell.replace(0))
 }
 
+/// What one checkpoint saw: the WAL's frames, and how many of them are now in the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Pass {
+    pub(super) wal_frames: c_int,
+    pub(super) copied: c_int,
+}
+
 /// A passive checkpoint on `conn`; its error is returned for the caller to ignore or count (a
 /// checkpoint that fails leaves the WAL as it was, and the next one copies the same frames).
-pub(super) fn checkpoint_passive(conn: &Connection) -> rusqlite::Result<()> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+pub(super) fn checkpoint_passive(conn: &Connection) -> rusqlite::Result<Pass> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok(Pass {
+            wal_frames: row.get(1)?,
+            copied: row.get(2)?,
+        })
+    })
+}
+
+/// The writer's side of the policy in the module docs, kept under the writer's lock.
+#[derive(Debug, Default)]
+pub(super) struct WalPolicy {
+    /// The WAL's frames after the previous commit: a smaller figure means the WAL restarted.
+    last_frames: c_int,
+}
+
+/// What a commit should do about the WAL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WalAction {
+    Nothing,
+    /// Ask the checkpointer thread for a pass.
+    AskThread,
+    /// Copy the few frames the thread's last pass left, here.
+    CopyTail,
+    /// Copy everything here (no thread, or it fell [`INLINE_FRAMES`] behind).
+    CopyAll,
+}
+
+impl WalPolicy {
+    /// The action for a commit that left the WAL at `frames`, given the checkpointer (if any).
+    pub(super) fn after_commit(
+        &mut self,
+        frames: c_int,
+        checkpointer: Option<&Checkpointer>,
+    ) -> WalAction {
+        if frames <= 0 {
+            return WalAction::Nothing;
+        }
+        let restarted = frames < self.last_frames;
+        self.last_frames = frames;
+        let Some(checkpointer) = checkpointer else {
+            return if frames >= BACKGROUND_FRAMES {
+                WalAction::CopyAll
+            } else {
+                WalAction::Nothing
+            };
+        };
+        if restarted {
+            checkpointer.new_generation();
+        }
+        if frames < BACKGROUND_FRAMES {
+            return WalAction::Nothing;
+        }
+        if frames >= INLINE_FRAMES {
+            return WalAction::CopyAll;
+        }
+        match checkpointer.last_pass() {
+            Some(pass) if pass.copied == pass.wal_frames && frames - pass.copied <= TAIL_FRAMES => {
+                WalAction::CopyTail
+            }
+            _ if checkpointer.idle() => WalAction::AskThread,
+            _ => WalAction::Nothing,
+        }
+    }
 }
 
 /// What the writer and the checkpointer thread share.
@@ -88,7 +165,14 @@ struct Requests {
 #[derive(Default)]
 struct RequestState {
     requested: bool,
+    /// The thread is checkpointing now.
+    running: bool,
     stopping: bool,
+    /// Counts the WAL's restarts as the writer saw them, so that a pass over an earlier WAL is
+    /// never taken for one over the current.
+    generation: u64,
+    /// The thread's last completed pass over the current WAL.
+    last_pass: Option<Pass>,
 }
 
 /// The checkpointer thread and the way to wake it. Dropping it stops the thread and waits
@@ -123,6 +207,24 @@ impl Checkpointer {
     pub(super) fn completed(&self) -> u64 {
         self.requests.completed.load(Ordering::Relaxed)
     }
+
+    /// Whether the thread is neither asked nor checkpointing.
+    fn idle(&self) -> bool {
+        let state = self.requests.lock();
+        !state.requested && !state.running
+    }
+
+    /// The thread's last pass over the current WAL, if any.
+    fn last_pass(&self) -> Option<Pass> {
+        self.requests.lock().last_pass
+    }
+
+    /// The WAL restarted: passes over the earlier one no longer count.
+    fn new_generation(&self) {
+        let mut state = self.requests.lock();
+        state.generation += 1;
+        state.last_pass = None;
+    }
 }
 
 impl Requests {
@@ -141,10 +243,11 @@ impl Drop for Checkpointer {
     }
 }
 
-/// The thread: waits for a request, checkpoints, repeats until stopped.
+/// The thread: waits for a request, checkpoints, publishes what the pass copied, repeats until
+/// stopped.
 fn serve(conn: &Connection, requests: &Requests) {
     loop {
-        {
+        let generation = {
             let mut state = requests.lock();
             while !state.requested && !state.stopping {
                 state = requests
@@ -157,9 +260,17 @@ fn serve(conn: &Connection, requests: &Requests) {
                 return;
             }
             state.requested = false;
-        }
-        if checkpoint_passive(conn).is_ok() {
+            state.running = true;
+            state.generation
+        };
+        let pass = checkpoint_passive(conn).ok();
+        let mut state = requests.lock();
+        state.running = false;
+        if let Some(pass) = pass {
             requests.completed.fetch_add(1, Ordering::Relaxed);
+            if state.generation == generation {
+                state.last_pass = Some(pass);
+            }
         }
     }
 }

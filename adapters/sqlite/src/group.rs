@@ -104,6 +104,8 @@ struct Shared {
     members: usize,
     /// The open group can no longer commit (see "Failures" in the module docs).
     broken: Option<String>,
+    /// What the commits decide about the WAL (see the `checkpoint` module).
+    wal: checkpoint::WalPolicy,
 }
 
 /// Counters for tests and benchmarks: how well transactions share commits, and how long the
@@ -128,7 +130,10 @@ pub struct GroupStats {
     pub commit_nanos: u64,
     /// WAL checkpoints the store's checkpointer thread ran (see the `checkpoint` module).
     pub background_checkpoints: u64,
-    /// WAL checkpoints a committing thread ran itself, because the WAL outgrew what the
+    /// Tails a committing thread copied after the checkpointer's pass, so that the WAL could
+    /// restart (a few pages each; see the `checkpoint` module).
+    pub tail_checkpoints: u64,
+    /// Whole WAL checkpoints a committing thread ran itself, because the WAL outgrew what the
     /// checkpointer keeps up with: each one made a group wait.
     pub inline_checkpoints: u64,
 }
@@ -142,6 +147,7 @@ impl GroupStats {
             held_nanos: self.held_nanos - earlier.held_nanos,
             commit_nanos: self.commit_nanos - earlier.commit_nanos,
             background_checkpoints: self.background_checkpoints - earlier.background_checkpoints,
+            tail_checkpoints: self.tail_checkpoints - earlier.tail_checkpoints,
             inline_checkpoints: self.inline_checkpoints - earlier.inline_checkpoints,
         }
     }
@@ -161,6 +167,7 @@ pub(super) struct GroupCommit {
     groups: AtomicU64,
     held_nanos: AtomicU64,
     commit_nanos: AtomicU64,
+    tail_checkpoints: AtomicU64,
     inline_checkpoints: AtomicU64,
     /// Runs the WAL checkpoints the commits ask for; `None` on a connection without the WAL
     /// hook, whose commits never ask (see the `checkpoint` module).
@@ -181,12 +188,14 @@ impl GroupCommit {
                 open: None,
                 members: 0,
                 broken: None,
+                wal: checkpoint::WalPolicy::default(),
             }),
             arriving: AtomicUsize::new(0),
             transactions: AtomicU64::new(0),
             groups: AtomicU64::new(0),
             held_nanos: AtomicU64::new(0),
             commit_nanos: AtomicU64::new(0),
+            tail_checkpoints: AtomicU64::new(0),
             inline_checkpoints: AtomicU64::new(0),
             checkpointer,
         }
@@ -202,6 +211,7 @@ impl GroupCommit {
                 .checkpointer
                 .as_ref()
                 .map_or(0, Checkpointer::completed),
+            tail_checkpoints: self.tail_checkpoints.load(Ordering::Relaxed),
             inline_checkpoints: self.inline_checkpoints.load(Ordering::Relaxed),
         }
     }
@@ -281,7 +291,7 @@ impl GroupCommit {
             }
             None => match control(&shared.conn, "COMMIT") {
                 Ok(()) => {
-                    self.after_commit(&shared.conn);
+                    self.after_commit(shared);
                     Ok(())
                 }
                 Err(error) => {
@@ -300,22 +310,24 @@ impl GroupCommit {
 }
 
 impl GroupCommit {
-    /// Asks for the checkpoint the WAL's size calls for, if any (see the `checkpoint` module):
-    /// the checkpointer's past [`checkpoint::BACKGROUND_FRAMES`], this thread's own past
-    /// [`checkpoint::INLINE_FRAMES`] or when there is no checkpointer thread. An inline
-    /// checkpoint's failure changes nothing durable and the next commit asks again.
-    fn after_commit(&self, conn: &Connection) {
+    /// Does what the WAL's size calls for after a commit (see the `checkpoint` module). A
+    /// checkpoint's failure here changes nothing durable, and a later commit asks again.
+    fn after_commit(&self, shared: &mut Shared) {
         let frames = checkpoint::take_wal_frames();
-        if frames < checkpoint::BACKGROUND_FRAMES {
-            return;
-        }
-        match &self.checkpointer {
-            Some(checkpointer) if frames < checkpoint::INLINE_FRAMES => checkpointer.request(),
-            _ => {
-                if checkpoint::checkpoint_passive(conn).is_ok() {
-                    self.inline_checkpoints.fetch_add(1, Ordering::Relaxed);
+        let action = shared.wal.after_commit(frames, self.checkpointer.as_ref());
+        let counter = match action {
+            checkpoint::WalAction::Nothing => return,
+            checkpoint::WalAction::AskThread => {
+                if let Some(checkpointer) = &self.checkpointer {
+                    checkpointer.request();
                 }
+                return;
             }
+            checkpoint::WalAction::CopyTail => &self.tail_checkpoints,
+            checkpoint::WalAction::CopyAll => &self.inline_checkpoints,
+        };
+        if checkpoint::checkpoint_passive(&shared.conn).is_ok() {
+            counter.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
