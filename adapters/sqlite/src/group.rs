@@ -45,6 +45,7 @@ use rusqlite::Connection;
 use airlock_core::store::{StoreTx, TxError};
 
 use super::checkpoint::{self, Checkpointer};
+use super::planner_inputs::PlannerInputs;
 use super::tx::{SqliteTx, tx_error};
 
 /// At most this many transactions share one COMMIT. A bound keeps a steady stream of arrivals
@@ -172,6 +173,8 @@ pub(super) struct GroupCommit {
     /// Runs the WAL checkpoints the commits ask for; `None` on a connection without the WAL
     /// hook, whose commits never ask (see the `checkpoint` module).
     checkpointer: Option<Checkpointer>,
+    /// The planner inputs the writer and the readers share (see the `planner_inputs` module).
+    inputs: Arc<PlannerInputs>,
 }
 
 /// What a member's closure did.
@@ -181,7 +184,11 @@ enum MemberResult<R> {
 }
 
 impl GroupCommit {
-    pub(super) fn new(conn: Connection, checkpointer: Option<Checkpointer>) -> GroupCommit {
+    pub(super) fn new(
+        conn: Connection,
+        checkpointer: Option<Checkpointer>,
+        inputs: Arc<PlannerInputs>,
+    ) -> GroupCommit {
         GroupCommit {
             shared: Mutex::new(Shared {
                 conn,
@@ -198,6 +205,7 @@ impl GroupCommit {
             tail_checkpoints: AtomicU64::new(0),
             inline_checkpoints: AtomicU64::new(0),
             checkpointer,
+            inputs,
         }
     }
 
@@ -257,7 +265,7 @@ impl GroupCommit {
         let result = match shared.broken.clone() {
             Some(reason) => MemberResult::Returned(Err(TxError::Backend(reason))),
             None => {
-                let (result, broken) = run_member(&shared.conn, f);
+                let (result, broken) = run_member(&shared.conn, &self.inputs, f);
                 shared.broken = broken;
                 result
             }
@@ -357,6 +365,7 @@ fn rollback_if_open(conn: &Connection) {
 /// group can no longer commit, why.
 fn run_member<R>(
     conn: &Connection,
+    inputs: &PlannerInputs,
     f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
 ) -> (MemberResult<R>, Option<String>) {
     // Without an open transaction, SAVEPOINT would start a new one that RELEASE commits alone.
@@ -374,7 +383,7 @@ fn run_member<R>(
             Some(reason),
         );
     }
-    let mut tx = SqliteTx::new(conn);
+    let mut tx = SqliteTx::new(conn, inputs);
     let result = match catch_unwind(AssertUnwindSafe(|| f(&mut tx))) {
         Ok(returned) => MemberResult::Returned(returned),
         Err(payload) => MemberResult::Panicked(payload),
@@ -436,7 +445,11 @@ mod tests {
     #[test]
     fn a_member_that_fills_the_disk_gets_its_own_error_not_a_bare_rollback() {
         let dir = tempfile::tempdir().unwrap();
-        let group = GroupCommit::new(nearly_full(&dir.path().join("store.sqlite3")), None);
+        let group = GroupCommit::new(
+            nearly_full(&dir.path().join("store.sqlite3")),
+            None,
+            Arc::default(),
+        );
         let session = sample_session(1);
         let mut run = sample_run(1, session.id, RunStatus::Queued);
         run.planner_input = format!("\"{}\"", "x".repeat(1_000_000));
@@ -472,7 +485,7 @@ mod tests {
         let conn = Connection::open(&path).unwrap();
         conn.busy_timeout(crate::tuning::BUSY_TIMEOUT).unwrap();
         checkpoint::hand_checkpoints_off(&conn).unwrap();
-        let group = GroupCommit::new(conn, None);
+        let group = GroupCommit::new(conn, None, Arc::default());
         for n in 0..200u128 {
             let session = sample_session(10 + n);
             let mut run = sample_run(10 + n, session.id, RunStatus::Queued);

@@ -21,6 +21,7 @@ mod checkpoint;
 mod group;
 #[cfg(test)]
 mod hot_statements;
+mod planner_inputs;
 mod readers;
 mod rows;
 mod schema;
@@ -133,10 +134,11 @@ impl SqliteStore {
             None => error,
         })?;
         let checkpointer = open_checkpointer(path)?;
+        let inputs = std::sync::Arc::new(planner_inputs::PlannerInputs::default());
         Ok(SqliteStore {
             path: path.to_owned(),
-            group: group::GroupCommit::new(conn, checkpointer),
-            readers: readers::Readers::new(&by_path(path)),
+            group: group::GroupCommit::new(conn, checkpointer, std::sync::Arc::clone(&inputs)),
+            readers: readers::Readers::new(&by_path(path), inputs),
         })
     }
 

@@ -17,13 +17,14 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::{Connection, OpenFlags};
 
 use airlock_core::store::{StoreTx, TxError};
 
 use super::group::control;
+use super::planner_inputs::PlannerInputs;
 use super::tuning::{BUSY_TIMEOUT, STATEMENT_CACHE_CAPACITY};
 use super::tx::{SqliteTx, tx_error};
 
@@ -33,13 +34,15 @@ const MAX_IDLE: usize = 8;
 pub(super) struct Readers {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
+    inputs: Arc<PlannerInputs>,
 }
 
 impl Readers {
-    pub(super) fn new(path: &Path) -> Readers {
+    pub(super) fn new(path: &Path, inputs: Arc<PlannerInputs>) -> Readers {
         Readers {
             path: path.to_owned(),
             idle: Mutex::new(Vec::new()),
+            inputs,
         }
     }
 
@@ -52,7 +55,9 @@ impl Readers {
             None => self.open()?,
         };
         control(&conn, "BEGIN DEFERRED").map_err(tx_error)?;
-        let returned = catch_unwind(AssertUnwindSafe(|| f(&mut SqliteTx::new(&conn))));
+        let returned = catch_unwind(AssertUnwindSafe(|| {
+            f(&mut SqliteTx::new(&conn, &self.inputs))
+        }));
         // A read commits nothing: COMMIT only ends the snapshot. After an error, ROLLBACK.
         let end = if matches!(returned, Ok(Ok(_))) {
             "COMMIT"

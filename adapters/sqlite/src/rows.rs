@@ -308,6 +308,19 @@ pub(super) const RUN_COLUMNS: &str = "id, session_id, tenant_id, principal_id, p
      deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
      cancel_requested_at, failure, final_message, created_at, updated_at";
 
+/// A run row as [`run`] reads it, with the empty text in place of the planner input and the
+/// input's length in bytes after the other columns ([`RUN_INPUT_BYTES`]): `octet_length` is
+/// answered from the record header, so the input's overflow pages are not read (see the
+/// `planner_inputs` module).
+pub(super) const RUN_WITHOUT_INPUT: &str = "SELECT id, session_id, tenant_id, principal_id, \
+     principal_scopes, origin_trust, planner_kind, '', status, step_count, tool_call_count, \
+     limits, deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
+     cancel_requested_at, failure, final_message, created_at, updated_at, \
+     octet_length(planner_input) FROM runs WHERE id = ?1";
+
+/// The column of [`RUN_WITHOUT_INPUT`] that holds the input's length.
+pub(super) const RUN_INPUT_BYTES: usize = 23;
+
 pub(super) fn run(row: &Row<'_>) -> rusqlite::Result<Run> {
     let status: RunStatus = parse(row, 8)?;
     let state = match status {
@@ -615,4 +628,26 @@ pub(super) fn notify_lease(row: &Row<'_>) -> rusqlite::Result<NotifyLease> {
         holder: row.get(1)?,
         expires_at: time(row, 2)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The light run read names the columns of the full one, in its order, with only the
+    /// planner input replaced (by the empty text, its length appended last).
+    #[test]
+    fn the_run_read_without_its_input_keeps_every_other_column_in_place() {
+        let words = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let expected = format!(
+            "SELECT {}, octet_length(planner_input) FROM runs WHERE id = ?1",
+            RUN_COLUMNS.replace("planner_input", "''")
+        );
+        assert_eq!(words(RUN_WITHOUT_INPUT), words(&expected));
+        assert_eq!(
+            RUN_COLUMNS.split(',').count(),
+            RUN_INPUT_BYTES,
+            "the length follows the run's columns"
+        );
+    }
 }

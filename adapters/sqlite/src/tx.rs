@@ -46,6 +46,7 @@ use airlock_core::store::{
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
+use super::planner_inputs::PlannerInputs;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 
 /// Maps an SQLite error to core's error kinds (see the module docs).
@@ -86,11 +87,13 @@ fn limit(n: usize) -> i64 {
 /// caller's savepoint.
 pub(super) struct SqliteTx<'c> {
     conn: &'c Connection,
+    /// Planner inputs already read (see the `planner_inputs` module).
+    inputs: &'c PlannerInputs,
 }
 
 impl<'c> SqliteTx<'c> {
-    pub(super) fn new(conn: &'c Connection) -> SqliteTx<'c> {
-        SqliteTx { conn }
+    pub(super) fn new(conn: &'c Connection, inputs: &'c PlannerInputs) -> SqliteTx<'c> {
+        SqliteTx { conn, inputs }
     }
 
     /// The connection, if the transaction is still open (see "a dead transaction" above).
@@ -184,12 +187,34 @@ impl<'c> SqliteTx<'c> {
         }))
     }
 
+    /// The run row, its planner input from [`PlannerInputs`] when kept (see that module): the
+    /// row is read with the input's length in place of the input, which is read, and kept,
+    /// only when no input of that run and length is.
     fn run_row(&self, id: RunId) -> Result<Option<Run>, TxError> {
-        self.one(
-            &format!("SELECT {} FROM runs WHERE id = ?1", rows::RUN_COLUMNS),
-            params![id.to_string()],
-            rows::run,
-        )
+        let id = id.to_string();
+        let found = self.one(rows::RUN_WITHOUT_INPUT, params![id], |row| {
+            Ok((rows::run(row)?, row.get::<_, i64>(rows::RUN_INPUT_BYTES)?))
+        })?;
+        let Some((mut run, bytes)) = found else {
+            return Ok(None);
+        };
+        let input = match self.inputs.get(&id, bytes) {
+            Some(input) => input,
+            None => {
+                let input: String = self
+                    .one(
+                        "SELECT planner_input FROM runs WHERE id = ?1",
+                        params![id],
+                        |row| row.get(0),
+                    )?
+                    .ok_or_else(|| TxError::Backend(format!("run {id} vanished mid-read")))?;
+                let input: std::sync::Arc<str> = input.into();
+                self.inputs.keep(&id, std::sync::Arc::clone(&input));
+                input
+            }
+        };
+        run.planner_input = input.to_string();
+        Ok(Some(run))
     }
 
     /// The session a run belongs to, if the run exists.

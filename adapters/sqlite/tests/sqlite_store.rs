@@ -839,5 +839,37 @@ fn wal_checkpoints_run_off_the_writer() {
     // tails): its file never held much more than the background threshold's 1,000 pages, not
     // the 16 MB written.
     let wal = std::fs::metadata(_dir.path().join("airlock.sqlite3-wal")).expect("the WAL");
-    assert!(wal.len() < 3_000 * 4_120, "WAL of {} bytes; {stats:?}", wal.len());
+    assert!(
+        wal.len() < 3_000 * 4_120,
+        "WAL of {} bytes; {stats:?}",
+        wal.len()
+    );
+}
+
+/// Issue 33: a run's planner input is kept after the first read, and a row whose input another
+/// writer changed to another length is read afresh.
+#[test]
+fn a_kept_planner_input_gives_way_to_a_changed_row() {
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Queued);
+    let read = |store: &SqliteStore| {
+        store
+            .read(|tx| tx.run(run.id))
+            .expect("read")
+            .expect("the run")
+    };
+    assert_eq!(read(&store), run, "the first read");
+    assert_eq!(read(&store), run, "the kept input");
+    assert_eq!(
+        commit(&store, "in a write", |tx| tx.run(run.id)),
+        Some(run.clone()),
+        "the writer shares what the readers kept"
+    );
+    raw(&dir.path().join("airlock.sqlite3"))
+        .execute(
+            "UPDATE runs SET planner_input = '{\"edited\":true}' WHERE id = ?1",
+            [run.id.to_string()],
+        )
+        .expect("an edit outside airlock");
+    assert_eq!(read(&store).planner_input, "{\"edited\":true}");
 }

@@ -1,0 +1,92 @@
+//! The planner inputs of recently read runs, shared by the writer and the readers (issue 33).
+//!
+//! A run's `planner_input` is its whole script: 1 MB for a 990-step run of 1 KB writes. Core
+//! reads the run row several times per tool call (`StoreTx::run`, and `update_run` reads the
+//! current row for its guards), and reading the input meant following its overflow pages,
+//! copying it and checking its UTF-8 every time: the largest single cost in a profile of a
+//! long scripted run. Yet the input never changes: no statement of this store updates the
+//! column (`update_run` writes only the mutable columns), and run ids are never reused.
+//!
+//! So a run row is read with the input's length in bytes (`octet_length`, which SQLite answers
+//! from the record header without loading the text) instead of the input, and the input comes
+//! from here when an entry of that run and length is kept; otherwise it is read once more and
+//! kept. The length in the key means a row that a writer outside airlock rewrote to another
+//! length is read afresh; one rewritten to the same length by hand would not be noticed, as
+//! no other immutable column's hand edit is.
+//!
+//! At most [`MAX_ENTRIES`] inputs and [`MAX_BYTES`] in all are kept, oldest dropped first: the
+//! runs a process executes at once are far fewer.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Inputs kept at most.
+const MAX_ENTRIES: usize = 64;
+/// Bytes of inputs kept at most.
+const MAX_BYTES: usize = 64 << 20;
+
+/// One kept input: the run's id as stored, its length in bytes, the text.
+struct Entry {
+    run: String,
+    input: Arc<str>,
+}
+
+#[derive(Default)]
+pub(super) struct PlannerInputs {
+    recent: Mutex<VecDeque<Entry>>,
+}
+
+impl PlannerInputs {
+    /// The kept input of `run` if it is `bytes` long.
+    pub(super) fn get(&self, run: &str, bytes: i64) -> Option<Arc<str>> {
+        let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent
+            .iter()
+            .find(|entry| entry.run == run && i64::try_from(entry.input.len()) == Ok(bytes))
+            .map(|entry| Arc::clone(&entry.input))
+    }
+
+    /// Keeps `input` as `run`'s, in place of any earlier entry of it, dropping the oldest
+    /// entries beyond the bounds (an input larger than [`MAX_BYTES`] is not kept).
+    pub(super) fn keep(&self, run: &str, input: Arc<str>) {
+        if input.len() > MAX_BYTES {
+            return;
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.retain(|entry| entry.run != run);
+        recent.push_back(Entry {
+            run: run.to_owned(),
+            input,
+        });
+        let mut bytes: usize = recent.iter().map(|entry| entry.input.len()).sum();
+        while recent.len() > MAX_ENTRIES || bytes > MAX_BYTES {
+            match recent.pop_front() {
+                Some(dropped) => bytes -= dropped.input.len(),
+                None => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_input_is_found_by_run_and_length_and_the_oldest_go_first() {
+        let inputs = PlannerInputs::default();
+        inputs.keep("r1", Arc::from("{\"steps\":[]}"));
+        assert_eq!(inputs.get("r1", 12).as_deref(), Some("{\"steps\":[]}"));
+        assert_eq!(
+            inputs.get("r1", 11),
+            None,
+            "another length is another input"
+        );
+        assert_eq!(inputs.get("r2", 12), None);
+        for n in 0..MAX_ENTRIES {
+            inputs.keep(&format!("x{n}"), Arc::from("{}"));
+        }
+        assert_eq!(inputs.get("r1", 12), None, "the oldest entry went first");
+        assert!(inputs.get(&format!("x{}", MAX_ENTRIES - 1), 2).is_some());
+    }
+}
