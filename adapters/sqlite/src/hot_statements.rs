@@ -35,8 +35,9 @@ fn record(event: TraceEvent<'_>) {
 
 /// The tables a tool call writes (claim, checkpoints, proposal, watermark, outcome, step
 /// record, approval, the run's end) and the events it appends.
-const CALL_TABLES: [&str; 7] = [
+const CALL_TABLES: [&str; 8] = [
     "events",
+    "run_inputs",
     "tool_invocations",
     "checkpoints",
     "step_records",

@@ -303,20 +303,32 @@ pub(super) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
     })
 }
 
+/// A run as [`run`] reads it from `runs`: the row's columns, with the planner input from its
+/// own table (`run_inputs`, M15) in eighth place.
 pub(super) const RUN_COLUMNS: &str = "id, session_id, tenant_id, principal_id, principal_scopes, \
-     origin_trust, planner_kind, planner_input, status, step_count, tool_call_count, limits, \
+     origin_trust, planner_kind, \
+     (SELECT i.planner_input FROM run_inputs AS i WHERE i.run_id = runs.id), \
+     status, step_count, tool_call_count, limits, \
+     deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
+     cancel_requested_at, failure, final_message, created_at, updated_at";
+
+/// The columns `insert_run` writes to `runs`, in the order of its parameters: [`RUN_COLUMNS`]
+/// without the planner input, which goes to `run_inputs`.
+pub(super) const RUN_ROW_COLUMNS: &str = "id, session_id, tenant_id, principal_id, \
+     principal_scopes, origin_trust, planner_kind, status, step_count, tool_call_count, limits, \
      deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
      cancel_requested_at, failure, final_message, created_at, updated_at";
 
 /// A run row as [`run`] reads it, with the empty text in place of the planner input and the
-/// input's length in bytes after the other columns ([`RUN_INPUT_BYTES`]): `octet_length` is
-/// answered from the record header, so the input's overflow pages are not read (see the
-/// `planner_inputs` module).
+/// input's length in bytes after the other columns ([`RUN_INPUT_BYTES`]): `octet_length` of a
+/// column is answered from the record header, so the input's overflow pages are not read (see
+/// the `planner_inputs` module).
 pub(super) const RUN_WITHOUT_INPUT: &str = "SELECT id, session_id, tenant_id, principal_id, \
      principal_scopes, origin_trust, planner_kind, '', status, step_count, tool_call_count, \
      limits, deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
      cancel_requested_at, failure, final_message, created_at, updated_at, \
-     octet_length(planner_input) FROM runs WHERE id = ?1";
+     (SELECT octet_length(i.planner_input) FROM run_inputs AS i WHERE i.run_id = runs.id) \
+     FROM runs WHERE id = ?1";
 
 /// The column of [`RUN_WITHOUT_INPUT`] that holds the input's length.
 pub(super) const RUN_INPUT_BYTES: usize = 23;
@@ -635,17 +647,24 @@ mod tests {
     use super::*;
 
     /// The light run read names the columns of the full one, in its order, with only the
-    /// planner input replaced (by the empty text, its length appended last).
+    /// planner input replaced (by the empty text, its length appended last); the row's own
+    /// columns are the full read's without the input.
     #[test]
-    fn the_run_read_without_its_input_keeps_every_other_column_in_place() {
+    fn the_run_reads_and_the_insert_name_the_same_columns_in_order() {
         let words = |sql: &str| sql.split_whitespace().collect::<Vec<_>>().join(" ");
+        let input = "(SELECT i.planner_input FROM run_inputs AS i WHERE i.run_id = runs.id)";
         let expected = format!(
-            "SELECT {}, octet_length(planner_input) FROM runs WHERE id = ?1",
-            RUN_COLUMNS.replace("planner_input", "''")
+            "SELECT {}, (SELECT octet_length(i.planner_input) FROM run_inputs AS i \
+             WHERE i.run_id = runs.id) FROM runs WHERE id = ?1",
+            words(RUN_COLUMNS).replace(input, "''")
         );
         assert_eq!(words(RUN_WITHOUT_INPUT), words(&expected));
         assert_eq!(
-            RUN_COLUMNS.split(',').count(),
+            words(RUN_ROW_COLUMNS),
+            words(RUN_COLUMNS).replace(&format!("{input}, "), ""),
+        );
+        assert_eq!(
+            RUN_ROW_COLUMNS.split(',').count() + 1,
             RUN_INPUT_BYTES,
             "the length follows the run's columns"
         );

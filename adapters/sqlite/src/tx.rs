@@ -193,17 +193,22 @@ impl<'c> SqliteTx<'c> {
     fn run_row(&self, id: RunId) -> Result<Option<Run>, TxError> {
         let id = id.to_string();
         let found = self.one(rows::RUN_WITHOUT_INPUT, params![id], |row| {
-            Ok((rows::run(row)?, row.get::<_, i64>(rows::RUN_INPUT_BYTES)?))
+            Ok((
+                rows::run(row)?,
+                row.get::<_, Option<i64>>(rows::RUN_INPUT_BYTES)?,
+            ))
         })?;
         let Some((mut run, bytes)) = found else {
             return Ok(None);
         };
+        let bytes =
+            bytes.ok_or_else(|| TxError::Backend(format!("run {id} has no row in run_inputs")))?;
         let input = match self.inputs.get(&id, bytes) {
             Some(input) => input,
             None => {
                 let input: String = self
                     .one(
-                        "SELECT planner_input FROM runs WHERE id = ?1",
+                        "SELECT planner_input FROM run_inputs WHERE run_id = ?1",
                         params![id],
                         |row| row.get(0),
                     )?
@@ -285,23 +290,40 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
+    /// Two writes (M15): the row, then its planner input in `run_inputs`. An input row of this
+    /// id left by a write outside airlock is refused before either (the only constraint the
+    /// second write has that the first does not); if the second fails anyway (the disk), the
+    /// row just inserted, which nothing refers to, is deleted again, so the method stays
+    /// atomic for a caller that carries on.
     fn insert_run(&mut self, run: &Run) -> Result<(), TxError> {
         let state = rows::state_columns(&run.state)?;
+        let id = run.id.to_string();
+        if self
+            .one(
+                "SELECT 1 FROM run_inputs WHERE run_id = ?1",
+                params![id],
+                |row| row.get::<_, i64>(0),
+            )?
+            .is_some()
+        {
+            return Err(conflict(format!(
+                "run_inputs: an input of run {id} is already stored"
+            )));
+        }
         self.execute(
             &format!(
                 "INSERT INTO runs ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, \
-                 ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
-                rows::RUN_COLUMNS
+                 ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+                rows::RUN_ROW_COLUMNS
             ),
             params![
-                run.id.to_string(),
+                id,
                 run.session_id.to_string(),
                 run.tenant_id,
                 run.principal_id,
                 json(&run.principal_scopes, "runs.principal_scopes")?,
                 run.origin_trust.as_str(),
                 run.planner_kind,
-                run.planner_input,
                 state.status,
                 run.step_count,
                 run.tool_call_count,
@@ -318,8 +340,20 @@ impl StoreTx for SqliteTx<'_> {
                 ts(run.created_at),
                 ts(run.updated_at),
             ],
-        )
-        .map(drop)
+        )?;
+        let input = self.execute(
+            "INSERT INTO run_inputs (run_id, planner_input) VALUES (?1, ?2)",
+            params![id, run.planner_input],
+        );
+        if let Err(error) = input {
+            // After an I/O error SQLite may have rolled the whole transaction back already;
+            // then there is nothing to undo, and the cause is the error to report.
+            if !self.conn.is_autocommit() {
+                self.execute("DELETE FROM runs WHERE id = ?1", params![id])?;
+            }
+            return Err(error);
+        }
+        Ok(())
     }
 
     fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {

@@ -48,9 +48,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 14,
+        SCHEMA_VERSION, 15,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path) and M14 (vocabulary checks without temporary b-trees)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees) and M15 (run inputs in their own table)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -669,7 +669,7 @@ fn a_run_update_names_only_the_columns_that_change() {
     conn.execute_batch(
         "CREATE TABLE untouched_columns_written (n INTEGER);
          CREATE TRIGGER untouched_columns AFTER UPDATE OF status, lease_owner, lease_epoch,
-             lease_expires_at, planner_input, attempts ON runs
+             lease_expires_at, attempts ON runs
          BEGIN INSERT INTO untouched_columns_written VALUES (1); END;",
     )
     .expect("trigger");
@@ -865,11 +865,59 @@ fn a_kept_planner_input_gives_way_to_a_changed_row() {
         Some(run.clone()),
         "the writer shares what the readers kept"
     );
-    raw(&dir.path().join("airlock.sqlite3"))
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let refused = conn
         .execute(
-            "UPDATE runs SET planner_input = '{\"edited\":true}' WHERE id = ?1",
+            "UPDATE run_inputs SET planner_input = '{}' WHERE run_id = ?1",
             [run.id.to_string()],
         )
-        .expect("an edit outside airlock");
+        .expect_err("an input never changes");
+    assert!(
+        refused.to_string().contains("run_inputs never change"),
+        "{refused}"
+    );
+    // A hand edit with the trigger dropped: another length is read afresh.
+    conn.execute_batch("DROP TRIGGER run_inputs_no_update")
+        .expect("drop the trigger");
+    conn.execute(
+        "UPDATE run_inputs SET planner_input = '{\"edited\":true}' WHERE run_id = ?1",
+        [run.id.to_string()],
+    )
+    .expect("an edit outside airlock");
     assert_eq!(read(&store).planner_input, "{\"edited\":true}");
+}
+
+/// M15: `insert_run` writes the row and its input; when the input would be refused (here an
+/// input row left by a write outside airlock), neither is written, so a caller that carries
+/// on commits no run without its input.
+#[test]
+fn a_refused_input_leaves_no_run_row() {
+    let (dir, store) = fresh();
+    let session = sample_session(1);
+    let run = sample_run(1, session.id, RunStatus::Queued);
+    commit(&store, "session", |tx| tx.insert_session(&session));
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    conn.pragma_update(None, "foreign_keys", "OFF")
+        .expect("foreign keys off");
+    conn.execute(
+        "INSERT INTO run_inputs (run_id, planner_input) VALUES (?1, '{}')",
+        [run.id.to_string()],
+    )
+    .expect("an orphan input");
+    let carried_on = store
+        .transact(|tx| {
+            let refused = tx.insert_run(&run);
+            Ok((refused, tx.run(run.id)?))
+        })
+        .expect("the transaction commits");
+    assert!(
+        matches!(carried_on.0, Err(TxError::Conflict(_))),
+        "{:?}",
+        carried_on.0
+    );
+    assert_eq!(
+        carried_on.1, None,
+        "the row was taken back inside the transaction"
+    );
+    assert_eq!(store.read(|tx| tx.run(run.id)).expect("read"), None);
 }
