@@ -18,7 +18,13 @@ const COMPLETED: &str = "7f4517a3-6274-4af3-9a8a-df73dcb63651";
 const QUEUED: &str = "b2298aed-6023-4f67-9416-e68e51614934";
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/store-v1")
+    fixture_named("store-v1")
+}
+
+fn fixture_named(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
 }
 
 /// Copies a directory tree (the fixture is never opened in place).
@@ -45,13 +51,18 @@ struct Upgraded {
 impl Upgraded {
     /// The fixture under the policy it was made with.
     fn new() -> Upgraded {
+        Upgraded::of(&fixture())
+    }
+
+    /// The fixture at `fixture` under the policy it was made with.
+    fn of(fixture: &Path) -> Upgraded {
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("data");
-        copy_tree(&fixture().join("data"), &data);
+        copy_tree(&fixture.join("data"), &data);
         Upgraded {
             _dir: dir,
             data,
-            policy: fixture().join("policy"),
+            policy: fixture.join("policy"),
         }
     }
 
@@ -301,4 +312,97 @@ fn an_approval_pending_across_an_upgrade_of_the_rules_still_runs_its_call_once()
     assert!(!events.contains("approval.invalidated"), "{events}");
     let after = store.outbox_keys();
     assert_eq!(after.len(), before.len() + 1, "c4 was sent once: {after:?}");
+}
+
+/// Issue 33: a store of the build before the durable writer's schema changes (M12:
+/// `tests/fixtures/store-v12/README.md`) migrates in place through M13 (no triggers on the hot
+/// path), M14 (vocabulary checks as chains) and M15 (run inputs in their own table), and its
+/// runs finish as the v1 fixture's do: every effect once, every session's events numbered on
+/// from where the old trigger left them, without a gap or a repeat.
+#[test]
+fn a_store_of_the_release_before_the_durable_writer_upgrades_and_its_runs_finish() {
+    const PARKED: &str = "301c0f3f-dfa4-4e18-9662-5a82deff8ee8";
+    const INTERRUPTED: &str = "55c000a3-9296-497b-8dce-e2077209f3ec";
+    const COMPLETED: &str = "4e966124-a3c1-483b-90bd-be94b190da8b";
+    const QUEUED: &str = "c56865be-f663-448e-b89b-319c2548f89c";
+    let store = Upgraded::of(&fixture_named("store-v12"));
+    let fixture_outbox = store.outbox_keys();
+    assert_eq!(fixture_outbox.len(), 1, "the fixture sent e1 once");
+    let before: i64 = store
+        .db()
+        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+        .expect("events");
+
+    assert_eq!(store.status(PARKED), "WAITING_FOR_APPROVAL");
+    let db = store.db();
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .expect("user_version");
+    assert_eq!(version, airlock_sqlite::SCHEMA_VERSION, "migrated from M12");
+    let inputs: i64 = db
+        .query_row("SELECT COUNT(*) FROM run_inputs", [], |r| r.get(0))
+        .expect("run_inputs");
+    assert_eq!(inputs, 4, "every run's input moved to run_inputs");
+    drop(db);
+
+    store.approve_pending_of(PARKED);
+    store.worker_until_idle();
+    assert_eq!(store.status(PARKED), "COMPLETED");
+    assert_eq!(store.status(INTERRUPTED), "COMPLETED");
+    assert_eq!(store.status(QUEUED), "WAITING_FOR_APPROVAL");
+    store.approve_pending_of(QUEUED);
+    store.worker_until_idle();
+    assert_eq!(store.status(QUEUED), "COMPLETED");
+    assert_eq!(store.status(COMPLETED), "COMPLETED");
+
+    let keys = store.outbox_keys();
+    assert_eq!(
+        keys.len(),
+        3,
+        "e1 once, then c4 of the parked and queued runs: {keys:?}"
+    );
+    assert_eq!(
+        keys[0], fixture_outbox[0],
+        "the fixture's line is untouched"
+    );
+    let mut unique = keys.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 3, "no key twice: {keys:?}");
+
+    let db = store.db();
+    let after: i64 = db
+        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+        .expect("events");
+    assert!(
+        after > before,
+        "the runs appended events: {before} -> {after}"
+    );
+    let mut statement = db
+        .prepare("SELECT session_id, sequence FROM events ORDER BY session_id, sequence")
+        .expect("prepare");
+    let mut expected: Option<(String, i64)> = None;
+    for row in statement
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .expect("events")
+    {
+        let (session, sequence) = row.expect("event");
+        let next = match &expected {
+            Some((last_session, last)) if *last_session == session => last + 1,
+            _ => 1,
+        };
+        assert_eq!(
+            sequence, next,
+            "session {session}: sequences 1, 2, … without a gap"
+        );
+        expected = Some((session, sequence));
+    }
+    drop(statement);
+    drop(db);
+
+    let output = store.run("alice", &["runs", "events", COMPLETED]);
+    assert_eq!(output.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&output.stdout);
+    let last: Value = serde_json::from_str(text.lines().last().expect("events")).expect("JSON");
+    assert_eq!(last["event_type"], "run.completed");
 }
