@@ -154,6 +154,57 @@ impl Upgraded {
     }
 }
 
+/// The four runs each fixture holds (see the fixtures' READMEs).
+struct FixtureRuns {
+    parked: &'static str,
+    interrupted: &'static str,
+    completed: &'static str,
+    queued: &'static str,
+}
+
+const V1_RUNS: FixtureRuns = FixtureRuns {
+    parked: PARKED,
+    interrupted: INTERRUPTED,
+    completed: COMPLETED,
+    queued: QUEUED,
+};
+
+/// `store-v12`'s runs.
+const V12_RUNS: FixtureRuns = FixtureRuns {
+    parked: "301c0f3f-dfa4-4e18-9662-5a82deff8ee8",
+    interrupted: "55c000a3-9296-497b-8dce-e2077209f3ec",
+    completed: "4e966124-a3c1-483b-90bd-be94b190da8b",
+    queued: "c56865be-f663-448e-b89b-319c2548f89c",
+};
+
+impl Upgraded {
+    /// Approves the parked run and lets a worker finish it and reclaim the interrupted one, then
+    /// the queued run's own park the same way; every run ends COMPLETED, and every effect went
+    /// out exactly once: the fixture's `e1` not again, `c4` of the parked and queued runs once.
+    fn drive_every_run_to_its_end(&self, runs: &FixtureRuns, fixture_outbox: &[String]) {
+        self.approve_pending_of(runs.parked);
+        self.worker_until_idle();
+        assert_eq!(self.status(runs.parked), "COMPLETED");
+        assert_eq!(self.status(runs.interrupted), "COMPLETED");
+        assert_eq!(self.status(runs.queued), "WAITING_FOR_APPROVAL");
+        self.approve_pending_of(runs.queued);
+        self.worker_until_idle();
+        assert_eq!(self.status(runs.queued), "COMPLETED");
+        assert_eq!(self.status(runs.completed), "COMPLETED");
+
+        let keys = self.outbox_keys();
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        assert_eq!(
+            keys[0], fixture_outbox[0],
+            "the fixture's line is untouched"
+        );
+        let mut unique = keys.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 3, "no key twice: {keys:?}");
+    }
+}
+
 /// The run's recorded steps, in order.
 fn steps(db: &rusqlite::Connection, run: &str) -> Vec<i64> {
     let mut statement = db
@@ -208,27 +259,7 @@ fn a_store_of_the_previous_build_upgrades_in_place_and_its_runs_finish() {
 
     // The parked run resumes on approval; the interrupted one is reclaimed and finishes its
     // checkpointed step 2; the queued one runs to its own park.
-    store.approve_pending_of(PARKED);
-    store.worker_until_idle();
-    assert_eq!(store.status(PARKED), "COMPLETED");
-    assert_eq!(store.status(INTERRUPTED), "COMPLETED");
-    assert_eq!(store.status(QUEUED), "WAITING_FOR_APPROVAL");
-    store.approve_pending_of(QUEUED);
-    store.worker_until_idle();
-    assert_eq!(store.status(QUEUED), "COMPLETED");
-    assert_eq!(store.status(COMPLETED), "COMPLETED");
-
-    // Every effect exactly once: e1 was not sent again; c4 of the parked and queued runs once.
-    let keys = store.outbox_keys();
-    assert_eq!(keys.len(), 3, "{keys:?}");
-    assert_eq!(
-        keys[0], fixture_outbox[0],
-        "the fixture's line is untouched"
-    );
-    let mut unique = keys.clone();
-    unique.sort();
-    unique.dedup();
-    assert_eq!(unique.len(), 3, "no key twice: {keys:?}");
+    store.drive_every_run_to_its_end(&V1_RUNS, &fixture_outbox);
 
     // The runs carry on from their old step numbers: the interrupted run's step 2 came from
     // its old PENDING (not planned again), and its final FINAL counted three steps.
@@ -321,10 +352,6 @@ fn an_approval_pending_across_an_upgrade_of_the_rules_still_runs_its_call_once()
 /// from where the old trigger left them, without a gap or a repeat.
 #[test]
 fn a_store_of_the_release_before_the_durable_writer_upgrades_and_its_runs_finish() {
-    const PARKED: &str = "301c0f3f-dfa4-4e18-9662-5a82deff8ee8";
-    const INTERRUPTED: &str = "55c000a3-9296-497b-8dce-e2077209f3ec";
-    const COMPLETED: &str = "4e966124-a3c1-483b-90bd-be94b190da8b";
-    const QUEUED: &str = "c56865be-f663-448e-b89b-319c2548f89c";
     let store = Upgraded::of(&fixture_named("store-v12"));
     let fixture_outbox = store.outbox_keys();
     assert_eq!(fixture_outbox.len(), 1, "the fixture sent e1 once");
@@ -333,7 +360,7 @@ fn a_store_of_the_release_before_the_durable_writer_upgrades_and_its_runs_finish
         .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
         .expect("events");
 
-    assert_eq!(store.status(PARKED), "WAITING_FOR_APPROVAL");
+    assert_eq!(store.status(V12_RUNS.parked), "WAITING_FOR_APPROVAL");
     let db = store.db();
     let version: i64 = db
         .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -345,30 +372,7 @@ fn a_store_of_the_release_before_the_durable_writer_upgrades_and_its_runs_finish
     assert_eq!(inputs, 4, "every run's input moved to run_inputs");
     drop(db);
 
-    store.approve_pending_of(PARKED);
-    store.worker_until_idle();
-    assert_eq!(store.status(PARKED), "COMPLETED");
-    assert_eq!(store.status(INTERRUPTED), "COMPLETED");
-    assert_eq!(store.status(QUEUED), "WAITING_FOR_APPROVAL");
-    store.approve_pending_of(QUEUED);
-    store.worker_until_idle();
-    assert_eq!(store.status(QUEUED), "COMPLETED");
-    assert_eq!(store.status(COMPLETED), "COMPLETED");
-
-    let keys = store.outbox_keys();
-    assert_eq!(
-        keys.len(),
-        3,
-        "e1 once, then c4 of the parked and queued runs: {keys:?}"
-    );
-    assert_eq!(
-        keys[0], fixture_outbox[0],
-        "the fixture's line is untouched"
-    );
-    let mut unique = keys.clone();
-    unique.sort();
-    unique.dedup();
-    assert_eq!(unique.len(), 3, "no key twice: {keys:?}");
+    store.drive_every_run_to_its_end(&V12_RUNS, &fixture_outbox);
 
     let db = store.db();
     let after: i64 = db
@@ -400,7 +404,7 @@ fn a_store_of_the_release_before_the_durable_writer_upgrades_and_its_runs_finish
     drop(statement);
     drop(db);
 
-    let output = store.run("alice", &["runs", "events", COMPLETED]);
+    let output = store.run("alice", &["runs", "events", V12_RUNS.completed]);
     assert_eq!(output.status.code(), Some(0));
     let text = String::from_utf8_lossy(&output.stdout);
     let last: Value = serde_json::from_str(text.lines().last().expect("events")).expect("JSON");
