@@ -13,7 +13,8 @@
 //!
 //! Each side makes `--warmup` calls, then `--calls` timed calls, one at a time (an agent waits
 //! for each answer). Commits per call come from the store's group-commit counters over the timed
-//! calls (write transactions, and the COMMITs they shared).
+//! calls (write transactions, and the COMMITs they shared), and so does the time the writer
+//! was held per call, statements and COMMITs apart (`GroupStats`).
 //!
 //! - **beside a parked call** (SPEC §22.2): the same client first sends `up__write` (classified
 //!   `external_write`, so it parks for approval, with a `progressToken` so its request stays
@@ -269,12 +270,21 @@ fn main() {
             micros(gmean, dmean)
         );
         if let (Some(start), Some(at_end)) = (at_start, at_end) {
-            let transactions = at_end.transactions - start.transactions;
-            let groups = at_end.groups - start.groups;
+            let stats = at_end.since(&start);
+            let (transactions, groups) = (stats.transactions, stats.groups);
             println!(
                 "store    {:.2} write transactions per call, {:.2} COMMITs per call ({transactions} transactions, {groups} COMMITs over {calls} calls)",
                 transactions as f64 / calls as f64,
                 groups as f64 / calls as f64,
+            );
+            // Of the added latency, the part the writer was held, and of that the COMMITs
+            // (the store's own clock, `GroupStats`): the rest is hand-offs and waiting.
+            let per_call = |nanos: u64| nanos as f64 / 1000.0 / calls as f64;
+            println!(
+                "writer   held {:.0} µs per call: statements {:.0} µs, COMMITs {:.0} µs",
+                per_call(stats.held_nanos),
+                per_call(stats.statement_nanos()),
+                per_call(stats.commit_nanos),
             );
         }
     });
