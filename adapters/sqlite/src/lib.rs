@@ -30,6 +30,7 @@ mod tx;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, TransactionBehavior};
@@ -134,10 +135,10 @@ impl SqliteStore {
             None => error,
         })?;
         let checkpointer = open_checkpointer(path)?;
-        let inputs = std::sync::Arc::new(planner_inputs::PlannerInputs::default());
+        let inputs = Arc::new(planner_inputs::PlannerInputs::default());
         Ok(SqliteStore {
             path: path.to_owned(),
-            group: group::GroupCommit::new(conn, checkpointer, std::sync::Arc::clone(&inputs)),
+            group: group::GroupCommit::new(conn, checkpointer, Arc::clone(&inputs)),
             readers: readers::Readers::new(&by_path(path), inputs),
         })
     }

@@ -303,32 +303,50 @@ pub(super) fn session(row: &Row<'_>) -> rusqlite::Result<Session> {
     })
 }
 
+/// A run row's columns before its planner input, in [`run`]'s order.
+macro_rules! run_columns_before_input {
+    () => {
+        "id, session_id, tenant_id, principal_id, principal_scopes, origin_trust, planner_kind"
+    };
+}
+
+/// A run row's columns after its planner input, in [`run`]'s order.
+macro_rules! run_columns_after_input {
+    () => {
+        "status, step_count, tool_call_count, limits, deadline_at, lease_owner, lease_epoch, \
+         lease_expires_at, attempts, scheduled_for, cancel_requested_at, failure, final_message, \
+         created_at, updated_at"
+    };
+}
+
 /// A run as [`run`] reads it from `runs`: the row's columns, with the planner input from its
 /// own table (`run_inputs`, M15) in eighth place.
-pub(super) const RUN_COLUMNS: &str = "id, session_id, tenant_id, principal_id, principal_scopes, \
-     origin_trust, planner_kind, \
-     (SELECT i.planner_input FROM run_inputs AS i WHERE i.run_id = runs.id), \
-     status, step_count, tool_call_count, limits, \
-     deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
-     cancel_requested_at, failure, final_message, created_at, updated_at";
+pub(super) const RUN_COLUMNS: &str = concat!(
+    run_columns_before_input!(),
+    ", (SELECT i.planner_input FROM run_inputs AS i WHERE i.run_id = runs.id), ",
+    run_columns_after_input!()
+);
 
 /// The columns `insert_run` writes to `runs`, in the order of its parameters: [`RUN_COLUMNS`]
 /// without the planner input, which goes to `run_inputs`.
-pub(super) const RUN_ROW_COLUMNS: &str = "id, session_id, tenant_id, principal_id, \
-     principal_scopes, origin_trust, planner_kind, status, step_count, tool_call_count, limits, \
-     deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
-     cancel_requested_at, failure, final_message, created_at, updated_at";
+pub(super) const RUN_ROW_COLUMNS: &str = concat!(
+    run_columns_before_input!(),
+    ", ",
+    run_columns_after_input!()
+);
 
 /// A run row as [`run`] reads it, with the empty text in place of the planner input and the
 /// input's length in bytes after the other columns ([`RUN_INPUT_BYTES`]): `octet_length` of a
 /// column is answered from the record header, so the input's overflow pages are not read (see
 /// the `planner_inputs` module).
-pub(super) const RUN_WITHOUT_INPUT: &str = "SELECT id, session_id, tenant_id, principal_id, \
-     principal_scopes, origin_trust, planner_kind, '', status, step_count, tool_call_count, \
-     limits, deadline_at, lease_owner, lease_epoch, lease_expires_at, attempts, scheduled_for, \
-     cancel_requested_at, failure, final_message, created_at, updated_at, \
-     (SELECT octet_length(i.planner_input) FROM run_inputs AS i WHERE i.run_id = runs.id) \
-     FROM runs WHERE id = ?1";
+pub(super) const RUN_WITHOUT_INPUT: &str = concat!(
+    "SELECT ",
+    run_columns_before_input!(),
+    ", '', ",
+    run_columns_after_input!(),
+    ", (SELECT octet_length(i.planner_input) FROM run_inputs AS i WHERE i.run_id = runs.id) \
+     FROM runs WHERE id = ?1"
+);
 
 /// The column of [`RUN_WITHOUT_INPUT`] that holds the input's length.
 pub(super) const RUN_INPUT_BYTES: usize = 23;

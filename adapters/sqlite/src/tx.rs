@@ -22,6 +22,8 @@
 //! UNCERTAIN invocations. The update rules among them are core's `store::guards`, which
 //! `MemStore` and the PostgreSQL store call too.
 
+use std::sync::Arc;
+
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
@@ -213,8 +215,8 @@ impl<'c> SqliteTx<'c> {
                         |row| row.get(0),
                     )?
                     .ok_or_else(|| TxError::Backend(format!("run {id} vanished mid-read")))?;
-                let input: std::sync::Arc<str> = input.into();
-                self.inputs.keep(&id, std::sync::Arc::clone(&input));
+                let input: Arc<str> = input.into();
+                self.inputs.keep(&id, Arc::clone(&input));
                 input
             }
         };
