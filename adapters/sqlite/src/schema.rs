@@ -854,13 +854,7 @@ mod tests {
             )
             .expect("event under M12's trigger");
         }
-        migrations().to_latest(&mut conn).expect("M13 to M15");
-
-        assert_eq!(
-            objects(&conn).expect("objects"),
-            expected_objects().expect("expected"),
-            "an upgraded store has a new file's schema"
-        );
+        upgrade_to_a_new_files_schema(&mut conn, "M13 to M15");
         let next: i64 = conn
             .query_row(
                 &format!("SELECT {} FROM sessions", crate::rows::SESSION_COLUMNS),
@@ -900,6 +894,17 @@ mod tests {
             .expect_err("a second active non-mcp run of the session");
     }
 
+    /// Applies the remaining migrations (`label` names them) and checks that the upgraded store
+    /// holds exactly the schema a new file gets.
+    fn upgrade_to_a_new_files_schema(conn: &mut Connection, label: &str) {
+        migrations().to_latest(conn).expect(label);
+        assert_eq!(
+            objects(conn).expect("objects"),
+            expected_objects().expect("expected"),
+            "an upgraded store has a new file's schema ({label})"
+        );
+    }
+
     /// Inserts a run row of `session` with just the columns M1 requires, and its planner input
     /// where the schema keeps it (in the row before M15, in `run_inputs` since).
     fn insert_run(
@@ -914,21 +919,23 @@ mod tests {
             [],
             |row| row.get(0),
         )?;
-        if input_in_row {
-            return conn.execute(
+        let (input_column, input_value) = if input_in_row {
+            (", planner_input", ", '{}'")
+        } else {
+            ("", "")
+        };
+        let inserted = conn.execute(
+            &format!(
                 "INSERT INTO runs (id, session_id, tenant_id, principal_id, principal_scopes, \
-                 origin_trust, planner_kind, status, limits, created_at, updated_at, \
-                 planner_input) \
-                 VALUES (?1, ?2, 't', 'p', '[]', 'user', ?3, ?4, '{}', 1, 1, '{}')",
-                rusqlite::params![id, session, kind, status],
-            );
-        }
-        conn.execute(
-            "INSERT INTO runs (id, session_id, tenant_id, principal_id, principal_scopes, \
-             origin_trust, planner_kind, status, limits, created_at, updated_at) \
-             VALUES (?1, ?2, 't', 'p', '[]', 'user', ?3, ?4, '{}', 1, 1)",
+                 origin_trust, planner_kind, status, limits, created_at, updated_at\
+                 {input_column}) \
+                 VALUES (?1, ?2, 't', 'p', '[]', 'user', ?3, ?4, '{{}}', 1, 1{input_value})"
+            ),
             rusqlite::params![id, session, kind, status],
         )?;
+        if input_in_row {
+            return Ok(inserted);
+        }
         conn.execute(
             "INSERT INTO run_inputs (run_id, planner_input) VALUES (?1, '{}')",
             [id],
@@ -953,13 +960,7 @@ mod tests {
                  '00000000-0000-0000-0000-000000000001', 'g', 'open', 900, 123);",
         )
         .expect("M6 rows");
-        migrations().to_latest(&mut conn).expect("M7");
-
-        assert_eq!(
-            objects(&conn).expect("objects"),
-            expected_objects().expect("expected"),
-            "an upgraded store has a new file's schema"
-        );
+        upgrade_to_a_new_files_schema(&mut conn, "M7");
         let upgraded = conn
             .query_row(
                 &format!(
