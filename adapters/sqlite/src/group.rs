@@ -384,7 +384,11 @@ fn run_member<R>(
         );
     }
     let mut tx = SqliteTx::new(conn, inputs);
-    let result = match catch_unwind(AssertUnwindSafe(|| f(&mut tx))) {
+    // The closure's journal row is written before the savepoint ends (see the `journal`
+    // module); if it cannot be, the member fails and is rolled back.
+    let result = match catch_unwind(AssertUnwindSafe(|| {
+        f(&mut tx).and_then(|returned| tx.finish().map(|()| returned))
+    })) {
         Ok(returned) => MemberResult::Returned(returned),
         Err(payload) => MemberResult::Panicked(payload),
     };

@@ -35,22 +35,22 @@ fn record(event: TraceEvent<'_>) {
 
 /// The tables a tool call writes (claim, checkpoints, proposal, watermark, outcome, step
 /// record, approval, the run's end) and the events it appends.
-const CALL_TABLES: [&str; 8] = [
-    "events",
+const CALL_TABLES: [&str; 7] = [
+    "journal",
     "run_inputs",
     "tool_invocations",
-    "checkpoints",
     "step_records",
     "runs",
     "approvals",
     "sessions",
 ];
 
-/// Whether `sql` is on a call's write path: an INSERT or UPDATE of one of [`CALL_TABLES`], or
-/// `append_event`'s read of the next sequence.
+/// Whether `sql` is on a call's write path: an INSERT or UPDATE of one of [`CALL_TABLES`],
+/// `append_event`'s read of the next sequence, or a read of the journal (the next id, a key's
+/// subject, a run's last checkpoint).
 fn on_call_path(sql: &str) -> bool {
     let sql = sql.trim_start();
-    if sql == crate::rows::EVENT_SLOT {
+    if sql == crate::rows::EVENT_SLOT || sql.contains(" FROM journal ") {
         return true;
     }
     let target = sql

@@ -21,6 +21,7 @@ mod checkpoint;
 mod group;
 #[cfg(test)]
 mod hot_statements;
+mod journal;
 mod planner_inputs;
 mod readers;
 mod rows;

@@ -55,8 +55,11 @@ impl Readers {
             None => self.open()?,
         };
         control(&conn, "BEGIN DEFERRED").map_err(tx_error)?;
+        // `finish` writes a journal row a read appended to, which the `query_only` connection
+        // refuses: a write attempted in a read fails as it did before the journal.
         let returned = catch_unwind(AssertUnwindSafe(|| {
-            f(&mut SqliteTx::new(&conn, &self.inputs))
+            let mut tx = SqliteTx::new(&conn, &self.inputs);
+            f(&mut tx).and_then(|returned| tx.finish().map(|()| returned))
         }));
         // A read commits nothing: COMMIT only ends the snapshot. After an error, ROLLBACK.
         let end = if matches!(returned, Ok(Ok(_))) {

@@ -21,7 +21,7 @@ use airlock_core::connection::{
 };
 use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
-use airlock_core::events::{Actor, Event, ProcessEvent};
+use airlock_core::events::{Actor, ProcessEvent};
 use airlock_core::invocation::Invocation;
 use airlock_core::notify::{NotifyLease, NotifyTarget, Progress, SecretSource};
 use airlock_core::run::checkpoint::{Checkpoint, StepRecord};
@@ -104,7 +104,7 @@ pub(super) fn state_columns(state: &RunState) -> Result<StateColumns, TxError> {
 
 // ----- reading -------------------------------------------------------------------------------
 
-fn decode_error(
+pub(super) fn decode_error(
     index: usize,
     error: impl Into<Box<dyn Error + Send + Sync + 'static>>,
 ) -> rusqlite::Error {
@@ -112,7 +112,7 @@ fn decode_error(
 }
 
 /// A TEXT column parsed with `FromStr`: ids and wire enums.
-fn parse<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
+pub(super) fn parse<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<T>
 where
     T: FromStr,
     T::Err: Error + Send + Sync + 'static,
@@ -121,7 +121,7 @@ where
     text.parse().map_err(|e| decode_error(index, e))
 }
 
-fn parse_opt<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>>
+pub(super) fn parse_opt<T>(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<T>>
 where
     T: FromStr,
     T::Err: Error + Send + Sync + 'static,
@@ -273,8 +273,8 @@ pub(super) fn call_task(row: &Row<'_>) -> rusqlite::Result<CallTask> {
 /// writes the event's row and nothing else.
 macro_rules! next_event_sequence {
     () => {
-        "MAX(sessions.next_event_sequence, COALESCE((SELECT MAX(e.sequence) FROM events AS e \
-         WHERE e.session_id = sessions.id), 0) + 1)"
+        "MAX(sessions.next_event_sequence, COALESCE((SELECT MAX(j.last_sequence) FROM journal AS j \
+         WHERE j.session_id = sessions.id AND j.last_sequence IS NOT NULL), 0) + 1)"
     };
 }
 
@@ -416,8 +416,7 @@ pub(super) fn run_summary(row: &Row<'_>) -> rusqlite::Result<RunSummary> {
     })
 }
 
-pub(super) const CHECKPOINT_COLUMNS: &str = "run_id, version, \"trigger\", state, created_at";
-
+/// A checkpoint, read with `journal::CHECKPOINT_ROW_COLUMNS`.
 pub(super) fn checkpoint(row: &Row<'_>) -> rusqlite::Result<Checkpoint> {
     Ok(Checkpoint {
         run_id: parse(row, 0)?,
@@ -538,27 +537,6 @@ pub(super) fn approval(row: &Row<'_>) -> rusqlite::Result<Approval> {
         requested_at: time_opt(row, 25)?,
         resolved_at: time_opt(row, 26)?,
         resolved_by: row.get(27)?,
-    })
-}
-
-pub(super) const EVENT_COLUMNS: &str = "id, session_id, run_id, sequence, event_type, \
-     payload_schema_version, actor_type, actor_id, payload, derivation_key, created_at";
-
-pub(super) fn event(row: &Row<'_>) -> rusqlite::Result<Event> {
-    Ok(Event {
-        id: row.get(0)?,
-        session_id: parse(row, 1)?,
-        run_id: parse_opt(row, 2)?,
-        sequence: unsigned(row, 3)?,
-        event_type: parse(row, 4)?,
-        payload_schema_version: unsigned(row, 5)?,
-        actor: Actor {
-            actor_type: parse(row, 6)?,
-            actor_id: row.get(7)?,
-        },
-        payload: json_col(row, 8)?,
-        derivation_key: row.get(9)?,
-        created_at: time(row, 10)?,
     })
 }
 

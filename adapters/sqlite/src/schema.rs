@@ -709,6 +709,112 @@ CREATE TRIGGER run_inputs_no_delete BEFORE DELETE ON run_inputs
 BEGIN SELECT RAISE(ABORT, 'run_inputs are kept'); END;
 "#;
 
+/// M16 (issue 33): the journal. A write transaction used to insert a row per event (six per
+/// allowed call, each with four b-tree entries) beside its checkpoint; now each phase of a call
+/// (the watermark, the result) inserts one `journal` row that carries the phase's events and
+/// its checkpoint, so an allowed call inserts four rows in all (two journal rows, its
+/// invocation and its step record). `events` and `checkpoints` become views of the journal
+/// with the columns and values the tables had, so SQL written against them still reads the
+/// same rows (they are no longer written to).
+///
+/// A row holds consecutive events of one session and one run (or of no run), with consecutive
+/// ids and sequences from `first_event_id`/`first_sequence`, as a JSON array of
+/// `[event_type, payload_schema_version, actor_type, actor_id, payload, derivation_key,
+/// created_at]` with `payload` as its JSON text (kept byte for byte); and at most one
+/// checkpoint of its run. Derivation keys are found by their **subject**, the text after the
+/// key's first `:` (the invocation, approval or refusal they derive from; the whole key when it
+/// has none): a row's keyed events share one subject, indexed by `ix_journal_key_subject`.
+/// Ids, sequences, key repeats and checkpoint versions are checked and assigned by the writer
+/// (`journal` module), which holds SQLite's write lock; the unique indexes below refuse a
+/// repeated id, sequence or version should anything else write here.
+///
+/// The upgrade moves every event into a row of its own and every checkpoint into a row of its
+/// own (ids, sequences and versions kept), then drops the two tables.
+const M_JOURNAL: &str = r#"
+CREATE TABLE journal (
+    id                    INTEGER PRIMARY KEY,
+    session_id            TEXT    NOT NULL,
+    run_id                TEXT,
+    first_event_id        INTEGER,
+    last_event_id         INTEGER,
+    first_sequence        INTEGER,
+    last_sequence         INTEGER,
+    key_subject           TEXT,
+    events                TEXT,
+    checkpoint_version    INTEGER,
+    checkpoint_trigger    TEXT
+        CONSTRAINT ck_journal_checkpoint_trigger
+        CHECK (checkpoint_trigger = 'seed' OR checkpoint_trigger = 'tool_pending'
+               OR checkpoint_trigger = 'tool_batch' OR checkpoint_trigger = 'suspended'
+               OR checkpoint_trigger = 'final'),
+    checkpoint_state      TEXT,
+    checkpoint_created_at INTEGER,
+    CONSTRAINT ck_journal_events_together
+        CHECK ((events IS NULL) = (first_event_id IS NULL)
+               AND (events IS NULL) = (last_event_id IS NULL)
+               AND (events IS NULL) = (first_sequence IS NULL)
+               AND (events IS NULL) = (last_sequence IS NULL)),
+    CONSTRAINT ck_journal_event_range
+        CHECK (first_event_id <= last_event_id AND first_sequence >= 1
+               AND last_event_id - first_event_id = last_sequence - first_sequence),
+    CONSTRAINT ck_journal_checkpoint_together
+        CHECK ((checkpoint_version IS NULL) = (checkpoint_trigger IS NULL)
+               AND (checkpoint_version IS NULL) = (checkpoint_state IS NULL)
+               AND (checkpoint_version IS NULL) = (checkpoint_created_at IS NULL)),
+    CONSTRAINT ck_journal_checkpoint_of_a_run
+        CHECK (checkpoint_version IS NULL OR (run_id IS NOT NULL AND checkpoint_version >= 1)),
+    CONSTRAINT ck_journal_not_empty CHECK (events IS NOT NULL OR checkpoint_version IS NOT NULL)
+);
+
+INSERT INTO journal (session_id, run_id, first_event_id, last_event_id, first_sequence,
+                     last_sequence, key_subject, events)
+SELECT session_id, run_id, id, id, sequence, sequence,
+       CASE WHEN derivation_key IS NULL THEN NULL
+            WHEN instr(derivation_key, ':') > 0
+                THEN substr(derivation_key, instr(derivation_key, ':') + 1)
+            ELSE derivation_key END,
+       json_array(json_array(event_type, payload_schema_version, actor_type, actor_id, payload,
+                             derivation_key, created_at))
+FROM events ORDER BY id;
+
+INSERT INTO journal (session_id, run_id, checkpoint_version, checkpoint_trigger,
+                     checkpoint_state, checkpoint_created_at)
+SELECT r.session_id, c.run_id, c.version, c."trigger", c.state, c.created_at
+FROM checkpoints AS c JOIN runs AS r ON r.id = c.run_id ORDER BY c.run_id, c.version;
+
+DROP TRIGGER events_no_update;
+DROP TRIGGER events_no_delete;
+DROP TABLE events;
+DROP TABLE checkpoints;
+
+CREATE UNIQUE INDEX uq_journal_event_ids ON journal (last_event_id)
+    WHERE last_event_id IS NOT NULL;
+CREATE INDEX ix_journal_run_events ON journal (run_id, last_event_id)
+    WHERE last_event_id IS NOT NULL;
+CREATE UNIQUE INDEX uq_journal_session_sequence ON journal (session_id, last_sequence)
+    WHERE last_sequence IS NOT NULL;
+CREATE INDEX ix_journal_key_subject ON journal (key_subject) WHERE key_subject IS NOT NULL;
+CREATE UNIQUE INDEX uq_journal_checkpoints ON journal (run_id, checkpoint_version)
+    WHERE checkpoint_version IS NOT NULL;
+
+CREATE TRIGGER journal_no_update BEFORE UPDATE ON journal
+BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END;
+CREATE TRIGGER journal_no_delete BEFORE DELETE ON journal
+BEGIN SELECT RAISE(ABORT, 'the journal is append-only'); END;
+
+CREATE VIEW events (id, session_id, run_id, sequence, event_type, payload_schema_version,
+                    actor_type, actor_id, payload, derivation_key, created_at) AS
+SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.key,
+       e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4,
+       e.value ->> 5, e.value ->> 6
+FROM journal AS j, json_each(j.events) AS e
+WHERE j.events IS NOT NULL;
+
+CREATE VIEW checkpoints (run_id, version, "trigger", state, created_at) AS
+SELECT run_id, checkpoint_version, checkpoint_trigger, checkpoint_state, checkpoint_created_at
+FROM journal WHERE checkpoint_version IS NOT NULL;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -727,11 +833,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up(M_NO_HOT_TRIGGERS),
         M::up_with_hook(M_VOCABULARY_CHAINS, rewrite_vocabulary_checks),
         M::up(M_RUN_INPUTS),
+        M::up(M_JOURNAL),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 15;
+pub const SCHEMA_VERSION: i64 = 16;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())
@@ -833,7 +940,7 @@ mod tests {
     /// is only a floor now), the rewritten checks still refuse what M1's refused, under
     /// their names, and each run's input moved to `run_inputs`.
     #[test]
-    fn m13_to_m15_upgrade_an_m12_store_in_place() {
+    fn m13_to_m16_upgrade_an_m12_store_in_place() {
         let mut conn = Connection::open_in_memory().expect("open");
         Migrations::new(all_migrations().into_iter().take(12).collect())
             .to_latest(&mut conn)
@@ -854,7 +961,22 @@ mod tests {
             )
             .expect("event under M12's trigger");
         }
-        upgrade_to_a_new_files_schema(&mut conn, "M13 to M15");
+        upgrade_to_a_new_files_schema(&mut conn, "M13 to M16");
+        let moved: Vec<(i64, i64, String)> = conn
+            .prepare("SELECT id, sequence, event_type FROM events ORDER BY id")
+            .and_then(|mut statement| {
+                statement
+                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+                    .collect()
+            })
+            .expect("M16 moved the events into the journal");
+        assert_eq!(
+            moved,
+            (1..=3)
+                .map(|n| (n, n, "run.started".to_owned()))
+                .collect::<Vec<_>>(),
+            "the events view reads them with their ids and sequences"
+        );
         let next: i64 = conn
             .query_row(
                 &format!("SELECT {} FROM sessions", crate::rows::SESSION_COLUMNS),
@@ -877,14 +999,15 @@ mod tests {
                 "ck_runs_status",
             ),
             (
-                "UPDATE events SET actor_type = 'robot'",
-                "events are append-only",
+                "UPDATE journal SET key_subject = 'x'",
+                "the journal is append-only",
             ),
+            ("DELETE FROM journal", "the journal is append-only"),
             (
                 "INSERT INTO events (session_id, sequence, event_type, payload_schema_version, \
                  actor_type, payload, created_at) \
-                 VALUES ('00000000-0000-0000-0000-000000000001', 4, 'x', 1, 'robot', '{}', 1)",
-                "ck_events_actor_type",
+                 VALUES ('00000000-0000-0000-0000-000000000001', 4, 'x', 1, 'worker', '{}', 1)",
+                "cannot modify events because it is a view",
             ),
         ] {
             let message = conn.execute(sql, []).expect_err(sql).to_string();
@@ -892,6 +1015,87 @@ mod tests {
         }
         insert_run(&conn, "r2", session, "scripted", "QUEUED")
             .expect_err("a second active non-mcp run of the session");
+    }
+
+    /// M16 moves a store's events and checkpoints into the journal where the writer looks for
+    /// them: every derivation key is found again by its subject (the SQL of the migration and
+    /// `journal::key_subject` agree), appending a stored key returns the stored event, the
+    /// latest checkpoint is the moved one, and new events continue the ids and the sequence.
+    #[test]
+    fn m16_moves_events_and_checkpoints_where_the_writer_finds_them() {
+        use airlock_core::events::{Actor, EventType, NewEvent};
+        use airlock_core::ids::{RunId, SessionId};
+        use airlock_core::store::StoreTx;
+        use airlock_core::time::Timestamp;
+
+        let mut conn = Connection::open_in_memory().expect("open");
+        Migrations::new(all_migrations().into_iter().take(15).collect())
+            .to_latest(&mut conn)
+            .expect("M1..M15");
+        let session = "00000000-0000-0000-0000-000000000001";
+        let run = "00000000-0000-0000-0000-0000000000a1";
+        conn.execute(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES (?1, 't', 'p', 1)",
+            [session],
+        )
+        .expect("session");
+        insert_run(&conn, run, session, "scripted", "QUEUED").expect("run");
+        let keys = [
+            "tool.call.started:6f1c0000-0000-0000-0000-000000000001",
+            "tool.call.refused:x:3:c1",
+            "keyless",
+            "trailing:",
+        ];
+        for (sequence, key) in (1_i64..).zip(keys) {
+            conn.execute(
+                "INSERT INTO events (session_id, run_id, sequence, event_type, \
+                 payload_schema_version, actor_type, payload, derivation_key, created_at) \
+                 VALUES (?1, ?2, ?3, 'run.started', 1, 'worker', '{\"n\":1.5}', ?4, 7)",
+                rusqlite::params![session, run, sequence, key],
+            )
+            .expect("an M15 event");
+        }
+        conn.execute(
+            "INSERT INTO checkpoints (run_id, version, \"trigger\", state, created_at) \
+             VALUES (?1, 1, 'seed', ?2, 7)",
+            rusqlite::params![
+                run,
+                serde_json::to_string(&airlock_core::run::checkpoint::CheckpointState::default())
+                    .expect("state")
+            ],
+        )
+        .expect("an M15 checkpoint");
+        upgrade_to_a_new_files_schema(&mut conn, "M16");
+
+        conn.execute_batch("BEGIN").expect("begin");
+        let inputs = crate::planner_inputs::PlannerInputs::default();
+        let mut tx = crate::tx::SqliteTx::new(&conn, &inputs);
+        for (id, key) in (1_i64..).zip(keys) {
+            let found = tx.event_by_key(key).expect("read").expect(key);
+            assert_eq!((found.id, found.sequence), (id, u64::try_from(id).expect("id")));
+            assert_eq!(found.payload, serde_json::json!({"n": 1.5}), "{key}");
+        }
+        let run_id: RunId = run.parse().expect("run id");
+        let checkpoint = tx.latest_checkpoint(run_id).expect("read").expect("moved");
+        assert_eq!(checkpoint.version, 1);
+        let event = |key: Option<&str>| NewEvent {
+            session_id: session.parse::<SessionId>().expect("session id"),
+            run_id: Some(run_id),
+            event_type: EventType::RunStarted,
+            actor: Actor::worker("w"),
+            payload: serde_json::json!({"n": 1.5}),
+            derivation_key: key.map(str::to_owned),
+            created_at: Timestamp::from_micros(7),
+        };
+        let repeat = tx.append_event(&event(Some(keys[0]))).expect("a repeat");
+        assert_eq!(repeat.id, 1, "the stored event, not a second one");
+        let next = tx.append_event(&event(Some("new:key"))).expect("append");
+        assert_eq!((next.id, next.sequence), (5, 5), "ids and sequence continue");
+        tx.finish().expect("the journal row");
+        let rows: i64 = conn
+            .query_row("SELECT COUNT(*) FROM journal", [], |row| row.get(0))
+            .expect("count");
+        assert_eq!(rows, 6, "four events and a checkpoint moved, one row appended");
     }
 
     /// Applies the remaining migrations (`label` names them) and checks that the upgraded store

@@ -33,7 +33,7 @@ use airlock_core::connection::{Connection as ClientConnection, ConnectionState, 
 use airlock_core::conversation::ConversationKey;
 use airlock_core::conversation::request_state::StateKey;
 use airlock_core::conversation::task::CallTask;
-use airlock_core::events::{Event, EventType, NewEvent, PAYLOAD_SCHEMA_VERSION, ProcessEvent};
+use airlock_core::events::{Event, EventType, NewEvent, ProcessEvent};
 use airlock_core::ids::{
     ApiTokenId, ApprovalId, ConnectionId, InvocationId, NotifyTargetId, RunId, SessionId,
 };
@@ -48,6 +48,7 @@ use airlock_core::store::{
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
+use super::journal::{self, Journal, key_subject};
 use super::planner_inputs::PlannerInputs;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 
@@ -91,11 +92,18 @@ pub(super) struct SqliteTx<'c> {
     conn: &'c Connection,
     /// Planner inputs already read (see the `planner_inputs` module).
     inputs: &'c PlannerInputs,
+    /// The journal row being filled, and what the writer assigns from memory (see the
+    /// `journal` module).
+    journal: Journal,
 }
 
 impl<'c> SqliteTx<'c> {
     pub(super) fn new(conn: &'c Connection, inputs: &'c PlannerInputs) -> SqliteTx<'c> {
-        SqliteTx { conn, inputs }
+        SqliteTx {
+            conn,
+            inputs,
+            journal: Journal::default(),
+        }
     }
 
     /// The connection, if the transaction is still open (see "a dead transaction" above).
@@ -155,38 +163,122 @@ impl<'c> SqliteTx<'c> {
             .collect()
     }
 
-    /// Why `append_event`'s INSERT wrote nothing, checked in `MemStore`'s order: the
-    /// idempotent repeat of a derivation key first (it returns the stored event), then the
-    /// payload, the session and the run. `insert_error` is the INSERT's own constraint error,
-    /// returned if none of these explains it.
-    fn refused_event(
-        &mut self,
-        event: &NewEvent,
-        insert_error: Option<TxError>,
-    ) -> Result<Event, TxError> {
-        if let Some(key) = &event.derivation_key
-            && let Some(stored) = self.event_by_key(key)?
-        {
-            return event.repeat_of(stored);
-        }
-        if !event.payload.is_object() {
-            return Err(conflict("CHECK events: payload is a JSON object"));
-        }
-        if self.session(event.session_id)?.is_none() {
-            return Err(TxError::NotFound);
-        }
-        if let Some(run_id) = event.run_id {
-            let run_session = self.run_session(run_id)?.ok_or(TxError::NotFound)?;
-            if run_session != event.session_id.to_string() {
-                return Err(conflict(format!(
-                    "events: run {run_id} is not in session {}",
-                    event.session_id
-                )));
+    /// Writes the journal's open row, if any (see the `journal` module). A row that cannot be
+    /// written poisons the transaction: its events were already returned as appended.
+    fn flush_journal(&mut self) -> Result<(), TxError> {
+        self.journal.check()?;
+        let row = match self.journal.take_row() {
+            Ok(Some(row)) => row,
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                self.journal.poison(error.to_string());
+                return self.journal.check();
+            }
+        };
+        let params: Vec<&dyn ToSql> = row.params.iter().map(|v| v as &dyn ToSql).collect();
+        match self.execute(journal::INSERT_ROW, &params) {
+            Ok(_) => {
+                self.journal.wrote_subject(row.key_subject.as_deref());
+                Ok(())
+            }
+            Err(error) => {
+                self.journal.poison(error.to_string());
+                self.journal.check()
             }
         }
-        Err(insert_error.unwrap_or_else(|| {
-            TxError::Backend("events: the INSERT wrote no row for no known reason".to_owned())
-        }))
+    }
+
+    /// Ends a write transaction's closure: writes the journal's open row. The group rolls the
+    /// member back if this fails, so no appended event is lost from a committed transaction.
+    pub(super) fn finish(&mut self) -> Result<(), TxError> {
+        self.flush_journal()
+    }
+
+    /// The session of run `id`, remembered for the transaction (a run's session never changes).
+    fn run_session_kept(&mut self, id: &str) -> Result<Option<String>, TxError> {
+        if let Some(session) = self.journal.run_session(id) {
+            return Ok(Some(session.to_owned()));
+        }
+        let session: Option<String> = self.one(
+            "SELECT session_id FROM runs WHERE id = ?1",
+            params![id],
+            |row| row.get(0),
+        )?;
+        if let Some(session) = &session {
+            self.journal.keep_run_session(id, session);
+        }
+        Ok(session)
+    }
+
+    /// The next sequence of `session_id` for an event of `run_id`, checking that the session
+    /// exists and the run is one of its runs (`NotFound`, `Conflict` as `MemStore`). One read
+    /// (`rows::EVENT_SLOT`) the first time a session or run is met in the transaction; after
+    /// that the journal's own count.
+    fn next_sequence(&mut self, session_id: &str, run_id: Option<&str>) -> Result<i64, TxError> {
+        let kept = self.journal.next_sequence_of(session_id);
+        let run_known = run_id.is_none_or(|run| self.journal.run_session(run) == Some(session_id));
+        if let (Some(next), true) = (kept, run_known) {
+            return Ok(next);
+        }
+        let slot = self.one(rows::EVENT_SLOT, params![session_id, run_id], |row| {
+            Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
+        })?;
+        let Some((stored_next, run_session)) = slot else {
+            return Err(TxError::NotFound);
+        };
+        if let Some(run) = run_id {
+            match run_session {
+                None => return Err(TxError::NotFound),
+                Some(other) if other != session_id => {
+                    return Err(conflict(format!(
+                        "events: run {run} is not in session {session_id}"
+                    )));
+                }
+                Some(session) => self.journal.keep_run_session(run, &session),
+            }
+        }
+        Ok(kept.unwrap_or(stored_next))
+    }
+
+    /// The next event id: one past the journal's last, read once per transaction.
+    fn next_event_id(&mut self) -> Result<i64, TxError> {
+        if let Some(next) = self.journal.next_event_id() {
+            return Ok(next);
+        }
+        let last: Option<i64> = self
+            .one(
+                "SELECT MAX(last_event_id) FROM journal",
+                [].as_slice(),
+                |row| row.get(0),
+            )?
+            .flatten();
+        let next = last
+            .unwrap_or(0)
+            .checked_add(1)
+            .ok_or_else(|| TxError::Backend("events: the event ids are exhausted".to_owned()))?;
+        self.journal.set_next_event_id(next);
+        Ok(next)
+    }
+
+    /// The events of the journal rows `sql` selects (with [`journal::EVENT_ROW_COLUMNS`]),
+    /// those after `after_id`, at most `limit_rows`: each row holds at least one event, so
+    /// `limit_rows` rows hold enough.
+    fn events_of_rows(
+        &mut self,
+        sql: &str,
+        params: &[&dyn ToSql],
+        after_id: Option<i64>,
+        limit_rows: usize,
+    ) -> Result<Vec<Event>, TxError> {
+        self.flush_journal()?;
+        let rows = self.all(sql, params, journal::events_of_row)?;
+        let after = after_id.unwrap_or(i64::MIN);
+        Ok(rows
+            .into_iter()
+            .flatten()
+            .filter(|event| event.id > after)
+            .take(limit_rows)
+            .collect())
     }
 
     /// The run row, its planner input from [`PlannerInputs`] when kept (see that module): the
@@ -281,15 +373,28 @@ impl StoreTx for SqliteTx<'_> {
         .map(drop)
     }
 
+    /// The stored row, its next event sequence the journal's own count when this transaction
+    /// appended to the session (its open row is not written yet).
     fn session(&mut self, id: SessionId) -> Result<Option<Session>, TxError> {
-        self.one(
+        let id = id.to_string();
+        let session = self.one(
             &format!(
                 "SELECT {} FROM sessions WHERE id = ?1",
                 rows::SESSION_COLUMNS
             ),
-            params![id.to_string()],
+            params![id],
             rows::session,
-        )
+        )?;
+        Ok(session.map(|mut session| {
+            if let Some(next) = self
+                .journal
+                .next_sequence_of(&id)
+                .and_then(|next| u64::try_from(next).ok())
+            {
+                session.next_event_sequence = session.next_event_sequence.max(next);
+            }
+            session
+        }))
     }
 
     /// Two writes (M15): the row, then its planner input in `run_inputs`. An input row of this
@@ -791,17 +896,26 @@ impl StoreTx for SqliteTx<'_> {
         u64::try_from(count.unwrap_or(0)).map_err(|e| TxError::Backend(e.to_string()))
     }
 
+    /// Checked here (the run exists, the version is the next), then added to the journal's
+    /// open row, which the transaction writes (see the `journal` module).
     fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
-        if self.run_session(checkpoint.run_id)?.is_none() {
+        self.journal.check()?;
+        let run_id = checkpoint.run_id.to_string();
+        let Some(session_id) = self.run_session_kept(&run_id)? else {
             return Err(TxError::NotFound);
-        }
-        let latest: Option<i64> = self
-            .one(
-                "SELECT MAX(version) FROM checkpoints WHERE run_id = ?1",
-                params![checkpoint.run_id.to_string()],
-                |row| row.get(0),
-            )?
-            .flatten();
+        };
+        let latest: Option<i64> = match self.journal.open_checkpoint_of(&run_id) {
+            Some(open) => Some(i64::from(open.version)),
+            None => self
+                .one(
+                    "SELECT checkpoint_version FROM journal \
+                     WHERE run_id = ?1 AND checkpoint_version IS NOT NULL \
+                     ORDER BY checkpoint_version DESC LIMIT 1",
+                    params![run_id],
+                    |row| row.get(0),
+                )?
+                .flatten(),
+        };
         let expected = latest.map_or(Some(1), |v| v.checked_add(1));
         if expected != Some(i64::from(checkpoint.version)) {
             return Err(conflict(format!(
@@ -811,29 +925,27 @@ impl StoreTx for SqliteTx<'_> {
                 expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
             )));
         }
-        self.execute(
-            &format!(
-                "INSERT INTO checkpoints ({}) VALUES (?1, ?2, ?3, ?4, ?5)",
-                rows::CHECKPOINT_COLUMNS
-            ),
-            params![
-                checkpoint.run_id.to_string(),
-                checkpoint.version,
-                checkpoint.trigger.as_str(),
-                json(&checkpoint.state, "checkpoints.state")?,
-                ts(checkpoint.created_at),
-            ],
-        )
-        .map(drop)
+        let state = json(&checkpoint.state, "checkpoints.state")?;
+        if !self.journal.fits_checkpoint(&run_id) {
+            self.flush_journal()?;
+        }
+        self.journal
+            .push_checkpoint(session_id, checkpoint.clone(), state);
+        Ok(())
     }
 
     fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
+        let run_id = run.to_string();
+        if let Some(open) = self.journal.open_checkpoint_of(&run_id) {
+            return Ok(Some(open.clone()));
+        }
         self.one(
             &format!(
-                "SELECT {} FROM checkpoints WHERE run_id = ?1 ORDER BY version DESC LIMIT 1",
-                rows::CHECKPOINT_COLUMNS
+                "SELECT {} FROM journal WHERE run_id = ?1 AND checkpoint_version IS NOT NULL \
+                 ORDER BY checkpoint_version DESC LIMIT 1",
+                journal::CHECKPOINT_ROW_COLUMNS
             ),
-            params![run.to_string()],
+            params![run_id],
             rows::checkpoint,
         )
     }
@@ -1300,69 +1412,64 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
-    /// One read and one plain `INSERT … VALUES` (issue 33): the read gives the session's next
-    /// sequence (one past its last event, see `rows::EVENT_SLOT`) and the run's session; the
-    /// INSERT is the method's only write, so the method stays atomic, and no trigger, `RETURNING`
-    /// or `INSERT … SELECT` runs (each made SQLite build a temporary table per event). The
-    /// writer's lock, held since `BEGIN IMMEDIATE`, keeps the sequence free between the two.
-    /// Whatever stops the event — a repeated derivation key, a missing session or run, a run of
-    /// another session, a payload that is not an object — is sorted out by
-    /// [`SqliteTx::refused_event`], in `MemStore`'s order. A refused INSERT writes nothing, so
-    /// it consumes no sequence.
+    /// Checked and numbered here, then added to the journal's open row, which the transaction
+    /// writes (see the `journal` module): a repeated derivation key returns the stored event
+    /// (or `Conflict`), then the payload, the session and the run are checked in `MemStore`'s
+    /// order. An event refused writes nothing and consumes no sequence or id.
     fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
+        self.journal.check()?;
+        if let Some(key) = &event.derivation_key
+            && let Some(stored) = self.event_by_key(key)?
+        {
+            return event.repeat_of(stored);
+        }
         if !event.payload.is_object() {
-            return self.refused_event(event, None);
+            return Err(conflict("CHECK events: payload is a JSON object"));
         }
         let session_id = event.session_id.to_string();
         let run_id = event.run_id.map(|r| r.to_string());
-        let slot = self.one(rows::EVENT_SLOT, params![session_id, run_id], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
-        })?;
-        let sequence = match slot {
-            Some((sequence, run_session))
-                if run_id.is_none() || run_session.as_deref() == Some(session_id.as_str()) =>
-            {
-                sequence
-            }
-            _ => return self.refused_event(event, None),
-        };
-        let payload = json(&event.payload, "events.payload")?;
-        let inserted = self.execute(
-            "INSERT INTO events (session_id, run_id, sequence, event_type, \
-             payload_schema_version, actor_type, actor_id, payload, derivation_key, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            params![
-                session_id,
-                run_id,
-                sequence,
-                event.event_type.as_str(),
-                PAYLOAD_SCHEMA_VERSION,
-                event.actor.actor_type.as_str(),
-                event.actor.actor_id,
-                payload,
-                event.derivation_key,
-                ts(event.created_at),
-            ],
+        let sequence = self.next_sequence(&session_id, run_id.as_deref())?;
+        let id = self.next_event_id()?;
+        let stored = event.stored_as(
+            id,
+            u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?,
         );
-        match inserted {
-            Ok(_) => {}
-            Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
-            Err(error) => return Err(error),
+        if !self.journal.fits_event(&stored) {
+            self.flush_journal()?;
         }
-        let id = self.conn()?.last_insert_rowid();
-        let sequence = u64::try_from(sequence).map_err(|e| TxError::Backend(e.to_string()))?;
-        Ok(event.stored_as(id, sequence))
+        self.journal.push_event(stored.clone());
+        self.journal
+            .keep_next_sequence(&session_id, sequence.saturating_add(1));
+        Ok(stored)
     }
 
+    /// The open row's event, or the stored one among the rows of the key's subject (see
+    /// `journal::key_subject`); a subject no stored row has is remembered as absent for the
+    /// transaction, so an invocation's later keys cost no read.
     fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {
-        self.one(
+        self.journal.check()?;
+        if let Some(open) = self.journal.open_event_by_key(derivation_key) {
+            return Ok(Some(open));
+        }
+        let subject = key_subject(derivation_key);
+        if self.journal.known_absent(subject) {
+            return Ok(None);
+        }
+        let rows = self.all(
             &format!(
-                "SELECT {} FROM events WHERE derivation_key = ?1",
-                rows::EVENT_COLUMNS
+                "SELECT {} FROM journal WHERE key_subject = ?1",
+                journal::EVENT_ROW_COLUMNS
             ),
-            params![derivation_key],
-            rows::event,
-        )
+            params![subject],
+            journal::events_of_row,
+        )?;
+        if rows.is_empty() {
+            self.journal.note_absent(subject);
+        }
+        Ok(rows
+            .into_iter()
+            .flatten()
+            .find(|event| event.derivation_key.as_deref() == Some(derivation_key)))
     }
 
     fn events_of_run(
@@ -1371,45 +1478,51 @@ impl StoreTx for SqliteTx<'_> {
         after_id: Option<i64>,
         limit_rows: usize,
     ) -> Result<Vec<Event>, TxError> {
-        self.all(
+        self.events_of_rows(
             &format!(
-                "SELECT {} FROM events WHERE run_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-                rows::EVENT_COLUMNS
+                "SELECT {} FROM journal WHERE run_id = ?1 AND last_event_id > ?2 \
+                 ORDER BY last_event_id LIMIT ?3",
+                journal::EVENT_ROW_COLUMNS
             ),
             params![
                 run.to_string(),
                 after_id.unwrap_or(i64::MIN),
                 limit(limit_rows)
             ],
-            rows::event,
+            after_id,
+            limit_rows,
         )
     }
 
-    /// Walks `events` by id from the cursor and keeps the tenant's through a correlated
-    /// session lookup, so a tail costs about `limit` rows however long the log is (a join
-    /// planned from `sessions` would read every event of the tenant and sort them).
+    /// Walks the journal by event id from the cursor and keeps the tenant's rows through a
+    /// correlated session lookup, so a tail costs about `limit` rows however long the log is
+    /// (a join planned from `sessions` would read every row of the tenant and sort them).
     fn events_of_tenant(
         &mut self,
         tenant: &str,
         after_id: Option<i64>,
         limit_rows: usize,
     ) -> Result<Vec<Event>, TxError> {
-        self.all(
+        self.events_of_rows(
             &format!(
-                "SELECT {} FROM events WHERE id > ?2 AND EXISTS \
-                 (SELECT 1 FROM sessions WHERE sessions.id = events.session_id \
-                  AND sessions.tenant_id = ?1) ORDER BY id LIMIT ?3",
-                rows::EVENT_COLUMNS
+                "SELECT {} FROM journal WHERE last_event_id > ?2 AND EXISTS \
+                 (SELECT 1 FROM sessions WHERE sessions.id = journal.session_id \
+                  AND sessions.tenant_id = ?1) ORDER BY last_event_id LIMIT ?3",
+                journal::EVENT_ROW_COLUMNS
             ),
             params![tenant, after_id.unwrap_or(i64::MIN), limit(limit_rows)],
-            rows::event,
+            after_id,
+            limit_rows,
         )
     }
 
     fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
-        self.one("SELECT MAX(id) FROM events", [].as_slice(), |row| {
-            row.get(0)
-        })
+        self.flush_journal()?;
+        self.one(
+            "SELECT MAX(last_event_id) FROM journal",
+            [].as_slice(),
+            |row| row.get(0),
+        )
         .map(Option::flatten)
     }
 

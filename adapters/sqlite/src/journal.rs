@@ -1,0 +1,388 @@
+//! The journal (migration M16, issue 33): what a write transaction appends of events and
+//! checkpoints, gathered into as few `journal` rows as the transaction's shape allows.
+//!
+//! `SqliteTx` keeps the row it is filling in a [`Journal`]: `append_event` and
+//! `insert_checkpoint` add to it, and it is written by one plain `INSERT … VALUES` when the
+//! next addition does not fit (another session, another run, a key of another subject, a
+//! second checkpoint), before a read that must see it, and when the transaction's closure
+//! returns (`SqliteTx::finish`). A tool call's watermark transaction (its PENDING checkpoint and
+//! `run.checkpointed`, then `tool.call.proposed`, `authorized`, `started`, all of one run and
+//! one invocation) and its result transaction (`tool.call.completed`, the BATCH checkpoint and
+//! its `run.checkpointed`) each become one row.
+//!
+//! Why the writer may assign ids, sequences and checkpoint versions from memory: it holds
+//! SQLite's write lock from `BEGIN IMMEDIATE` to `COMMIT`, and every other process's writer
+//! waits for it, so the values it read at its first use in a transaction cannot be taken by
+//! anyone else before it commits (the group's earlier members wrote through this connection,
+//! so their rows are read too). A row the INSERT refuses (nothing should; the unique indexes
+//! are the last guard) poisons the transaction: the events it held were already returned as
+//! appended, so the closure is made to fail and its savepoint rolled back rather than commit
+//! without them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rusqlite::Row;
+
+use airlock_core::events::{Actor, Event};
+use airlock_core::run::checkpoint::Checkpoint;
+use airlock_core::store::TxError;
+
+use super::rows::{self, ts};
+
+/// The part of a derivation key a journal row is found by: the text after its first `:`
+/// (SPEC §13.1's keys name the invocation, approval or refusal they derive from there), or the
+/// whole key when it has no `:`. `M_JOURNAL` computes the same for the events it moves.
+pub(super) fn key_subject(key: &str) -> &str {
+    key.split_once(':').map_or(key, |(_, subject)| subject)
+}
+
+/// The journal row being filled: consecutive events of one session and one run (or of no
+/// run), and at most one checkpoint of that run.
+#[derive(Debug)]
+struct OpenRow {
+    session_id: String,
+    run_id: Option<String>,
+    /// The row's events as they were returned to their callers, ids and sequences consecutive.
+    events: Vec<Event>,
+    /// The subject of every keyed event of the row (they share one).
+    key_subject: Option<String>,
+    /// The checkpoint and its `state` as JSON text, encoded when it was inserted so that an
+    /// unencodable state is refused by `insert_checkpoint`, not by a later flush.
+    checkpoint: Option<(Checkpoint, String)>,
+}
+
+impl OpenRow {
+    fn takes_event(&self, session_id: &str, run_id: Option<&str>, subject: Option<&str>) -> bool {
+        self.session_id == session_id
+            && self.run_id.as_deref() == run_id
+            && match (subject, self.key_subject.as_deref()) {
+                (Some(new), Some(held)) => new == held,
+                _ => true,
+            }
+    }
+
+    fn takes_checkpoint(&self, run_id: &str) -> bool {
+        self.checkpoint.is_none() && self.run_id.as_deref() == Some(run_id)
+    }
+}
+
+/// A transaction's journal state: the open row, the next event id (read once), and the key
+/// subjects already looked up and found in no stored row.
+#[derive(Debug, Default)]
+pub(super) struct Journal {
+    open: Option<OpenRow>,
+    next_event_id: Option<i64>,
+    /// Subjects no stored row had when looked up in this transaction; a subject leaves the set
+    /// when a row carrying it is written.
+    absent_subjects: BTreeSet<String>,
+    /// Why a row could not be written, once one could not: the transaction must not commit.
+    poisoned: Option<String>,
+    /// The next sequence of each session this transaction appended to.
+    next_sequences: BTreeMap<String, i64>,
+    /// The session of each run met (a run's session never changes).
+    run_sessions: BTreeMap<String, String>,
+}
+
+/// What [`Journal::take_row`] hands the writer to INSERT.
+pub(super) struct RowToWrite {
+    pub(super) params: [rusqlite::types::Value; 12],
+    pub(super) key_subject: Option<String>,
+}
+
+/// Every column of a journal row, in the order of [`RowToWrite::params`].
+pub(super) const INSERT_ROW: &str = "INSERT INTO journal (session_id, run_id, first_event_id, \
+     last_event_id, first_sequence, last_sequence, key_subject, events, checkpoint_version, \
+     checkpoint_trigger, checkpoint_state, checkpoint_created_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
+
+/// The columns [`events_of_row`] reads, in its order.
+pub(super) const EVENT_ROW_COLUMNS: &str =
+    "session_id, run_id, first_event_id, first_sequence, events";
+
+/// The checkpoint of a journal row, as `rows::checkpoint` reads it.
+pub(super) const CHECKPOINT_ROW_COLUMNS: &str = "run_id, checkpoint_version, checkpoint_trigger, \
+     checkpoint_state, checkpoint_created_at";
+
+/// One event as a row's `events` array holds it.
+type StoredEvent<'a> = (
+    &'a str,
+    u32,
+    &'a str,
+    Option<&'a str>,
+    String,
+    Option<&'a str>,
+    i64,
+);
+
+/// One event as read back from a row's `events` array.
+type ReadEvent = (
+    String,
+    u32,
+    String,
+    Option<String>,
+    String,
+    Option<String>,
+    i64,
+);
+
+impl Journal {
+    /// The error every later use of a poisoned journal returns.
+    pub(super) fn check(&self) -> Result<(), TxError> {
+        match &self.poisoned {
+            Some(reason) => Err(TxError::Backend(format!(
+                "the transaction's journal row could not be written ({reason}); it is rolled back"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn poison(&mut self, reason: String) {
+        self.poisoned.get_or_insert(reason);
+    }
+
+    pub(super) fn next_event_id(&self) -> Option<i64> {
+        self.next_event_id
+    }
+
+    pub(super) fn set_next_event_id(&mut self, id: i64) {
+        self.next_event_id = Some(id);
+    }
+
+    pub(super) fn next_sequence_of(&self, session_id: &str) -> Option<i64> {
+        self.next_sequences.get(session_id).copied()
+    }
+
+    pub(super) fn keep_next_sequence(&mut self, session_id: &str, next: i64) {
+        self.next_sequences.insert(session_id.to_owned(), next);
+    }
+
+    pub(super) fn run_session(&self, run_id: &str) -> Option<&str> {
+        self.run_sessions.get(run_id).map(String::as_str)
+    }
+
+    pub(super) fn keep_run_session(&mut self, run_id: &str, session_id: &str) {
+        self.run_sessions
+            .insert(run_id.to_owned(), session_id.to_owned());
+    }
+
+    /// Whether `subject` was looked up in this transaction and no stored row had it.
+    pub(super) fn known_absent(&self, subject: &str) -> bool {
+        self.absent_subjects.contains(subject)
+    }
+
+    pub(super) fn note_absent(&mut self, subject: &str) {
+        self.absent_subjects.insert(subject.to_owned());
+    }
+
+    /// The open row's event with `key`, if it holds one.
+    pub(super) fn open_event_by_key(&self, key: &str) -> Option<Event> {
+        let open = self.open.as_ref()?;
+        open.events
+            .iter()
+            .find(|event| event.derivation_key.as_deref() == Some(key))
+            .cloned()
+    }
+
+    /// The open row's checkpoint, if it is `run`'s.
+    pub(super) fn open_checkpoint_of(&self, run_id: &str) -> Option<&Checkpoint> {
+        let open = self.open.as_ref()?;
+        match &open.checkpoint {
+            Some((checkpoint, _)) if open.run_id.as_deref() == Some(run_id) => Some(checkpoint),
+            _ => None,
+        }
+    }
+
+    /// Whether `event` joins the open row; when it does not, the caller writes the open row
+    /// ([`Journal::take_row`]) and then calls [`Journal::push_event`], which opens a new one.
+    pub(super) fn fits_event(&self, event: &Event) -> bool {
+        let Some(open) = &self.open else { return true };
+        let run_id = event.run_id.map(|r| r.to_string());
+        open.takes_event(
+            &event.session_id.to_string(),
+            run_id.as_deref(),
+            event.derivation_key.as_deref().map(key_subject),
+        )
+    }
+
+    /// Adds a stored event (its id and sequence assigned) to the open row, opening one if
+    /// there is none; the caller checked [`Journal::fits_event`] first. Advances the next id.
+    pub(super) fn push_event(&mut self, event: Event) {
+        let subject = event.derivation_key.as_deref().map(key_subject);
+        self.next_event_id = Some(event.id.saturating_add(1));
+        match &mut self.open {
+            Some(open) => {
+                if open.key_subject.is_none() {
+                    open.key_subject = subject.map(str::to_owned);
+                }
+                open.events.push(event);
+            }
+            None => {
+                self.open = Some(OpenRow {
+                    session_id: event.session_id.to_string(),
+                    run_id: event.run_id.map(|r| r.to_string()),
+                    key_subject: subject.map(str::to_owned),
+                    events: vec![event],
+                    checkpoint: None,
+                });
+            }
+        }
+    }
+
+    /// Whether a checkpoint of `run_id` joins the open row (see [`Journal::fits_event`]).
+    pub(super) fn fits_checkpoint(&self, run_id: &str) -> bool {
+        self.open
+            .as_ref()
+            .is_none_or(|open| open.takes_checkpoint(run_id))
+    }
+
+    /// Adds a checked checkpoint of a run of `session_id` to the open row, or opens one.
+    pub(super) fn push_checkpoint(
+        &mut self,
+        session_id: String,
+        checkpoint: Checkpoint,
+        state: String,
+    ) {
+        match &mut self.open {
+            Some(open) => open.checkpoint = Some((checkpoint, state)),
+            None => {
+                self.open = Some(OpenRow {
+                    session_id,
+                    run_id: Some(checkpoint.run_id.to_string()),
+                    events: Vec::new(),
+                    key_subject: None,
+                    checkpoint: Some((checkpoint, state)),
+                });
+            }
+        }
+    }
+
+    /// The open row as INSERT parameters, and the row closed; `None` when no row is open.
+    pub(super) fn take_row(&mut self) -> Result<Option<RowToWrite>, TxError> {
+        use rusqlite::types::Value;
+        let Some(open) = self.open.take() else {
+            return Ok(None);
+        };
+        let integer = |v: Option<i64>| v.map_or(Value::Null, Value::Integer);
+        let text = |v: Option<String>| v.map_or(Value::Null, Value::Text);
+        let (first_id, last_id, first_sequence, last_sequence, events) =
+            match (open.events.first(), open.events.last()) {
+                (Some(first), Some(last)) => {
+                    let stored = open
+                        .events
+                        .iter()
+                        .map(|event| {
+                            Ok((
+                                event.event_type.as_str(),
+                                event.payload_schema_version,
+                                event.actor.actor_type.as_str(),
+                                event.actor.actor_id.as_deref(),
+                                rows::json(&event.payload, "events.payload")?,
+                                event.derivation_key.as_deref(),
+                                ts(event.created_at),
+                            ))
+                        })
+                        .collect::<Result<Vec<StoredEvent<'_>>, TxError>>()?;
+                    (
+                        Some(first.id),
+                        Some(last.id),
+                        Some(rows::int(first.sequence, "events.sequence")?),
+                        Some(rows::int(last.sequence, "events.sequence")?),
+                        Some(rows::json(&stored, "journal.events")?),
+                    )
+                }
+                _ => (None, None, None, None, None),
+            };
+        let (version, trigger, state, created_at) = match open.checkpoint {
+            Some((checkpoint, state)) => (
+                Some(i64::from(checkpoint.version)),
+                Some(checkpoint.trigger.as_str().to_owned()),
+                Some(state),
+                Some(ts(checkpoint.created_at)),
+            ),
+            None => (None, None, None, None),
+        };
+        Ok(Some(RowToWrite {
+            params: [
+                Value::Text(open.session_id),
+                text(open.run_id),
+                integer(first_id),
+                integer(last_id),
+                integer(first_sequence),
+                integer(last_sequence),
+                text(open.key_subject.clone()),
+                text(events),
+                integer(version),
+                text(trigger),
+                text(state),
+                integer(created_at),
+            ],
+            key_subject: open.key_subject,
+        }))
+    }
+
+    /// After a row carrying `subject` was written, the subject is no longer absent.
+    pub(super) fn wrote_subject(&mut self, subject: Option<&str>) {
+        if let Some(subject) = subject {
+            self.absent_subjects.remove(subject);
+        }
+    }
+}
+
+/// The events of one journal row, read with [`EVENT_ROW_COLUMNS`].
+pub(super) fn events_of_row(row: &Row<'_>) -> rusqlite::Result<Vec<Event>> {
+    let session_id = rows::parse(row, 0)?;
+    let run_id = rows::parse_opt(row, 1)?;
+    let first_id: i64 = row.get(2)?;
+    let first_sequence: i64 = row.get(3)?;
+    let text: String = row.get(4)?;
+    let stored: Vec<ReadEvent> = rows::from_json(&text).map_err(|e| rows::decode_error(4, e))?;
+    let mut events = Vec::with_capacity(stored.len());
+    for (offset, (kind, version, actor_type, actor_id, payload, key, created_at)) in
+        stored.into_iter().enumerate()
+    {
+        let offset = i64::try_from(offset).map_err(|e| rows::decode_error(4, e))?;
+        let sequence = first_sequence
+            .checked_add(offset)
+            .and_then(|s| u64::try_from(s).ok())
+            .ok_or_else(|| rows::decode_error(3, "an event sequence out of range"))?;
+        events.push(Event {
+            id: first_id
+                .checked_add(offset)
+                .ok_or_else(|| rows::decode_error(2, "an event id out of range"))?,
+            session_id,
+            run_id,
+            sequence,
+            event_type: kind.parse().map_err(|e| rows::decode_error(4, e))?,
+            payload_schema_version: version,
+            actor: Actor {
+                actor_type: actor_type.parse().map_err(|e| rows::decode_error(4, e))?,
+                actor_id,
+            },
+            payload: rows::from_json(&payload).map_err(|e| rows::decode_error(4, e))?,
+            derivation_key: key,
+            created_at: airlock_core::time::Timestamp::from_micros(created_at),
+        });
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_subject;
+
+    #[test]
+    fn a_key_is_found_by_what_follows_its_first_colon() {
+        assert_eq!(
+            key_subject("tool.call.proposed:6f1c"),
+            "6f1c",
+            "an invocation's keys share its id"
+        );
+        assert_eq!(
+            key_subject("tool.call.refused:run:3:c1"),
+            "run:3:c1",
+            "a refusal keeps its run, step and call"
+        );
+        assert_eq!(key_subject("plain"), "plain");
+        assert_eq!(key_subject("trailing:"), "");
+    }
+}
