@@ -96,12 +96,64 @@ pub(super) const INSERT_ROW: &str = "INSERT INTO journal (session_id, run_id, fi
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 /// The columns [`events_of_row`] reads, in its order.
-pub(super) const EVENT_ROW_COLUMNS: &str =
-    "session_id, run_id, first_event_id, first_sequence, events";
+macro_rules! event_row_columns {
+    () => {
+        "session_id, run_id, first_event_id, first_sequence, events"
+    };
+}
 
 /// The checkpoint of a journal row, as `rows::checkpoint` reads it.
-pub(super) const CHECKPOINT_ROW_COLUMNS: &str = "run_id, checkpoint_version, checkpoint_trigger, \
-     checkpoint_state, checkpoint_created_at";
+macro_rules! checkpoint_row_columns {
+    () => {
+        "run_id, checkpoint_version, checkpoint_trigger, checkpoint_state, checkpoint_created_at"
+    };
+}
+
+/// The journal's last event id. Every read below names the `IS NOT NULL` (or a comparison that
+/// implies it) of the partial index it must search; without it SQLite scans the table (a
+/// plain `MAX(last_event_id)` did, on every transaction). `the_writers_reads_search_an_index`
+/// holds them to that.
+pub(super) const LAST_EVENT_ID: &str = "SELECT last_event_id FROM journal \
+     WHERE last_event_id IS NOT NULL ORDER BY last_event_id DESC LIMIT 1";
+
+/// Run `?1`'s last checkpoint version.
+pub(super) const LAST_CHECKPOINT_VERSION: &str = "SELECT checkpoint_version FROM journal \
+     WHERE run_id = ?1 AND checkpoint_version IS NOT NULL \
+     ORDER BY checkpoint_version DESC LIMIT 1";
+
+/// Run `?1`'s last checkpoint.
+pub(super) const LAST_CHECKPOINT: &str = concat!(
+    "SELECT ",
+    checkpoint_row_columns!(),
+    " FROM journal WHERE run_id = ?1 AND checkpoint_version IS NOT NULL \
+     ORDER BY checkpoint_version DESC LIMIT 1"
+);
+
+/// The rows whose keyed events have subject `?1`.
+pub(super) const ROWS_OF_SUBJECT: &str = concat!(
+    "SELECT ",
+    event_row_columns!(),
+    " FROM journal WHERE key_subject = ?1"
+);
+
+/// Run `?1`'s rows with an event after id `?2`, at most `?3`, in event order.
+pub(super) const ROWS_OF_RUN: &str = concat!(
+    "SELECT ",
+    event_row_columns!(),
+    " FROM journal WHERE run_id = ?1 AND last_event_id > ?2 ORDER BY last_event_id LIMIT ?3"
+);
+
+/// Tenant `?1`'s rows with an event after id `?2`, at most `?3`, in event order: the journal
+/// walked by event id from the cursor, each row's tenant found through a correlated session
+/// lookup, so a tail costs about `?3` rows however long the log is (a join planned from
+/// `sessions` would read every row of the tenant and sort them).
+pub(super) const ROWS_OF_TENANT: &str = concat!(
+    "SELECT ",
+    event_row_columns!(),
+    " FROM journal WHERE last_event_id > ?2 AND EXISTS \
+     (SELECT 1 FROM sessions WHERE sessions.id = journal.session_id \
+      AND sessions.tenant_id = ?1) ORDER BY last_event_id LIMIT ?3"
+);
 
 /// One event as a row's `events` array holds it.
 type StoredEvent<'a> = (
@@ -328,7 +380,7 @@ impl Journal {
     }
 }
 
-/// The events of one journal row, read with [`EVENT_ROW_COLUMNS`].
+/// The events of one journal row, read with `event_row_columns!`.
 pub(super) fn events_of_row(row: &Row<'_>) -> rusqlite::Result<Vec<Event>> {
     let session_id = rows::parse(row, 0)?;
     let run_id = rows::parse_opt(row, 1)?;
@@ -368,7 +420,93 @@ pub(super) fn events_of_row(row: &Row<'_>) -> rusqlite::Result<Vec<Event>> {
 
 #[cfg(test)]
 mod tests {
-    use super::key_subject;
+    use super::*;
+
+    /// Each read the writer and the event readers make of the journal searches an index (none
+    /// scans the table, none sorts).
+    #[test]
+    fn the_writers_reads_search_an_index() {
+        let mut conn = rusqlite::Connection::open_in_memory().expect("open");
+        crate::schema::migrations()
+            .to_latest(&mut conn)
+            .expect("migrate");
+        for sql in [
+            LAST_EVENT_ID,
+            LAST_CHECKPOINT_VERSION,
+            LAST_CHECKPOINT,
+            ROWS_OF_SUBJECT,
+            ROWS_OF_RUN,
+            ROWS_OF_TENANT,
+            crate::rows::EVENT_SLOT,
+        ] {
+            let mut statement = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .expect(sql);
+            let plan: Vec<String> = statement
+                .raw_query()
+                .mapped(|row| row.get(3))
+                .collect::<Result<_, _>>()
+                .expect(sql);
+            let plan = plan.join("; ");
+            let journal = plan
+                .split("; ")
+                .filter(|step| step.contains("journal") || step.contains(" j "))
+                .collect::<Vec<_>>();
+            assert!(!journal.is_empty(), "{sql}: {plan}");
+            assert!(
+                journal.iter().all(|step| step.contains("INDEX")),
+                "{sql}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+        }
+    }
+
+    /// Each of those reads costs the same however long the journal is: over a session of 600
+    /// rows (and a run of 300 checkpoints), none runs more than a few dozen VM steps. A `MAX()`
+    /// under a partial index's `IS NOT NULL` walks every row of the range, which the plan
+    /// above does not show.
+    #[test]
+    fn the_writers_reads_do_not_grow_with_the_journal() {
+        let mut conn = rusqlite::Connection::open_in_memory().expect("open");
+        crate::schema::migrations()
+            .to_latest(&mut conn)
+            .expect("migrate");
+        conn.execute_batch(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) \
+             VALUES ('s', 't', 'p', 1);",
+        )
+        .expect("session");
+        for n in 1..=600_i64 {
+            conn.execute(
+                "INSERT INTO journal (session_id, run_id, first_event_id, last_event_id, \
+                 first_sequence, last_sequence, key_subject, events, checkpoint_version, \
+                 checkpoint_trigger, checkpoint_state, checkpoint_created_at) \
+                 VALUES ('s', 'r', ?1, ?1, ?1, ?1, 'k' || ?1, '[]', \
+                 CASE WHEN ?1 % 2 = 0 THEN ?1 / 2 END, \
+                 CASE WHEN ?1 % 2 = 0 THEN 'seed' END, CASE WHEN ?1 % 2 = 0 THEN '{}' END, \
+                 CASE WHEN ?1 % 2 = 0 THEN 1 END)",
+                [n],
+            )
+            .expect("row");
+        }
+        let reads: [(&str, &[&dyn rusqlite::ToSql]); 7] = [
+            (LAST_EVENT_ID, &[]),
+            (LAST_CHECKPOINT_VERSION, &[&"r"]),
+            (LAST_CHECKPOINT, &[&"r"]),
+            (ROWS_OF_SUBJECT, &[&"k7"]),
+            (ROWS_OF_RUN, &[&"r", &590, &5]),
+            (ROWS_OF_TENANT, &[&"t", &590, &5]),
+            (crate::rows::EVENT_SLOT, &[&"s", &"r"]),
+        ];
+        for (sql, params) in reads {
+            let mut statement = conn.prepare(sql).expect(sql);
+            let mut rows = statement.query(params).expect(sql);
+            while rows.next().expect(sql).is_some() {}
+            drop(rows);
+            let steps = statement.get_status(rusqlite::StatementStatus::VmStep);
+            assert!(steps < 200, "{sql}: {steps} VM steps");
+        }
+    }
 
     #[test]
     fn a_key_is_found_by_what_follows_its_first_colon() {

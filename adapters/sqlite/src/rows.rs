@@ -268,13 +268,15 @@ pub(super) fn call_task(row: &Row<'_>) -> rusqlite::Result<CallTask> {
 
 /// The next event sequence of the session row `sessions`: the larger of the stored
 /// `next_event_sequence` and one past the session's last event, found at the end of
-/// `uq_events_session_sequence`. Since M13 the stored column is only the session's floor (its
-/// first sequence, or what the dropped M1 trigger last left there), so that appending an event
-/// writes the event's row and nothing else.
+/// `uq_journal_session_sequence` (M16; an `ORDER BY … DESC LIMIT 1`, because `MAX()` under the
+/// partial index's `IS NOT NULL` walked every row of the session). Since M13 the stored column
+/// is only the session's floor (its first sequence, or what the dropped M1 trigger last left
+/// there), so that appending an event writes the journal and nothing else.
 macro_rules! next_event_sequence {
     () => {
-        "MAX(sessions.next_event_sequence, COALESCE((SELECT MAX(j.last_sequence) FROM journal AS j \
-         WHERE j.session_id = sessions.id AND j.last_sequence IS NOT NULL), 0) + 1)"
+        "MAX(sessions.next_event_sequence, COALESCE((SELECT j.last_sequence FROM journal AS j \
+         WHERE j.session_id = sessions.id AND j.last_sequence IS NOT NULL \
+         ORDER BY j.last_sequence DESC LIMIT 1), 0) + 1)"
     };
 }
 

@@ -1072,7 +1072,10 @@ mod tests {
         let mut tx = crate::tx::SqliteTx::new(&conn, &inputs);
         for (id, key) in (1_i64..).zip(keys) {
             let found = tx.event_by_key(key).expect("read").expect(key);
-            assert_eq!((found.id, found.sequence), (id, u64::try_from(id).expect("id")));
+            assert_eq!(
+                (found.id, found.sequence),
+                (id, u64::try_from(id).expect("id"))
+            );
             assert_eq!(found.payload, serde_json::json!({"n": 1.5}), "{key}");
         }
         let run_id: RunId = run.parse().expect("run id");
@@ -1090,12 +1093,19 @@ mod tests {
         let repeat = tx.append_event(&event(Some(keys[0]))).expect("a repeat");
         assert_eq!(repeat.id, 1, "the stored event, not a second one");
         let next = tx.append_event(&event(Some("new:key"))).expect("append");
-        assert_eq!((next.id, next.sequence), (5, 5), "ids and sequence continue");
+        assert_eq!(
+            (next.id, next.sequence),
+            (5, 5),
+            "ids and sequence continue"
+        );
         tx.finish().expect("the journal row");
         let rows: i64 = conn
             .query_row("SELECT COUNT(*) FROM journal", [], |row| row.get(0))
             .expect("count");
-        assert_eq!(rows, 6, "four events and a checkpoint moved, one row appended");
+        assert_eq!(
+            rows, 6,
+            "four events and a checkpoint moved, one row appended"
+        );
     }
 
     /// Applies the remaining migrations (`label` names them) and checks that the upgraded store

@@ -245,13 +245,8 @@ impl<'c> SqliteTx<'c> {
         if let Some(next) = self.journal.next_event_id() {
             return Ok(next);
         }
-        let last: Option<i64> = self
-            .one(
-                "SELECT MAX(last_event_id) FROM journal",
-                [].as_slice(),
-                |row| row.get(0),
-            )?
-            .flatten();
+        let last: Option<i64> =
+            self.one(journal::LAST_EVENT_ID, [].as_slice(), |row| row.get(0))?;
         let next = last
             .unwrap_or(0)
             .checked_add(1)
@@ -260,7 +255,7 @@ impl<'c> SqliteTx<'c> {
         Ok(next)
     }
 
-    /// The events of the journal rows `sql` selects (with [`journal::EVENT_ROW_COLUMNS`]),
+    /// The events of the journal rows `sql` selects (with `journal::event_row_columns!`),
     /// those after `after_id`, at most `limit_rows`: each row holds at least one event, so
     /// `limit_rows` rows hold enough.
     fn events_of_rows(
@@ -906,15 +901,9 @@ impl StoreTx for SqliteTx<'_> {
         };
         let latest: Option<i64> = match self.journal.open_checkpoint_of(&run_id) {
             Some(open) => Some(i64::from(open.version)),
-            None => self
-                .one(
-                    "SELECT checkpoint_version FROM journal \
-                     WHERE run_id = ?1 AND checkpoint_version IS NOT NULL \
-                     ORDER BY checkpoint_version DESC LIMIT 1",
-                    params![run_id],
-                    |row| row.get(0),
-                )?
-                .flatten(),
+            None => self.one(journal::LAST_CHECKPOINT_VERSION, params![run_id], |row| {
+                row.get(0)
+            })?,
         };
         let expected = latest.map_or(Some(1), |v| v.checked_add(1));
         if expected != Some(i64::from(checkpoint.version)) {
@@ -939,15 +928,7 @@ impl StoreTx for SqliteTx<'_> {
         if let Some(open) = self.journal.open_checkpoint_of(&run_id) {
             return Ok(Some(open.clone()));
         }
-        self.one(
-            &format!(
-                "SELECT {} FROM journal WHERE run_id = ?1 AND checkpoint_version IS NOT NULL \
-                 ORDER BY checkpoint_version DESC LIMIT 1",
-                journal::CHECKPOINT_ROW_COLUMNS
-            ),
-            params![run_id],
-            rows::checkpoint,
-        )
+        self.one(journal::LAST_CHECKPOINT, params![run_id], rows::checkpoint)
     }
 
     fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
@@ -1456,10 +1437,7 @@ impl StoreTx for SqliteTx<'_> {
             return Ok(None);
         }
         let rows = self.all(
-            &format!(
-                "SELECT {} FROM journal WHERE key_subject = ?1",
-                journal::EVENT_ROW_COLUMNS
-            ),
+            journal::ROWS_OF_SUBJECT,
             params![subject],
             journal::events_of_row,
         )?;
@@ -1479,11 +1457,7 @@ impl StoreTx for SqliteTx<'_> {
         limit_rows: usize,
     ) -> Result<Vec<Event>, TxError> {
         self.events_of_rows(
-            &format!(
-                "SELECT {} FROM journal WHERE run_id = ?1 AND last_event_id > ?2 \
-                 ORDER BY last_event_id LIMIT ?3",
-                journal::EVENT_ROW_COLUMNS
-            ),
+            journal::ROWS_OF_RUN,
             params![
                 run.to_string(),
                 after_id.unwrap_or(i64::MIN),
@@ -1504,12 +1478,7 @@ impl StoreTx for SqliteTx<'_> {
         limit_rows: usize,
     ) -> Result<Vec<Event>, TxError> {
         self.events_of_rows(
-            &format!(
-                "SELECT {} FROM journal WHERE last_event_id > ?2 AND EXISTS \
-                 (SELECT 1 FROM sessions WHERE sessions.id = journal.session_id \
-                  AND sessions.tenant_id = ?1) ORDER BY last_event_id LIMIT ?3",
-                journal::EVENT_ROW_COLUMNS
-            ),
+            journal::ROWS_OF_TENANT,
             params![tenant, after_id.unwrap_or(i64::MIN), limit(limit_rows)],
             after_id,
             limit_rows,
@@ -1518,12 +1487,7 @@ impl StoreTx for SqliteTx<'_> {
 
     fn last_event_id(&mut self) -> Result<Option<i64>, TxError> {
         self.flush_journal()?;
-        self.one(
-            "SELECT MAX(last_event_id) FROM journal",
-            [].as_slice(),
-            |row| row.get(0),
-        )
-        .map(Option::flatten)
+        self.one(journal::LAST_EVENT_ID, [].as_slice(), |row| row.get(0))
     }
 
     fn append_process_event(&mut self, event: &ProcessEvent) -> Result<ProcessEvent, TxError> {

@@ -965,9 +965,11 @@ fn a_key_written_earlier_in_the_transaction_is_found_after_its_row_was_written()
     assert_eq!(repeated, appended, "the stored event, not a second one");
     assert_eq!(other.id, appended.id + 1);
     let rows: i64 = raw(&dir.path().join("airlock.sqlite3"))
-        .query_row("SELECT COUNT(*) FROM journal WHERE events IS NOT NULL", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT COUNT(*) FROM journal WHERE events IS NOT NULL",
+            [],
+            |r| r.get(0),
+        )
         .expect("count");
     assert_eq!(rows, 2, "one row per session");
     let read = commit(&store, "read", |tx| {
