@@ -22,6 +22,7 @@ mod group;
 #[cfg(test)]
 mod hot_statements;
 mod journal;
+mod kept;
 mod planner_inputs;
 mod readers;
 mod rows;

@@ -49,6 +49,7 @@ use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
 use super::journal::{self, Journal, key_subject};
+use super::kept::Kept;
 use super::planner_inputs::PlannerInputs;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 
@@ -95,6 +96,8 @@ pub(super) struct SqliteTx<'c> {
     /// The journal row being filled, and what the writer assigns from memory (see the
     /// `journal` module).
     journal: Journal,
+    /// Runs and invocations this transaction read or wrote (see the `kept` module).
+    kept: Kept,
 }
 
 impl<'c> SqliteTx<'c> {
@@ -103,6 +106,7 @@ impl<'c> SqliteTx<'c> {
             conn,
             inputs,
             journal: Journal::default(),
+            kept: Kept::default(),
         }
     }
 
@@ -311,6 +315,18 @@ impl<'c> SqliteTx<'c> {
         Ok(Some(run))
     }
 
+    /// The run as this transaction last saw it (see the `kept` module), else read and kept.
+    fn kept_run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        if let Some(run) = self.kept.run(id) {
+            return Ok(Some(run.clone()));
+        }
+        let run = self.run_row(id)?;
+        if let Some(run) = &run {
+            self.kept.keep_run(run);
+        }
+        Ok(run)
+    }
+
     /// The session a run belongs to, if the run exists.
     fn run_session(&self, id: RunId) -> Result<Option<String>, TxError> {
         self.one(
@@ -459,7 +475,7 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
-        self.run_row(id)
+        self.kept_run(id)
     }
 
     /// Served by `ix_runs_active_by_session` (M7), whose WHERE is this query's and whose order
@@ -474,6 +490,17 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
+        if let Some(run) = self.kept.run(lease.run_id) {
+            return match run.lease() {
+                Some(held)
+                    if held.worker_id == lease.worker_id
+                        && held.lease_epoch == lease.lease_epoch =>
+                {
+                    Ok(())
+                }
+                _ => Err(TxError::Fenced),
+            };
+        }
         let held = self.one(
             "SELECT 1 FROM runs WHERE id = ?1 AND status = 'RUNNING' AND lease_owner = ?2 \
              AND lease_epoch = ?3",
@@ -491,7 +518,7 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn update_run(&mut self, guard: &RunGuard, next: &Run) -> Result<Run, TxError> {
-        let current = self.run_row(guard.run_id)?;
+        let current = self.kept_run(guard.run_id)?;
         let current = guards::check_run_update(guard, current.as_ref(), next)?;
 
         // Only the columns that change are written: an index is rewritten only when one of its
@@ -507,6 +534,7 @@ impl StoreTx for SqliteTx<'_> {
             .map(|(_, new)| new)
             .collect();
         if changed.is_empty() {
+            self.kept.keep_run(next);
             return Ok(next.clone());
         }
         let set_list: Vec<String> = changed
@@ -540,6 +568,7 @@ impl StoreTx for SqliteTx<'_> {
                 None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
             });
         }
+        self.kept.keep_run(next);
         Ok(next.clone())
     }
 
@@ -552,6 +581,7 @@ impl StoreTx for SqliteTx<'_> {
         until: Timestamp,
         _now: Timestamp,
     ) -> Result<Option<HeartbeatObs>, TxError> {
+        self.kept.forget_run(lease.run_id);
         let renewed: Option<Option<i64>> = self.one(
             "UPDATE runs SET lease_expires_at = ?1 WHERE id = ?2 AND status = 'RUNNING' \
              AND lease_owner = ?3 AND lease_epoch = ?4 RETURNING cancel_requested_at",
@@ -1055,19 +1085,28 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             &values,
-        )
-        .map(drop)
+        )?;
+        self.kept.keep_invocation(invocation);
+        Ok(())
     }
 
+    /// As this transaction last saw or wrote it (see the `kept` module), else read and kept.
     fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
-        self.one(
+        if let Some(invocation) = self.kept.invocation(id) {
+            return Ok(Some(invocation.clone()));
+        }
+        let invocation = self.one(
             &format!(
                 "SELECT {} FROM tool_invocations WHERE id = ?1",
                 rows::INVOCATION_COLUMNS
             ),
             params![id.to_string()],
             rows::invocation,
-        )
+        )?;
+        if let Some(invocation) = &invocation {
+            self.kept.keep_invocation(invocation);
+        }
+        Ok(invocation)
     }
 
     fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError> {
@@ -1175,6 +1214,7 @@ impl StoreTx for SqliteTx<'_> {
                 next.id
             )));
         }
+        self.kept.keep_invocation(next);
         Ok(())
     }
 

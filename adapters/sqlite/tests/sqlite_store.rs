@@ -981,3 +981,49 @@ fn a_key_written_earlier_in_the_transaction_is_found_after_its_row_was_written()
     assert_eq!(read.0, vec![appended.clone()]);
     assert_eq!(read.1, vec![appended, other]);
 }
+
+/// A transaction answers its later reads of a run and an invocation from what it already read
+/// or wrote (see the crate's `kept` module); a heartbeat, which changes the run in a way the
+/// transaction does not hold, makes the next read go to the row again.
+#[test]
+fn reads_after_a_write_in_the_same_transaction_see_the_write() {
+    let (_dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        &store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+    let lease = run.lease().expect("a running run's lease");
+    let (before, after) = commit(&store, "read, heartbeat, read", |tx| {
+        let before = tx.run(run.id)?;
+        tx.heartbeat(&lease, at(100), at(50))?;
+        Ok((before, tx.run(run.id)?))
+    });
+    let expiry = |run: Option<Run>| match run.map(|r| r.state) {
+        Some(RunState::Running {
+            lease_expires_at, ..
+        }) => lease_expires_at,
+        other => panic!("not running: {other:?}"),
+    };
+    assert_eq!(expiry(before), at(LEASE_SECONDS));
+    assert_eq!(
+        expiry(after),
+        at(100),
+        "the heartbeat's renewal, not the kept row"
+    );
+
+    let mut running = invocation.clone();
+    running.status = InvocationStatus::Running;
+    running.effect_sent_at = Some(at(60));
+    let read = commit(&store, "read, update, read", |tx| {
+        tx.invocation(invocation.id)?;
+        tx.update_invocation(InvocationStatus::Authorized, &running)?;
+        tx.invocation(invocation.id)
+    });
+    assert_eq!(read, Some(running.clone()));
+    assert_eq!(
+        commit(&store, "a new transaction", |tx| tx
+            .invocation(invocation.id)),
+        Some(running)
+    );
+}
