@@ -90,7 +90,7 @@ fn main() {
          every core would be busy"
     );
     println!(
-        "{:>20} {:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10} {:>13} {:>24} {:>15}",
+        "{:>20} {:>10} {:>5} {:>7} {:>9} {:>16} {:>8} {:>12} {:>10} {:>13} {:>24} {:>15} {:>12}",
         "tool",
         "calls/step",
         "runs",
@@ -102,13 +102,14 @@ fn main() {
         "tx/COMMIT",
         "CPU ms/call",
         "CPU ceiling/(limit/3)",
-        "writer µs/call"
+        "writer µs/call",
+        "SQL µs/call"
     );
     for (tool, per_step, runs, report) in lines {
         let per_second = report.calls.per_second();
         println!(
             "{:>20} {per_step:>10} {runs:>5} {:>7} {per_second:>9.0} {:>16.2} {:>8.1} {:>12.1} {:>10.2} \
-             {:>13.2} {:>24.2} {:>15.0}",
+             {:>13.2} {:>24.2} {:>15.0} {:>12.0}",
             tool.name(),
             report.calls.operations,
             per_second / (limit / 3.0),
@@ -118,6 +119,7 @@ fn main() {
             report.cpu_ms_per_call(),
             report.cpu_ceiling(cores) / (limit / 3.0),
             report.writer_us_per_call(),
+            report.writer_sql_us_per_call(),
         );
     }
 }

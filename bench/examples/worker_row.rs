@@ -46,14 +46,15 @@ fn main() {
     match result {
         Ok(report) => println!(
             "{}, {calls_per_step} calls/step, {concurrent_runs} runs: {} calls, {:.0} calls/s, \
-             {:.1} tx/call, {:.2} tx/COMMIT, {:.2} CPU ms/call, {:.0} writer µs/call",
+             {:.1} tx/call, {:.2} tx/COMMIT, {:.2} CPU ms/call, {:.0} writer µs/call, {:.0} SQL µs/call",
             tool.name(),
             report.calls.operations,
             report.calls.per_second(),
             report.per_call(report.transactions),
             report.transactions_per_commit(),
             report.cpu_ms_per_call(),
-            report.writer_us_per_call()
+            report.writer_us_per_call(),
+            report.writer_sql_us_per_call()
         ),
         Err(e) => {
             eprintln!("worker row: {e}");

@@ -93,6 +93,9 @@ pub struct WorkerReport {
     /// Nanoseconds the single writer spent on statements (held by `transact` callers, minus
     /// its COMMITs), by the store's own clock (`GroupStats::statement_nanos`).
     pub writer_statement_nanos: u64,
+    /// Of those, nanoseconds inside SQLite on the members' statements
+    /// (`GroupStats::sql_nanos`): the writer's SQL without core's work inside a closure.
+    pub writer_sql_nanos: u64,
 }
 
 impl WorkerReport {
@@ -115,6 +118,11 @@ impl WorkerReport {
     /// bounds calls/s once fsyncs are shared (issue 33: at most 100).
     pub fn writer_us_per_call(&self) -> f64 {
         self.writer_statement_nanos as f64 / 1000.0 / self.calls.operations.max(1) as f64
+    }
+
+    /// Microseconds inside SQLite on the writer's statements per completed call.
+    pub fn writer_sql_us_per_call(&self) -> f64 {
+        self.writer_sql_nanos as f64 / 1000.0 / self.calls.operations.max(1) as f64
     }
 
     pub fn per_call(&self, count: u64) -> f64 {
@@ -255,6 +263,7 @@ async fn measure_async(
         groups: stats.groups,
         cpu,
         writer_statement_nanos: stats.statement_nanos(),
+        writer_sql_nanos: stats.sql_nanos,
     })
 }
 

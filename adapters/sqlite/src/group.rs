@@ -129,6 +129,10 @@ pub struct GroupStats {
     /// Nanoseconds of those spent closing groups (`COMMIT`, or `ROLLBACK` of a broken group,
     /// and an inline checkpoint).
     pub commit_nanos: u64,
+    /// Nanoseconds of `held_nanos` spent inside SQLite on the members' statements (their
+    /// savepoints, and the decoding of the rows they read, included): the writer's SQL proper,
+    /// without core's own work inside a transaction's closure or a group's `BEGIN`/`COMMIT`.
+    pub sql_nanos: u64,
     /// WAL checkpoints the store's checkpointer thread ran (see the `checkpoint` module).
     pub background_checkpoints: u64,
     /// Tails a committing thread copied after the checkpointer's pass, so that the WAL could
@@ -147,6 +151,7 @@ impl GroupStats {
             groups: self.groups - earlier.groups,
             held_nanos: self.held_nanos - earlier.held_nanos,
             commit_nanos: self.commit_nanos - earlier.commit_nanos,
+            sql_nanos: self.sql_nanos - earlier.sql_nanos,
             background_checkpoints: self.background_checkpoints - earlier.background_checkpoints,
             tail_checkpoints: self.tail_checkpoints - earlier.tail_checkpoints,
             inline_checkpoints: self.inline_checkpoints - earlier.inline_checkpoints,
@@ -168,6 +173,7 @@ pub(super) struct GroupCommit {
     groups: AtomicU64,
     held_nanos: AtomicU64,
     commit_nanos: AtomicU64,
+    sql_nanos: AtomicU64,
     tail_checkpoints: AtomicU64,
     inline_checkpoints: AtomicU64,
     /// Runs the WAL checkpoints the commits ask for; `None` on a connection without the WAL
@@ -202,6 +208,7 @@ impl GroupCommit {
             groups: AtomicU64::new(0),
             held_nanos: AtomicU64::new(0),
             commit_nanos: AtomicU64::new(0),
+            sql_nanos: AtomicU64::new(0),
             tail_checkpoints: AtomicU64::new(0),
             inline_checkpoints: AtomicU64::new(0),
             checkpointer,
@@ -215,6 +222,7 @@ impl GroupCommit {
             groups: self.groups.load(Ordering::Relaxed),
             held_nanos: self.held_nanos.load(Ordering::Relaxed),
             commit_nanos: self.commit_nanos.load(Ordering::Relaxed),
+            sql_nanos: self.sql_nanos.load(Ordering::Relaxed),
             background_checkpoints: self
                 .checkpointer
                 .as_ref()
@@ -265,8 +273,9 @@ impl GroupCommit {
         let result = match shared.broken.clone() {
             Some(reason) => MemberResult::Returned(Err(TxError::Backend(reason))),
             None => {
-                let (result, broken) = run_member(&shared.conn, &self.inputs, f);
+                let (result, broken, sql_nanos) = run_member(&shared.conn, &self.inputs, f);
                 shared.broken = broken;
+                self.sql_nanos.fetch_add(sql_nanos, Ordering::Relaxed);
                 result
             }
         };
@@ -361,28 +370,32 @@ fn rollback_if_open(conn: &Connection) {
     }
 }
 
-/// Runs one member's closure in its own savepoint. Returns what the closure did and, if the
-/// group can no longer commit, why.
+/// Runs one member's closure in its own savepoint. Returns what the closure did, if the group
+/// can no longer commit, why, and the nanoseconds spent in SQLite (`GroupStats::sql_nanos`).
 fn run_member<R>(
     conn: &Connection,
     inputs: &PlannerInputs,
     f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
-) -> (MemberResult<R>, Option<String>) {
+) -> (MemberResult<R>, Option<String>, u64) {
     // Without an open transaction, SAVEPOINT would start a new one that RELEASE commits alone.
     if conn.is_autocommit() {
         let reason = "the group's transaction was rolled back by SQLite".to_owned();
         return (
             MemberResult::Returned(Err(TxError::Backend(reason.clone()))),
             Some(reason),
+            0,
         );
     }
+    let savepoint_since = Instant::now();
     if let Err(error) = control(conn, MEMBER_SAVEPOINT) {
         let reason = format!("savepoint failed: {error}");
         return (
             MemberResult::Returned(Err(TxError::Backend(reason.clone()))),
             Some(reason),
+            nanos_since(savepoint_since),
         );
     }
+    let mut sql_nanos = nanos_since(savepoint_since);
     let mut tx = SqliteTx::new(conn, inputs);
     // The closure's journal row is written before the savepoint ends (see the `journal`
     // module); if it cannot be, the member fails and is rolled back.
@@ -392,7 +405,9 @@ fn run_member<R>(
         Ok(returned) => MemberResult::Returned(returned),
         Err(payload) => MemberResult::Panicked(payload),
     };
+    sql_nanos = sql_nanos.saturating_add(tx.sql_nanos());
     let keep = matches!(result, MemberResult::Returned(Ok(_)));
+    let ending_since = Instant::now();
     let broken = if conn.is_autocommit() {
         Some(rolled_back_by_sqlite(&result))
     } else {
@@ -407,7 +422,11 @@ fn run_member<R>(
             Err(error) => Some(format!("ending a savepoint failed: {error}")),
         }
     };
-    (result, broken)
+    (
+        result,
+        broken,
+        sql_nanos.saturating_add(nanos_since(ending_since)),
+    )
 }
 
 /// Why the group broke when SQLite rolled its transaction back during a member's closure. The

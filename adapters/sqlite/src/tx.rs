@@ -22,7 +22,9 @@
 //! UNCERTAIN invocations. The update rules among them are core's `store::guards`, which
 //! `MemStore` and the PostgreSQL store call too.
 
+use std::cell::Cell;
 use std::sync::Arc;
+use std::time::Instant;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
@@ -98,6 +100,9 @@ pub(super) struct SqliteTx<'c> {
     journal: Journal,
     /// Runs and invocations this transaction read or wrote (see the `kept` module).
     kept: Kept,
+    /// Nanoseconds spent inside SQLite on this transaction's statements, row decoding
+    /// included (`GroupStats::sql_nanos`).
+    sql_nanos: Cell<u64>,
 }
 
 impl<'c> SqliteTx<'c> {
@@ -107,6 +112,7 @@ impl<'c> SqliteTx<'c> {
             inputs,
             journal: Journal::default(),
             kept: Kept::default(),
+            sql_nanos: Cell::new(0),
         }
     }
 
@@ -123,8 +129,23 @@ impl<'c> SqliteTx<'c> {
     /// Runs a cached statement that changes rows and returns how many.
     fn execute(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize, TxError> {
         let conn = self.conn()?;
+        let started = Instant::now();
         let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
-        statement.execute(params).map_err(tx_error)
+        let changed = statement.execute(params).map_err(tx_error);
+        self.count_sql(started);
+        changed
+    }
+
+    /// Adds the time since `started` to the transaction's SQL clock.
+    fn count_sql(&self, started: Instant) {
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.sql_nanos
+            .set(self.sql_nanos.get().saturating_add(nanos));
+    }
+
+    /// Nanoseconds this transaction spent in SQLite so far (see `GroupStats::sql_nanos`).
+    pub(super) fn sql_nanos(&self) -> u64 {
+        self.sql_nanos.get()
     }
 
     /// At most one row.
@@ -135,11 +156,14 @@ impl<'c> SqliteTx<'c> {
         map: impl FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Option<T>, TxError> {
         let conn = self.conn()?;
+        let started = Instant::now();
         let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
-        statement
+        let row = statement
             .query_row(params, map)
             .optional()
-            .map_err(tx_error)
+            .map_err(tx_error);
+        self.count_sql(started);
+        row
     }
 
     /// Every row, in the statement's order.
@@ -150,9 +174,14 @@ impl<'c> SqliteTx<'c> {
         map: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
     ) -> Result<Vec<T>, TxError> {
         let conn = self.conn()?;
+        let started = Instant::now();
         let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
-        let rows = statement.query_map(params, map).map_err(tx_error)?;
-        rows.collect::<rusqlite::Result<Vec<T>>>().map_err(tx_error)
+        let rows = statement
+            .query_map(params, map)
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<T>>>())
+            .map_err(tx_error);
+        self.count_sql(started);
+        rows
     }
 
     /// The run ids in the first column of every row, parsed (a malformed one is a backend
