@@ -9,26 +9,83 @@
 //! a statement that changes a run in a way not known here (the heartbeat's) forgets it. A
 //! reader's transaction is one snapshot (`BEGIN DEFERRED` … `COMMIT`), so what it read stays
 //! true until it ends as well.
+//!
+//! A run is kept without its planner input, which is the whole script of a scripted run (up
+//! to megabytes) and never changes: the input is held once, shared ([`Arc`]), and copied into
+//! a `Run` only when one is handed out, as a read of the row did before (a kept copy of the
+//! whole run made a 990-step run of a 1 MB script twice as slow per step, in page faults of
+//! megabyte allocations).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use airlock_core::ids::{InvocationId, RunId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::Run;
 
+/// A run without its planner input (left empty), and the input.
+#[derive(Debug)]
+pub(super) struct KeptRun {
+    pub(super) run: Run,
+    pub(super) input: Arc<str>,
+}
+
+impl KeptRun {
+    /// The whole run, its input copied in.
+    pub(super) fn whole(&self) -> Run {
+        let mut run = self.run.clone();
+        run.planner_input = self.input.to_string();
+        run
+    }
+}
+
+/// `run`'s fields but its planner input, which is left empty (a `Run` literal, so that a new
+/// field of `Run` must be added here to compile).
+pub(super) fn without_input(run: &Run) -> Run {
+    Run {
+        id: run.id,
+        session_id: run.session_id,
+        tenant_id: run.tenant_id.clone(),
+        principal_id: run.principal_id.clone(),
+        principal_scopes: run.principal_scopes.clone(),
+        origin_trust: run.origin_trust,
+        planner_kind: run.planner_kind.clone(),
+        planner_input: String::new(),
+        state: run.state.clone(),
+        step_count: run.step_count,
+        tool_call_count: run.tool_call_count,
+        limits: run.limits,
+        deadline_at: run.deadline_at,
+        lease_epoch: run.lease_epoch,
+        attempts: run.attempts,
+        cancel_requested_at: run.cancel_requested_at,
+        created_at: run.created_at,
+        updated_at: run.updated_at,
+    }
+}
+
 #[derive(Debug, Default)]
 pub(super) struct Kept {
-    runs: BTreeMap<RunId, Run>,
+    runs: BTreeMap<RunId, KeptRun>,
     invocations: BTreeMap<InvocationId, Invocation>,
 }
 
 impl Kept {
-    pub(super) fn run(&self, id: RunId) -> Option<&Run> {
+    pub(super) fn run(&self, id: RunId) -> Option<&KeptRun> {
         self.runs.get(&id)
     }
 
-    pub(super) fn keep_run(&mut self, run: &Run) {
-        self.runs.insert(run.id, run.clone());
+    /// Keeps a run read from its row: `run` without its input, and the input.
+    pub(super) fn keep_read(&mut self, run: Run, input: Arc<str>) {
+        self.runs.insert(run.id, KeptRun { run, input });
+    }
+
+    /// Keeps `run` as written by an update, which never changes the input: the input kept
+    /// with the run's earlier state stays. Without one, nothing is kept.
+    pub(super) fn keep_written(&mut self, run: &Run) {
+        if let Some(kept) = self.runs.get_mut(&run.id) {
+            kept.run = without_input(run);
+        }
     }
 
     pub(super) fn forget_run(&mut self, id: RunId) {

@@ -51,7 +51,7 @@ use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
 use super::journal::{self, Journal, key_subject};
-use super::kept::Kept;
+use super::kept::{Kept, KeptRun};
 use super::planner_inputs::PlannerInputs;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 
@@ -311,8 +311,9 @@ impl<'c> SqliteTx<'c> {
 
     /// The run row, its planner input from [`PlannerInputs`] when kept (see that module): the
     /// row is read with the input's length in place of the input, which is read, and kept,
-    /// only when no input of that run and length is.
-    fn run_row(&self, id: RunId) -> Result<Option<Run>, TxError> {
+    /// only when no input of that run and length is. The run comes without its input (left
+    /// empty), which is returned beside it.
+    fn run_parts(&self, id: RunId) -> Result<Option<(Run, Arc<str>)>, TxError> {
         let id = id.to_string();
         let found = self.one(rows::RUN_WITHOUT_INPUT, params![id], |row| {
             Ok((
@@ -320,7 +321,7 @@ impl<'c> SqliteTx<'c> {
                 row.get::<_, Option<i64>>(rows::RUN_INPUT_BYTES)?,
             ))
         })?;
-        let Some((mut run, bytes)) = found else {
+        let Some((run, bytes)) = found else {
             return Ok(None);
         };
         let bytes =
@@ -340,20 +341,18 @@ impl<'c> SqliteTx<'c> {
                 input
             }
         };
-        run.planner_input = input.to_string();
-        Ok(Some(run))
+        Ok(Some((run, input)))
     }
 
     /// The run as this transaction last saw it (see the `kept` module), else read and kept.
     fn kept_run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
-        if let Some(run) = self.kept.run(id) {
-            return Ok(Some(run.clone()));
+        if self.kept.run(id).is_none() {
+            let Some((run, input)) = self.run_parts(id)? else {
+                return Ok(None);
+            };
+            self.kept.keep_read(run, input);
         }
-        let run = self.run_row(id)?;
-        if let Some(run) = &run {
-            self.kept.keep_run(run);
-        }
-        Ok(run)
+        Ok(self.kept.run(id).map(KeptRun::whole))
     }
 
     /// The session a run belongs to, if the run exists.
@@ -519,8 +518,8 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
-        if let Some(run) = self.kept.run(lease.run_id) {
-            return match run.lease() {
+        if let Some(kept) = self.kept.run(lease.run_id) {
+            return match kept.run.lease() {
                 Some(held)
                     if held.worker_id == lease.worker_id
                         && held.lease_epoch == lease.lease_epoch =>
@@ -563,7 +562,7 @@ impl StoreTx for SqliteTx<'_> {
             .map(|(_, new)| new)
             .collect();
         if changed.is_empty() {
-            self.kept.keep_run(next);
+            self.kept.keep_written(next);
             return Ok(next.clone());
         }
         let set_list: Vec<String> = changed
@@ -597,7 +596,7 @@ impl StoreTx for SqliteTx<'_> {
                 None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
             });
         }
-        self.kept.keep_run(next);
+        self.kept.keep_written(next);
         Ok(next.clone())
     }
 
