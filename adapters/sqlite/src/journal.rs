@@ -129,12 +129,28 @@ pub(super) const LAST_CHECKPOINT: &str = concat!(
      ORDER BY checkpoint_version DESC LIMIT 1"
 );
 
-/// The rows whose keyed events have subject `?1`.
+/// The rows whose keyed events have subject `?1`, and whether each may hold the key whose
+/// stored text is `?2` ([`key_as_stored`]; NULL: any may): a row that cannot is not decoded.
+/// An invocation's result key finds the row of its watermark (same subject) without reading
+/// that row's events.
 pub(super) const ROWS_OF_SUBJECT: &str = concat!(
     "SELECT ",
     event_row_columns!(),
-    " FROM journal WHERE key_subject = ?1"
+    ", ?2 IS NULL OR instr(events, ?2) > 0 FROM journal WHERE key_subject = ?1"
 );
+
+/// The column of [`ROWS_OF_SUBJECT`] that says whether the row may hold the key.
+pub(super) const MAY_HOLD_KEY: usize = 5;
+
+/// `key` as a row's `events` array holds it — a JSON string, quotes included — when that text
+/// is certain: for printable ASCII other than `"` and `\`, which neither serde_json (this
+/// writer) nor SQLite's `json_array` (the M16 upgrade) escapes. `None` for any other key, whose
+/// rows are then all decoded.
+pub(super) fn key_as_stored(key: &str) -> Option<String> {
+    key.bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+        .then(|| format!("\"{key}\""))
+}
 
 /// Run `?1`'s rows with an event after id `?2`, at most `?3`, in event order.
 pub(super) const ROWS_OF_RUN: &str = concat!(
@@ -493,7 +509,7 @@ mod tests {
             (LAST_EVENT_ID, &[]),
             (LAST_CHECKPOINT_VERSION, &[&"r"]),
             (LAST_CHECKPOINT, &[&"r"]),
-            (ROWS_OF_SUBJECT, &[&"k7"]),
+            (ROWS_OF_SUBJECT, &[&"k7", &"\"k\""]),
             (ROWS_OF_RUN, &[&"r", &590, &5]),
             (ROWS_OF_TENANT, &[&"t", &590, &5]),
             (crate::rows::EVENT_SLOT, &[&"s", &"r"]),
@@ -521,6 +537,13 @@ mod tests {
             "a refusal keeps its run, step and call"
         );
         assert_eq!(key_subject("plain"), "plain");
+        assert_eq!(
+            super::key_as_stored("tool.call.result:6f1c"),
+            Some("\"tool.call.result:6f1c\"".to_owned())
+        );
+        for escaped in ["a\"b", "a\\b", "tab\t", "é"] {
+            assert_eq!(super::key_as_stored(escaped), None, "{escaped}");
+        }
         assert_eq!(key_subject("trailing:"), "");
     }
 }

@@ -227,9 +227,14 @@ impl<'c> SqliteTx<'c> {
         self.flush_journal()
     }
 
-    /// The session of run `id`, remembered for the transaction (a run's session never changes).
-    fn run_session_kept(&mut self, id: &str) -> Result<Option<String>, TxError> {
-        if let Some(session) = self.journal.run_session(id) {
+    /// The session of run `id`, if the run exists: from the run or the session this
+    /// transaction already met (a run's session never changes), else read and remembered.
+    fn run_session(&mut self, id: RunId) -> Result<Option<String>, TxError> {
+        if let Some(kept) = self.kept.run(id) {
+            return Ok(Some(kept.run.session_id.to_string()));
+        }
+        let id = id.to_string();
+        if let Some(session) = self.journal.run_session(&id) {
             return Ok(Some(session.to_owned()));
         }
         let session: Option<String> = self.one(
@@ -238,7 +243,7 @@ impl<'c> SqliteTx<'c> {
             |row| row.get(0),
         )?;
         if let Some(session) = &session {
-            self.journal.keep_run_session(id, session);
+            self.journal.keep_run_session(&id, session);
         }
         Ok(session)
     }
@@ -353,15 +358,6 @@ impl<'c> SqliteTx<'c> {
             self.kept.keep_read(run, input);
         }
         Ok(self.kept.run(id).map(KeptRun::whole))
-    }
-
-    /// The session a run belongs to, if the run exists.
-    fn run_session(&self, id: RunId) -> Result<Option<String>, TxError> {
-        self.one(
-            "SELECT session_id FROM runs WHERE id = ?1",
-            params![id.to_string()],
-            |row| row.get(0),
-        )
     }
 }
 
@@ -954,7 +950,7 @@ impl StoreTx for SqliteTx<'_> {
     fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
         self.journal.check()?;
         let run_id = checkpoint.run_id.to_string();
-        let Some(session_id) = self.run_session_kept(&run_id)? else {
+        let Some(session_id) = self.run_session(checkpoint.run_id)? else {
             return Err(TxError::NotFound);
         };
         let latest: Option<i64> = match self.journal.open_checkpoint_of(&run_id) {
@@ -1504,16 +1500,24 @@ impl StoreTx for SqliteTx<'_> {
         if self.journal.known_absent(subject) {
             return Ok(None);
         }
+        let stored_key = journal::key_as_stored(derivation_key);
         let rows = self.all(
             journal::ROWS_OF_SUBJECT,
-            params![subject],
-            journal::events_of_row,
+            params![subject, stored_key],
+            |row| {
+                if row.get(journal::MAY_HOLD_KEY)? {
+                    journal::events_of_row(row).map(Some)
+                } else {
+                    Ok(None)
+                }
+            },
         )?;
         if rows.is_empty() {
             self.journal.note_absent(subject);
         }
         Ok(rows
             .into_iter()
+            .flatten()
             .flatten()
             .find(|event| event.derivation_key.as_deref() == Some(derivation_key)))
     }
