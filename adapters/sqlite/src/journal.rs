@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rusqlite::Row;
 
 use airlock_core::events::{Actor, Event};
+use airlock_core::ids::{RunId, SessionId};
 use airlock_core::run::checkpoint::Checkpoint;
 use airlock_core::store::TxError;
 
@@ -40,8 +41,8 @@ pub(super) fn key_subject(key: &str) -> &str {
 /// run), and at most one checkpoint of that run.
 #[derive(Debug)]
 struct OpenRow {
-    session_id: String,
-    run_id: Option<String>,
+    session_id: SessionId,
+    run_id: Option<RunId>,
     /// The row's events as they were returned to their callers, ids and sequences consecutive.
     events: Vec<Event>,
     /// The subject of every keyed event of the row (they share one).
@@ -52,17 +53,20 @@ struct OpenRow {
 }
 
 impl OpenRow {
-    fn takes_event(&self, session_id: &str, run_id: Option<&str>, subject: Option<&str>) -> bool {
-        self.session_id == session_id
-            && self.run_id.as_deref() == run_id
-            && match (subject, self.key_subject.as_deref()) {
+    fn takes_event(&self, event: &Event) -> bool {
+        self.session_id == event.session_id
+            && self.run_id == event.run_id
+            && match (
+                event.derivation_key.as_deref().map(key_subject),
+                self.key_subject.as_deref(),
+            ) {
                 (Some(new), Some(held)) => new == held,
                 _ => true,
             }
     }
 
-    fn takes_checkpoint(&self, run_id: &str) -> bool {
-        self.checkpoint.is_none() && self.run_id.as_deref() == Some(run_id)
+    fn takes_checkpoint(&self, run_id: RunId) -> bool {
+        self.checkpoint.is_none() && self.run_id == Some(run_id)
     }
 }
 
@@ -78,9 +82,7 @@ pub(super) struct Journal {
     /// Why a row could not be written, once one could not: the transaction must not commit.
     poisoned: Option<String>,
     /// The next sequence of each session this transaction appended to.
-    next_sequences: BTreeMap<String, i64>,
-    /// The session of each run met (a run's session never changes).
-    run_sessions: BTreeMap<String, String>,
+    next_sequences: BTreeMap<SessionId, i64>,
 }
 
 /// What [`Journal::take_row`] hands the writer to INSERT.
@@ -216,21 +218,12 @@ impl Journal {
         self.next_event_id = Some(id);
     }
 
-    pub(super) fn next_sequence_of(&self, session_id: &str) -> Option<i64> {
-        self.next_sequences.get(session_id).copied()
+    pub(super) fn next_sequence_of(&self, session_id: SessionId) -> Option<i64> {
+        self.next_sequences.get(&session_id).copied()
     }
 
-    pub(super) fn keep_next_sequence(&mut self, session_id: &str, next: i64) {
-        self.next_sequences.insert(session_id.to_owned(), next);
-    }
-
-    pub(super) fn run_session(&self, run_id: &str) -> Option<&str> {
-        self.run_sessions.get(run_id).map(String::as_str)
-    }
-
-    pub(super) fn keep_run_session(&mut self, run_id: &str, session_id: &str) {
-        self.run_sessions
-            .insert(run_id.to_owned(), session_id.to_owned());
+    pub(super) fn keep_next_sequence(&mut self, session_id: SessionId, next: i64) {
+        self.next_sequences.insert(session_id, next);
     }
 
     /// Whether `subject` was looked up in this transaction and no stored row had it.
@@ -252,10 +245,10 @@ impl Journal {
     }
 
     /// The open row's checkpoint, if it is `run`'s.
-    pub(super) fn open_checkpoint_of(&self, run_id: &str) -> Option<&Checkpoint> {
+    pub(super) fn open_checkpoint_of(&self, run_id: RunId) -> Option<&Checkpoint> {
         let open = self.open.as_ref()?;
         match &open.checkpoint {
-            Some((checkpoint, _)) if open.run_id.as_deref() == Some(run_id) => Some(checkpoint),
+            Some((checkpoint, _)) if open.run_id == Some(run_id) => Some(checkpoint),
             _ => None,
         }
     }
@@ -263,13 +256,9 @@ impl Journal {
     /// Whether `event` joins the open row; when it does not, the caller writes the open row
     /// ([`Journal::take_row`]) and then calls [`Journal::push_event`], which opens a new one.
     pub(super) fn fits_event(&self, event: &Event) -> bool {
-        let Some(open) = &self.open else { return true };
-        let run_id = event.run_id.map(|r| r.to_string());
-        open.takes_event(
-            &event.session_id.to_string(),
-            run_id.as_deref(),
-            event.derivation_key.as_deref().map(key_subject),
-        )
+        self.open
+            .as_ref()
+            .is_none_or(|open| open.takes_event(event))
     }
 
     /// Adds a stored event (its id and sequence assigned) to the open row, opening one if
@@ -286,8 +275,8 @@ impl Journal {
             }
             None => {
                 self.open = Some(OpenRow {
-                    session_id: event.session_id.to_string(),
-                    run_id: event.run_id.map(|r| r.to_string()),
+                    session_id: event.session_id,
+                    run_id: event.run_id,
                     key_subject: subject.map(str::to_owned),
                     events: vec![event],
                     checkpoint: None,
@@ -297,7 +286,7 @@ impl Journal {
     }
 
     /// Whether a checkpoint of `run_id` joins the open row (see [`Journal::fits_event`]).
-    pub(super) fn fits_checkpoint(&self, run_id: &str) -> bool {
+    pub(super) fn fits_checkpoint(&self, run_id: RunId) -> bool {
         self.open
             .as_ref()
             .is_none_or(|open| open.takes_checkpoint(run_id))
@@ -306,7 +295,7 @@ impl Journal {
     /// Adds a checked checkpoint of a run of `session_id` to the open row, or opens one.
     pub(super) fn push_checkpoint(
         &mut self,
-        session_id: String,
+        session_id: SessionId,
         checkpoint: Checkpoint,
         state: String,
     ) {
@@ -315,7 +304,7 @@ impl Journal {
             None => {
                 self.open = Some(OpenRow {
                     session_id,
-                    run_id: Some(checkpoint.run_id.to_string()),
+                    run_id: Some(checkpoint.run_id),
                     events: Vec::new(),
                     key_subject: None,
                     checkpoint: Some((checkpoint, state)),
@@ -371,8 +360,8 @@ impl Journal {
         };
         Ok(Some(RowToWrite {
             params: [
-                Value::Text(open.session_id),
-                text(open.run_id),
+                Value::Text(open.session_id.to_string()),
+                text(open.run_id.map(|run| run.to_string())),
                 integer(first_id),
                 integer(last_id),
                 integer(first_sequence),
@@ -478,9 +467,8 @@ mod tests {
     }
 
     /// Each of those reads costs the same however long the journal is: over a session of 600
-    /// rows (and a run of 300 checkpoints), none runs more than a few dozen VM steps. A `MAX()`
-    /// under a partial index's `IS NOT NULL` walks every row of the range, which the plan
-    /// above does not show.
+    /// rows (and a run of 300 checkpoints), none runs more than a few dozen VM steps, where a
+    /// scan of the journal or of a run's or session's range runs thousands.
     #[test]
     fn the_writers_reads_do_not_grow_with_the_journal() {
         let mut conn = rusqlite::Connection::open_in_memory().expect("open");

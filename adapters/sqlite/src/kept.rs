@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use airlock_core::ids::{InvocationId, RunId};
+use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::Run;
 
@@ -67,6 +67,9 @@ pub(super) fn without_input(run: &Run) -> Run {
 #[derive(Debug, Default)]
 pub(super) struct Kept {
     runs: BTreeMap<RunId, KeptRun>,
+    /// The session of runs met without their row (an event's or a checkpoint's run): a run's
+    /// session never changes, so even a forgotten run's stays known.
+    sessions: BTreeMap<RunId, SessionId>,
     invocations: BTreeMap<InvocationId, Invocation>,
 }
 
@@ -89,7 +92,21 @@ impl Kept {
     }
 
     pub(super) fn forget_run(&mut self, id: RunId) {
-        self.runs.remove(&id);
+        if let Some(kept) = self.runs.remove(&id) {
+            self.sessions.insert(id, kept.run.session_id);
+        }
+    }
+
+    /// The session of run `id`, if this transaction met the run.
+    pub(super) fn session_of(&self, id: RunId) -> Option<SessionId> {
+        match self.runs.get(&id) {
+            Some(kept) => Some(kept.run.session_id),
+            None => self.sessions.get(&id).copied(),
+        }
+    }
+
+    pub(super) fn keep_session_of(&mut self, id: RunId, session: SessionId) {
+        self.sessions.insert(id, session);
     }
 
     pub(super) fn invocation(&self, id: InvocationId) -> Option<&Invocation> {

@@ -268,8 +268,9 @@ pub(super) fn call_task(row: &Row<'_>) -> rusqlite::Result<CallTask> {
 
 /// The next event sequence of the session row `sessions`: the larger of the stored
 /// `next_event_sequence` and one past the session's last event, found at the end of
-/// `uq_journal_session_sequence` (M16; an `ORDER BY … DESC LIMIT 1`, because `MAX()` under the
-/// partial index's `IS NOT NULL` walked every row of the session). Since M13 the stored column
+/// `uq_journal_session_sequence` (M16; an explicit `ORDER BY … DESC LIMIT 1`, so that the read
+/// is one index seek by its plan rather than by SQLite's `MAX()` optimization, which the
+/// partial index's `IS NOT NULL` must not defeat). Since M13 the stored column
 /// is only the session's floor (its first sequence, or what the dropped M1 trigger last left
 /// there), so that appending an event writes the journal and nothing else.
 macro_rules! next_event_sequence {

@@ -10,8 +10,10 @@
 //! or `NotFound` (a missing parent row, as in `MemStore`); anything else is `Backend`.
 //!
 //! **Atomic methods.** Every method is one statement or checks everything before its single
-//! write (`append_event` reads, then inserts); so a caller that handles
-//! an `Err` and carries on sees no partial write, as with `MemStore`. **A dead transaction** —
+//! write; `append_event` and `insert_checkpoint` check, then add to the transaction's journal
+//! row (`journal` module), whose failed write fails the whole transaction. So a caller that
+//! handles an `Err` and carries on sees no partial write, as with `MemStore`. Rows this
+//! transaction already read or wrote are answered from the `kept` module. **A dead transaction** —
 //! SQLite rolls the whole transaction back by itself after some I/O errors — is detected at the
 //! start of every method (`is_autocommit`) and answered with `Backend`, so that no later
 //! statement can run outside the transaction and commit on its own.
@@ -227,23 +229,19 @@ impl<'c> SqliteTx<'c> {
         self.flush_journal()
     }
 
-    /// The session of run `id`, if the run exists: from the run or the session this
-    /// transaction already met (a run's session never changes), else read and remembered.
-    fn run_session(&mut self, id: RunId) -> Result<Option<String>, TxError> {
-        if let Some(kept) = self.kept.run(id) {
-            return Ok(Some(kept.run.session_id.to_string()));
+    /// The session of run `id`, if the run exists: known if this transaction met the run (a
+    /// run's session never changes), else read and remembered.
+    fn run_session(&mut self, id: RunId) -> Result<Option<SessionId>, TxError> {
+        if let Some(session) = self.kept.session_of(id) {
+            return Ok(Some(session));
         }
-        let id = id.to_string();
-        if let Some(session) = self.journal.run_session(&id) {
-            return Ok(Some(session.to_owned()));
-        }
-        let session: Option<String> = self.one(
+        let session: Option<SessionId> = self.one(
             "SELECT session_id FROM runs WHERE id = ?1",
-            params![id],
-            |row| row.get(0),
+            params![id.to_string()],
+            |row| rows::parse(row, 0),
         )?;
-        if let Some(session) = &session {
-            self.journal.keep_run_session(&id, session);
+        if let Some(session) = session {
+            self.kept.keep_session_of(id, session);
         }
         Ok(session)
     }
@@ -252,15 +250,21 @@ impl<'c> SqliteTx<'c> {
     /// exists and the run is one of its runs (`NotFound`, `Conflict` as `MemStore`). One read
     /// (`rows::EVENT_SLOT`) the first time a session or run is met in the transaction; after
     /// that the journal's own count.
-    fn next_sequence(&mut self, session_id: &str, run_id: Option<&str>) -> Result<i64, TxError> {
+    fn next_sequence(
+        &mut self,
+        session_id: SessionId,
+        run_id: Option<RunId>,
+    ) -> Result<i64, TxError> {
         let kept = self.journal.next_sequence_of(session_id);
-        let run_known = run_id.is_none_or(|run| self.journal.run_session(run) == Some(session_id));
+        let run_known = run_id.is_none_or(|run| self.kept.session_of(run) == Some(session_id));
         if let (Some(next), true) = (kept, run_known) {
             return Ok(next);
         }
-        let slot = self.one(rows::EVENT_SLOT, params![session_id, run_id], |row| {
-            Ok((row.get::<_, i64>(0)?, row.get::<_, Option<String>>(1)?))
-        })?;
+        let slot = self.one(
+            rows::EVENT_SLOT,
+            params![session_id.to_string(), run_id.map(|run| run.to_string())],
+            |row| Ok((row.get::<_, i64>(0)?, rows::parse_opt::<SessionId>(row, 1)?)),
+        )?;
         let Some((stored_next, run_session)) = slot else {
             return Err(TxError::NotFound);
         };
@@ -272,7 +276,7 @@ impl<'c> SqliteTx<'c> {
                         "events: run {run} is not in session {session_id}"
                     )));
                 }
-                Some(session) => self.journal.keep_run_session(run, &session),
+                Some(session) => self.kept.keep_session_of(run, session),
             }
         }
         Ok(kept.unwrap_or(stored_next))
@@ -423,7 +427,7 @@ impl StoreTx for SqliteTx<'_> {
         Ok(session.map(|mut session| {
             if let Some(next) = self
                 .journal
-                .next_sequence_of(&id)
+                .next_sequence_of(session.id)
                 .and_then(|next| u64::try_from(next).ok())
             {
                 session.next_event_sequence = session.next_event_sequence.max(next);
@@ -515,14 +519,10 @@ impl StoreTx for SqliteTx<'_> {
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
         if let Some(kept) = self.kept.run(lease.run_id) {
-            return match kept.run.lease() {
-                Some(held)
-                    if held.worker_id == lease.worker_id
-                        && held.lease_epoch == lease.lease_epoch =>
-                {
-                    Ok(())
-                }
-                _ => Err(TxError::Fenced),
+            return if guards::holds(&kept.run, lease) {
+                Ok(())
+            } else {
+                Err(TxError::Fenced)
             };
         }
         let held = self.one(
@@ -949,15 +949,17 @@ impl StoreTx for SqliteTx<'_> {
     /// open row, which the transaction writes (see the `journal` module).
     fn insert_checkpoint(&mut self, checkpoint: &Checkpoint) -> Result<(), TxError> {
         self.journal.check()?;
-        let run_id = checkpoint.run_id.to_string();
-        let Some(session_id) = self.run_session(checkpoint.run_id)? else {
+        let run_id = checkpoint.run_id;
+        let Some(session_id) = self.run_session(run_id)? else {
             return Err(TxError::NotFound);
         };
-        let latest: Option<i64> = match self.journal.open_checkpoint_of(&run_id) {
+        let latest: Option<i64> = match self.journal.open_checkpoint_of(run_id) {
             Some(open) => Some(i64::from(open.version)),
-            None => self.one(journal::LAST_CHECKPOINT_VERSION, params![run_id], |row| {
-                row.get(0)
-            })?,
+            None => self.one(
+                journal::LAST_CHECKPOINT_VERSION,
+                params![run_id.to_string()],
+                |row| row.get(0),
+            )?,
         };
         let expected = latest.map_or(Some(1), |v| v.checked_add(1));
         if expected != Some(i64::from(checkpoint.version)) {
@@ -969,7 +971,7 @@ impl StoreTx for SqliteTx<'_> {
             )));
         }
         let state = json(&checkpoint.state, "checkpoints.state")?;
-        if !self.journal.fits_checkpoint(&run_id) {
+        if !self.journal.fits_checkpoint(run_id) {
             self.flush_journal()?;
         }
         self.journal
@@ -978,11 +980,14 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
-        let run_id = run.to_string();
-        if let Some(open) = self.journal.open_checkpoint_of(&run_id) {
+        if let Some(open) = self.journal.open_checkpoint_of(run) {
             return Ok(Some(open.clone()));
         }
-        self.one(journal::LAST_CHECKPOINT, params![run_id], rows::checkpoint)
+        self.one(
+            journal::LAST_CHECKPOINT,
+            params![run.to_string()],
+            rows::checkpoint,
+        )
     }
 
     fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
@@ -1040,7 +1045,7 @@ impl StoreTx for SqliteTx<'_> {
         let run_session = self
             .run_session(invocation.run_id)?
             .ok_or(TxError::NotFound)?;
-        if run_session != invocation.session_id.to_string() {
+        if run_session != invocation.session_id {
             return Err(conflict(
                 "tool_invocations: session_id differs from the run's",
             ));
@@ -1471,9 +1476,7 @@ impl StoreTx for SqliteTx<'_> {
         if !event.payload.is_object() {
             return Err(conflict("CHECK events: payload is a JSON object"));
         }
-        let session_id = event.session_id.to_string();
-        let run_id = event.run_id.map(|r| r.to_string());
-        let sequence = self.next_sequence(&session_id, run_id.as_deref())?;
+        let sequence = self.next_sequence(event.session_id, event.run_id)?;
         let id = self.next_event_id()?;
         let stored = event.stored_as(
             id,
@@ -1484,7 +1487,7 @@ impl StoreTx for SqliteTx<'_> {
         }
         self.journal.push_event(stored.clone());
         self.journal
-            .keep_next_sequence(&session_id, sequence.saturating_add(1));
+            .keep_next_sequence(event.session_id, sequence.saturating_add(1));
         Ok(stored)
     }
 
