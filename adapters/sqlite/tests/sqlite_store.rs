@@ -1027,3 +1027,66 @@ fn reads_after_a_write_in_the_same_transaction_see_the_write() {
         Some(running)
     );
 }
+
+/// A journal row the INSERT refuses fails its whole transaction, whether it is written when a
+/// later event does not fit (an `append_event` error the closure ignores) or when the closure
+/// returns: the events already returned as appended are never committed without their row,
+/// and nothing else the transaction wrote is either. (A trigger added after the store opened
+/// stands in for the refusal; nothing in airlock's own schema should refuse such a row.)
+#[test]
+fn a_journal_row_that_cannot_be_written_fails_its_transaction_and_leaves_nothing() {
+    let (dir, store) = fresh();
+    let first = seed_run(&store, 1, RunStatus::Running);
+    let second = seed_run(&store, 2, RunStatus::Running);
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    conn.execute_batch(
+        "CREATE TRIGGER refuse_boom BEFORE INSERT ON journal WHEN NEW.key_subject = 'boom' \
+         BEGIN SELECT RAISE(ABORT, 'boom refused'); END",
+    )
+    .expect("trigger");
+    let rows = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("SELECT COUNT(*) FROM journal", [], |r| r.get(0))
+            .expect("count")
+    };
+    let before = rows(&conn);
+    let refused = sample_event(&first, EventType::RunStarted, json!({}), Some("x:boom"));
+
+    // Written when the next event does not fit: the append reports it, the closure carries on.
+    let mid = store.transact(|tx| -> Result<(), TxError> {
+        tx.append_event(&refused)?;
+        let flushed = tx.append_event(&sample_event(
+            &second,
+            EventType::RunStarted,
+            json!({}),
+            None,
+        ));
+        assert!(
+            matches!(&flushed, Err(TxError::Backend(m)) if m.contains("boom refused")),
+            "{flushed:?}"
+        );
+        tx.insert_session(&sample_session(3))
+    });
+    assert!(matches!(mid, Err(TxError::Backend(_))), "{mid:?}");
+
+    // Written when the closure returns.
+    let at_end = store.transact(|tx| -> Result<(), TxError> {
+        tx.insert_session(&sample_session(4))?;
+        tx.append_event(&refused).map(drop)
+    });
+    assert!(matches!(at_end, Err(TxError::Backend(m)) if m.contains("boom refused")));
+
+    assert_eq!(rows(&conn), before, "no journal row committed");
+    for n in [3, 4] {
+        assert_eq!(
+            commit(&store, "read", |tx| tx.session(sample_session(n).id)),
+            None,
+            "the transaction's other writes rolled back"
+        );
+    }
+    conn.execute_batch("DROP TRIGGER refuse_boom")
+        .expect("drop");
+    let appended = commit(&store, "the store carries on", |tx| {
+        tx.append_event(&refused)
+    });
+    assert_eq!(appended.derivation_key.as_deref(), Some("x:boom"));
+}
