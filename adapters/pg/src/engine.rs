@@ -10,11 +10,14 @@
 //! contract suite) works the same. Nothing here depends on which runtime, if any, the caller is
 //! on, so no "runtime inside a runtime" can arise.
 //!
-//! **Round trips.** Each request is one exchange with the server, counted in [`Counters`]:
-//! `BEGIN` travels in the same exchange as the transaction's first statement, every write is
-//! pipelined with the `SAVEPOINT` before it and the `RELEASE` after it, and `NOTIFY` shares the
-//! exchange of `COMMIT`. Statements are prepared once per connection (the pool's statement
-//! cache); a first use on a connection costs one more exchange.
+//! **Round trips.** Each wait for the server's answers is one exchange, counted in
+//! [`Counters`]: `BEGIN` travels in the same exchange as the transaction's first statement, a
+//! write whose answer is not known is pipelined with the `SAVEPOINT` before it and the
+//! `RELEASE` after it, a write whose answer is known is sent ahead and answered with the next
+//! statement that waits (`pipeline`), and `NOTIFY` shares the exchange of `COMMIT`. A
+//! transaction that wrote nothing sends its `COMMIT` without waiting for it. Statements are
+//! prepared once per connection (the pool's statement cache); a first use on a connection
+//! costs one more exchange.
 //!
 //! **A failed statement does not end the transaction** (the Store contract lets a caller handle
 //! an `Err` and carry on, as SQLite and `MemStore` do): each write runs inside its own savepoint,
@@ -27,13 +30,15 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_postgres::{ClientWrapper, Object, Pool};
-use futures_util::future::{join, join3};
+use futures_util::future::{join, join_all, join3};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
 
 use airlock_core::ids::RunId;
 use airlock_core::store::TxError;
+
+use crate::pipeline::{self, Encoded, Pending};
 
 /// The channel a commit that queued a run notifies (SPEC §18 "Wake-up"); the payload is the
 /// run id.
@@ -220,6 +225,10 @@ pub(crate) struct Session<'e> {
     failed: Option<String>,
     /// Runs this transaction made QUEUED: their ids are notified with the COMMIT.
     pub(crate) queued: Vec<RunId>,
+    /// Writes sent whose answers are not collected yet (see `pipeline`).
+    pending: Vec<Pending<'e>>,
+    /// Whether a write was sent: a transaction without one ends without waiting.
+    wrote: bool,
 }
 
 impl<'e> Session<'e> {
@@ -231,6 +240,8 @@ impl<'e> Session<'e> {
             begun: false,
             failed: None,
             queued: Vec::new(),
+            pending: Vec::new(),
+            wrote: false,
         }
     }
 
@@ -277,7 +288,9 @@ impl<'e> Session<'e> {
         let client = self.client;
         self.engine.counters.exchange();
         let result = if self.begun {
-            self.engine.wait(client.query(&statement, params))
+            let (settled, rows) = self.settle_with(client.query(&statement, params));
+            settled?;
+            rows
         } else {
             self.begun = true;
             let (begin, rows) = self.engine.wait(join(
@@ -360,6 +373,68 @@ impl<'e> Session<'e> {
         Ok(rows.into_iter().next())
     }
 
+    /// A write whose answer is known (it changes exactly `rows` rows), sent now and answered
+    /// with the next statement that waits (see `pipeline`): no exchange of its own, no
+    /// savepoint. A different answer fails the transaction.
+    pub(crate) fn write_later(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        rows: u64,
+    ) -> Result<(), TxError> {
+        let statement = self.statement(sql)?;
+        let encoded = Encoded::all(params, statement.params())?;
+        let client = self.client;
+        if !self.begun {
+            self.begun = true;
+            let begin = self.access.begin();
+            self.send_ahead(Box::pin(async move {
+                client
+                    .batch_execute(begin)
+                    .await
+                    .map_err(|e| TxError::Backend(describe_client_error(&e)))
+            }))?;
+        }
+        self.wrote = true;
+        self.send_ahead(Box::pin(async move {
+            match client.execute_raw(&statement, encoded).await {
+                Ok(changed) if changed == rows => Ok(()),
+                Ok(changed) => Err(TxError::Backend(format!(
+                    "a pipelined write changed {changed} rows where {rows} were certain"
+                ))),
+                Err(e) => Err(tx_error(&e)),
+            }
+        }))
+    }
+
+    /// Sends `request` and keeps it for its answer; a request that cannot be sent fails the
+    /// transaction.
+    fn send_ahead(&mut self, request: Pending<'e>) -> Result<(), TxError> {
+        match pipeline::send(request) {
+            Ok(Some(pending)) => {
+                self.pending.push(pending);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(error) => Err(self.fail(error)),
+        }
+    }
+
+    /// Waits for `next` (sent after every pending write: it is first polled here) together
+    /// with the pending writes' answers, in one exchange. The first write whose answer was
+    /// not the predicted one fails the transaction and is returned.
+    fn settle_with<F: Future>(&mut self, next: F) -> (Result<(), TxError>, F::Output) {
+        if self.pending.is_empty() {
+            return (Ok(()), self.engine.wait(next));
+        }
+        let pending = std::mem::take(&mut self.pending);
+        let (answers, output) = self.engine.wait(join(join_all(pending), next));
+        match answers.into_iter().find_map(Result::err) {
+            Some(error) => (Err(self.fail(error)), output),
+            None => (Ok(()), output),
+        }
+    }
+
     /// Whether `BEGIN` has been sent.
     pub(crate) fn begun(&self) -> bool {
         self.begun
@@ -388,11 +463,13 @@ impl<'e> Session<'e> {
         let release = format!("RELEASE SAVEPOINT {WRITE_SAVEPOINT}");
         let client = self.client;
         self.engine.counters.exchange();
-        let (opened, result, released) = self.engine.wait(join3(
+        self.wrote = true;
+        let (settled, (opened, result, released)) = self.settle_with(join3(
             client.batch_execute(&prefix),
             statement(),
             client.batch_execute(&release),
         ));
+        settled?;
         if let Err(e) = opened {
             let error = TxError::Backend(describe_client_error(&e));
             return Err(self.fail(error));
@@ -428,7 +505,7 @@ impl<'e> Session<'e> {
     /// what it was doing, exactly as for any storage error — and the connection is dropped.
     /// Nothing here retries: a START whose COMMIT answer was lost is decided later by recovery
     /// from what the database holds, never by sending the effect again.
-    pub(crate) fn finish(self, keep: bool) -> (Result<(), TxError>, Connection) {
+    pub(crate) fn finish(mut self, keep: bool) -> (Result<(), TxError>, Connection) {
         if !self.begun {
             return (
                 self.failed
@@ -437,6 +514,21 @@ impl<'e> Session<'e> {
             );
         }
         let client = self.client;
+        if keep && self.failed.is_none() && !self.wrote && self.queued.is_empty() {
+            // Nothing to make durable and nothing to check: the COMMIT (which releases any row
+            // locks) is sent and the connection handed back without waiting for its answer,
+            // which the connection reads before the answer of its next request.
+            let commit: Pending<'_> = Box::pin(async move {
+                client
+                    .batch_execute("COMMIT")
+                    .await
+                    .map_err(|e| TxError::Backend(describe_client_error(&e)))
+            });
+            return match pipeline::send(commit) {
+                Ok(_) => (Ok(()), Connection::Reusable),
+                Err(_) => (Ok(()), Connection::Discard),
+            };
+        }
         self.engine.counters.exchange();
         if keep && self.failed.is_none() {
             let mut sql = String::new();
@@ -449,14 +541,25 @@ impl<'e> Session<'e> {
                 }
             }
             sql.push_str("COMMIT");
-            match self.engine.wait(client.batch_execute(&sql)) {
-                Ok(()) => {
+            // A pipelined write refused: PostgreSQL has aborted the transaction, and answers
+            // the COMMIT by rolling it back.
+            let (settled, committed) = self.settle_with(client.batch_execute(&sql));
+            match (settled, committed) {
+                (Err(error), committed) => {
+                    let connection = if committed.is_ok() {
+                        Connection::Reusable
+                    } else {
+                        Connection::Discard
+                    };
+                    (Err(error), connection)
+                }
+                (Ok(()), Ok(())) => {
                     if self.access == Access::Write {
                         self.engine.counters.commits.fetch_add(1, Ordering::Relaxed);
                     }
                     (Ok(()), Connection::Reusable)
                 }
-                Err(e) => (
+                (Ok(()), Err(e)) => (
                     Err(TxError::Backend(format!(
                         "the COMMIT's outcome is unknown: {}",
                         describe_client_error(&e)
@@ -465,7 +568,7 @@ impl<'e> Session<'e> {
                 ),
             }
         } else {
-            let rolled_back = self.engine.wait(client.batch_execute("ROLLBACK"));
+            let (_, rolled_back) = self.settle_with(client.batch_execute("ROLLBACK"));
             let connection = if rolled_back.is_ok() {
                 Connection::Reusable
             } else {

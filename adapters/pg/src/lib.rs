@@ -39,7 +39,9 @@
 
 mod engine;
 mod error;
+mod kept;
 mod listen;
+mod pipeline;
 mod rows;
 mod schema;
 mod tx;

@@ -48,6 +48,14 @@
 //! returns ids up to L only. The functions are in migration V2, with the argument in full; the
 //! test `pg_event_order.rs` holds an earlier id's transaction open while a later one commits.
 //!
+//! **Round trips** (issue 33). A row this transaction holds (see "Concurrency") is kept and
+//! read again from memory (`kept`); a write transaction's run read brings the run's highest
+//! checkpoint version and step record along, for the contiguity checks; and a write whose
+//! answer those rows decide — `update_run`, `update_invocation`, a contiguous checkpoint or step
+//! record — is sent without waiting for its answer (`pipeline`), which comes back with the next
+//! statement that waits. A tool call's result transaction, for example, waits for its run, its
+//! invocation, its `tool.call.completed` event and its COMMIT.
+//!
 //! Constraint violations map to `Conflict` (UNIQUE, PRIMARY KEY, CHECK, trigger) or `NotFound`
 //! (a missing parent row); see `engine::tx_error`. The `MemStore` rules beyond the schema are
 //! repeated where they are cheap because the current row is read anyway, with the SQLite
@@ -77,6 +85,7 @@ use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
 use crate::engine::{Access, Session as Wire};
+use crate::kept::Kept;
 use crate::rows::{self, int, json, opt_json, opt_ts, ts};
 
 /// One SQL parameter.
@@ -152,6 +161,8 @@ pub(crate) struct PgTx<'e> {
     locked_connections: Vec<ConnectionId>,
     /// Whether this transaction holds its event-writer registration (see "Event ids").
     registered_event_writer: bool,
+    /// Rows nobody else can change before this transaction ends (see `kept`).
+    kept: Kept,
 }
 
 impl<'e> PgTx<'e> {
@@ -161,6 +172,7 @@ impl<'e> PgTx<'e> {
             locked_runs: Vec::new(),
             locked_connections: Vec::new(),
             registered_event_writer: false,
+            kept: Kept::default(),
         }
     }
 
@@ -318,27 +330,79 @@ impl<'e> PgTx<'e> {
         }))
     }
 
-    /// The session a run belongs to, if the run exists.
+    /// The session a run belongs to, if the run exists. A run's session never changes, so
+    /// once this transaction met the run the answer is known without a read.
     fn run_session(&mut self, id: RunId) -> Result<Option<String>, TxError> {
-        self.one(
+        if let Some(session) = self.kept.session_of(id) {
+            return Ok(Some(session.to_string()));
+        }
+        let session: Option<String> = self.one(
             "SELECT session_id FROM runs WHERE id = $1",
             &[&id.to_string()],
             |row| row.try_get(0).map_err(|e| TxError::Backend(e.to_string())),
-        )
+        )?;
+        if let Some(parsed) = session.as_deref().and_then(|s| s.parse().ok()) {
+            self.kept.keep_session_of(id, parsed);
+        }
+        Ok(session)
     }
 
-    /// The current row of a run, locked in a write transaction.
+    /// The current row of a run, locked in a write transaction; a kept row when this
+    /// transaction already holds it (see `kept`).
     fn run_row(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
-        let sql = format!(
-            "SELECT {} FROM runs WHERE id = $1{}",
-            rows::RUN_COLUMNS,
-            self.lock()
-        );
-        let run = self.one(&sql, &[&id.to_string()], rows::run)?;
-        if run.is_some() {
-            self.note_locked(id);
+        if let Some(run) = self.kept.run(id) {
+            return Ok(Some(run.clone()));
         }
-        Ok(run)
+        if self.wire.access == Access::Read {
+            let sql = format!("SELECT {} FROM runs WHERE id = $1", rows::RUN_COLUMNS);
+            let run = self.one(&sql, &[&id.to_string()], rows::run)?;
+            if let Some(run) = &run {
+                self.kept.keep_run(run);
+            }
+            return Ok(run);
+        }
+        // A write transaction that reads a run goes on to write its checkpoint or step record
+        // more often than not: their highest version and step come in the same exchange, for
+        // the contiguity checks (see `kept`).
+        let sql = format!(
+            "SELECT {}, \
+               (SELECT MAX(version) FROM checkpoints WHERE run_id = $1), \
+               (SELECT MAX(step) FROM step_records WHERE run_id = $1) \
+             FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+            rows::RUN_COLUMNS,
+        );
+        let found = self.one(&sql, &[&id.to_string()], |row| {
+            let run = rows::run(row)?;
+            let version: Option<i64> = row
+                .try_get(rows::RUN_COLUMN_COUNT)
+                .map_err(|e| TxError::Backend(e.to_string()))?;
+            let step: Option<i64> = row
+                .try_get(rows::RUN_COLUMN_COUNT + 1)
+                .map_err(|e| TxError::Backend(e.to_string()))?;
+            Ok((run, version, step))
+        })?;
+        let Some((run, version, step)) = found else {
+            return Ok(None);
+        };
+        self.note_locked(id);
+        self.kept.keep_run(&run);
+        if self.kept.checkpoint_version(id).is_none() {
+            self.kept.keep_checkpoint_version(id, version.unwrap_or(0));
+        }
+        if self.kept.step(id).is_none() {
+            self.kept.keep_step(id, step.unwrap_or(0));
+        }
+        Ok(Some(run))
+    }
+
+    /// Keeps an invocation read by this transaction if nobody else can change it before it
+    /// ends: in a read's snapshot, or under its run's lock (see `kept`).
+    fn keep_read_invocation(&mut self, invocation: &Option<Invocation>) {
+        if let Some(invocation) = invocation
+            && (self.wire.access == Access::Read || self.locked_runs.contains(&invocation.run_id))
+        {
+            self.kept.keep_invocation(invocation);
+        }
     }
 
     fn invocation_row(
@@ -346,12 +410,17 @@ impl<'e> PgTx<'e> {
         id: InvocationId,
         lock: bool,
     ) -> Result<Option<Invocation>, TxError> {
+        if let Some(invocation) = self.kept.invocation(id) {
+            return Ok(Some(invocation.clone()));
+        }
         let sql = format!(
             "SELECT {} FROM tool_invocations WHERE id = $1{}",
             rows::INVOCATION_COLUMNS,
             if lock { self.lock() } else { "" }
         );
-        self.one(&sql, &[&id.to_string()], rows::invocation)
+        let invocation = self.one(&sql, &[&id.to_string()], rows::invocation)?;
+        self.keep_read_invocation(&invocation);
+        Ok(invocation)
     }
 
     fn approval_row(&mut self, id: ApprovalId, lock: bool) -> Result<Option<Approval>, TxError> {
@@ -361,6 +430,17 @@ impl<'e> PgTx<'e> {
             if lock { self.lock() } else { "" }
         );
         self.one(&sql, &[&id.to_string()], rows::approval)
+    }
+
+    /// An insert whose checks were all made here (the parent run exists, the version or step
+    /// is contiguous), sent ahead in a write transaction (see `pipeline`); in a read it is
+    /// refused at once, as every write there is.
+    fn insert_known(&mut self, sql: &str, params: &[Param<'_>]) -> Result<(), TxError> {
+        if self.wire.access == Access::Write {
+            self.wire.write_later(sql, params, 1)
+        } else {
+            self.wire.write(sql, params).map(drop)
+        }
     }
 
     fn max_of(&mut self, sql: &str, run: RunId) -> Result<i64, TxError> {
@@ -439,6 +519,7 @@ impl StoreTx for PgTx<'_> {
             ],
         )?;
         self.note_locked(run.id);
+        self.kept.keep_run(run);
         if run.status() == RunStatus::Queued {
             self.queues(run.id);
         }
@@ -459,26 +540,13 @@ impl StoreTx for PgTx<'_> {
         )
     }
 
+    /// Reads (and in a write transaction locks) the run's whole row, so that the run read
+    /// that nearly always follows is answered from `kept` instead of a second exchange; the
+    /// lease is checked against it with core's own rule.
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
-        let sql = format!(
-            "SELECT 1 FROM runs WHERE id = $1 AND status = 'RUNNING' AND lease_owner = $2 \
-             AND lease_epoch = $3{}",
-            self.lock()
-        );
-        let held = self.wire.row(
-            &sql,
-            &[
-                &lease.run_id.to_string(),
-                &lease.worker_id,
-                &int(lease.lease_epoch, "lease_epoch")?,
-            ],
-        )?;
-        match held {
-            Some(_) => {
-                self.note_locked(lease.run_id);
-                Ok(())
-            }
-            None => Err(TxError::Fenced),
+        match self.run_row(lease.run_id)? {
+            Some(run) if guards::holds(&run, lease) => Ok(()),
+            _ => Err(TxError::Fenced),
         }
     }
 
@@ -529,7 +597,11 @@ impl StoreTx for PgTx<'_> {
             values.push(owner);
             values.push(epoch);
         }
-        if self.wire.write(&sql, &values)? == 0 {
+        if self.wire.access == Access::Write {
+            // The current row is locked by this transaction and the guard was checked against
+            // it: the statement changes this one row (see `pipeline`).
+            self.wire.write_later(&sql, &values, 1)?;
+        } else if self.wire.write(&sql, &values)? == 0 {
             return Err(match guard.lease {
                 Some(_) => TxError::Fenced,
                 None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
@@ -538,6 +610,7 @@ impl StoreTx for PgTx<'_> {
         if next.status() == RunStatus::Queued && current.status() != RunStatus::Queued {
             self.queues(next.id);
         }
+        self.kept.keep_run(next);
         Ok(next.clone())
     }
 
@@ -549,6 +622,8 @@ impl StoreTx for PgTx<'_> {
         until: Timestamp,
         _now: Timestamp,
     ) -> Result<Option<HeartbeatObs>, TxError> {
+        // The statement changes the row in a way not known here.
+        self.kept.forget_run(lease.run_id);
         let renewed = self.wire.write_rows(
             "UPDATE runs SET lease_expires_at = $1 WHERE id = $2 AND status = 'RUNNING' \
              AND lease_owner = $3 AND lease_epoch = $4 RETURNING cancel_requested_at",
@@ -609,6 +684,7 @@ impl StoreTx for PgTx<'_> {
         };
         if let Some(run) = &claimable {
             self.note_locked(run.id);
+            self.kept.keep_run(run);
         }
         Ok(claimable)
     }
@@ -940,10 +1016,13 @@ impl StoreTx for PgTx<'_> {
         if self.run_session(checkpoint.run_id)?.is_none() {
             return Err(TxError::NotFound);
         }
-        let latest = self.max_of(
-            "SELECT MAX(version) FROM checkpoints WHERE run_id = $1",
-            checkpoint.run_id,
-        )?;
+        let latest = match self.kept.checkpoint_version(checkpoint.run_id) {
+            Some(version) => version,
+            None => self.max_of(
+                "SELECT MAX(version) FROM checkpoints WHERE run_id = $1",
+                checkpoint.run_id,
+            )?,
+        };
         let expected = latest.checked_add(1);
         if expected != Some(i64::from(checkpoint.version)) {
             return Err(conflict(format!(
@@ -953,21 +1032,22 @@ impl StoreTx for PgTx<'_> {
                 expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
             )));
         }
-        self.wire
-            .write(
-                &format!(
-                    "INSERT INTO checkpoints ({}) VALUES ($1, $2, $3, $4, $5)",
-                    rows::CHECKPOINT_COLUMNS
-                ),
-                &[
-                    &checkpoint.run_id.to_string(),
-                    &i64::from(checkpoint.version),
-                    &checkpoint.trigger.as_str(),
-                    &json(&checkpoint.state, "checkpoints.state")?,
-                    &ts(checkpoint.created_at),
-                ],
-            )
-            .map(drop)
+        self.insert_known(
+            &format!(
+                "INSERT INTO checkpoints ({}) VALUES ($1, $2, $3, $4, $5)",
+                rows::CHECKPOINT_COLUMNS
+            ),
+            &[
+                &checkpoint.run_id.to_string(),
+                &i64::from(checkpoint.version),
+                &checkpoint.trigger.as_str(),
+                &json(&checkpoint.state, "checkpoints.state")?,
+                &ts(checkpoint.created_at),
+            ],
+        )?;
+        self.kept
+            .keep_checkpoint_version(checkpoint.run_id, i64::from(checkpoint.version));
+        Ok(())
     }
 
     fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
@@ -985,31 +1065,34 @@ impl StoreTx for PgTx<'_> {
         if self.run_session(record.run_id)?.is_none() {
             return Err(TxError::NotFound);
         }
-        let latest = self.max_of(
-            "SELECT MAX(step) FROM step_records WHERE run_id = $1",
-            record.run_id,
-        )?;
+        let latest = match self.kept.step(record.run_id) {
+            Some(step) => step,
+            None => self.max_of(
+                "SELECT MAX(step) FROM step_records WHERE run_id = $1",
+                record.run_id,
+            )?,
+        };
         if latest.checked_add(1) != Some(i64::from(record.step)) {
             return Err(conflict(format!(
                 "step_records: step {} of run {} is not contiguous (latest is {latest})",
                 record.step, record.run_id
             )));
         }
-        self.wire
-            .write(
-                &format!(
-                    "INSERT INTO step_records ({}) VALUES ($1, $2, $3, $4, $5)",
-                    rows::STEP_RECORD_COLUMNS
-                ),
-                &[
-                    &record.run_id.to_string(),
-                    &i64::from(record.step),
-                    &json(&record.calls, "step_records.calls")?,
-                    &json(&record.results, "step_records.results")?,
-                    &ts(record.created_at),
-                ],
-            )
-            .map(drop)
+        self.insert_known(
+            &format!(
+                "INSERT INTO step_records ({}) VALUES ($1, $2, $3, $4, $5)",
+                rows::STEP_RECORD_COLUMNS
+            ),
+            &[
+                &record.run_id.to_string(),
+                &i64::from(record.step),
+                &json(&record.calls, "step_records.calls")?,
+                &json(&record.results, "step_records.results")?,
+                &ts(record.created_at),
+            ],
+        )?;
+        self.kept.keep_step(record.run_id, i64::from(record.step));
+        Ok(())
     }
 
     fn step_records(
@@ -1094,17 +1177,18 @@ impl StoreTx for PgTx<'_> {
             &ts(invocation.updated_at),
             &target_kind,
         ];
-        self.wire
-            .write(
-                &format!(
-                    "INSERT INTO tool_invocations ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+        self.wire.write(
+            &format!(
+                "INSERT INTO tool_invocations ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
                      $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, \
                      $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)",
-                    rows::INVOCATION_COLUMNS
-                ),
-                &values,
-            )
-            .map(drop)
+                rows::INVOCATION_COLUMNS
+            ),
+            &values,
+        )?;
+        // Nobody else sees the row before this transaction commits.
+        self.kept.keep_invocation(invocation);
+        Ok(())
     }
 
     fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
@@ -1128,7 +1212,7 @@ impl StoreTx for PgTx<'_> {
         step: u32,
         call_id: &str,
     ) -> Result<Option<Invocation>, TxError> {
-        self.one(
+        let invocation = self.one(
             &format!(
                 "SELECT {} FROM tool_invocations \
                  WHERE run_id = $1 AND step_number = $2 AND call_id = $3",
@@ -1136,7 +1220,9 @@ impl StoreTx for PgTx<'_> {
             ),
             &[&run.to_string(), &i64::from(step), &call_id],
             rows::invocation,
-        )
+        )?;
+        self.keep_read_invocation(&invocation);
+        Ok(invocation)
     }
 
     fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError> {
@@ -1182,42 +1268,45 @@ impl StoreTx for PgTx<'_> {
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
             .transpose()?;
-        let changed = self.wire.write(
-            "UPDATE tool_invocations SET status = $3, policy_decision = $4, effect_sent_at = $5, \
+        let sql = "UPDATE tool_invocations SET status = $3, policy_decision = $4, effect_sent_at = $5, \
              suspended_kind = $6, suspended_ref = $7, structured_result = $8, output_bytes = $9, \
              outcome = $10, result_item = $11, outcome_status = $12, reason_code = $13, \
-             updated_at = $14 WHERE id = $1 AND status = $2",
-            &[
-                &next.id.to_string(),
-                &expected.as_str(),
-                &next.status.as_str(),
-                &opt_json(
-                    next.policy_decision.as_ref(),
-                    "tool_invocations.policy_decision",
-                )?,
-                &opt_ts(next.effect_sent_at),
-                &next
-                    .suspended_approval
-                    .map(|_| rows::SUSPENDED_KIND_APPROVAL),
-                &next.suspended_approval.map(|a| a.to_string()),
-                &opt_json(
-                    next.structured_result.as_ref(),
-                    "tool_invocations.structured_result",
-                )?,
-                &output_bytes,
-                &opt_json(next.outcome.as_ref(), "tool_invocations.outcome")?,
-                &next.result_item,
-                &next.outcome_status.map(|s| s.as_str()),
-                &next.reason_code,
-                &ts(next.updated_at),
-            ],
-        )?;
-        if changed == 0 {
+             updated_at = $14 WHERE id = $1 AND status = $2";
+        let values: [Param<'_>; 14] = [
+            &next.id.to_string(),
+            &expected.as_str(),
+            &next.status.as_str(),
+            &opt_json(
+                next.policy_decision.as_ref(),
+                "tool_invocations.policy_decision",
+            )?,
+            &opt_ts(next.effect_sent_at),
+            &next
+                .suspended_approval
+                .map(|_| rows::SUSPENDED_KIND_APPROVAL),
+            &next.suspended_approval.map(|a| a.to_string()),
+            &opt_json(
+                next.structured_result.as_ref(),
+                "tool_invocations.structured_result",
+            )?,
+            &output_bytes,
+            &opt_json(next.outcome.as_ref(), "tool_invocations.outcome")?,
+            &next.result_item,
+            &next.outcome_status.map(|s| s.as_str()),
+            &next.reason_code,
+            &ts(next.updated_at),
+        ];
+        if self.wire.access == Access::Write {
+            // Its run is locked by this transaction and the guard was checked against the
+            // current row: the statement changes this one row (see `pipeline`).
+            self.wire.write_later(sql, &values, 1)?;
+        } else if self.wire.write(sql, &values)? == 0 {
             return Err(conflict(format!(
                 "invocation {} is not {expected}",
                 next.id
             )));
         }
+        self.kept.keep_invocation(next);
         Ok(())
     }
 

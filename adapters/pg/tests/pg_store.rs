@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use airlock_core::store::{CallIdentity, Store, TwinScope, TxError};
 use airlock_core::testing::fixtures::*;
+use airlock_core::time::Timestamp;
 use airlock_core::vocab::{InvocationStatus, RunStatus};
 use airlock_pg::{PgError, PgSettings, PgStore, SchemaAction};
 use serde_json::json;
@@ -551,12 +552,13 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
         f();
         store.round_trips().round_trips - before.round_trips
     };
-    // BEGIN travels with the first statement; COMMIT is the last exchange.
+    // BEGIN travels with the first statement. A transaction that wrote nothing sends its
+    // COMMIT without waiting for the answer.
     assert_eq!(
         cost(&|| {
             store.read(|tx| tx.run(run.id)).expect("read");
         }),
-        2
+        1
     );
     assert_eq!(
         cost(&|| {
@@ -567,7 +569,28 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
                 })
                 .expect("two reads");
         }),
-        3
+        2
+    );
+    // A run read again is answered from the transaction's kept row; a guarded update of a
+    // locked row is sent ahead and answered with the COMMIT.
+    assert_eq!(
+        cost(&|| {
+            store
+                .transact(|tx| {
+                    let current = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+                    let mut next = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+                    next.updated_at = Timestamp::from_micros(current.updated_at.as_micros() + 1);
+                    let guard = airlock_core::run::RunGuard {
+                        run_id: run.id,
+                        status: RunStatus::Queued,
+                        lease: None,
+                    };
+                    tx.update_run(&guard, &next)?;
+                    tx.run(run.id)
+                })
+                .expect("read, read, update, read");
+        }),
+        2
     );
     // A write and its savepoint are one exchange.
     let mut n = 10;
@@ -916,4 +939,76 @@ fn identical_proposals_on_two_runs_are_ordered_by_the_twins_lock() {
         waited >= Duration::from_millis(200),
         "the second read waited for the first commit ({waited:?})"
     );
+}
+
+/// A write sent ahead of its answer (issue 33) whose answer is not the predicted one fails
+/// its whole transaction, even when the closure ignores the error of the read that collected
+/// it: nothing of the transaction is committed, and the store carries on. Here a writer that
+/// ignores the run lock changes the invocation between this transaction's read and its update.
+#[test]
+fn a_pipelined_write_with_an_unexpected_answer_fails_its_transaction_and_leaves_nothing() {
+    let Some(url) = common::server("a_pipelined_write_with_an_unexpected_answer") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("unexpected");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Queued);
+    let invocation = seed_invocation(
+        &store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+    let outcome = store.transact(|tx| {
+        let mut next = tx.run(run.id)?.ok_or(TxError::NotFound)?;
+        next.updated_at = at(99);
+        let guard = airlock_core::run::RunGuard {
+            run_id: run.id,
+            status: RunStatus::Queued,
+            lease: None,
+        };
+        tx.update_run(&guard, &next)?;
+        let current = tx.invocation(invocation.id)?.ok_or(TxError::NotFound)?;
+        common::execute(
+            &url,
+            &schema,
+            &format!(
+                "UPDATE tool_invocations SET status = 'PROPOSED' WHERE id = '{}'",
+                invocation.id
+            ),
+        )
+        .map_err(TxError::Backend)?;
+        let mut started = current.clone();
+        started.status = InvocationStatus::Running;
+        started.effect_sent_at = Some(at(1));
+        started.updated_at = at(1);
+        tx.update_invocation(InvocationStatus::Authorized, &started)?;
+        let collected = tx.count_runs(RunStatus::Queued);
+        assert!(
+            collected.is_err(),
+            "the read that collects the write reports it: {collected:?}"
+        );
+        Ok(())
+    });
+    assert!(
+        matches!(&outcome, Err(TxError::Backend(m)) if m.contains("0 rows where 1")),
+        "the transaction fails, saying why: {outcome:?}"
+    );
+    let stored = store
+        .read(|tx| Ok((tx.run(run.id)?, tx.invocation(invocation.id)?)))
+        .expect("read");
+    assert_eq!(
+        stored.0.map(|r| r.updated_at),
+        Some(run.updated_at),
+        "no run update"
+    );
+    assert_eq!(
+        stored.1.map(|i| i.status),
+        Some(InvocationStatus::Proposed),
+        "only the other writer's change"
+    );
+    // The connection and the store carry on.
+    commit(&store, "a later checkpoint", |tx| {
+        tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
+    });
 }
