@@ -37,6 +37,7 @@
 //! async client offers is used where statements do not depend on one another (BEGIN, SAVEPOINT,
 //! RELEASE, NOTIFY, COMMIT).
 
+mod appends;
 mod engine;
 mod error;
 mod kept;

@@ -92,10 +92,16 @@ const V9: (&str, &str) = ("V9__replay", include_str!("../migrations/V9__replay.s
 const V10: (&str, &str) = ("V10__notify", include_str!("../migrations/V10__notify.sql"));
 
 /// Every migration, oldest first.
-const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
+/// V11: the taken derivation keys of one subject in one index read (issue 33, `appends`).
+const V11: (&str, &str) = (
+    "V11__event_subjects",
+    include_str!("../migrations/V11__event_subjects.sql"),
+);
+
+const MIGRATIONS: &[(&str, &str)] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11];
 
 /// The schema version of a fully migrated store: the number of the latest migration.
-pub const SCHEMA_VERSION: i32 = 10;
+pub const SCHEMA_VERSION: i32 = 11;
 
 /// refinery's history table.
 const HISTORY_TABLE: &str = "refinery_schema_history";

@@ -47,14 +47,17 @@
 //! every such id is committed or never will be. The tail's snapshot is taken after that, and it
 //! returns ids up to L only. The functions are in migration V2, with the argument in full; the
 //! test `pg_event_order.rs` holds an earlier id's transaction open while a later one commits.
+//! A write transaction's first append also takes a few more ids for its later appends
+//! (`appends`), after registering, so the same wait covers them.
 //!
 //! **Round trips** (issue 33). A row this transaction holds (see "Concurrency") is kept and
 //! read again from memory (`kept`); a write transaction's run read brings the run's highest
 //! checkpoint version and step record along, for the contiguity checks; and a write whose
 //! answer those rows decide — `update_run`, `update_invocation`, a contiguous checkpoint or step
 //! record — is sent without waiting for its answer (`pipeline`), which comes back with the next
-//! statement that waits. A tool call's result transaction, for example, waits for its run, its
-//! invocation, its `tool.call.completed` event and its COMMIT.
+//! statement that waits. So are event appends after a transaction's first, whose id, sequence
+//! and key are then known (`appends`). A tool call's result transaction, for example, waits for
+//! its run, its invocation, its first event and its COMMIT.
 //!
 //! Constraint violations map to `Conflict` (UNIQUE, PRIMARY KEY, CHECK, trigger) or `NotFound`
 //! (a missing parent row); see `engine::tx_error`. The `MemStore` rules beyond the schema are
@@ -84,6 +87,7 @@ use airlock_core::store::{
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
+use crate::appends::{self, Appends, KeyState, Slot};
 use crate::engine::{Access, Session as Wire};
 use crate::kept::Kept;
 use crate::rows::{self, int, json, opt_json, opt_ts, ts};
@@ -152,6 +156,15 @@ const REGISTER_EVENT_WRITER: &str = "SELECT airlock_event_register()";
 /// The highest event id a tail may return now (see "Event ids"); waits for in-flight writers.
 const EVENT_HORIZON: &str = "SELECT airlock_event_horizon()";
 
+/// An append whose id and sequence were known here (see `appends`): it changes one row only if
+/// the session's counter is the one predicted, and advances it.
+const APPEND_KNOWN: &str = "WITH advanced AS ( \
+         UPDATE sessions SET next_event_sequence = $4 + 1 \
+         WHERE id = $2 AND next_event_sequence = $4 RETURNING id) \
+     INSERT INTO events (id, session_id, run_id, sequence, event_type, payload_schema_version, \
+         actor_type, actor_id, payload, derivation_key, created_at) OVERRIDING SYSTEM VALUE \
+     SELECT $1, advanced.id, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM advanced";
+
 /// One transaction's `StoreTx`.
 pub(crate) struct PgTx<'e> {
     wire: Wire<'e>,
@@ -163,6 +176,8 @@ pub(crate) struct PgTx<'e> {
     registered_event_writer: bool,
     /// Rows nobody else can change before this transaction ends (see `kept`).
     kept: Kept,
+    /// What the next event appends will take (see `appends`).
+    appends: Appends,
 }
 
 impl<'e> PgTx<'e> {
@@ -173,6 +188,7 @@ impl<'e> PgTx<'e> {
             locked_connections: Vec::new(),
             registered_event_writer: false,
             kept: Kept::default(),
+            appends: Appends::default(),
         }
     }
 
@@ -448,6 +464,154 @@ impl<'e> PgTx<'e> {
             row.try_get(0).map_err(|e| TxError::Backend(e.to_string()))
         })?;
         Ok(latest.flatten().unwrap_or(0))
+    }
+
+    /// An append whose id, sequence and key this transaction knows (see `appends`), sent
+    /// ahead; a key whose subject is not known yet costs one read of the subject's keys. `None`
+    /// when something is not known: the append then waits for its answer.
+    fn append_known(&mut self, event: &NewEvent) -> Result<Option<Event>, TxError> {
+        let Some(slot) = self.appends.slot(event.session_id) else {
+            return Ok(None);
+        };
+        if let Some(run) = event.run_id
+            && self.kept.session_of(run) != Some(event.session_id)
+        {
+            return Ok(None);
+        }
+        if let Some(key) = &event.derivation_key {
+            match self.appends.key(key) {
+                // The answered append finds the stored event and compares.
+                KeyState::Taken => return Ok(None),
+                KeyState::Free => {}
+                KeyState::Unknown => {
+                    let taken = self.events_of_subject(appends::subject(key))?;
+                    if let Some(stored) = taken
+                        .into_iter()
+                        .find(|e| e.derivation_key.as_deref() == Some(key.as_str()))
+                    {
+                        return event.repeat_of(stored).map(Some);
+                    }
+                }
+            }
+        }
+        let sequence = u64::try_from(slot.sequence)
+            .map_err(|e| TxError::Backend(format!("events.sequence {}: {e}", slot.sequence)))?;
+        self.wire.write_later(
+            APPEND_KNOWN,
+            &[
+                &slot.id,
+                &event.session_id.to_string(),
+                &event.run_id.map(|r| r.to_string()),
+                &slot.sequence,
+                &event.event_type.as_str(),
+                &i64::from(PAYLOAD_SCHEMA_VERSION),
+                &event.actor.actor_type.as_str(),
+                &event.actor.actor_id,
+                &json(&event.payload, "events.payload")?,
+                &event.derivation_key,
+                &ts(event.created_at),
+            ],
+            1,
+        )?;
+        self.appends
+            .took(event.session_id, slot, event.derivation_key.as_deref());
+        Ok(Some(event.stored_as(slot.id, sequence)))
+    }
+
+    /// An append that waits for its answer: the session's next sequence, an id, and in the
+    /// same statement [`appends::RESERVED_IDS`] more ids and every taken key of its key's
+    /// subject, for the appends after it.
+    fn append_answered(&mut self, event: &NewEvent) -> Result<Event, TxError> {
+        let session_id = event.session_id.to_string();
+        let run_id = event.run_id.map(|r| r.to_string());
+        let payload = json(&event.payload, "events.payload")?;
+        let register = (self.wire.access == Access::Write && !self.registered_event_writer)
+            .then_some(REGISTER_EVENT_WRITER);
+        let inserted = self.wire.write_rows_after(
+            register,
+            &format!(
+                "WITH taken AS ( \
+                     UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
+                     WHERE id = $1 AND ($2::text IS NULL OR EXISTS \
+                         (SELECT 1 FROM runs WHERE runs.id = $2::text AND runs.session_id = $1)) \
+                     RETURNING id, next_event_sequence - 1 AS sequence) \
+                 INSERT INTO events (session_id, run_id, sequence, event_type, \
+                     payload_schema_version, actor_type, actor_id, payload, derivation_key, \
+                     created_at) \
+                 SELECT taken.id, $2::text, taken.sequence, $3, $4, $5, $6, $7, $8, $9 \
+                 FROM taken \
+                 RETURNING id, sequence, \
+                     ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {})), \
+                     CASE WHEN $8::text IS NULL THEN NULL ELSE ARRAY( \
+                         SELECT e.derivation_key FROM events AS e \
+                         WHERE e.derivation_key IS NOT NULL AND {} = {}) END",
+                appends::RESERVED_IDS,
+                appends::subject_sql("e.derivation_key"),
+                appends::subject_sql("$8::text"),
+            ),
+            &[
+                &session_id,
+                &run_id,
+                &event.event_type.as_str(),
+                &i64::from(PAYLOAD_SCHEMA_VERSION),
+                &event.actor.actor_type.as_str(),
+                &event.actor.actor_id,
+                &payload,
+                &event.derivation_key,
+                &ts(event.created_at),
+            ],
+        );
+        let row = match inserted {
+            Ok(rows) => match rows.into_iter().next() {
+                Some(row) => {
+                    self.registered_event_writer |= register.is_some();
+                    row
+                }
+                None => return self.refused_event(event, None),
+            },
+            Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
+            Err(error) => return Err(error),
+        };
+        let backend = |e: tokio_postgres::Error| TxError::Backend(e.to_string());
+        let id: i64 = row.try_get(0).map_err(backend)?;
+        let sequence: u64 = rows::unsigned(&row, 1)?;
+        let reserved: Vec<i64> = row.try_get(2).map_err(backend)?;
+        let subject_keys: Option<Vec<String>> = row.try_get(3).map_err(backend)?;
+        if let Some(run) = event.run_id {
+            // The statement checked that the run is in the session.
+            self.kept.keep_session_of(run, event.session_id);
+        }
+        if let (Some(key), Some(keys)) = (&event.derivation_key, subject_keys) {
+            self.appends.know_subject(appends::subject(key), keys);
+        }
+        let slot = Slot {
+            id,
+            sequence: i64::try_from(sequence)
+                .map_err(|e| TxError::Backend(format!("events.sequence {sequence}: {e}")))?,
+        };
+        self.appends
+            .took(event.session_id, slot, event.derivation_key.as_deref());
+        self.appends.reserve(reserved);
+        Ok(event.stored_as(id, sequence))
+    }
+
+    /// Every stored event whose key has `subject`, through `ix_events_key_subject` (V11);
+    /// remembered as the subject's taken keys.
+    fn events_of_subject(&mut self, subject: &str) -> Result<Vec<Event>, TxError> {
+        let events = self.all(
+            &format!(
+                "SELECT {} FROM events WHERE derivation_key IS NOT NULL AND {} = $1",
+                rows::EVENT_COLUMNS,
+                appends::subject_sql("derivation_key"),
+            ),
+            &[&subject],
+            rows::event,
+        )?;
+        self.appends.know_subject(
+            subject,
+            events.iter().filter_map(|e| e.derivation_key.clone()),
+        );
+        Ok(events)
     }
 
     /// Notes a run this transaction makes QUEUED, for the NOTIFY at COMMIT.
@@ -1543,55 +1707,18 @@ impl StoreTx for PgTx<'_> {
     /// session or run, a run of another session — rolls back to the write's savepoint and is
     /// sorted out by [`PgTx::refused_event`], in `MemStore`'s order: a refused append consumes
     /// no sequence.
+    /// In a write transaction, an append whose id, sequence and key are known is sent ahead
+    /// (see `appends`); any other waits for its answer.
     fn append_event(&mut self, event: &NewEvent) -> Result<Event, TxError> {
         if !event.payload.is_object() {
             return self.refused_event(event, None);
         }
-        let session_id = event.session_id.to_string();
-        let run_id = event.run_id.map(|r| r.to_string());
-        let payload = json(&event.payload, "events.payload")?;
-        let register = (self.wire.access == Access::Write && !self.registered_event_writer)
-            .then_some(REGISTER_EVENT_WRITER);
-        let inserted = self.wire.write_rows_after(
-            register,
-            "WITH taken AS ( \
-                 UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
-                 WHERE id = $1 AND ($2::text IS NULL OR EXISTS \
-                     (SELECT 1 FROM runs WHERE runs.id = $2::text AND runs.session_id = $1)) \
-                 RETURNING id, next_event_sequence - 1 AS sequence) \
-             INSERT INTO events (session_id, run_id, sequence, event_type, \
-                 payload_schema_version, actor_type, actor_id, payload, derivation_key, \
-                 created_at) \
-             SELECT taken.id, $2::text, taken.sequence, $3, $4, $5, $6, $7, $8, $9 FROM taken \
-             RETURNING id, sequence",
-            &[
-                &session_id,
-                &run_id,
-                &event.event_type.as_str(),
-                &i64::from(PAYLOAD_SCHEMA_VERSION),
-                &event.actor.actor_type.as_str(),
-                &event.actor.actor_id,
-                &payload,
-                &event.derivation_key,
-                &ts(event.created_at),
-            ],
-        );
-        let row = match inserted {
-            Ok(rows) => match rows.into_iter().next() {
-                Some(row) => {
-                    self.registered_event_writer |= register.is_some();
-                    row
-                }
-                None => return self.refused_event(event, None),
-            },
-            Err(error @ TxError::Conflict(_)) => return self.refused_event(event, Some(error)),
-            Err(error) => return Err(error),
-        };
-        let id: i64 = row
-            .try_get(0)
-            .map_err(|e| TxError::Backend(e.to_string()))?;
-        let sequence: u64 = rows::unsigned(&row, 1)?;
-        Ok(event.stored_as(id, sequence))
+        if self.wire.access == Access::Write
+            && let Some(stored) = self.append_known(event)?
+        {
+            return Ok(stored);
+        }
+        self.append_answered(event)
     }
 
     fn event_by_key(&mut self, derivation_key: &str) -> Result<Option<Event>, TxError> {

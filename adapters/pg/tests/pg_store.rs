@@ -8,6 +8,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use airlock_core::events::EventType;
 use airlock_core::store::{CallIdentity, Store, TwinScope, TxError};
 use airlock_core::testing::fixtures::*;
 use airlock_core::time::Timestamp;
@@ -592,6 +593,30 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
         }),
         2
     );
+    // After a transaction's first append, appends whose id, sequence and key are known are
+    // sent ahead; a key of a new subject costs one read of the subject's keys.
+    let subjects = std::cell::Cell::new(0);
+    assert_eq!(
+        cost(&|| {
+            subjects.set(subjects.get() + 1);
+            let subject = format!("s{}", subjects.get());
+            store
+                .transact(|tx| {
+                    tx.run(run.id)?;
+                    tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))?;
+                    for kind in ["tool.call.proposed", "tool.call.authorized"] {
+                        let key = format!("{kind}:{subject}");
+                        let event =
+                            sample_event(&run, EventType::RunStarted, json!({}), Some(&key));
+                        tx.append_event(&event)?;
+                    }
+                    tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))
+                })
+                .expect("four appends");
+        }),
+        4,
+        "the run, the first append, the subject's keys, the COMMIT"
+    );
     // A write and its savepoint are one exchange.
     let mut n = 10;
     let mut write_cost = || {
@@ -1011,4 +1036,69 @@ fn a_pipelined_write_with_an_unexpected_answer_fails_its_transaction_and_leaves_
     commit(&store, "a later checkpoint", |tx| {
         tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
     });
+}
+
+/// Appends sent ahead of their answers (issue 33) store exactly what appends that wait would:
+/// the same ids and sequences as returned, a repeated key answered with the stored event (taken
+/// by an earlier transaction or by this one), a clashing one refused.
+#[test]
+fn appends_sent_ahead_store_what_appends_that_wait_would() {
+    let Some(url) = common::server("appends_sent_ahead_store_what") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("ahead");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Queued);
+    let event = |n: u32, key: Option<&str>| {
+        sample_event(&run, EventType::RunStarted, json!({ "n": n }), key)
+    };
+    let earlier = commit(&store, "an earlier key of the subject", |tx| {
+        tx.append_event(&event(0, Some("tool.call.proposed:s1")))
+    });
+    let appended = commit(&store, "appends", |tx| {
+        tx.run(run.id)?;
+        let first = tx.append_event(&event(1, None))?;
+        let second = tx.append_event(&event(2, Some("tool.call.authorized:s1")))?;
+        let third = tx.append_event(&event(3, Some("tool.call.started:s1")))?;
+        let fourth = tx.append_event(&event(4, None))?;
+        let repeat = tx.append_event(&event(0, Some("tool.call.proposed:s1")))?;
+        assert_eq!(
+            repeat, earlier,
+            "a key taken earlier answers with its event"
+        );
+        let again = tx.append_event(&event(3, Some("tool.call.started:s1")))?;
+        assert_eq!(
+            again, third,
+            "a key taken by this transaction answers with its event"
+        );
+        let clash = tx.append_event(&event(9, Some("tool.call.started:s1")));
+        assert!(
+            matches!(clash, Err(TxError::Conflict(_))),
+            "a different event under a taken key: {clash:?}"
+        );
+        Ok(vec![first, second, third, fourth])
+    });
+    let stored = store
+        .read(|tx| tx.events_of_run(run.id, None, 100))
+        .expect("read");
+    let mut expected = vec![earlier.clone()];
+    expected.extend(appended);
+    assert_eq!(stored, expected, "stored as returned, nothing else");
+    let sequences: Vec<u64> = stored.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        (earlier.sequence..earlier.sequence + 5).collect::<Vec<_>>(),
+        "the session's sequence goes on without a gap"
+    );
+    assert!(
+        stored.windows(2).all(|pair| pair[0].id < pair[1].id),
+        "ids ascend: {stored:?}"
+    );
+    // The session's counter was advanced past the predicted sequences: a later append goes on.
+    let later = commit(&store, "a later append", |tx| {
+        tx.append_event(&event(5, None))
+    });
+    assert_eq!(later.sequence, earlier.sequence + 5);
 }

@@ -1,0 +1,177 @@
+//! What a write transaction knows about the events it may append next (issue 33: round trips).
+//!
+//! An append takes the session's next sequence (advancing `sessions.next_event_sequence`), an
+//! id from the identity sequence, and returns the stored event when its derivation key is
+//! already taken. Each of those is an answer from the server, so an append was one exchange.
+//! After the transaction's first append the answers are known in advance:
+//!
+//! - **The session's next sequence.** The first append's `UPDATE sessions` locks the session
+//!   row until COMMIT, so nobody else advances its counter: the next sequence is the last one
+//!   plus one.
+//! - **Ids.** The first append also takes [`RESERVED_IDS`] more ids from the sequence, after
+//!   its own and after registering as an event writer (`tx`'s "Event ids"): the tail's horizon
+//!   waits for this transaction like for any id it took. Ids reserved and not used are gaps,
+//!   as a rolled-back append leaves.
+//! - **Which keys are taken.** A derivation key's *subject* is the text after its first `:`
+//!   (an invocation, an approval, a refused call). Every key of one subject is read at once,
+//!   through `ix_events_key_subject` (V11): by the first append of that subject (its statement
+//!   returns them) or by one read before the first that can be predicted. A tool call's
+//!   `proposed`, `authorized` and `started` events then need no answer after the first.
+//!
+//! An append whose id, sequence and key are all known is sent ahead (`pipeline`), guarded so
+//! that a counter that is not the predicted one changes no row, which fails the transaction.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use airlock_core::ids::SessionId;
+
+/// How many ids an append that waits for its answer reserves for the appends after it: a tool
+/// call's watermark transaction appends four events, its result transaction two.
+pub(crate) const RESERVED_IDS: i64 = 7;
+
+/// The SQL of a key's subject, for `$n`: what `ix_events_key_subject` indexes.
+pub(crate) fn subject_sql(key: &str) -> String {
+    format!("substr({key}, strpos({key}, ':') + 1)")
+}
+
+/// A derivation key's subject: the text after its first `:`, or the whole key without one
+/// (as [`subject_sql`] computes it).
+pub(crate) fn subject(key: &str) -> &str {
+    key.split_once(':').map_or(key, |(_, subject)| subject)
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Appends {
+    /// The next sequence of each session this transaction appended to (and holds locked).
+    next_sequence: BTreeMap<SessionId, i64>,
+    /// Ids taken from the sequence for this transaction, ascending.
+    ids: VecDeque<i64>,
+    /// Subjects whose taken keys are all known: the keys.
+    subjects: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// Where a predicted append goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) id: i64,
+    pub(crate) sequence: i64,
+}
+
+/// Whether a key is free, taken, or not known here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyState {
+    Free,
+    Taken,
+    Unknown,
+}
+
+impl Appends {
+    /// The id and sequence an append to `session` would take, if both are known.
+    pub(crate) fn slot(&self, session: SessionId) -> Option<Slot> {
+        Some(Slot {
+            id: *self.ids.front()?,
+            sequence: *self.next_sequence.get(&session)?,
+        })
+    }
+
+    /// Notes an append stored at `slot` (predicted or answered).
+    pub(crate) fn took(&mut self, session: SessionId, slot: Slot, key: Option<&str>) {
+        if self.ids.front() == Some(&slot.id) {
+            self.ids.pop_front();
+        }
+        self.next_sequence.insert(session, slot.sequence + 1);
+        if let Some(key) = key
+            && let Some(keys) = self.subjects.get_mut(subject(key))
+        {
+            keys.insert(key.to_owned());
+        }
+    }
+
+    /// Ids reserved by an append that waited for its answer; any left from before are kept.
+    pub(crate) fn reserve(&mut self, ids: impl IntoIterator<Item = i64>) {
+        self.ids.extend(ids);
+    }
+
+    /// Records every taken key of `subject`.
+    pub(crate) fn know_subject(&mut self, subject: &str, keys: impl IntoIterator<Item = String>) {
+        self.subjects
+            .insert(subject.to_owned(), keys.into_iter().collect());
+    }
+
+    pub(crate) fn key(&self, key: &str) -> KeyState {
+        match self.subjects.get(subject(key)) {
+            Some(keys) if keys.contains(key) => KeyState::Taken,
+            Some(_) => KeyState::Free,
+            None => KeyState::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_is_the_text_after_the_first_colon() {
+        assert_eq!(subject("tool.call.proposed:abc"), "abc");
+        assert_eq!(subject("tool.call.refused:run:2:c1"), "run:2:c1");
+        assert_eq!(subject("plain"), "plain");
+    }
+
+    #[test]
+    fn slots_follow_each_other_and_keys_are_known_per_subject() {
+        let session = SessionId(uuid::Uuid::from_u128(1));
+        let mut appends = Appends::default();
+        assert_eq!(
+            appends.slot(session),
+            None,
+            "nothing known before an append"
+        );
+        appends.reserve([11, 12]);
+        assert_eq!(appends.slot(session), None, "the sequence is not known yet");
+        appends.took(
+            session,
+            Slot {
+                id: 10,
+                sequence: 4,
+            },
+            None,
+        );
+        assert_eq!(
+            appends.slot(session),
+            Some(Slot {
+                id: 11,
+                sequence: 5
+            })
+        );
+        appends.know_subject("inv", ["k:inv".to_owned()]);
+        assert_eq!(appends.key("k:inv"), KeyState::Taken);
+        assert_eq!(appends.key("j:inv"), KeyState::Free);
+        assert_eq!(appends.key("j:other"), KeyState::Unknown);
+        appends.took(
+            session,
+            Slot {
+                id: 11,
+                sequence: 5,
+            },
+            Some("j:inv"),
+        );
+        assert_eq!(appends.key("j:inv"), KeyState::Taken);
+        assert_eq!(
+            appends.slot(session),
+            Some(Slot {
+                id: 12,
+                sequence: 6
+            })
+        );
+        appends.took(
+            session,
+            Slot {
+                id: 12,
+                sequence: 6,
+            },
+            None,
+        );
+        assert_eq!(appends.slot(session), None, "the reserved ids are used up");
+    }
+}
