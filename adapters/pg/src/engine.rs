@@ -349,6 +349,30 @@ impl<'e> Session<'e> {
         self.guarded(None, || client.execute(&statement, params))
     }
 
+    /// [`Session::write`] followed by a read, in the same savepoint and the same exchange: for a
+    /// read whose answer the caller will want next anyway. A refused write fails the read with
+    /// it; a failed read undoes the write (the savepoint) and is reported as the write's error.
+    pub(crate) fn write_then_read(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        read_sql: &str,
+        read_params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(u64, Vec<Row>), TxError> {
+        let statement = self.statement(sql)?;
+        let read = self.statement(read_sql)?;
+        let client = self.client;
+        self.guarded(None, || async {
+            // Both requests are sent on the first poll, in this order.
+            let (written, rows) = join(
+                client.execute(&statement, params),
+                client.query(&read, read_params),
+            )
+            .await;
+            Ok((written?, rows?))
+        })
+    }
+
     /// A read run before the transaction begins, as a statement of its own (autocommit), in
     /// one exchange: for work whose effect the transaction's snapshot must already include
     /// (the event horizon's waits, `tx`'s "Event ids"). `Backend` once the transaction has

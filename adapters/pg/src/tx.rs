@@ -1341,15 +1341,36 @@ impl StoreTx for PgTx<'_> {
             &ts(invocation.updated_at),
             &target_kind,
         ];
-        self.wire.write(
-            &format!(
-                "INSERT INTO tool_invocations ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-                     $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, \
-                     $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34)",
-                rows::INVOCATION_COLUMNS
-            ),
-            &values,
-        )?;
+        let insert = format!(
+            "INSERT INTO tool_invocations ({}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, \
+             $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, \
+             $27, $28, $29, $30, $31, $32, $33, $34)",
+            rows::INVOCATION_COLUMNS
+        );
+        if self.wire.access == Access::Write {
+            // The invocation's events are keyed by its id (`tool.call.proposed:<id>`, …): their
+            // subject's taken keys come in the same exchange, so that those appends need no
+            // read of their own (see `appends`).
+            let subject = invocation.id.to_string();
+            let (_, taken) = self.wire.write_then_read(
+                &insert,
+                &values,
+                &format!(
+                    "SELECT derivation_key FROM events \
+                     WHERE derivation_key IS NOT NULL AND {} = $1",
+                    appends::subject_sql("derivation_key")
+                ),
+                &[&subject],
+            )?;
+            let keys = taken
+                .iter()
+                .map(|row| row.try_get::<_, String>(0))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| TxError::Backend(e.to_string()))?;
+            self.appends.know_subject(&subject, keys);
+        } else {
+            self.wire.write(&insert, &values)?;
+        }
         // Nobody else sees the row before this transaction commits.
         self.kept.keep_invocation(invocation);
         Ok(())

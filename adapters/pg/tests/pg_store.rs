@@ -617,6 +617,35 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
         4,
         "the run, the first append, the subject's keys, the COMMIT"
     );
+    // An inserted invocation brings the taken keys of its id's subject in the same exchange:
+    // its events need no read of their own.
+    let calls = std::cell::Cell::new(0);
+    assert_eq!(
+        cost(&|| {
+            calls.set(calls.get() + 1);
+            let n = 100 + calls.get();
+            let call_id = format!("c{n}");
+            let invocation = sample_invocation(n, &run, 1, &call_id, InvocationStatus::Authorized);
+            store
+                .transact(|tx| {
+                    tx.run(run.id)?;
+                    tx.append_event(&sample_event(&run, EventType::RunStarted, json!({}), None))?;
+                    tx.insert_invocation(&invocation)?;
+                    for key in [
+                        airlock_core::events::keys::proposed(invocation.id),
+                        airlock_core::events::keys::authorized(invocation.id),
+                    ] {
+                        let event =
+                            sample_event(&run, EventType::RunStarted, json!({}), Some(&key));
+                        tx.append_event(&event)?;
+                    }
+                    Ok(())
+                })
+                .expect("an invocation and its events");
+        }),
+        4,
+        "the run, the first append, the invocation with its subject's keys, the COMMIT"
+    );
     // A write and its savepoint are one exchange.
     let mut n = 10;
     let mut write_cost = || {
