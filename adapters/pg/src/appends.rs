@@ -14,8 +14,10 @@
 //!   as a rolled-back append leaves.
 //! - **Which keys are taken.** A derivation key's *subject* is the text after its first `:`
 //!   (an invocation, an approval, a refused call). Every key of one subject is read at once,
-//!   through `ix_events_key_subject` (V11): by the first append of that subject (its statement
-//!   returns them) or by one read before the first that can be predicted. A tool call's
+//!   through `ix_events_key_subject` (V11): by the first append of that subject (a read sent
+//!   in the same exchange, after its insert, so that it sees what the previous holder of the
+//!   session's counter committed), by an invocation's insert for its id, or by one read before
+//!   the first append that can be predicted. A tool call's
 //!   `proposed`, `authorized` and `started` events then need no answer after the first.
 //!
 //! An append whose id, sequence and key are all known is sent ahead (`pipeline`), guarded so
@@ -24,6 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use airlock_core::ids::SessionId;
+use airlock_core::store::TxError;
+use tokio_postgres::Row;
 
 /// How many ids an append that waits for its answer reserves for the appends after it: a tool
 /// call's watermark transaction appends four events, its result transaction two.
@@ -32,6 +36,22 @@ pub(crate) const RESERVED_IDS: i64 = 7;
 /// The SQL of a key's subject, for `$n`: what `ix_events_key_subject` indexes.
 pub(crate) fn subject_sql(key: &str) -> String {
     format!("substr({key}, strpos({key}, ':') + 1)")
+}
+
+/// Every taken key of the subject `$1`, through `ix_events_key_subject`.
+pub(crate) fn subject_keys_sql() -> String {
+    format!(
+        "SELECT derivation_key FROM events WHERE derivation_key IS NOT NULL AND {} = $1",
+        subject_sql("derivation_key")
+    )
+}
+
+/// The keys of [`subject_keys_sql`]'s rows.
+pub(crate) fn keys_of(rows: &[Row]) -> Result<Vec<String>, TxError> {
+    rows.iter()
+        .map(|row| row.try_get::<_, String>(0))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TxError::Backend(format!("events.derivation_key: {e}")))
 }
 
 /// A derivation key's subject: the text after its first `:`, or the whole key without one
@@ -87,8 +107,11 @@ impl Appends {
         }
     }
 
-    /// Ids reserved by an append that waited for its answer; any left from before are kept.
+    /// Ids reserved by an append that waited for its answer. Any left from an earlier
+    /// reservation are dropped: they are lower than the id that append just took, and ids must
+    /// follow the order of the appends.
     pub(crate) fn reserve(&mut self, ids: impl IntoIterator<Item = i64>) {
+        self.ids.clear();
         self.ids.extend(ids);
     }
 
@@ -173,5 +196,23 @@ mod tests {
             None,
         );
         assert_eq!(appends.slot(session), None, "the reserved ids are used up");
+        appends.reserve([13, 14]);
+        appends.took(
+            session,
+            Slot {
+                id: 20,
+                sequence: 7,
+            },
+            None,
+        );
+        appends.reserve([21]);
+        assert_eq!(
+            appends.slot(session),
+            Some(Slot {
+                id: 21,
+                sequence: 8
+            }),
+            "ids left from before an answered append are dropped: ids follow the appends"
+        );
     }
 }

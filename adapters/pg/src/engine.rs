@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use deadpool_postgres::{ClientWrapper, Object, Pool};
 use futures_util::future::{join, join_all, join3};
+use futures_util::task::noop_waker_ref;
+use std::task::{Context, Poll};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Row, Statement};
@@ -265,10 +267,31 @@ impl<'e> Session<'e> {
     }
 
     /// The prepared statement for `sql` on this connection (one exchange on its first use).
+    ///
+    /// With writes sent ahead, a statement not prepared yet waits together with their answers:
+    /// a refused write is then reported as itself, not as the "transaction is aborted" the
+    /// server answers the preparation with.
     fn statement(&mut self, sql: &str) -> Result<Statement, TxError> {
         self.check_open()?;
         let cached = self.client.statement_cache.size();
-        let prepared = self.engine.wait(self.client.prepare_cached(sql));
+        let client = self.client;
+        let mut prepare = Box::pin(client.prepare_cached(sql));
+        let prepared = if self.pending.is_empty() {
+            self.engine.wait(prepare)
+        } else {
+            // A cached statement is ready at once; otherwise the first poll sent the request.
+            match prepare
+                .as_mut()
+                .poll(&mut Context::from_waker(noop_waker_ref()))
+            {
+                Poll::Ready(prepared) => prepared,
+                Poll::Pending => {
+                    let (settled, prepared) = self.settle_with(prepare);
+                    settled?;
+                    prepared
+                }
+            }
+        };
         if self.client.statement_cache.size() != cached || prepared.is_err() {
             self.engine.counters.exchange();
         }
@@ -298,6 +321,44 @@ impl<'e> Session<'e> {
                 client.query(&statement, params),
             ));
             begin.and(rows)
+        };
+        result.map_err(|e| {
+            let error = tx_error(&e);
+            self.fail(error)
+        })
+    }
+
+    /// Two reads sent in one exchange and answered in order. At READ COMMITTED each statement
+    /// takes its own snapshot when it starts, so the second sees everything committed while the
+    /// first waited for a row lock (a subquery of the first would not).
+    pub(crate) fn rows_then(
+        &mut self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        then_sql: &str,
+        then_params: &[&(dyn ToSql + Sync)],
+    ) -> Result<(Vec<Row>, Vec<Row>), TxError> {
+        let first = self.statement(sql)?;
+        let second = self.statement(then_sql)?;
+        let client = self.client;
+        self.engine.counters.exchange();
+        let result = if self.begun {
+            let (settled, (first, second)) = self.settle_with(join(
+                client.query(&first, params),
+                client.query(&second, then_params),
+            ));
+            settled?;
+            first.and_then(|first| second.map(|second| (first, second)))
+        } else {
+            self.begun = true;
+            let (begin, first, second) = self.engine.wait(join3(
+                client.batch_execute(self.access.begin()),
+                client.query(&first, params),
+                client.query(&second, then_params),
+            ));
+            begin
+                .and(first)
+                .and_then(|first| second.map(|second| (first, second)))
         };
         result.map_err(|e| {
             let error = tx_error(&e);
@@ -349,23 +410,25 @@ impl<'e> Session<'e> {
         self.guarded(None, || client.execute(&statement, params))
     }
 
-    /// [`Session::write`] followed by a read, in the same savepoint and the same exchange: for a
-    /// read whose answer the caller will want next anyway. A refused write fails the read with
-    /// it; a failed read undoes the write (the savepoint) and is reported as the write's error.
+    /// [`Session::write_rows_after`] followed by a read, in the same savepoint and the same
+    /// exchange: for a read whose answer the caller will want next anyway, taken (a statement
+    /// of its own) after the write got its locks. A refused write fails the read with it; a
+    /// failed read undoes the write (the savepoint) and is reported as the write's error.
     pub(crate) fn write_then_read(
         &mut self,
+        setup: Option<&str>,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
         read_sql: &str,
         read_params: &[&(dyn ToSql + Sync)],
-    ) -> Result<(u64, Vec<Row>), TxError> {
+    ) -> Result<(Vec<Row>, Vec<Row>), TxError> {
         let statement = self.statement(sql)?;
         let read = self.statement(read_sql)?;
         let client = self.client;
-        self.guarded(None, || async {
+        self.guarded(setup, || async {
             // Both requests are sent on the first poll, in this order.
             let (written, rows) = join(
-                client.execute(&statement, params),
+                client.query(&statement, params),
                 client.query(&read, read_params),
             )
             .await;

@@ -379,26 +379,32 @@ impl<'e> PgTx<'e> {
         }
         // A write transaction that reads a run goes on to write its checkpoint or step record
         // more often than not: their highest version and step come in the same exchange, for
-        // the contiguity checks (see `kept`).
-        let sql = format!(
-            "SELECT {}, \
-               (SELECT MAX(version) FROM checkpoints WHERE run_id = $1), \
-               (SELECT MAX(step) FROM step_records WHERE run_id = $1) \
-             FROM runs WHERE id = $1 FOR NO KEY UPDATE",
-            rows::RUN_COLUMNS,
-        );
-        let found = self.one(&sql, &[&id.to_string()], |row| {
-            let run = rows::run(row)?;
-            let version: Option<i64> = row
-                .try_get(rows::RUN_COLUMN_COUNT)
-                .map_err(|e| TxError::Backend(e.to_string()))?;
-            let step: Option<i64> = row
-                .try_get(rows::RUN_COLUMN_COUNT + 1)
-                .map_err(|e| TxError::Backend(e.to_string()))?;
-            Ok((run, version, step))
-        })?;
-        let Some((run, version, step)) = found else {
+        // the contiguity checks (see `kept`). They are a statement of their own, after the
+        // locked read: its snapshot is taken once the lock is held, so it sees a checkpoint the
+        // previous holder committed while this read waited (a subquery of the locked read
+        // would not).
+        let id_text = id.to_string();
+        let (runs, maxima) = self.wire.rows_then(
+            &format!(
+                "SELECT {} FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+                rows::RUN_COLUMNS
+            ),
+            &[&id_text],
+            "SELECT (SELECT MAX(version) FROM checkpoints WHERE run_id = $1), \
+                    (SELECT MAX(step) FROM step_records WHERE run_id = $1)",
+            &[&id_text],
+        )?;
+        let Some(row) = runs.first() else {
             return Ok(None);
+        };
+        let run = rows::run(row)?;
+        let backend = |e: tokio_postgres::Error| TxError::Backend(e.to_string());
+        let (version, step): (Option<i64>, Option<i64>) = match maxima.first() {
+            Some(row) => (
+                row.try_get(0).map_err(backend)?,
+                row.try_get(1).map_err(backend)?,
+            ),
+            None => (None, None),
         };
         self.note_locked(id);
         self.kept.keep_run(&run);
@@ -527,10 +533,8 @@ impl<'e> PgTx<'e> {
         let payload = json(&event.payload, "events.payload")?;
         let register = (self.wire.access == Access::Write && !self.registered_event_writer)
             .then_some(REGISTER_EVENT_WRITER);
-        let inserted = self.wire.write_rows_after(
-            register,
-            &format!(
-                "WITH taken AS ( \
+        let insert = format!(
+            "WITH taken AS ( \
                      UPDATE sessions SET next_event_sequence = next_event_sequence + 1 \
                      WHERE id = $1 AND ($2::text IS NULL OR EXISTS \
                          (SELECT 1 FROM runs WHERE runs.id = $2::text AND runs.session_id = $1)) \
@@ -541,31 +545,44 @@ impl<'e> PgTx<'e> {
                  SELECT taken.id, $2::text, taken.sequence, $3, $4, $5, $6, $7, $8, $9 \
                  FROM taken \
                  RETURNING id, sequence, \
-                     ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {})), \
-                     CASE WHEN $8::text IS NULL THEN NULL ELSE ARRAY( \
-                         SELECT e.derivation_key FROM events AS e \
-                         WHERE e.derivation_key IS NOT NULL AND {} = {}) END",
-                appends::RESERVED_IDS,
-                appends::subject_sql("e.derivation_key"),
-                appends::subject_sql("$8::text"),
-            ),
-            &[
-                &session_id,
-                &run_id,
-                &event.event_type.as_str(),
-                &i64::from(PAYLOAD_SCHEMA_VERSION),
-                &event.actor.actor_type.as_str(),
-                &event.actor.actor_id,
-                &payload,
-                &event.derivation_key,
-                &ts(event.created_at),
-            ],
+                     ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {}))",
+            appends::RESERVED_IDS,
         );
-        let row = match inserted {
-            Ok(rows) => match rows.into_iter().next() {
+        let params: [Param<'_>; 9] = [
+            &session_id,
+            &run_id,
+            &event.event_type.as_str(),
+            &i64::from(PAYLOAD_SCHEMA_VERSION),
+            &event.actor.actor_type.as_str(),
+            &event.actor.actor_id,
+            &payload,
+            &event.derivation_key,
+            &ts(event.created_at),
+        ];
+        // A keyed append reads its subject's taken keys in the same exchange, as a statement
+        // after the insert: its snapshot then includes whatever the holder of the session's
+        // counter committed while the insert waited for it.
+        let inserted = match &event.derivation_key {
+            Some(key) => self
+                .wire
+                .write_then_read(
+                    register,
+                    &insert,
+                    &params,
+                    &appends::subject_keys_sql(),
+                    &[&appends::subject(key)],
+                )
+                .map(|(rows, keys)| (rows, Some(keys))),
+            None => self
+                .wire
+                .write_rows_after(register, &insert, &params)
+                .map(|rows| (rows, None)),
+        };
+        let (row, subject_keys) = match inserted {
+            Ok((rows, keys)) => match rows.into_iter().next() {
                 Some(row) => {
                     self.registered_event_writer |= register.is_some();
-                    row
+                    (row, keys)
                 }
                 None => return self.refused_event(event, None),
             },
@@ -576,7 +593,7 @@ impl<'e> PgTx<'e> {
         let id: i64 = row.try_get(0).map_err(backend)?;
         let sequence: u64 = rows::unsigned(&row, 1)?;
         let reserved: Vec<i64> = row.try_get(2).map_err(backend)?;
-        let subject_keys: Option<Vec<String>> = row.try_get(3).map_err(backend)?;
+        let subject_keys = subject_keys.as_deref().map(appends::keys_of).transpose()?;
         if let Some(run) = event.run_id {
             // The statement checked that the run is in the session.
             self.kept.keep_session_of(run, event.session_id);
@@ -706,7 +723,9 @@ impl StoreTx for PgTx<'_> {
 
     /// Reads (and in a write transaction locks) the run's whole row, so that the run read
     /// that nearly always follows is answered from `kept` instead of a second exchange; the
-    /// lease is checked against it with core's own rule.
+    /// lease is checked against it with core's own rule. A transaction fenced here also holds
+    /// the run's lock until it ends (the old statement locked only a matching row); core ends
+    /// it at once, so the lock is held for no longer than one exchange.
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
         match self.run_row(lease.run_id)? {
             Some(run) if guards::holds(&run, lease) => Ok(()),
@@ -1353,21 +1372,14 @@ impl StoreTx for PgTx<'_> {
             // read of their own (see `appends`).
             let subject = invocation.id.to_string();
             let (_, taken) = self.wire.write_then_read(
+                None,
                 &insert,
                 &values,
-                &format!(
-                    "SELECT derivation_key FROM events \
-                     WHERE derivation_key IS NOT NULL AND {} = $1",
-                    appends::subject_sql("derivation_key")
-                ),
+                &appends::subject_keys_sql(),
                 &[&subject],
             )?;
-            let keys = taken
-                .iter()
-                .map(|row| row.try_get::<_, String>(0))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| TxError::Backend(e.to_string()))?;
-            self.appends.know_subject(&subject, keys);
+            self.appends
+                .know_subject(&subject, appends::keys_of(&taken)?);
         } else {
             self.wire.write(&insert, &values)?;
         }
