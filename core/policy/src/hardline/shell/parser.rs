@@ -101,8 +101,9 @@ pub fn parse(text: &str) -> Option<Script> {
 /// operator and a comment: `<<\r<<#`, `<<\x0c;#` (found by the `hardline_readings` fuzz
 /// target: 2.3 GB in 3 s on 2.6 KB of `<` with one `\r` and one `#`). Bash reads both characters
 /// as part of a word; in a text with a here-document operator they are read as blanks instead.
-/// That can split a word where bash would not (`/\r` reads as `/`), which only makes a reading
-/// see more of what a hardline rule looks for, never hide it.
+/// That can split a word where bash would not (`/\r` reads as `/`): the readings of such texts
+/// (a here-document and a carriage return or form feed, rare outside attacks) may differ from
+/// bash's words, where before they got no reading at all, since the parser never returned.
 fn blank_heredoc_breaks(text: &str) -> std::borrow::Cow<'_, str> {
     if text.contains("<<") && text.contains(['\r', '\x0c']) {
         std::borrow::Cow::Owned(text.replace(['\r', '\x0c'], " "))
