@@ -309,23 +309,7 @@ impl<'e> Session<'e> {
     ) -> Result<Vec<Row>, TxError> {
         let statement = self.statement(sql)?;
         let client = self.client;
-        self.engine.counters.exchange();
-        let result = if self.begun {
-            let (settled, rows) = self.settle_with(client.query(&statement, params));
-            settled?;
-            rows
-        } else {
-            self.begun = true;
-            let (begin, rows) = self.engine.wait(join(
-                client.batch_execute(self.access.begin()),
-                client.query(&statement, params),
-            ));
-            begin.and(rows)
-        };
-        result.map_err(|e| {
-            let error = tx_error(&e);
-            self.fail(error)
-        })
+        self.read_with(|| client.query(&statement, params))
     }
 
     /// Two reads sent in one exchange and answered in order. At READ COMMITTED each statement
@@ -341,24 +325,35 @@ impl<'e> Session<'e> {
         let first = self.statement(sql)?;
         let second = self.statement(then_sql)?;
         let client = self.client;
+        self.read_with(|| async {
+            // Both requests are sent on the first poll, in this order.
+            let (first, second) = join(
+                client.query(&first, params),
+                client.query(&second, then_params),
+            )
+            .await;
+            Ok((first?, second?))
+        })
+    }
+
+    /// One exchange for a read: with `BEGIN` before it on the transaction's first statement,
+    /// else with the answers of the writes sent ahead. Its failure fails the transaction.
+    fn read_with<T, F>(&mut self, request: impl FnOnce() -> F) -> Result<T, TxError>
+    where
+        F: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let client = self.client;
         self.engine.counters.exchange();
         let result = if self.begun {
-            let (settled, (first, second)) = self.settle_with(join(
-                client.query(&first, params),
-                client.query(&second, then_params),
-            ));
+            let (settled, answer) = self.settle_with(request());
             settled?;
-            first.and_then(|first| second.map(|second| (first, second)))
+            answer
         } else {
             self.begun = true;
-            let (begin, first, second) = self.engine.wait(join3(
-                client.batch_execute(self.access.begin()),
-                client.query(&first, params),
-                client.query(&second, then_params),
-            ));
-            begin
-                .and(first)
-                .and_then(|first| second.map(|second| (first, second)))
+            let (begin, answer) = self
+                .engine
+                .wait(join(client.batch_execute(self.access.begin()), request()));
+            begin.and(answer)
         };
         result.map_err(|e| {
             let error = tx_error(&e);
@@ -460,15 +455,18 @@ impl<'e> Session<'e> {
         Ok(rows.into_iter().next())
     }
 
-    /// A write whose answer is known (it changes exactly `rows` rows), sent now and answered
-    /// with the next statement that waits (see `pipeline`): no exchange of its own, no
-    /// savepoint. A different answer fails the transaction.
+    /// A write whose answer is known (it changes exactly one row), sent now and answered with
+    /// the next statement that waits (see `pipeline`): no exchange of its own, no savepoint. A
+    /// different answer fails the transaction. In a read transaction it is sent as any write
+    /// there, and refused at once.
     pub(crate) fn write_later(
         &mut self,
         sql: &str,
         params: &[&(dyn ToSql + Sync)],
-        rows: u64,
     ) -> Result<(), TxError> {
+        if self.access == Access::Read {
+            return self.write(sql, params).map(drop);
+        }
         let statement = self.statement(sql)?;
         let encoded = Encoded::all(params, statement.params())?;
         let client = self.client;
@@ -485,9 +483,9 @@ impl<'e> Session<'e> {
         self.wrote = true;
         self.send_ahead(Box::pin(async move {
             match client.execute_raw(&statement, encoded).await {
-                Ok(changed) if changed == rows => Ok(()),
+                Ok(1) => Ok(()),
                 Ok(changed) => Err(TxError::Backend(format!(
-                    "a pipelined write changed {changed} rows where {rows} were certain"
+                    "a pipelined write changed {changed} rows where 1 was certain"
                 ))),
                 Err(e) => Err(tx_error(&e)),
             }

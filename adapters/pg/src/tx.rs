@@ -454,17 +454,6 @@ impl<'e> PgTx<'e> {
         self.one(&sql, &[&id.to_string()], rows::approval)
     }
 
-    /// An insert whose checks were all made here (the parent run exists, the version or step
-    /// is contiguous), sent ahead in a write transaction (see `pipeline`); in a read it is
-    /// refused at once, as every write there is.
-    fn insert_known(&mut self, sql: &str, params: &[Param<'_>]) -> Result<(), TxError> {
-        if self.wire.access == Access::Write {
-            self.wire.write_later(sql, params, 1)
-        } else {
-            self.wire.write(sql, params).map(drop)
-        }
-    }
-
     fn max_of(&mut self, sql: &str, run: RunId) -> Result<i64, TxError> {
         let latest: Option<Option<i64>> = self.one(sql, &[&run.to_string()], |row| {
             row.try_get(0).map_err(|e| TxError::Backend(e.to_string()))
@@ -517,7 +506,6 @@ impl<'e> PgTx<'e> {
                 &event.derivation_key,
                 &ts(event.created_at),
             ],
-            1,
         )?;
         self.appends
             .took(event.session_id, slot, event.derivation_key.as_deref());
@@ -780,16 +768,9 @@ impl StoreTx for PgTx<'_> {
             values.push(owner);
             values.push(epoch);
         }
-        if self.wire.access == Access::Write {
-            // The current row is locked by this transaction and the guard was checked against
-            // it: the statement changes this one row (see `pipeline`).
-            self.wire.write_later(&sql, &values, 1)?;
-        } else if self.wire.write(&sql, &values)? == 0 {
-            return Err(match guard.lease {
-                Some(_) => TxError::Fenced,
-                None => conflict(format!("run {} is not {}", guard.run_id, guard.status)),
-            });
-        }
+        // The current row is locked by this transaction and the guard was checked against it:
+        // the statement changes this one row (see `pipeline`).
+        self.wire.write_later(&sql, &values)?;
         if next.status() == RunStatus::Queued && current.status() != RunStatus::Queued {
             self.queues(next.id);
         }
@@ -1215,7 +1196,8 @@ impl StoreTx for PgTx<'_> {
                 expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
             )));
         }
-        self.insert_known(
+        // Every check was made here (the run exists, the version is contiguous).
+        self.wire.write_later(
             &format!(
                 "INSERT INTO checkpoints ({}) VALUES ($1, $2, $3, $4, $5)",
                 rows::CHECKPOINT_COLUMNS
@@ -1261,7 +1243,8 @@ impl StoreTx for PgTx<'_> {
                 record.step, record.run_id
             )));
         }
-        self.insert_known(
+        // Every check was made here (the run exists, the step is contiguous).
+        self.wire.write_later(
             &format!(
                 "INSERT INTO step_records ({}) VALUES ($1, $2, $3, $4, $5)",
                 rows::STEP_RECORD_COLUMNS
@@ -1493,16 +1476,9 @@ impl StoreTx for PgTx<'_> {
             &next.reason_code,
             &ts(next.updated_at),
         ];
-        if self.wire.access == Access::Write {
-            // Its run is locked by this transaction and the guard was checked against the
-            // current row: the statement changes this one row (see `pipeline`).
-            self.wire.write_later(sql, &values, 1)?;
-        } else if self.wire.write(sql, &values)? == 0 {
-            return Err(conflict(format!(
-                "invocation {} is not {expected}",
-                next.id
-            )));
-        }
+        // Its run is locked by this transaction and the guard was checked against the current
+        // row: the statement changes this one row (see `pipeline`).
+        self.wire.write_later(sql, &values)?;
         self.kept.keep_invocation(next);
         Ok(())
     }
