@@ -1293,3 +1293,30 @@ fn a_refused_write_sent_ahead_is_reported_as_itself_before_a_first_preparation()
         "the refusal itself: {result:?}"
     );
 }
+
+/// A write transaction that wrote nothing does not wait for its COMMIT (issue 33), but the
+/// COMMIT is sent: the row lock its run read took is released at once, and another connection
+/// can lock the row without waiting.
+#[test]
+fn a_transaction_that_wrote_nothing_still_releases_its_locks() {
+    let Some(url) = common::server("a_transaction_that_wrote_nothing_still_releases") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("released");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Running);
+    store
+        .transact(|tx| tx.run(run.id).map(drop))
+        .expect("a locked read and nothing else");
+    common::execute(
+        &url,
+        &schema,
+        &format!(
+            "SET lock_timeout = '5s'; UPDATE runs SET updated_at = updated_at WHERE id = '{}'",
+            run.id
+        ),
+    )
+    .expect("the run's row lock was released");
+}
