@@ -140,6 +140,21 @@ impl Engine {
     }
 }
 
+/// Two statements' rows, both requests sent on the first poll, in this order (the server runs
+/// them in that order; the second starts once the first is done).
+async fn in_order(
+    client: &ClientWrapper,
+    first: (&Statement, &[&(dyn ToSql + Sync)]),
+    second: (&Statement, &[&(dyn ToSql + Sync)]),
+) -> Result<(Vec<Row>, Vec<Row>), tokio_postgres::Error> {
+    let (first, second) = join(
+        client.query(first.0, first.1),
+        client.query(second.0, second.1),
+    )
+    .await;
+    Ok((first?, second?))
+}
+
 /// A pool error in words, with the client error's cause when there is one.
 pub(crate) fn describe_pool_error(error: &deadpool_postgres::PoolError) -> String {
     match error {
@@ -325,15 +340,7 @@ impl<'e> Session<'e> {
         let first = self.statement(sql)?;
         let second = self.statement(then_sql)?;
         let client = self.client;
-        self.read_with(|| async {
-            // Both requests are sent on the first poll, in this order.
-            let (first, second) = join(
-                client.query(&first, params),
-                client.query(&second, then_params),
-            )
-            .await;
-            Ok((first?, second?))
-        })
+        self.read_with(|| in_order(client, (&first, params), (&second, then_params)))
     }
 
     /// One exchange for a read: with `BEGIN` before it on the transaction's first statement,
@@ -420,14 +427,8 @@ impl<'e> Session<'e> {
         let statement = self.statement(sql)?;
         let read = self.statement(read_sql)?;
         let client = self.client;
-        self.guarded(setup, || async {
-            // Both requests are sent on the first poll, in this order.
-            let (written, rows) = join(
-                client.query(&statement, params),
-                client.query(&read, read_params),
-            )
-            .await;
-            Ok((written?, rows?))
+        self.guarded(setup, || {
+            in_order(client, (&statement, params), (&read, read_params))
         })
     }
 
