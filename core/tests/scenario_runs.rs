@@ -1447,13 +1447,14 @@ impl FailingReads {
 async fn a_failed_read_on_resume_abandons_the_execution_and_reclaim_recovers_the_run() {
     // SPEC §8.3: a worker transaction that fails with anything but Fenced makes the executor
     // write nothing more; lease expiry and RECLAIM recover the run. The resumed execution reads
-    // its run and checkpoint, then the planner history of the step already done: that second
-    // read fails, and must not fail the run.
+    // its run and checkpoint, then the calls its crash left RUNNING: that second read fails,
+    // and must not fail the run. (A step that begins afresh reads nothing before its first
+    // write: no replay lookup and, within the budget's bound, no count.)
     let h = Harness::new();
     let run = h
         .submit(h.script(json!([[echo("c1", "one")], [echo("c2", "two")]])))
         .await;
-    h.crash.arm(CrashPoint::AfterBatch);
+    h.crash.arm(CrashPoint::AfterStart);
     assert_eq!(h.drive_one_until_crash(&h.worker("w1")).await, None);
     h.advance(30).await;
     assert_eq!(h.worker("w2").reclaim().await.unwrap(), 1);

@@ -66,6 +66,30 @@ pub enum ExecutionEnd {
     Abandoned,
 }
 
+/// The most the run's `tool_call_count` can be while this execution holds its lease: the count
+/// read under the lease when the execution began, plus every call this execution has dispatched.
+/// Only a lease holder counts calls (START, and RECOVER of an unstartable row, each once per
+/// invocation, and a step's call ids are distinct), so the stored count never exceeds it. A step
+/// whose calls fit under the bound cannot exceed the run's `max_tool_calls`, and its budget check
+/// needs no read: a read transaction per step saved (a round trip on PostgreSQL, issue 33). Only
+/// a step the bound cannot settle reads the count itself.
+#[derive(Debug, Clone, Copy)]
+struct CountBound(u64);
+
+impl CountBound {
+    fn at_claim(run: &Run) -> CountBound {
+        CountBound(u64::from(run.tool_call_count))
+    }
+
+    fn dispatching(&mut self, batch: &PendingBatch) {
+        self.0 = self.0.saturating_add(batch.calls.len() as u64);
+    }
+
+    fn most(self) -> u64 {
+        self.0
+    }
+}
+
 /// How the run ends when FINAL commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Final {
@@ -204,7 +228,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         let pending = state.pending.clone();
         #[cfg(feature = "mutants")]
         let pending = pending.filter(|_| !crate::testing::mutants::replan_pending_step());
+        let mut counted = CountBound::at_claim(run);
         if let Some(batch) = pending {
+            counted.dispatching(&batch);
             self.finish_in_flight(run, lease, token, state, &batch)
                 .await?;
             observe(token)?;
@@ -308,14 +334,19 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     .end_for_token(run, lease, token, state, *version, after_planner)
                     .await; // point 2
             }
-            let used = self
-                .env
-                .read(|tx| {
-                    tx.guard_lease(lease)?;
-                    Ok(tx.run(run.id)?.ok_or(TxError::NotFound)?.tool_call_count)
-                })
-                .map_err(Halt::from)?;
-            if u64::from(used) + calls.len() as u64 > u64::from(run.limits.max_tool_calls) {
+            // The budget (§8.3): read only when the bound does not already settle it.
+            let within =
+                |used: u64| used + calls.len() as u64 <= u64::from(run.limits.max_tool_calls);
+            let over_budget = !within(counted.most())
+                && !within(u64::from(
+                    self.env
+                        .read(|tx| {
+                            tx.guard_lease(lease)?;
+                            Ok(tx.run(run.id)?.ok_or(TxError::NotFound)?.tool_call_count)
+                        })
+                        .map_err(Halt::from)?,
+                ));
+            if over_budget {
                 return Ok(self
                     .finalize(
                         run,
@@ -328,6 +359,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     .await);
             }
             let batch = self.pin(run, step, calls);
+            counted.dispatching(&batch);
             // PENDING commits with the step's first call transaction (§17.1 F1).
             if let Some(end) = self
                 .run_batch(run, lease, token, state, version, &batch, Recorded::No)
