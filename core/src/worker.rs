@@ -22,7 +22,7 @@ use crate::run::cancel::{CancelToken, TokenRegistry};
 use crate::run::executor::{ClaimedFor, ExecutionEnd, HeartbeatSwitch, RunExecutor};
 use crate::run::state::{Change, RequeueReason, transition};
 use crate::run::{Failure, Lease, Run};
-use crate::store::{Store, TxError};
+use crate::store::{Store, StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{CancelReason, CrashPoint, FailureReason, InvocationStatus, RunStatus};
 
@@ -123,6 +123,27 @@ pub struct Worker<S: Store> {
 
 /// Expired leases read per RECLAIM page.
 const RECLAIM_PAGE: usize = 100;
+
+/// CLAIM's writes inside an open transaction: `run` (QUEUED, as read or just inserted) becomes
+/// RUNNING under `worker_id`'s new lease, which is returned with the claimed run.
+fn claim_writes(
+    tx: &mut dyn StoreTx,
+    run: &Run,
+    worker_id: &str,
+    lease_expires_at: Timestamp,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<(Run, Lease), TxError> {
+    let change = Change::Claim {
+        worker_id: worker_id.to_owned(),
+        lease_expires_at,
+    };
+    let claimed = transition(tx, run, run.clone(), change, actor, now)?;
+    let lease = claimed
+        .lease()
+        .ok_or_else(|| TxError::Backend("claimed run has no lease".into()))?;
+    Ok((claimed, lease))
+}
 /// Orphaned call runs read per sweep. Those whose approved call waits for a request sent again
 /// stay in the list until their approval expires, so the page is wider than the number of
 /// such calls a tenant is expected to leave at once.
@@ -248,20 +269,33 @@ impl<S: Store + 'static> Worker<S> {
             if !allowed {
                 return Ok(None);
             }
-            let change = Change::Claim {
-                worker_id: self.settings.worker_id.clone(),
-                lease_expires_at: until,
-            };
-            let claimed = transition(tx, &run, run.clone(), change, &actor, now)?;
-            let lease = claimed
-                .lease()
-                .ok_or_else(|| TxError::Backend("claimed run has no lease".into()))?;
-            Ok(Some((claimed, lease)))
+            claim_writes(tx, &run, &self.settings.worker_id, until, &actor, now).map(Some)
         })?;
         if claimed.is_some() {
             self.env.reached(CrashPoint::AfterClaim).await;
         }
         Ok(claimed)
+    }
+
+    /// CLAIM of `run`, a QUEUED run the open transaction has just inserted, by this worker:
+    /// the gateway's ADMIT and CLAIM of a call run in one transaction (one commit fewer per
+    /// call, issue 33). The caller passes [`Worker::reached_after_claim`] once it commits, and
+    /// then executes the run with [`Worker::execute_for_request`].
+    pub fn claim_admitted_in_tx(
+        &self,
+        tx: &mut dyn StoreTx,
+        run: &Run,
+        now: Timestamp,
+    ) -> Result<(Run, Lease), TxError> {
+        let until = now.saturating_add_micros(self.settings.lease_micros());
+        let actor = Actor::worker(&self.settings.worker_id);
+        claim_writes(tx, run, &self.settings.worker_id, until, &actor, now)
+    }
+
+    /// The crash point after a CLAIM commits, for a claim folded into another transaction
+    /// ([`Worker::claim_admitted_in_tx`]).
+    pub async fn reached_after_claim(&self) {
+        self.env.reached(CrashPoint::AfterClaim).await;
     }
 
     /// Executes a claimed run with its heartbeat until it parks or ends.

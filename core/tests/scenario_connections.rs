@@ -1112,3 +1112,62 @@ async fn an_untrusted_read_outside_the_journal_taints_the_next_step_durably() {
         "cleared"
     );
 }
+
+/// Counts write transactions.
+#[derive(Default)]
+struct CountWrites(std::sync::atomic::AtomicUsize);
+
+impl StoreHook for CountWrites {
+    fn before_transact(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Issue 33: an allowed call's run commits four write transactions, ADMIT·SUBMIT·CLAIM,
+/// PROPOSE·START, FINISH·BATCH and FINAL (the answer leaves after FINISH·BATCH); the CLAIM is
+/// folded into the transaction that admits the call, so the run is never seen QUEUED.
+#[tokio::test(start_paused = true)]
+async fn an_allowed_call_is_admitted_and_claimed_in_one_transaction() {
+    let h = Harness::new();
+    let store = Arc::new(HookedStore {
+        inner: Arc::clone(&h.store),
+        hook: CountWrites::default(),
+    });
+    let live = LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true);
+    let mut env = h.env_over(Arc::clone(&store));
+    env.planners = Arc::new(LiveFactory {
+        live: Arc::clone(&live),
+        store: Arc::clone(&h.store),
+    });
+    let mut settings = WorkerSettings::new("gateway-a");
+    settings.lease_ms = 600_000;
+    let worker = Worker::new(env, settings);
+    let driver = Arc::new(
+        ConnectionDriver::open(worker, Arc::clone(&live), "acme", "alice", template())
+            .expect("open"),
+    );
+    let running = Arc::clone(&driver);
+    let task = tokio::spawn(async move {
+        let _ = running.run().await;
+    });
+    let before = store.hook.0.load(std::sync::atomic::Ordering::SeqCst);
+    let ticket = live.submit(1, call("test.echo", "one"));
+    assert!(matches!(
+        answer(&ticket).await,
+        TicketEnd::Answered(CallAnswer::Executed { .. })
+    ));
+    settle_for(1).await;
+    let written = store.hook.0.load(std::sync::atomic::Ordering::SeqCst) - before;
+    assert_eq!(written, 4, "write transactions of one allowed call");
+    let session = driver.connection().session_id;
+    let run: Vec<Run> = h
+        .store
+        .snapshot()
+        .runs
+        .into_values()
+        .filter(|r| r.session_id == session)
+        .collect();
+    assert_eq!(run.len(), 1);
+    assert_eq!(run[0].status(), RunStatus::Completed);
+    task.abort();
+}

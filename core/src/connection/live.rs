@@ -48,7 +48,7 @@ use crate::events::Actor;
 use crate::ids::{ApprovalId, ConnectionId, RunId};
 use crate::invocation::outcome::codes;
 use crate::ports::{BoxFut, Planner, PlannerError, PlannerInput, PlannerTurn, ProposedCall};
-use crate::run::{Limits, Run, RunState};
+use crate::run::{Lease, Limits, Run, RunState};
 use crate::scope::ScopeSet;
 use crate::session::Session;
 use crate::store::{Store, TxError};
@@ -739,6 +739,9 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
     }
 }
 
+/// A call run this driver claimed in the transaction that admitted it, and its lease.
+type Claimed = (Run, Lease);
+
 /// What one look at a call run decided.
 enum Drive {
     /// Terminal, and its request settled.
@@ -1134,13 +1137,13 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 .live
                 .with(|m| (m.queue.drain(..).collect(), m.adopting.drain(..).collect()));
             for entry in arrived {
-                if let Some(run) = self.admit(entry) {
-                    runs.push(self.drive(run));
+                if let Some((run, claimed)) = self.admit(entry) {
+                    runs.push(self.drive(run, claimed));
                 }
             }
             for run in adopted {
                 if self.start_driving(run).is_some() {
-                    runs.push(self.drive(run));
+                    runs.push(self.drive(run, None));
                 }
             }
             if self.live.is_closed() {
@@ -1164,16 +1167,21 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     }
 
     /// A request's way in: bound to a parked call of the identical call (§22.3, any
-    /// conversation of the tenant and principal), or ADMIT and SUBMIT of its own call run in one
-    /// transaction (§22.1 `[limits]` per conversation). Returns the run to drive when this
-    /// driver does not drive it yet; a request the conversation's limits refuse, or that could
-    /// not be recorded, is answered.
-    fn admit(&self, entry: Entry) -> Option<RunId> {
+    /// conversation of the tenant and principal), or ADMIT, SUBMIT and CLAIM of its own call run
+    /// in one transaction (§22.1 `[limits]` per conversation). Returns the run to drive when
+    /// this driver does not drive it yet, with its lease when this transaction claimed it; a
+    /// request the conversation's limits refuse, or that could not be recorded, is answered.
+    ///
+    /// The CLAIM folds into ADMIT (issue 33: one commit fewer on every call's way to its
+    /// answer): the run is never QUEUED for anyone else to see, and nobody else could have
+    /// claimed it anyway (a call run is claimed only by a driver of its connection, §22.3).
+    /// A connection already closed claims nothing: its DISCONNECT ends the QUEUED run.
+    fn admit(&self, entry: Entry) -> Option<(RunId, Option<Claimed>)> {
         match self.parked_twin(&entry.call) {
             Ok(Some((run, origin))) => {
                 tracing::info!(run = %run, connection = %self.connection.id, "a call sent again binds to its parked twin");
                 self.live.hand(entry, run, origin);
-                return self.start_driving(run);
+                return self.start_driving(run).map(|run| (run, None));
             }
             Ok(None) => {}
             // Unknown: the call asks again (a second approval, never a second effect).
@@ -1193,6 +1201,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 self.template.limits.deadline_seconds,
                 now,
             )?;
+            let mut claimed = None;
             if let CallAdmission::Admitted { deadline_at } = admission {
                 let run = self.call_run(run_id, deadline_at, now);
                 crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
@@ -1203,11 +1212,14 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                         now.saturating_add_micros(idle_micros),
                     )?;
                 }
+                if !self.live.is_closed() {
+                    claimed = Some(self.worker.claim_admitted_in_tx(tx, &run, now)?);
+                }
             }
-            Ok(admission)
+            Ok((admission, claimed))
         });
-        let admission = match admission {
-            Ok(admission) => admission,
+        let (admission, claimed) = match admission {
+            Ok(admitted) => admitted,
             Err(error) => {
                 tracing::warn!(%error, "a call could not be admitted; it is answered that nothing ran");
                 entry.ticket.finish(TicketEnd::Answered(CallAnswer::Failed {
@@ -1220,7 +1232,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let refusal = match admission {
             CallAdmission::Admitted { .. } => {
                 self.live.hand(entry, run_id, Origin::Own);
-                return self.start_driving(run_id);
+                return self.start_driving(run_id).map(|run| (run, claimed));
             }
             CallAdmission::Closed => None,
             CallAdmission::CallsSpent { max_tool_calls } => Some(CallAnswer::Denied {
@@ -1359,10 +1371,13 @@ impl<S: Store + 'static> ConnectionDriver<S> {
 
     /// Moves one call run until it is terminal and its request is answered. A storage error
     /// is looked at again after one poll.
-    async fn drive(&self, run_id: RunId) {
+    async fn drive(&self, run_id: RunId, mut admitted: Option<Claimed>) {
         let mut cancel_sent = false;
         loop {
-            let wake_at = match self.drive_once(run_id, &mut cancel_sent).await {
+            let wake_at = match self
+                .drive_once(run_id, &mut cancel_sent, &mut admitted)
+                .await
+            {
                 Ok(Drive::Ended) => {
                     lock(&self.driving).remove(&run_id);
                     self.live.with(|m| m.adopted.remove(&run_id));
@@ -1383,12 +1398,44 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         }
     }
 
-    /// One look at a call run: cancels, the answer, and a claim when it is due.
-    async fn drive_once(&self, run_id: RunId, cancel_sent: &mut bool) -> Result<Drive, TxError> {
+    /// Executes a call run this driver claimed, inside the request's span when one waits
+    /// (telemetry; the run's own spans then belong to the client's trace).
+    async fn execute_claimed(&self, run_id: RunId, claimed: Run, lease: Lease) {
+        match self.live.request_span_of(run_id) {
+            Some(span) => {
+                tracing::Instrument::instrument(
+                    self.worker.execute_for_request(claimed, lease),
+                    span,
+                )
+                .await;
+            }
+            None => {
+                self.worker.execute_for_request(claimed, lease).await;
+            }
+        }
+    }
+
+    /// One look at a call run: cancels, the answer, and a claim when it is due (or the
+    /// execution of the claim `admit` committed).
+    async fn drive_once(
+        &self,
+        run_id: RunId,
+        cancel_sent: &mut bool,
+        admitted: &mut Option<Claimed>,
+    ) -> Result<Drive, TxError> {
         let env = self.worker.env();
         if !*cancel_sent {
             self.apply_cancels(run_id)?;
             *cancel_sent = !self.live.cancelled_of(run_id).is_empty();
+        }
+        if let Some((claimed, lease)) = admitted.take() {
+            self.worker.reached_after_claim().await;
+            // A client that left after ADMIT·CLAIM: its close may not have seen the run yet.
+            if self.live.is_closed() {
+                self.cancel_run(run_id)?;
+            }
+            self.execute_claimed(run_id, claimed, lease).await;
+            return Ok(Drive::Again);
         }
         let run = env.read(|tx| tx.run(run_id))?.ok_or(TxError::NotFound)?;
         let status = run.status();
@@ -1443,20 +1490,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                             self.cancel_run(run_id)?;
                         }
                     }
-                    // Inside the request's span when one waits (telemetry; the run's own spans
-                    // then belong to the client's trace).
-                    match self.live.request_span_of(run_id) {
-                        Some(span) => {
-                            tracing::Instrument::instrument(
-                                self.worker.execute_for_request(claimed, lease),
-                                span,
-                            )
-                            .await;
-                        }
-                        None => {
-                            self.worker.execute_for_request(claimed, lease).await;
-                        }
-                    }
+                    self.execute_claimed(run_id, claimed, lease).await;
                     if bound {
                         lock(&self.executing_bound).remove(&run_id);
                     }
