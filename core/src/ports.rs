@@ -168,6 +168,17 @@ pub trait Planner: Send + Sync {
         input: PlannerInput<'a>,
     ) -> BoxFut<'a, Result<PlannerTurn, PlannerError>>;
 
+    /// `Some(message)` when this planner's turn for step `step + 1` is known, before step
+    /// `step` is recorded, to be `Final { message }` whatever step `step`'s results are (a
+    /// live client's call run: one call, then the end). The executor then folds the run's FINAL
+    /// into the transaction that records step `step` (issue 33: one commit fewer per call run),
+    /// unless point 1, the deadline, the step limit or repeated denials would end the run
+    /// otherwise; the planner is then not asked for step `step + 1`. `None` (the default): ask.
+    fn final_after(&self, step: u32) -> Option<String> {
+        let _ = step;
+        None
+    }
+
     /// Whether untrusted content reached this planner by a path the journal does not record
     /// (SPEC §19.6: an MCP resource read or prompt get of a live client). When it says yes
     /// after a turn with calls, the executor taints the run before that step's PENDING, so the

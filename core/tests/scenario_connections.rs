@@ -1123,9 +1123,10 @@ impl StoreHook for CountWrites {
     }
 }
 
-/// Issue 33: an allowed call's run commits four write transactions, ADMIT·SUBMIT·CLAIM,
-/// PROPOSE·START, FINISH·BATCH and FINAL (the answer leaves after FINISH·BATCH); the CLAIM is
-/// folded into the transaction that admits the call, so the run is never seen QUEUED.
+/// Issue 33: an allowed call's run commits three write transactions, ADMIT·SUBMIT·CLAIM,
+/// PROPOSE·START and FINISH·BATCH·FINAL: the CLAIM is folded into the transaction that admits
+/// the call (the run is never seen QUEUED), and the run's FINAL into the one that records its
+/// step (the live planner's next turn is known to be the end).
 #[tokio::test(start_paused = true)]
 async fn an_allowed_call_is_admitted_and_claimed_in_one_transaction() {
     let h = Harness::new();
@@ -1158,7 +1159,7 @@ async fn an_allowed_call_is_admitted_and_claimed_in_one_transaction() {
     ));
     settle_for(1).await;
     let written = store.hook.0.load(std::sync::atomic::Ordering::SeqCst) - before;
-    assert_eq!(written, 4, "write transactions of one allowed call");
+    assert_eq!(written, 3, "write transactions of one allowed call");
     let session = driver.connection().session_id;
     let run: Vec<Run> = h
         .store

@@ -675,6 +675,12 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
         self.live.calls_tainted_by_read() || self.conversation_tainted.load(Ordering::SeqCst)
     }
 
+    /// A call run is one step of one call (§22.2): its second turn is always the end. Its
+    /// request is then answered once the run is terminal (`ConnectionDriver::drive_once`).
+    fn final_after(&self, step: u32) -> Option<String> {
+        (step >= 1).then(|| ANSWERED_MESSAGE.to_owned())
+    }
+
     fn next_turn<'a>(
         &'a self,
         input: PlannerInput<'a>,

@@ -616,6 +616,9 @@ impl<'e, S: Store> ToolPipeline<'e, S> {
         if folded.batch {
             self.env.reached(CrashPoint::AfterBatch).await;
         }
+        if folded.run_final {
+            self.env.reached(CrashPoint::AfterFinal).await;
+        }
     }
 
     /// Continues from a freshly proposed or revalidated row.

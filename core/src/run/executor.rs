@@ -23,7 +23,7 @@ use crate::ports::{BoxFut, Planner, PlannerInput, PlannerStep, PlannerTurn, Prop
 use crate::run::cancel::CancelToken;
 use crate::run::checkpoint::{Admission, CheckpointState, PendingBatch, PinnedCall, ResultRef};
 use crate::run::state::{Change, transition};
-use crate::run::step_writes::{StepLedger, checkpoint};
+use crate::run::step_writes::{FinalFold, StepLedger, checkpoint};
 use crate::run::{Failure, Lease, Run};
 use crate::store::{Store, StoreTx, TxError};
 use crate::time::Timestamp;
@@ -236,7 +236,16 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             observe(token)?;
             self.check_deadline(run)?;
             if let Some(end) = self
-                .run_batch(run, lease, token, state, version, &batch, Recorded::Yes)
+                .run_batch(
+                    run,
+                    lease,
+                    token,
+                    state,
+                    version,
+                    &batch,
+                    Recorded::Yes,
+                    None,
+                )
                 .await?
             {
                 return Ok(end);
@@ -360,9 +369,25 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             }
             let batch = self.pin(run, step, calls);
             counted.dispatching(&batch);
+            // A planner that already knows its next turn ends the run has FINAL folded into
+            // this step's BATCH (issue 33).
+            let fold = planner.final_after(step).map(|final_message| FinalFold {
+                final_message,
+                next_step: step.saturating_add(1),
+                denial_limit: REPEATED_DENIAL_LIMIT,
+            });
             // PENDING commits with the step's first call transaction (§17.1 F1).
             if let Some(end) = self
-                .run_batch(run, lease, token, state, version, &batch, Recorded::No)
+                .run_batch(
+                    run,
+                    lease,
+                    token,
+                    state,
+                    version,
+                    &batch,
+                    Recorded::No,
+                    fold,
+                )
                 .await?
             {
                 return Ok(end);
@@ -516,10 +541,11 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         version: &mut u32,
         batch: &PendingBatch,
         recorded: Recorded,
+        fold: Option<FinalFold>,
     ) -> Result<Option<ExecutionEnd>, Halt> {
         let span = tracing::info_span!("step", step = batch.step, calls = batch.calls.len());
         tracing::Instrument::instrument(
-            self.run_batch_inner(run, lease, token, state, version, batch, recorded),
+            self.run_batch_inner(run, lease, token, state, version, batch, recorded, fold),
             span,
         )
         .await
@@ -535,16 +561,23 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         version: &mut u32,
         batch: &PendingBatch,
         recorded: Recorded,
+        fold: Option<FinalFold>,
     ) -> Result<Option<ExecutionEnd>, Halt> {
         let mut unwritten = match recorded {
             Recorded::Yes => None,
             Recorded::No => Some(batch.clone()),
         };
         loop {
-            let ledger = StepLedger::new(run, self.actor(), *version, state.clone(), unwritten);
+            let ledger = StepLedger::new(run, self.actor(), *version, state.clone(), unwritten)
+                .fold_final(fold.clone());
             let dispatched = self.dispatch(run, lease, token, &ledger, batch).await;
             // Whatever happened, continue from what is really committed.
             (*version, *state) = ledger.committed();
+            if ledger.run_ended() {
+                // FINAL committed with the step: whatever the token says now, the run is over.
+                self.heartbeat.pause();
+                return Ok(Some(ExecutionEnd::Finished(RunStatus::Completed)));
+            }
             unwritten = ledger.pending_unwritten().then(|| batch.clone());
             let dispatched = match dispatched {
                 Ok(dispatched) => dispatched,
@@ -588,6 +621,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     if !ledger.step_closed() {
                         self.batch(lease, &ledger, batch, &results).await?;
                         (*version, *state) = ledger.committed();
+                        if ledger.run_ended() {
+                            self.heartbeat.pause();
+                            return Ok(Some(ExecutionEnd::Finished(RunStatus::Completed)));
+                        }
                     }
                     if state
                         .denial_counts
@@ -719,6 +756,9 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         }
         debug_assert!(folded.batch, "BATCH committed with its transaction");
         self.env.reached(CrashPoint::AfterBatch).await;
+        if folded.run_final {
+            self.env.reached(CrashPoint::AfterFinal).await;
+        }
         Ok(())
     }
 

@@ -22,7 +22,7 @@ use crate::events::{Actor, EventType, NewEvent};
 use crate::invocation::call_result::CallResult;
 use crate::run::Run;
 use crate::run::checkpoint::{Checkpoint, CheckpointState, PendingBatch, StepRecord};
-use crate::run::state::update_fields;
+use crate::run::state::{Change, transition, update_fields};
 use crate::store::{StoreTx, TxError};
 use crate::time::Timestamp;
 use crate::vocab::{CheckpointTrigger, OutcomeStatus};
@@ -105,6 +105,28 @@ pub fn close_step(
 pub struct Folded {
     pub pending: bool,
     pub batch: bool,
+    /// The run's FINAL (COMPLETED) followed the BATCH in the same commit ([`FinalFold`]).
+    pub run_final: bool,
+}
+
+/// The run's FINAL folded into the transaction that closes a step (issue 33), for a planner
+/// whose next turn is known to be `Final` before the step is recorded
+/// ([`crate::ports::Planner::final_after`]): a call run's FINISH·BATCH·FINAL is one commit.
+///
+/// It folds only when the executor's loop would have ended the run COMPLETED right after that
+/// BATCH (SPEC §8.3): no identical denial reached the limit, the next step is within
+/// `max_steps`, the deadline has not passed at the transaction's `now`, and the run's row, read
+/// inside the transaction, carries no cancel request (point 1; a fence is the transaction's own
+/// lease guard). Otherwise nothing more is written and the loop goes on as before. FINAL then
+/// writes what `finalize` would: checkpoint `final` at the next version and the run COMPLETED
+/// with `step_count` = the step the planner's `Final` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalFold {
+    pub final_message: String,
+    /// The step whose turn is the `Final` (FINAL's `step_count`, §8.3).
+    pub next_step: u32,
+    /// The identical-denial count that fails the run instead (§8.3).
+    pub denial_limit: u32,
 }
 
 /// The checkpoint position: the latest committed version and its state.
@@ -126,6 +148,10 @@ struct LedgerState {
     closing: Option<Closing>,
     /// Whether this ledger's BATCH has committed (folded or in its own transaction).
     batch_committed: bool,
+    /// FINAL to fold after BATCH, when it applies.
+    final_fold: Option<FinalFold>,
+    /// Whether a folded FINAL has committed: the run is COMPLETED.
+    run_ended: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -160,8 +186,21 @@ impl<'a> StepLedger<'a> {
                 unwritten_pending,
                 closing: None,
                 batch_committed: false,
+                final_fold: None,
+                run_ended: false,
             }),
         }
+    }
+
+    /// Folds the run's FINAL into the step's BATCH when it applies ([`FinalFold`]).
+    pub fn fold_final(self, fold: Option<FinalFold>) -> StepLedger<'a> {
+        self.lock().final_fold = fold;
+        self
+    }
+
+    /// Whether a folded FINAL has committed (the run is COMPLETED; nothing more is written).
+    pub fn run_ended(&self) -> bool {
+        self.lock().run_ended
     }
 
     fn lock(&self) -> MutexGuard<'_, LedgerState> {
@@ -321,15 +360,62 @@ impl<'a> StepLedger<'a> {
             &self.actor,
             now,
         )?;
+        let run_final = match &inner.final_fold {
+            Some(fold) => self.stage_final(tx, fold, &mut position, now)?,
+            None => false,
+        };
         let folded = inner.staged.as_ref().map_or(Folded::default(), |(_, f)| *f);
         inner.staged = Some((
             position,
             Folded {
                 batch: true,
+                run_final,
                 ..folded
             },
         ));
         Ok(())
+    }
+
+    /// FINAL after the BATCH just staged at `position`, when [`FinalFold`]'s conditions hold
+    /// inside this transaction. `true` when written.
+    fn stage_final(
+        &self,
+        tx: &mut dyn StoreTx,
+        fold: &FinalFold,
+        position: &mut Position,
+        now: Timestamp,
+    ) -> Result<bool, TxError> {
+        let denied_too_often = position
+            .state
+            .denial_counts
+            .values()
+            .any(|count| *count >= fold.denial_limit);
+        let past_deadline = self.run.deadline_at.is_some_and(|deadline| now >= deadline);
+        if denied_too_often || past_deadline || fold.next_step > self.run.limits.max_steps {
+            return Ok(false);
+        }
+        let current = tx.run(self.run.id)?.ok_or(TxError::NotFound)?;
+        if current.cancel_requested_at.is_some() {
+            return Ok(false);
+        }
+        let version = position.version.saturating_add(1);
+        checkpoint(
+            tx,
+            self.run,
+            version,
+            CheckpointTrigger::Final,
+            &position.state,
+            &self.actor,
+            now,
+        )?;
+        let mut next = current.clone();
+        next.step_count = fold.next_step;
+        let change = Change::Complete {
+            final_message: fold.final_message.clone(),
+        };
+        transition(tx, &current, next, change, &self.actor, now)?;
+        position.version = version;
+        Ok(true)
     }
 
     /// After `transact` returned: a commit promotes what was staged, a rollback forgets it.
@@ -349,6 +435,9 @@ impl<'a> StepLedger<'a> {
         if folded.batch {
             inner.closing = None;
             inner.batch_committed = true;
+        }
+        if folded.run_final {
+            inner.run_ended = true;
         }
         folded
     }
@@ -476,7 +565,8 @@ mod tests {
             ledger.settle(true),
             Folded {
                 pending: true,
-                batch: true
+                batch: true,
+                run_final: false
             }
         );
         assert!(!ledger.pending_unwritten());
@@ -498,5 +588,82 @@ mod tests {
                 .len(),
             1
         );
+    }
+
+    /// One call's step closed by a ledger that folds FINAL, on a fresh store whose run is
+    /// changed by `shape` first; returns what the commit carried and the run after it.
+    fn close_with_final(
+        shape: impl FnOnce(&mut Run),
+        results: &[CallResult],
+        now: Timestamp,
+    ) -> (Folded, Run, CheckpointTrigger) {
+        let store = MemStore::new();
+        let session = crate::testing::fixtures::sample_session(1);
+        let mut run = crate::testing::fixtures::sample_run(1, session.id, RunStatus::Running);
+        shape(&mut run);
+        crate::testing::fixtures::commit(&store, "seed", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)?;
+            tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
+        });
+        let ledger = StepLedger::new(
+            &run,
+            Actor::worker("w1"),
+            1,
+            CheckpointState::default(),
+            None,
+        )
+        .fold_final(Some(FinalFold {
+            final_message: "done".to_owned(),
+            next_step: 2,
+            denial_limit: 1,
+        }));
+        let committed =
+            store.transact(|tx| ledger.stage_batch(tx, &batch(1, &["a"]), results, now));
+        assert!(committed.is_ok(), "{committed:?}");
+        let folded = ledger.settle(true);
+        assert_eq!(ledger.run_ended(), folded.run_final);
+        let after = store.read(|tx| tx.run(run.id)).unwrap().unwrap();
+        let latest = store
+            .read(|tx| tx.latest_checkpoint(run.id))
+            .unwrap()
+            .unwrap();
+        (folded, after, latest.trigger)
+    }
+
+    #[test]
+    fn final_folds_into_batch_only_where_the_loop_would_have_completed_the_run() {
+        let ok = [result(
+            "a",
+            OutcomeStatus::Succeeded,
+            TrustLevel::InternalTool,
+        )];
+        let (folded, after, trigger) = close_with_final(|_| {}, &ok, T0);
+        assert!(folded.batch && folded.run_final);
+        assert_eq!(after.status(), RunStatus::Completed);
+        assert_eq!(
+            after.step_count, 2,
+            "FINAL's step is the one the Final answers"
+        );
+        assert_eq!(trigger, CheckpointTrigger::Final);
+
+        // Point 1: a cancel request committed before the transaction.
+        let (folded, after, trigger) =
+            close_with_final(|r| r.cancel_requested_at = Some(T0), &ok, T0);
+        assert!(folded.batch && !folded.run_final);
+        assert_eq!(
+            (after.status(), trigger),
+            (RunStatus::Running, CheckpointTrigger::ToolBatch)
+        );
+        // The deadline, at the transaction's now.
+        let (folded, ..) = close_with_final(|r| r.deadline_at = Some(T0), &ok, T0);
+        assert!(!folded.run_final, "now >= deadline_at");
+        // The step limit: the Final's step would be over it.
+        let (folded, ..) = close_with_final(|r| r.limits.max_steps = 1, &ok, T0);
+        assert!(!folded.run_final, "step 2 > max_steps");
+        // An identical denial at the limit fails the run instead.
+        let denied = [result("a", OutcomeStatus::Denied, TrustLevel::InternalTool)];
+        let (folded, ..) = close_with_final(|_| {}, &denied, T0);
+        assert!(!folded.run_final, "repeated denial");
     }
 }
