@@ -137,7 +137,10 @@ async fn parked(ticket: &Ticket) -> ApprovalId {
 }
 
 fn session_runs(h: &Harness, g: &Gateway) -> Vec<Run> {
-    let session = g.driver.connection().session_id;
+    runs_in(h, g.driver.connection().session_id)
+}
+
+fn runs_in(h: &Harness, session: airlock_core::ids::SessionId) -> Vec<Run> {
     h.store
         .snapshot()
         .runs
@@ -1160,14 +1163,7 @@ async fn an_allowed_call_is_admitted_and_claimed_in_one_transaction() {
     settle_for(1).await;
     let written = store.hook.0.load(std::sync::atomic::Ordering::SeqCst) - before;
     assert_eq!(written, 3, "write transactions of one allowed call");
-    let session = driver.connection().session_id;
-    let run: Vec<Run> = h
-        .store
-        .snapshot()
-        .runs
-        .into_values()
-        .filter(|r| r.session_id == session)
-        .collect();
+    let run = runs_in(&h, driver.connection().session_id);
     assert_eq!(run.len(), 1);
     assert_eq!(run[0].status(), RunStatus::Completed);
     task.abort();
