@@ -892,48 +892,40 @@ mod tests {
     /// than hanging the suite.
     #[test]
     fn a_heredoc_delimited_by_a_carriage_return_or_form_feed_reads_and_returns() {
-        let (done, finished) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let readings: Vec<Vec<String>> = [
-                "<<\r<<#",
-                "<<\x0c;#",
-                "cat x\r <<EOF >/etc/hosts\r\nhi\nEOF\n",
-            ]
-            .iter()
-            .map(|text| joined(text))
-            .collect();
-            let _ = done.send(readings);
-        });
-        let readings = finished
-            .recv_timeout(std::time::Duration::from_secs(5))
-            .expect("the readings return (they take microseconds)");
+        let readings = joined_within_5_s(&[
+            "<<\r<<#",
+            "<<\x0c;#",
+            "cat x\r <<EOF >/etc/hosts\r\nhi\nEOF\n",
+        ]);
         assert_eq!(readings[2], ["cat x"], "{readings:?}");
     }
 
     /// brush-parser 0.4 never returns on a here-document with an empty delimiter followed by an
     /// operator and a comment running to the end of the text (the fuzz target's 2.7 KB input is
     /// in its corpus); such a text is parsed with a newline at its end, and the reading returns.
-    /// On a thread, so that a regression fails here rather than hanging the suite.
     #[test]
     fn a_heredoc_with_an_empty_delimiter_before_a_final_comment_reads_and_returns() {
+        let readings = joined_within_5_s(&[
+            "<<'';#",
+            "<<\"\" >#",
+            "<<''<x #",
+            "x\n<<'';#",
+            "cat <<'' >x #\n\nrm -rf /",
+        ]);
+        assert!(readings[4].contains(&"cat".to_owned()), "{readings:?}");
+    }
+
+    /// [`joined`] of each text, on a thread that must answer within 5 s: a parser that never
+    /// returns fails the test instead of hanging the suite.
+    fn joined_within_5_s(texts: &[&'static str]) -> Vec<Vec<String>> {
+        let texts = texts.to_vec();
         let (done, finished) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let readings: Vec<Vec<String>> = [
-                "<<'';#",
-                "<<\"\" >#",
-                "<<''<x #",
-                "x\n<<'';#",
-                "cat <<'' >x #\n\nrm -rf /",
-            ]
-            .iter()
-            .map(|text| joined(text))
-            .collect();
-            let _ = done.send(readings);
+            let _ = done.send(texts.iter().map(|text| joined(text)).collect());
         });
-        let readings = finished
+        finished
             .recv_timeout(std::time::Duration::from_secs(5))
-            .expect("the readings return (they take microseconds)");
-        assert!(readings[4].contains(&"cat".to_owned()), "{readings:?}");
+            .expect("the readings return (they take microseconds)")
     }
 
     /// Each argv of the shell reading of `text`, joined by spaces.
