@@ -99,12 +99,13 @@ enum Final {
 }
 
 /// Whether a batch's PENDING is already committed when it is dispatched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Recorded {
     /// A resumed step: its PENDING committed in an earlier execution.
     Yes,
-    /// A new step: PENDING folds into its first call transaction (§17.1 F1).
-    No,
+    /// A new step: PENDING folds into its first call transaction (§17.1 F1), and FINAL into its
+    /// BATCH when the planner already said its next turn ends the run ([`FinalFold`]).
+    No(Option<FinalFold>),
 }
 
 /// The result of dispatching one batch.
@@ -236,16 +237,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             observe(token)?;
             self.check_deadline(run)?;
             if let Some(end) = self
-                .run_batch(
-                    run,
-                    lease,
-                    token,
-                    state,
-                    version,
-                    &batch,
-                    Recorded::Yes,
-                    None,
-                )
+                .run_batch(run, lease, token, state, version, &batch, Recorded::Yes)
                 .await?
             {
                 return Ok(end);
@@ -385,8 +377,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                     state,
                     version,
                     &batch,
-                    Recorded::No,
-                    fold,
+                    Recorded::No(fold),
                 )
                 .await?
             {
@@ -541,11 +532,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         version: &mut u32,
         batch: &PendingBatch,
         recorded: Recorded,
-        fold: Option<FinalFold>,
     ) -> Result<Option<ExecutionEnd>, Halt> {
         let span = tracing::info_span!("step", step = batch.step, calls = batch.calls.len());
         tracing::Instrument::instrument(
-            self.run_batch_inner(run, lease, token, state, version, batch, recorded, fold),
+            self.run_batch_inner(run, lease, token, state, version, batch, recorded),
             span,
         )
         .await
@@ -561,11 +551,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
         version: &mut u32,
         batch: &PendingBatch,
         recorded: Recorded,
-        fold: Option<FinalFold>,
     ) -> Result<Option<ExecutionEnd>, Halt> {
-        let mut unwritten = match recorded {
-            Recorded::Yes => None,
-            Recorded::No => Some(batch.clone()),
+        let (mut unwritten, fold) = match recorded {
+            Recorded::Yes => (None, None),
+            Recorded::No(fold) => (Some(batch.clone()), fold),
         };
         loop {
             let ledger = StepLedger::new(run, self.actor(), *version, state.clone(), unwritten)
