@@ -6,6 +6,8 @@
 //! cargo build --release -p airlock                      # in the root workspace
 //! . .ci/postgres.sh                                     # or any server: AIRLOCK_TEST_PG_URL
 //! cd bench && cargo run --release --example store_scaling -- ../target/release/airlock
+//! # the round trips alone (no worker processes):
+//! cd bench && cargo run --release --example store_scaling -- ../target/release/airlock --round-trips
 //! ```
 //!
 //! Each measurement starts from a fresh store (an SQLite file, or a PostgreSQL schema of its
@@ -177,11 +179,20 @@ fn round_trips(base: &str) {
 }
 
 fn main() {
-    let airlock = std::env::args()
-        .nth(1)
-        .expect("usage: store_scaling PATH/TO/airlock (a release build)");
+    let usage = "usage: store_scaling PATH/TO/airlock (a release build) [--round-trips]";
+    let mut args = std::env::args().skip(1);
+    let airlock = args.next().expect(usage);
     let airlock = Path::new(&airlock);
+    let round_trips_only = match args.next().as_deref() {
+        None => false,
+        Some("--round-trips") => true,
+        Some(_) => panic!("{usage}"),
+    };
     let base = std::env::var("AIRLOCK_TEST_PG_URL").expect("AIRLOCK_TEST_PG_URL names the server");
+    if round_trips_only {
+        round_trips(&base);
+        return;
+    }
     println!(
         "{RUNS} runs x {CALLS} workspace.write_text calls (one per step), concurrency 4 per worker"
     );

@@ -218,6 +218,12 @@ pub trait StoreTx {
 
     // Invocations.
     /// `Conflict` on a duplicate id, idempotency key or `(run_id, step_number, call_id)`.
+    ///
+    /// A store may report that `Conflict` later in the same transaction — from its next
+    /// statement that waits for an answer, or from the commit — instead of from this call
+    /// (the PostgreSQL store sends the insert ahead of its answer); the transaction then
+    /// commits nothing. Core never continues a transaction after this call failed: it ends the
+    /// transaction and reads the row that won in a new one.
     fn insert_invocation(&mut self, invocation: &Invocation) -> Result<(), TxError>;
     fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError>;
     fn invocation_by_key(&mut self, idempotency_key: &str) -> Result<Option<Invocation>, TxError>;

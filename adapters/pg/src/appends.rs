@@ -16,9 +16,14 @@
 //!   (an invocation, an approval, a refused call). Every key of one subject is read at once,
 //!   through `ix_events_key_subject` (V11): by the first append of that subject (a read sent
 //!   in the same exchange, after its insert, so that it sees what the previous holder of the
-//!   session's counter committed), by an invocation's insert for its id, or by one read before
-//!   the first append that can be predicted. A tool call's
+//!   session's counter committed), with a lease holder's first read of its run for the run's
+//!   open invocations, or by one read before the first append that can be predicted. A tool call's
 //!   `proposed`, `authorized` and `started` events then need no answer after the first.
+//!
+//! A lease holder's transaction knows all three before its first append: its first read of
+//! the run (`PgTx::leased_run_row`) locks the session's counter and takes the ids in the same
+//! exchange, and brings the keys of the run's open invocations; an invocation it inserts has a
+//! new id, whose subject has no key yet. Its appends are then all sent ahead.
 //!
 //! An append whose id, sequence and key are all known is sent ahead (`pipeline`), guarded so
 //! that a counter that is not the predicted one changes no row, which fails the transaction.
@@ -107,6 +112,12 @@ impl Appends {
         }
     }
 
+    /// The next sequence of `session`, read under the session row's lock (see
+    /// `PgTx::leased_run_row`): the appends after it are predicted from it.
+    pub(crate) fn know_sequence(&mut self, session: SessionId, next_sequence: i64) {
+        self.next_sequence.insert(session, next_sequence);
+    }
+
     /// Ids reserved by an append that waited for its answer. Any left from an earlier
     /// reservation are dropped: they are lower than the id that append just took, and ids must
     /// follow the order of the appends.
@@ -119,6 +130,14 @@ impl Appends {
     pub(crate) fn know_subject(&mut self, subject: &str, keys: impl IntoIterator<Item = String>) {
         self.subjects
             .insert(subject.to_owned(), keys.into_iter().collect());
+    }
+
+    /// Records `key` as taken, its subject's keys being known (read with it).
+    pub(crate) fn know_taken(&mut self, key: &str) {
+        self.subjects
+            .entry(subject(key).to_owned())
+            .or_default()
+            .insert(key.to_owned());
     }
 
     pub(crate) fn key(&self, key: &str) -> KeyState {

@@ -343,6 +343,31 @@ impl<'e> Session<'e> {
         self.read_with(|| in_order(client, (&first, params), (&second, then_params)))
     }
 
+    /// Several reads sent in one exchange and answered in order, each statement with its own
+    /// snapshot taken when the one before it is done (as [`Session::rows_then`]).
+    pub(crate) fn rows_each(
+        &mut self,
+        statements: &[(&str, &[&(dyn ToSql + Sync)])],
+    ) -> Result<Vec<Vec<Row>>, TxError> {
+        let prepared = statements
+            .iter()
+            .map(|(sql, _)| self.statement(sql))
+            .collect::<Result<Vec<_>, _>>()?;
+        let client = self.client;
+        self.read_with(|| async {
+            // `join_all` polls its futures in order, so the requests go out in this order.
+            join_all(
+                prepared
+                    .iter()
+                    .zip(statements)
+                    .map(|(statement, (_, params))| client.query(statement, params)),
+            )
+            .await
+            .into_iter()
+            .collect()
+        })
+    }
+
     /// One exchange for a read: with `BEGIN` before it on the transaction's first statement,
     /// else with the answers of the writes sent ahead. Its failure fails the transaction.
     fn read_with<T, F>(&mut self, request: impl FnOnce() -> F) -> Result<T, TxError>

@@ -40,8 +40,8 @@
 //! serialized to prevent that (it would queue every event-writing transaction of every worker
 //! from its first append to its COMMIT); readers hold back instead. A write transaction
 //! registers before it takes its first event id (an exclusive advisory transaction lock keyed
-//! by this schema and its backend pid, sent with the first append: no extra round trip, and no
-//! writer ever waits for another). A tail first computes the event horizon: the sequence's
+//! by this schema and its backend pid, sent with the first append or a lease holder's first
+//! run read: no extra round trip, and no writer ever waits for another). A tail first computes the event horizon: the sequence's
 //! last value L, then the registered transactions, each waited for until it ends; every id at
 //! or below L was taken by one of them or by a transaction already over, so after the waits
 //! every such id is committed or never will be. The tail's snapshot is taken after that, and it
@@ -55,9 +55,12 @@
 //! checkpoint version and step record along, for the contiguity checks; and a write whose
 //! answer those rows decide — `update_run`, `update_invocation`, a contiguous checkpoint or step
 //! record — is sent without waiting for its answer (`pipeline`), which comes back with the next
-//! statement that waits. So are event appends after a transaction's first, whose id, sequence
-//! and key are then known (`appends`). A tool call's result transaction, for example, waits for
-//! its run, its invocation, its first event and its COMMIT.
+//! statement that waits. So are event appends whose id, sequence and key are known
+//! (`appends`): after a transaction's first append, or from the start in a lease holder's
+//! transaction, whose first read of its run (`leased_run_row`) also locks the session's event
+//! counter, takes the ids and brings the run's open invocations with their keys. So is an
+//! invocation's insert (its `Conflict` comes back with the next answer). A tool call's result
+//! transaction, for example, waits for its run and its COMMIT only.
 //!
 //! Constraint violations map to `Conflict` (UNIQUE, PRIMARY KEY, CHECK, trigger) or `NotFound`
 //! (a missing parent row); see `engine::tx_error`. The `MemStore` rules beyond the schema are
@@ -150,8 +153,27 @@ fn mutable_columns(run: &Run) -> Result<[(&'static str, Column); 12], TxError> {
 }
 
 /// Registers the transaction as one that takes event ids (see "Event ids"); sent in the same
-/// exchange as the first append, inside its savepoint.
+/// exchange as the first append, inside its savepoint, or with a lease holder's first read of
+/// its run (`leased_run_row`).
 const REGISTER_EVENT_WRITER: &str = "SELECT airlock_event_register()";
+
+/// A run's highest checkpoint version and step record, for `$1`.
+const MAXIMA: &str = "SELECT (SELECT MAX(version) FROM checkpoints WHERE run_id = $1), \
+                             (SELECT MAX(step) FROM step_records WHERE run_id = $1)";
+
+/// The statuses of an invocation still in its call (`leased_run_row`), as SQL.
+const OPEN_STATUSES: &str = "('PROPOSED', 'AUTHORIZED', 'WAITING_FOR_APPROVAL', 'RUNNING')";
+
+/// Locks the event counter of run `$1`'s session and reads its next sequence
+/// (`leased_run_row`).
+const SESSION_COUNTER: &str = "SELECT s.next_event_sequence FROM sessions AS s \
+     WHERE s.id = (SELECT r.session_id FROM runs AS r WHERE r.id = $1) FOR NO KEY UPDATE OF s";
+
+/// The ids of a reservation (`leased_run_row`).
+fn counter_ids(row: &tokio_postgres::Row) -> Result<Vec<i64>, TxError> {
+    row.try_get(0)
+        .map_err(|e| TxError::Backend(format!("reserved event ids: {e}")))
+}
 
 /// The highest event id a tail may return now (see "Event ids"); waits for in-flight writers.
 const EVENT_HORIZON: &str = "SELECT airlock_event_horizon()";
@@ -390,14 +412,23 @@ impl<'e> PgTx<'e> {
                 rows::RUN_COLUMNS
             ),
             &[&id_text],
-            "SELECT (SELECT MAX(version) FROM checkpoints WHERE run_id = $1), \
-                    (SELECT MAX(step) FROM step_records WHERE run_id = $1)",
+            MAXIMA,
             &[&id_text],
         )?;
         let Some(row) = runs.first() else {
             return Ok(None);
         };
         let run = rows::run(row)?;
+        self.keep_locked_run(&run, &maxima)?;
+        Ok(Some(run))
+    }
+
+    /// Keeps a run this write transaction read locked, with the answer of [`MAXIMA`].
+    fn keep_locked_run(
+        &mut self,
+        run: &Run,
+        maxima: &[tokio_postgres::Row],
+    ) -> Result<(), TxError> {
         let backend = |e: tokio_postgres::Error| TxError::Backend(e.to_string());
         let (version, step): (Option<i64>, Option<i64>) = match maxima.first() {
             Some(row) => (
@@ -406,13 +437,96 @@ impl<'e> PgTx<'e> {
             ),
             None => (None, None),
         };
+        let id = run.id;
         self.note_locked(id);
-        self.kept.keep_run(&run);
+        self.kept.keep_run(run);
         if self.kept.checkpoint_version(id).is_none() {
             self.kept.keep_checkpoint_version(id, version.unwrap_or(0));
         }
         if self.kept.step(id).is_none() {
             self.kept.keep_step(id, step.unwrap_or(0));
+        }
+        Ok(())
+    }
+
+    /// A lease holder's first read of its run in a write transaction (`guard_lease`): the run
+    /// locked, as [`PgTx::run_row`] reads it, and in the same exchange what the transaction
+    /// goes on to ask nearly every time (issue 33: round trips).
+    ///
+    /// - **The run's open invocations** (`PROPOSED`, `AUTHORIZED`, `WAITING_FOR_APPROVAL`,
+    ///   `RUNNING`), kept (see `kept`: every writer of an invocation locks its run first), with
+    ///   the taken keys of their subjects: the result transaction's read of its `RUNNING` call
+    ///   and the read of that call's event keys need no exchange of their own.
+    /// - **Its session's event counter**, locked (`FOR NO KEY UPDATE`, after registering as an
+    ///   event writer), and [`appends::RESERVED_IDS`] ids taken after the lock is held: every
+    ///   append of the transaction to the run's session is then predicted (see `appends`)
+    ///   instead of the first one waiting for its answer. The locks are taken in the order
+    ///   every writer takes them (the run, then its session's counter: `lock_run_first`); a
+    ///   lease holder's transaction appends events nearly always, so the counter is rarely
+    ///   locked for nothing, and ids taken and not used are gaps, as before.
+    fn leased_run_row(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
+        let id_text = id.to_string();
+        let run_sql = format!(
+            "SELECT {} FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+            rows::RUN_COLUMNS
+        );
+        let open_sql = format!(
+            "SELECT {} FROM tool_invocations WHERE run_id = $1 AND status IN {OPEN_STATUSES}",
+            rows::INVOCATION_COLUMNS
+        );
+        let open_keys_sql = format!(
+            "SELECT derivation_key FROM events WHERE derivation_key IS NOT NULL AND {} IN \
+             (SELECT id FROM tool_invocations WHERE run_id = $1 AND status IN {OPEN_STATUSES})",
+            appends::subject_sql("derivation_key")
+        );
+        let reserve_sql = format!(
+            "SELECT ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {}))",
+            appends::RESERVED_IDS
+        );
+        let by_run: [Param<'_>; 1] = [&id_text];
+        let mut statements: Vec<(&str, &[Param<'_>])> = vec![
+            (&run_sql, &by_run),
+            (MAXIMA, &by_run),
+            (&open_sql, &by_run),
+            (&open_keys_sql, &by_run),
+            (SESSION_COUNTER, &by_run),
+            (&reserve_sql, &[]),
+        ];
+        if !self.registered_event_writer {
+            // Before the ids are taken (see "Event ids").
+            statements.insert(4, (REGISTER_EVENT_WRITER, &[]));
+        }
+        let mut answers = self.wire.rows_each(&statements)?.into_iter();
+        let mut next = || {
+            answers
+                .next()
+                .ok_or_else(|| TxError::Backend("a pipelined read went unanswered".to_owned()))
+        };
+        let (runs, maxima, open, open_keys) = (next()?, next()?, next()?, next()?);
+        if !self.registered_event_writer {
+            next()?;
+            self.registered_event_writer = true;
+        }
+        let (counter, reserved) = (next()?, next()?);
+        let Some(row) = runs.first() else {
+            return Ok(None);
+        };
+        let run = rows::run(row)?;
+        self.keep_locked_run(&run, &maxima)?;
+        for row in &open {
+            let invocation = rows::invocation(row)?;
+            self.appends
+                .know_subject(&invocation.id.to_string(), std::iter::empty());
+            self.kept.keep_invocation(&invocation);
+        }
+        for key in appends::keys_of(&open_keys)? {
+            self.appends.know_taken(&key);
+        }
+        let backend = |e: tokio_postgres::Error| TxError::Backend(e.to_string());
+        if let (Some(counter), Some(reserved)) = (counter.first(), reserved.first()) {
+            self.appends
+                .know_sequence(run.session_id, counter.try_get(0).map_err(backend)?);
+            self.appends.reserve(counter_ids(reserved)?);
         }
         Ok(Some(run))
     }
@@ -715,7 +829,12 @@ impl StoreTx for PgTx<'_> {
     /// the run's lock until it ends (the old statement locked only a matching row); core ends
     /// it at once, so the lock is held for no longer than one exchange.
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
-        match self.run_row(lease.run_id)? {
+        let run = if self.wire.access == Access::Write && self.kept.run(lease.run_id).is_none() {
+            self.leased_run_row(lease.run_id)?
+        } else {
+            self.run_row(lease.run_id)?
+        };
+        match run {
             Some(run) if guards::holds(&run, lease) => Ok(()),
             _ => Err(TxError::Fenced),
         }
@@ -1350,19 +1469,19 @@ impl StoreTx for PgTx<'_> {
             rows::INVOCATION_COLUMNS
         );
         if self.wire.access == Access::Write {
-            // The invocation's events are keyed by its id (`tool.call.proposed:<id>`, …): their
-            // subject's taken keys come in the same exchange, so that those appends need no
-            // read of their own (see `appends`).
-            let subject = invocation.id.to_string();
-            let (_, taken) = self.wire.write_then_read(
-                None,
-                &insert,
-                &values,
-                &appends::subject_keys_sql(),
-                &[&subject],
-            )?;
+            // Sent ahead (see `pipeline`): a refused insert (a duplicate id, idempotency key or
+            // call) is reported by the transaction's next statement that waits, or its COMMIT,
+            // as the `Conflict` it is, and nothing of the transaction commits; core never goes
+            // on with a transaction after `insert_invocation` failed (the Store port says so).
+            self.wire.write_later(&insert, &values)?;
+            // The invocation's events are keyed by its id (`tool.call.proposed:<id>`, …), and
+            // none has a key of that subject yet: the id is new (an insert that commits proves
+            // no row had it), and an invocation's events are appended only by transactions
+            // that insert it or hold its run's lock after it committed. Should a key of it be
+            // taken all the same, the append's insert is refused by the key's unique index and
+            // the transaction fails: closed, never a second event for one key.
             self.appends
-                .know_subject(&subject, appends::keys_of(&taken)?);
+                .know_subject(&invocation.id.to_string(), std::iter::empty());
         } else {
             self.wire.write(&insert, &values)?;
         }
@@ -1521,39 +1640,42 @@ impl StoreTx for PgTx<'_> {
             TwinScope::Run(run) => Some(run.to_string()),
             TwinScope::Tenant => None,
         };
-        if run.is_none() && self.wire.access == Access::Write {
-            self.wire.row(
+        let select = format!(
+            "SELECT {}, EXISTS (SELECT 1 FROM uncertain_settlements s \
+               WHERE s.invocation_id = tool_invocations.id) \
+             FROM tool_invocations WHERE tenant_id = $1 AND tool_name = $2 \
+             AND effective_arguments_hash = $3 AND status IN ('RUNNING', 'UNCERTAIN') \
+             AND ($4::text IS NULL OR run_id = $4) ORDER BY created_at, id",
+            rows::INVOCATION_COLUMNS
+        );
+        let by_identity: [Param<'_>; 4] = [
+            &identity.tenant_id,
+            &identity.tool_name,
+            &identity.effective_arguments_hash,
+            &run,
+        ];
+        let rows = if run.is_none() && self.wire.access == Access::Write {
+            // The lock and the SELECT in one exchange: the SELECT, a statement of its own,
+            // takes its snapshot once the lock is held.
+            let (_, rows) = self.wire.rows_then(
                 "SELECT pg_advisory_xact_lock(hashtextextended(\
                    current_schema() || chr(31) || $1 || chr(31) || $2 || chr(31) || $3, 0))",
-                &[
-                    &identity.tenant_id,
-                    &identity.tool_name,
-                    &identity.effective_arguments_hash,
-                ],
+                &by_identity[..3],
+                &select,
+                &by_identity,
             )?;
-        }
-        self.all(
-            &format!(
-                "SELECT {}, EXISTS (SELECT 1 FROM uncertain_settlements s \
-                   WHERE s.invocation_id = tool_invocations.id) \
-                 FROM tool_invocations WHERE tenant_id = $1 AND tool_name = $2 \
-                 AND effective_arguments_hash = $3 AND status IN ('RUNNING', 'UNCERTAIN') \
-                 AND ($4::text IS NULL OR run_id = $4) ORDER BY created_at, id",
-                rows::INVOCATION_COLUMNS
-            ),
-            &[
-                &identity.tenant_id,
-                &identity.tool_name,
-                &identity.effective_arguments_hash,
-                &run,
-            ],
-            |row| {
+            rows
+        } else {
+            self.wire.rows(&select, &by_identity)?
+        };
+        rows.iter()
+            .map(|row| {
                 Ok(Twin {
                     invocation: rows::invocation(row)?,
                     settled: rows::settled_after_invocation(row)?,
                 })
-            },
-        )
+            })
+            .collect()
     }
 
     fn insert_approval(&mut self, approval: &Approval) -> Result<(), TxError> {

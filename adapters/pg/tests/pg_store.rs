@@ -617,8 +617,8 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
         4,
         "the run, the first append, the subject's keys, the COMMIT"
     );
-    // An inserted invocation brings the taken keys of its id's subject in the same exchange:
-    // its events need no read of their own.
+    // An inserted invocation is sent ahead, and its events with it: its id is new, so no key
+    // of its subject is taken.
     let calls = std::cell::Cell::new(0);
     assert_eq!(
         cost(&|| {
@@ -643,8 +643,57 @@ fn a_transaction_costs_its_statements_plus_one_round_trip() {
                 })
                 .expect("an invocation and its events");
         }),
-        4,
-        "the run, the first append, the invocation with its subject's keys, the COMMIT"
+        3,
+        "the run, the first append, the COMMIT"
+    );
+    // A lease holder's first read brings, in the same exchange, its run's open invocations
+    // with the keys of their subjects and its session's event counter with ids: its reads of
+    // those invocations and every append to the run's session then need no exchange.
+    let leased = seed_run(&store, 2, RunStatus::Running);
+    let lease = leased.lease().expect("a RUNNING sample holds its lease");
+    let running: Vec<_> = (0..2)
+        .map(|i| {
+            let call_id = format!("r{i}");
+            seed_invocation(
+                &store,
+                sample_invocation(200 + i, &leased, 1, &call_id, InvocationStatus::Running),
+            )
+        })
+        .collect();
+    let next_running = std::cell::Cell::new(0);
+    assert_eq!(
+        cost(&|| {
+            let invocation = &running[next_running.get()];
+            next_running.set(next_running.get() + 1);
+            store
+                .transact(|tx| {
+                    tx.guard_lease(&lease)?;
+                    let kept = tx.invocation(invocation.id)?;
+                    assert_eq!(kept.as_ref(), Some(invocation), "the open invocation, kept");
+                    let key = airlock_core::events::keys::result(invocation.id);
+                    let event = sample_event(&leased, EventType::RunStarted, json!({}), Some(&key));
+                    tx.append_event(&event)?;
+                    tx.append_event(&sample_event(
+                        &leased,
+                        EventType::RunStarted,
+                        json!({}),
+                        None,
+                    ))
+                })
+                .expect("a lease holder's reads and appends");
+        }),
+        2,
+        "the run with its open invocations, their keys and its session's counter; the COMMIT"
+    );
+    let stored = store
+        .read(|tx| tx.events_of_run(leased.id, None, 100))
+        .expect("read");
+    assert_eq!(stored.len(), 4, "every append stored: {stored:?}");
+    assert!(
+        stored
+            .windows(2)
+            .all(|w| w[0].id < w[1].id && w[0].sequence + 1 == w[1].sequence),
+        "ids ascend with the sequence, which has no gap: {stored:?}"
     );
     // A write and its savepoint are one exchange.
     let mut n = 10;
@@ -1319,4 +1368,63 @@ fn a_transaction_that_wrote_nothing_still_releases_its_locks() {
         ),
     )
     .expect("the run's row lock was released");
+}
+
+/// An invocation's insert is sent ahead of its answer (issue 33): a duplicate call is reported
+/// as the `Conflict` it is, by the COMMIT, and nothing of the transaction is stored — the events
+/// sent after it included — so core's re-read of the winning row finds the store as it was.
+#[test]
+fn a_duplicate_invocation_sent_ahead_is_a_conflict_and_stores_nothing() {
+    let Some(url) = common::server("a_duplicate_invocation_sent_ahead") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("duplicate");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let lease = run.lease().expect("a RUNNING sample holds its lease");
+    let first = seed_invocation(
+        &store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Running),
+    );
+    let events_before = store
+        .read(|tx| tx.events_of_run(run.id, None, 100))
+        .expect("read")
+        .len();
+    let same_call = sample_invocation(2, &run, 1, "c1", InvocationStatus::Authorized);
+    let outcome = store.transact(|tx| {
+        tx.guard_lease(&lease)?;
+        tx.insert_invocation(&same_call)?;
+        for key in [
+            airlock_core::events::keys::proposed(same_call.id),
+            airlock_core::events::keys::authorized(same_call.id),
+        ] {
+            tx.append_event(&sample_event(
+                &run,
+                EventType::RunStarted,
+                json!({}),
+                Some(&key),
+            ))?;
+        }
+        Ok(())
+    });
+    assert!(
+        matches!(&outcome, Err(TxError::Conflict(_))),
+        "the duplicate call is a conflict: {outcome:?}"
+    );
+    let (stored, events) = store
+        .read(|tx| {
+            Ok((
+                tx.invocation_by_call(run.id, 1, "c1")?,
+                tx.events_of_run(run.id, None, 100)?,
+            ))
+        })
+        .expect("read");
+    assert_eq!(stored.map(|i| i.id), Some(first.id), "the first row stays");
+    assert_eq!(events.len(), events_before, "no event of the refused call");
+    // The connection and the store carry on.
+    commit(&store, "a later checkpoint", |tx| {
+        tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
+    });
 }
