@@ -165,9 +165,21 @@ const MAXIMA: &str = "SELECT (SELECT MAX(version) FROM checkpoints WHERE run_id 
 const OPEN_STATUSES: &str = "('PROPOSED', 'AUTHORIZED', 'WAITING_FOR_APPROVAL', 'RUNNING')";
 
 /// Locks the event counter of run `$1`'s session and reads its next sequence
-/// (`leased_run_row`).
+/// (`leased_run_row`), unless the session is a conversation's (it has a connection): see
+/// [`NO_CONNECTION`].
 const SESSION_COUNTER: &str = "SELECT s.next_event_sequence FROM sessions AS s \
-     WHERE s.id = (SELECT r.session_id FROM runs AS r WHERE r.id = $1) FOR NO KEY UPDATE OF s";
+     WHERE s.id = (SELECT r.session_id FROM runs AS r WHERE r.id = $1) \
+     AND NOT EXISTS (SELECT 1 FROM connections AS c WHERE c.session_id = s.id) \
+     FOR NO KEY UPDATE OF s";
+
+/// Whether run `$1`'s session has no connection, as SQL (`leased_run_row`). A conversation's
+/// runs take their locks in the order run, connection, session counter ("Connections"): a
+/// claim's binding and TAINT lock the connection while holding their own run and then
+/// append. A lease holder of another run of that conversation that locked the counter first
+/// and then read the connection (the taint check) would deadlock with them, so in a
+/// conversation's session the counter is locked by the first append, as before.
+const NO_CONNECTION: &str = "NOT EXISTS (SELECT 1 FROM connections AS c \
+     WHERE c.session_id = (SELECT r.session_id FROM runs AS r WHERE r.id = $1))";
 
 /// The ids of a reservation (`leased_run_row`).
 fn counter_ids(row: &tokio_postgres::Row) -> Result<Vec<i64>, TxError> {
@@ -463,7 +475,8 @@ impl<'e> PgTx<'e> {
     ///   instead of the first one waiting for its answer. The locks are taken in the order
     ///   every writer takes them (the run, then its session's counter: `lock_run_first`); a
     ///   lease holder's transaction appends events nearly always, so the counter is rarely
-    ///   locked for nothing, and ids taken and not used are gaps, as before.
+    ///   locked for nothing, and ids taken and not used are gaps, as before. Not in a
+    ///   conversation's session, where the connection's lock comes between ([`NO_CONNECTION`]).
     fn leased_run_row(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
         let id_text = id.to_string();
         let run_sql = format!(
@@ -480,7 +493,8 @@ impl<'e> PgTx<'e> {
             appends::subject_sql("derivation_key")
         );
         let reserve_sql = format!(
-            "SELECT ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {}))",
+            "SELECT ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {})) \
+             WHERE {NO_CONNECTION}",
             appends::RESERVED_IDS
         );
         let by_run: [Param<'_>; 1] = [&id_text];
@@ -490,7 +504,7 @@ impl<'e> PgTx<'e> {
             (&open_sql, &by_run),
             (&open_keys_sql, &by_run),
             (SESSION_COUNTER, &by_run),
-            (&reserve_sql, &[]),
+            (&reserve_sql, &by_run),
         ];
         if !self.registered_event_writer {
             // Before the ids are taken (see "Event ids").

@@ -1428,3 +1428,88 @@ fn a_duplicate_invocation_sent_ahead_is_a_conflict_and_stores_nothing() {
         tx.insert_checkpoint(&sample_checkpoint(run.id, 1))
     });
 }
+
+/// Two call runs of one conversation at once: one's lease holder reads its run and then the
+/// connection (the taint check), the other holds its run and the connection (TAINT, a claim's
+/// binding) and then appends. The lease holder's first read must not lock the session's event
+/// counter in a conversation (issue 33's pipelined read): it would hold the counter the other
+/// waits for while waiting for the connection the other holds — a deadlock PostgreSQL ends by
+/// failing one of them. Instead the second waits for nothing and the first for the connection.
+#[test]
+fn two_call_runs_of_one_conversation_take_the_connection_and_the_counter_in_one_order() {
+    let Some(url) = common::server("two_call_runs_of_one_conversation") else {
+        return;
+    };
+    let cleanup = common::Cleanup::new(&url);
+    let schema = common::fresh_schema("order_calls");
+    cleanup.add(&schema);
+    let store = common::store_in(&url, &schema);
+    let session = sample_session(1);
+    let runs = [1, 2].map(|n| {
+        let mut run = sample_run(n, session.id, RunStatus::Running);
+        run.planner_kind = "mcp".to_owned();
+        run
+    });
+    commit(&store, "a conversation's session and two call runs", |tx| {
+        tx.insert_session(&session)?;
+        runs.iter().try_for_each(|run| tx.insert_run(run))
+    });
+    let conversation = conversation_of(&runs[0]);
+    commit(&store, "connection", |tx| {
+        tx.insert_connection(&conversation)
+    });
+    let lease = runs[1].lease().expect("a RUNNING sample holds its lease");
+    let (guarded, lease_is_guarded) = mpsc::channel();
+    let (holder, other) = std::thread::scope(|scope| {
+        let store = &store;
+        let runs = &runs;
+        let holder = scope.spawn(move || {
+            store.transact(|tx| {
+                tx.guard_lease(&lease)?;
+                let _ = guarded.send(());
+                std::thread::sleep(Duration::from_millis(400));
+                airlock_core::connection::taint_in_tx(
+                    tx,
+                    runs[1].session_id,
+                    Some(runs[1].id),
+                    "invocation 2",
+                    at(3),
+                )?;
+                tx.append_event(&sample_event(
+                    &runs[1],
+                    EventType::RunStarted,
+                    json!({}),
+                    None,
+                ))
+                .map(drop)
+            })
+        });
+        lease_is_guarded
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the lease holder read its run");
+        let other = store.transact(|tx| {
+            tx.run(runs[0].id)?;
+            airlock_core::connection::taint_in_tx(
+                tx,
+                runs[0].session_id,
+                Some(runs[0].id),
+                "invocation 1",
+                at(2),
+            )?;
+            tx.append_event(&sample_event(
+                &runs[0],
+                EventType::RunStarted,
+                json!({}),
+                None,
+            ))
+            .map(drop)
+        });
+        (holder.join().expect("thread"), other)
+    });
+    assert_eq!(other, Ok(()), "the run holding the connection commits");
+    assert_eq!(
+        holder,
+        Ok(()),
+        "the lease holder waits for the connection, then commits"
+    );
+}
