@@ -82,6 +82,27 @@ pub fn policy_eval(data: &[u8]) {
     );
 }
 
+/// For the cargo-fuzz targets that reach the shell reading: a panic raised inside brush-parser
+/// is not a crash. The reading catches it by design (`parser::caught`: such a text has no
+/// reading), but libFuzzer's panic hook aborts the process at any panic, caught or not, before
+/// unwinding starts. This hook lets a panic located in brush-parser's own source unwind to that
+/// catch and hands every other panic to the hook it replaces (libFuzzer's: abort), so a panic
+/// of airlock's code is still a crash. Installed once, at the target's first input.
+pub fn caught_parser_panics_are_not_crashes() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_parser = info
+                .location()
+                .is_some_and(|at| at.file().contains("brush-parser"));
+            if !in_parser {
+                previous(info);
+            }
+        }));
+    });
+}
+
 /// `hardline_readings`: arbitrary bytes (read as UTF-8, invalid sequences replaced) through the
 /// v2 readings of SPEC §21.2–§21.3. Nothing may panic, the readings are deterministic, the
 /// URL reading's pre-filter skips only candidates that give nothing, and the shell reading's

@@ -915,6 +915,54 @@ mod tests {
         assert!(readings[4].contains(&"cat".to_owned()), "{readings:?}");
     }
 
+    /// Nor on one whose text ends in a line continuation (CI's 60 s fuzz run, minimized to
+    /// `<<''<\` and the newline the fold above adds): a final backslash is read as bash reads
+    /// it, itself, and a final continuation as nothing.
+    #[test]
+    fn a_heredoc_with_an_empty_delimiter_before_a_final_backslash_reads_and_returns() {
+        let readings = joined_within_5_s(&[
+            "<<''<\\",
+            "<<''<\\\n",
+            "<<''<\\\\\\",
+            "cat <<'' x\\",
+            "cat <<'' x\\\n",
+            "cat <<'' x\\\\",
+        ]);
+        assert_eq!(
+            readings[3],
+            ["cat x\\"],
+            "a final backslash is itself: {readings:?}"
+        );
+        assert_eq!(
+            readings[4],
+            ["cat x"],
+            "a final continuation is nothing: {readings:?}"
+        );
+        assert_eq!(
+            readings[5],
+            ["cat x\\"],
+            "an escaped backslash is one: {readings:?}"
+        );
+    }
+
+    /// brush-parser 0.4 panics (an `unwrap` in its tokenizer) on an arithmetic expansion left
+    /// open around a command substitution on a line with a here-document operator (CI's fuzz
+    /// run, minimized to `<<''<$(($())`): the panic is caught and the text has no reading, as
+    /// for any text the parser refuses; the readings of the well-formed neighbours are
+    /// unchanged.
+    #[test]
+    fn a_parser_panic_is_caught_and_reads_as_nothing() {
+        let readings = joined_within_5_s(&[
+            "<<''<$(($())",
+            "cat <<EOF $(($(x))\nEOF\n",
+            "cat <<EOF $(($(x)))\nbody\nEOF\n",
+        ]);
+        assert!(readings[0].is_empty(), "{readings:?}");
+        // Refused whole, the text is read line by line, as any: the first line panics too.
+        assert_eq!(readings[1], ["EOF"], "{readings:?}");
+        assert!(readings[2][0].starts_with("cat "), "{readings:?}");
+    }
+
     /// [`joined`] of each text, on a thread that must answer within 5 s: a parser that never
     /// returns fails the test instead of hanging the suite.
     fn joined_within_5_s(texts: &[&'static str]) -> Vec<Vec<String>> {
