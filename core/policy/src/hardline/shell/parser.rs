@@ -130,8 +130,8 @@ pub fn within_guards(text: &str) -> bool {
 /// continuation, a backslash and a newline. Bash reads a backslash at the very end of its
 /// input as itself and a continuation at the end as nothing: so a text ending in an odd run of
 /// backslashes gets one more backslash and a newline (the backslash escaped, as bash reads
-/// it), and one ending
-/// in a continuation gets a second newline (the continuation joins an empty line).
+/// it), and one ending in a continuation gets a second newline (the continuation joins an empty
+/// line).
 fn end_heredoc_line(text: &str) -> std::borrow::Cow<'_, str> {
     if !text.contains("<<") {
         return std::borrow::Cow::Borrowed(text);
