@@ -327,44 +327,33 @@ impl<'e> Session<'e> {
         self.read_with(|| client.query(&statement, params))
     }
 
-    /// Two reads sent in one exchange and answered in order. At READ COMMITTED each statement
-    /// takes its own snapshot when it starts, so the second sees everything committed while the
-    /// first waited for a row lock (a subquery of the first would not).
-    pub(crate) fn rows_then(
+    /// Reads sent in one exchange and answered in order. At READ COMMITTED each statement takes
+    /// its own snapshot when it starts, so a later one sees everything committed while an
+    /// earlier one waited for a row lock (a subquery of the earlier one would not).
+    pub(crate) fn rows_each<const N: usize>(
         &mut self,
-        sql: &str,
-        params: &[&(dyn ToSql + Sync)],
-        then_sql: &str,
-        then_params: &[&(dyn ToSql + Sync)],
-    ) -> Result<(Vec<Row>, Vec<Row>), TxError> {
-        let first = self.statement(sql)?;
-        let second = self.statement(then_sql)?;
-        let client = self.client;
-        self.read_with(|| in_order(client, (&first, params), (&second, then_params)))
-    }
-
-    /// Several reads sent in one exchange and answered in order, each statement with its own
-    /// snapshot taken when the one before it is done (as [`Session::rows_then`]).
-    pub(crate) fn rows_each(
-        &mut self,
-        statements: &[(&str, &[&(dyn ToSql + Sync)])],
-    ) -> Result<Vec<Vec<Row>>, TxError> {
+        statements: [(&str, &[&(dyn ToSql + Sync)]); N],
+    ) -> Result<[Vec<Row>; N], TxError> {
         let prepared = statements
             .iter()
             .map(|(sql, _)| self.statement(sql))
             .collect::<Result<Vec<_>, _>>()?;
         let client = self.client;
-        self.read_with(|| async {
+        let answers: Vec<Vec<Row>> = self.read_with(|| async {
             // `join_all` polls its futures in order, so the requests go out in this order.
             join_all(
                 prepared
                     .iter()
-                    .zip(statements)
+                    .zip(&statements)
                     .map(|(statement, (_, params))| client.query(statement, params)),
             )
             .await
             .into_iter()
             .collect()
+        })?;
+        // `join_all` answers each future once: N statements, N answers.
+        answers.try_into().map_err(|answers: Vec<Vec<Row>>| {
+            TxError::Backend(format!("{} answers to {N} pipelined reads", answers.len()))
         })
     }
 

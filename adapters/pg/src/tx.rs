@@ -164,14 +164,6 @@ const MAXIMA: &str = "SELECT (SELECT MAX(version) FROM checkpoints WHERE run_id 
 /// The statuses of an invocation still in its call (`leased_run_row`), as SQL.
 const OPEN_STATUSES: &str = "('PROPOSED', 'AUTHORIZED', 'WAITING_FOR_APPROVAL', 'RUNNING')";
 
-/// Locks the event counter of run `$1`'s session and reads its next sequence
-/// (`leased_run_row`), unless the session is a conversation's (it has a connection): see
-/// [`NO_CONNECTION`].
-const SESSION_COUNTER: &str = "SELECT s.next_event_sequence FROM sessions AS s \
-     WHERE s.id = (SELECT r.session_id FROM runs AS r WHERE r.id = $1) \
-     AND NOT EXISTS (SELECT 1 FROM connections AS c WHERE c.session_id = s.id) \
-     FOR NO KEY UPDATE OF s";
-
 /// Whether run `$1`'s session has no connection, as SQL (`leased_run_row`). A conversation's
 /// runs take their locks in the order run, connection, session counter ("Connections"): a
 /// claim's binding and TAINT lock the connection while holding their own run and then
@@ -181,10 +173,12 @@ const SESSION_COUNTER: &str = "SELECT s.next_event_sequence FROM sessions AS s \
 const NO_CONNECTION: &str = "NOT EXISTS (SELECT 1 FROM connections AS c \
      WHERE c.session_id = (SELECT r.session_id FROM runs AS r WHERE r.id = $1))";
 
-/// The ids of a reservation (`leased_run_row`).
-fn counter_ids(row: &tokio_postgres::Row) -> Result<Vec<i64>, TxError> {
-    row.try_get(0)
-        .map_err(|e| TxError::Backend(format!("reserved event ids: {e}")))
+/// A run's row by id (`$1`), locked (see "Concurrency").
+fn locked_run_sql() -> String {
+    format!(
+        "SELECT {} FROM runs WHERE id = $1 FOR NO KEY UPDATE",
+        rows::RUN_COLUMNS
+    )
 }
 
 /// The highest event id a tail may return now (see "Event ids"); waits for in-flight writers.
@@ -418,15 +412,9 @@ impl<'e> PgTx<'e> {
         // previous holder committed while this read waited (a subquery of the locked read
         // would not).
         let id_text = id.to_string();
-        let (runs, maxima) = self.wire.rows_then(
-            &format!(
-                "SELECT {} FROM runs WHERE id = $1 FOR NO KEY UPDATE",
-                rows::RUN_COLUMNS
-            ),
-            &[&id_text],
-            MAXIMA,
-            &[&id_text],
-        )?;
+        let [runs, maxima] = self
+            .wire
+            .rows_each([(&locked_run_sql(), &[&id_text]), (MAXIMA, &[&id_text])])?;
         let Some(row) = runs.first() else {
             return Ok(None);
         };
@@ -479,10 +467,6 @@ impl<'e> PgTx<'e> {
     ///   conversation's session, where the connection's lock comes between ([`NO_CONNECTION`]).
     fn leased_run_row(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
         let id_text = id.to_string();
-        let run_sql = format!(
-            "SELECT {} FROM runs WHERE id = $1 FOR NO KEY UPDATE",
-            rows::RUN_COLUMNS
-        );
         let open_sql = format!(
             "SELECT {} FROM tool_invocations WHERE run_id = $1 AND status IN {OPEN_STATUSES}",
             rows::INVOCATION_COLUMNS
@@ -492,36 +476,30 @@ impl<'e> PgTx<'e> {
              (SELECT id FROM tool_invocations WHERE run_id = $1 AND status IN {OPEN_STATUSES})",
             appends::subject_sql("derivation_key")
         );
+        // Both only in a session without a connection (see `NO_CONNECTION`).
+        let counter_sql = format!(
+            "SELECT next_event_sequence FROM sessions \
+             WHERE id = (SELECT session_id FROM runs WHERE id = $1) AND {NO_CONNECTION} \
+             FOR NO KEY UPDATE"
+        );
         let reserve_sql = format!(
             "SELECT ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, {})) \
              WHERE {NO_CONNECTION}",
             appends::RESERVED_IDS
         );
         let by_run: [Param<'_>; 1] = [&id_text];
-        let mut statements: Vec<(&str, &[Param<'_>])> = vec![
-            (&run_sql, &by_run),
+        // The registration comes before the ids are taken (see "Event ids"); registering again
+        // in a transaction that already did takes the same advisory lock once more, harmlessly.
+        let [runs, maxima, open, open_keys, _, counter, reserved] = self.wire.rows_each([
+            (&locked_run_sql(), &by_run),
             (MAXIMA, &by_run),
             (&open_sql, &by_run),
             (&open_keys_sql, &by_run),
-            (SESSION_COUNTER, &by_run),
+            (REGISTER_EVENT_WRITER, &[]),
+            (&counter_sql, &by_run),
             (&reserve_sql, &by_run),
-        ];
-        if !self.registered_event_writer {
-            // Before the ids are taken (see "Event ids").
-            statements.insert(4, (REGISTER_EVENT_WRITER, &[]));
-        }
-        let mut answers = self.wire.rows_each(&statements)?.into_iter();
-        let mut next = || {
-            answers
-                .next()
-                .ok_or_else(|| TxError::Backend("a pipelined read went unanswered".to_owned()))
-        };
-        let (runs, maxima, open, open_keys) = (next()?, next()?, next()?, next()?);
-        if !self.registered_event_writer {
-            next()?;
-            self.registered_event_writer = true;
-        }
-        let (counter, reserved) = (next()?, next()?);
+        ])?;
+        self.registered_event_writer = true;
         let Some(row) = runs.first() else {
             return Ok(None);
         };
@@ -536,11 +514,15 @@ impl<'e> PgTx<'e> {
         for key in appends::keys_of(&open_keys)? {
             self.appends.know_taken(&key);
         }
-        let backend = |e: tokio_postgres::Error| TxError::Backend(e.to_string());
         if let (Some(counter), Some(reserved)) = (counter.first(), reserved.first()) {
+            let backend = |e: tokio_postgres::Error| TxError::Backend(e.to_string());
             self.appends
                 .know_sequence(run.session_id, counter.try_get(0).map_err(backend)?);
-            self.appends.reserve(counter_ids(reserved)?);
+            self.appends.reserve(
+                reserved
+                    .try_get::<_, Vec<i64>>(0)
+                    .map_err(|e| TxError::Backend(format!("reserved event ids: {e}")))?,
+            );
         }
         Ok(Some(run))
     }
@@ -1671,13 +1653,14 @@ impl StoreTx for PgTx<'_> {
         let rows = if run.is_none() && self.wire.access == Access::Write {
             // The lock and the SELECT in one exchange: the SELECT, a statement of its own,
             // takes its snapshot once the lock is held.
-            let (_, rows) = self.wire.rows_then(
-                "SELECT pg_advisory_xact_lock(hashtextextended(\
-                   current_schema() || chr(31) || $1 || chr(31) || $2 || chr(31) || $3, 0))",
-                &by_identity[..3],
-                &select,
-                &by_identity,
-            )?;
+            let [_, rows] = self.wire.rows_each([
+                (
+                    "SELECT pg_advisory_xact_lock(hashtextextended(\
+                       current_schema() || chr(31) || $1 || chr(31) || $2 || chr(31) || $3, 0))",
+                    &by_identity[..3],
+                ),
+                (&select, &by_identity),
+            ])?;
             rows
         } else {
             self.wire.rows(&select, &by_identity)?
