@@ -19,7 +19,8 @@ use crate::ids::{ConnectionId, RunId};
 use crate::ports::{BoxFut, NoHints, Spawner, WakeHints};
 use crate::run::abandon::{self, Watched};
 use crate::run::cancel::{CancelToken, TokenRegistry};
-use crate::run::executor::{ClaimedFor, ExecutionEnd, HeartbeatSwitch, RunExecutor};
+use crate::run::executor::{ClaimedFor, ExecutionEnd, HeartbeatSwitch, RunExecutor, Start};
+use crate::run::first_write::{CarriedWrites, FirstWrite, FirstWriteOutcome};
 use crate::run::state::{Change, RequeueReason, transition};
 use crate::run::{Failure, Lease, Run};
 use crate::store::{Store, StoreTx, TxError};
@@ -278,9 +279,8 @@ impl<S: Store + 'static> Worker<S> {
     }
 
     /// CLAIM of `run`, a QUEUED run the open transaction has just inserted, by this worker:
-    /// the gateway's ADMIT and CLAIM of a call run in one transaction (one commit fewer per
-    /// call, issue 33). The caller passes [`Worker::reached_after_claim`] once it commits, and
-    /// then executes the run with [`Worker::execute_for_request`].
+    /// the gateway's ADMIT, SUBMIT and CLAIM of a call run, which the first write transaction
+    /// of its execution carries ([`Worker::execute_carrying`]; issue 33).
     pub fn claim_admitted_in_tx(
         &self,
         tx: &mut dyn StoreTx,
@@ -292,15 +292,32 @@ impl<S: Store + 'static> Worker<S> {
         claim_writes(tx, run, &self.settings.worker_id, until, &actor, now)
     }
 
-    /// The crash point after a CLAIM commits, for a claim folded into another transaction
-    /// ([`Worker::claim_admitted_in_tx`]).
+    /// The run and lease [`Worker::claim_admitted_in_tx`] returns for `run` at `now`, known
+    /// before it writes: what an execution whose claim its first write transaction carries
+    /// begins from ([`Worker::execute_carrying`]). The carried writes check that the claim
+    /// returned exactly this, so the two cannot drift apart unnoticed.
+    pub fn admitted_claim(&self, run: &Run, now: Timestamp) -> Option<(Run, Lease)> {
+        let mut claimed = run.clone();
+        claimed.lease_epoch = run.lease_epoch.saturating_add(1);
+        claimed.state = crate::run::RunState::Running {
+            lease_owner: self.settings.worker_id.clone(),
+            lease_expires_at: now.saturating_add_micros(self.settings.lease_micros()),
+        };
+        claimed.updated_at = now;
+        let lease = claimed.lease()?;
+        Some((claimed, lease))
+    }
+
+    /// The crash point of a claim folded into another transaction, passed before the
+    /// execution that carries it ([`Worker::execute_carrying`]): there a crash leaves nothing
+    /// of the call, and a pause (the simulator's slow process) delays its first write.
     pub async fn reached_after_claim(&self) {
         self.env.reached(CrashPoint::AfterClaim).await;
     }
 
     /// Executes a claimed run with its heartbeat until it parks or ends.
     pub async fn execute(&self, run: Run, lease: Lease) -> ExecutionEnd {
-        self.execute_and_report(run, lease, ClaimedFor::Work)
+        self.execute_and_report(run, lease, ClaimedFor::Work, Start::Read)
             .await
             .0
     }
@@ -309,9 +326,36 @@ impl<S: Store + 'static> Worker<S> {
     /// ([`Worker::claim_for_connection`]): a run whose connection closed is executed for that
     /// request instead of ended (SPEC §22.3).
     pub async fn execute_for_request(&self, run: Run, lease: Lease) -> ExecutionEnd {
-        self.execute_and_report(run, lease, ClaimedFor::WaitingRequest)
+        self.execute_and_report(run, lease, ClaimedFor::WaitingRequest, Start::Read)
             .await
             .0
+    }
+
+    /// [`Worker::execute_for_request`] of a call run not yet in the store: `writes` insert and
+    /// claim it ([`Worker::claim_admitted_in_tx`]) inside the execution's first write
+    /// transaction ([`FirstWrite`]: one commit per call fewer, issue 33), and `run` and `lease`
+    /// are what that claim will return ([`Worker::admitted_claim`]). The execution begins from
+    /// them and the seed checkpoint ([`Start::Admitted`]); the heartbeat writes through the
+    /// same store, so whichever writes first carries the claim. Returns how the execution
+    /// ended and where the carried writes stand.
+    pub async fn execute_carrying<D: Clone + Send + Sync + 'static>(
+        &self,
+        run: Run,
+        lease: Lease,
+        writes: CarriedWrites<D>,
+    ) -> (ExecutionEnd, FirstWriteOutcome<D>) {
+        let carrier = Arc::new(FirstWrite::new(Arc::clone(&self.env.store), writes));
+        let start = Start::Admitted(Box::new(run.clone()));
+        let (end, _) = self
+            .execute_on(
+                Arc::clone(&carrier),
+                run,
+                lease,
+                ClaimedFor::WaitingRequest,
+                start,
+            )
+            .await;
+        (end, carrier.outcome())
     }
 
     /// [`Worker::execute`], also returning the failed transaction an `Abandoned` execution was
@@ -322,6 +366,21 @@ impl<S: Store + 'static> Worker<S> {
         run: Run,
         lease: Lease,
         claimed_for: ClaimedFor,
+        start: Start,
+    ) -> (ExecutionEnd, Option<TxError>) {
+        self.execute_on(Arc::clone(&self.env.store), run, lease, claimed_for, start)
+            .await
+    }
+
+    /// [`Worker::execute_and_report`] writing through `store`: the worker's own, or one over it
+    /// that carries writes of the claim ([`Worker::execute_carrying`]).
+    async fn execute_on<T: Store>(
+        &self,
+        store: Arc<T>,
+        run: Run,
+        lease: Lease,
+        claimed_for: ClaimedFor,
+        start: Start,
     ) -> (ExecutionEnd, Option<TxError>) {
         let _in_flight = InFlight::enter(self, &lease);
         let token = self.tokens.register(run.id, lease.lease_epoch);
@@ -334,17 +393,17 @@ impl<S: Store + 'static> Worker<S> {
         {
             token.hold_lease_until(*lease_expires_at);
         }
-        let watched = Arc::new(Watched::new(Arc::clone(&self.env.store)));
+        let watched = Arc::new(Watched::new(Arc::clone(&store)));
         let env = self.env.with_store(Arc::clone(&watched));
         let switch = HeartbeatSwitch::default();
         let executor =
             RunExecutor::new(&env, &self.settings.worker_id, switch.clone(), claimed_for);
         let span = tracing::info_span!("run", run_id = %run.id, lease_epoch = lease.lease_epoch, worker_id = %self.settings.worker_id);
         let execution = Box::pin(tracing::Instrument::instrument(
-            executor.execute(&lease, &token),
+            executor.execute(&lease, &token, start),
             span,
         ));
-        let heartbeat = Box::pin(self.heartbeat(&lease, &token, &switch));
+        let heartbeat = Box::pin(self.heartbeat(store.as_ref(), &lease, &token, &switch));
         let end = match select(execution, heartbeat).await {
             Either::Left((end, _)) => end,
             // The heartbeat loop never ends by itself; if it did, the executor still owns the run.
@@ -384,7 +443,13 @@ impl<S: Store + 'static> Worker<S> {
     }
 
     /// Renews the lease every lease/3 and reports cancellation (SPEC §8.2).
-    async fn heartbeat(&self, lease: &Lease, token: &CancelToken, switch: &HeartbeatSwitch) {
+    async fn heartbeat<T: Store>(
+        &self,
+        store: &T,
+        lease: &Lease,
+        token: &CancelToken,
+        switch: &HeartbeatSwitch,
+    ) {
         let mut next = self
             .env
             .clock
@@ -398,7 +463,7 @@ impl<S: Store + 'static> Worker<S> {
                 continue;
             }
             let until = now.saturating_add_micros(self.settings.lease_micros());
-            match self.env.transact(|tx| tx.heartbeat(lease, until, now)) {
+            match store.transact(|tx| tx.heartbeat(lease, until, now)) {
                 Ok(None) => {
                     self.tokens
                         .cancel_epoch(lease.run_id, lease.lease_epoch, CancelReason::Fenced)
@@ -613,7 +678,9 @@ impl<S: Store + 'static> Worker<S> {
     /// caller can report it instead of a run that seems to be still RUNNING.
     pub async fn run_inline(&self, run: RunId) -> Result<Option<ExecutionEnd>, TxError> {
         match self.claim(Some(run)).await? {
-            Some((run, lease)) => match self.execute_and_report(run, lease, ClaimedFor::Work).await
+            Some((run, lease)) => match self
+                .execute_and_report(run, lease, ClaimedFor::Work, Start::Read)
+                .await
             {
                 (ExecutionEnd::Abandoned, Some(cause)) => Err(cause),
                 (end, _) => Ok(Some(end)),

@@ -19,7 +19,7 @@ use airlock_core::ports::{
 };
 use airlock_core::run::cancel::CancelToken;
 use airlock_core::run::checkpoint::{Checkpoint, ResultRef};
-use airlock_core::run::executor::{ClaimedFor, ExecutionEnd, HeartbeatSwitch, RunExecutor};
+use airlock_core::run::executor::{ClaimedFor, ExecutionEnd, HeartbeatSwitch, RunExecutor, Start};
 use airlock_core::run::{Run, RunState};
 use airlock_core::scope::Scope;
 use airlock_core::store::{Store, TxError};
@@ -1172,7 +1172,7 @@ async fn a_worker_fenced_mid_call_commits_nothing_not_even_its_finish() {
         let lease = stale_lease.clone();
         async move {
             RunExecutor::new(&env, "wa", HeartbeatSwitch::default(), ClaimedFor::Work)
-                .execute(&lease, &CancelToken::default())
+                .execute(&lease, &CancelToken::default(), Start::Read)
                 .await
         }
     });

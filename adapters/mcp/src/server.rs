@@ -1363,7 +1363,12 @@ impl<S: Store + 'static> ServerHandler for ClientSession<S> {
         let asked = loop {
             tokio::select! {
                 end = &mut ended => {
-                    crate::telemetry::record_call_end(&end, waiting.as_ref(), self.live.conversation_tainted());
+                    // The taint read with the answer; a store read only for an end decided
+                    // without one.
+                    let tainted = ticket
+                        .conversation_tainted_at_end()
+                        .unwrap_or_else(|| self.live.conversation_tainted());
+                    crate::telemetry::record_call_end(&end, waiting.as_ref(), tainted);
                     drop(waiting);
                     return self.call_answered(end, this_request);
                 }

@@ -48,6 +48,8 @@ use crate::events::Actor;
 use crate::ids::{ApprovalId, ConnectionId, RunId};
 use crate::invocation::outcome::codes;
 use crate::ports::{BoxFut, Planner, PlannerError, PlannerInput, PlannerTurn, ProposedCall};
+use crate::run::executor::ExecutionEnd;
+use crate::run::first_write::{Carried, CarriedWrites, FirstWriteOutcome};
 use crate::run::{Lease, Limits, Run, RunState};
 use crate::scope::ScopeSet;
 use crate::session::Session;
@@ -106,6 +108,9 @@ pub enum TicketEnd {
 struct Slot {
     status: TicketStatus,
     end: Option<TicketEnd>,
+    /// Whether the conversation was tainted when the answer was read, if the answer's read
+    /// also read that ([`Ticket::conversation_tainted_at_end`]).
+    tainted_at_end: Option<bool>,
     waker: Option<Waker>,
 }
 
@@ -122,6 +127,7 @@ impl Ticket {
         Ticket(Arc::new(Mutex::new(Slot {
             status: TicketStatus::Queued,
             end: None,
+            tainted_at_end: None,
             waker: None,
         })))
     }
@@ -135,6 +141,14 @@ impl Ticket {
         lock(&self.0).end.clone()
     }
 
+    /// Whether the conversation was tainted when this request's answer was read: known for
+    /// an answer read from its run (the same read transaction reads the conversation's row),
+    /// `None` for an end decided without a read (a refused admission, a drop). Telemetry's
+    /// `airlock.conversation.tainted` (issue 33: no read transaction of its own per call).
+    pub fn conversation_tainted_at_end(&self) -> Option<bool> {
+        lock(&self.0).tainted_at_end
+    }
+
     /// Resolves when the end is decided.
     pub fn ended(&self) -> TicketWait {
         TicketWait(self.clone())
@@ -146,12 +160,18 @@ impl Ticket {
 
     /// Decides the end once; later calls change nothing.
     fn finish(&self, end: TicketEnd) {
+        self.finish_read(end, None);
+    }
+
+    /// [`Ticket::finish`], with the conversation's taint read beside the answer.
+    fn finish_read(&self, end: TicketEnd, tainted_at_end: Option<bool>) {
         let waker = {
             let mut slot = lock(&self.0);
             if slot.end.is_some() {
                 return;
             }
             slot.end = Some(end);
+            slot.tainted_at_end = tainted_at_end;
             slot.waker.take()
         };
         if let Some(waker) = waker {
@@ -273,6 +293,9 @@ pub struct LiveConnection {
     taint_recorder: Mutex<Option<TaintRecorder>>,
     /// Reads whether the conversation's row is tainted (installed with the recorder).
     taint_reader: Mutex<Option<TaintReader>>,
+    /// The conversation's row, which a settle reads beside the answers it reads (installed
+    /// with the reader).
+    taint_row: Mutex<Option<ConnectionId>>,
     mailbox: Mutex<Mailbox>,
 }
 
@@ -302,6 +325,7 @@ impl LiveConnection {
             read_taint_unrecorded: AtomicBool::new(false),
             taint_recorder: Mutex::new(None),
             taint_reader: Mutex::new(None),
+            taint_row: Mutex::new(None),
             mailbox: Mutex::new(Mailbox::default()),
         })
     }
@@ -348,6 +372,12 @@ impl LiveConnection {
     /// Installs what reads the conversation row's taint.
     pub fn set_taint_reader(&self, reader: TaintReader) {
         *lock(&self.taint_reader) = Some(reader);
+    }
+
+    /// Names the conversation's row, which each settle then reads beside the answers
+    /// ([`Ticket::conversation_tainted_at_end`]).
+    pub fn set_taint_row(&self, connection: ConnectionId) {
+        *lock(&self.taint_row) = Some(connection);
     }
 
     /// Whether the conversation is tainted, for the read gate (SPEC §22.2): a tainting read of
@@ -498,6 +528,35 @@ impl LiveConnection {
         }
     }
 
+    /// Ends the requests of `run`, a call run that was never written (its admission declined,
+    /// or its first write never committed): each is answered `answer`, unless the client
+    /// cancelled it or has gone (§19.3), or there is no answer to give.
+    fn end_unrecorded(&self, run: RunId, answer: Option<CallAnswer>) {
+        let ended: Vec<(Ticket, bool)> = self.with(|m| {
+            let closed = m.closed;
+            let cancelled = m.cancelled.clone();
+            let (released, kept): (Vec<Handed>, Vec<Handed>) = std::mem::take(&mut m.handed)
+                .into_iter()
+                .partition(|h| h.run == run);
+            m.handed = kept;
+            m.cancelled
+                .retain(|k| !released.iter().any(|h| h.entry.key == *k));
+            released
+                .into_iter()
+                .map(|h| {
+                    let silent = closed || cancelled.contains(&h.entry.key);
+                    (h.entry.ticket, silent)
+                })
+                .collect()
+        });
+        for (ticket, silent) in ended {
+            ticket.finish(match (&answer, silent) {
+                (Some(answer), false) => TicketEnd::Answered(answer.clone()),
+                (Some(_), true) | (None, _) => TicketEnd::Dropped,
+            });
+        }
+    }
+
     /// Ends the requests of `run` without an answer (the client has gone).
     fn release(&self, run: RunId) {
         for ticket in self.with(|m| m.release(run)) {
@@ -526,14 +585,22 @@ impl LiveConnection {
         if handed.is_empty() {
             return true;
         }
-        let states = store.read(|tx| {
-            handed
+        let taint_row = *lock(&self.taint_row);
+        let read = store.read(|tx| {
+            let states = handed
                 .iter()
                 .map(|(key, step, call_id)| Ok((*key, call_state(tx, run, *step, call_id)?)))
-                .collect::<Result<Vec<_>, TxError>>()
+                .collect::<Result<Vec<_>, TxError>>()?;
+            let row_tainted = match taint_row {
+                Some(connection) => Some(crate::conversation::row_tainted_in_tx(tx, connection)?),
+                None => None,
+            };
+            Ok((states, row_tainted))
         });
         // A failed read changes nothing: the next settle reads again.
-        let Ok(states) = states else { return false };
+        let Ok((states, row_tainted)) = read else {
+            return false;
+        };
         let mut finished: Vec<(Ticket, TicketEnd)> = Vec::new();
         let mut bound_untrusted = false;
         self.with(|m| {
@@ -608,8 +675,11 @@ impl LiveConnection {
         if bound_untrusted {
             self.record_taint(&format!("the result of run {run}, bound here"));
         }
+        // What `conversation_tainted` would say now, without reading the row again.
+        let tainted_at_end =
+            row_tainted.map(|tainted| tainted || bound_untrusted || self.tainted_by_read());
         for (ticket, end) in finished {
-            ticket.finish(end);
+            ticket.finish_read(end, tainted_at_end);
         }
         true
     }
@@ -745,8 +815,23 @@ impl<S: Store + 'static> Planner for LivePlanner<S> {
     }
 }
 
-/// A call run this driver claimed in the transaction that admitted it, and its lease.
-type Claimed = (Run, Lease);
+/// A new call run of this driver: what its claim will be, and the writes that admit, submit
+/// and claim it, which its execution's first write transaction carries.
+struct Admission {
+    claimed: Run,
+    lease: Lease,
+    writes: CarriedWrites<CallAdmission>,
+}
+
+/// The answer to a call whose run could not be recorded: nothing ran.
+fn not_recorded() -> CallAnswer {
+    CallAnswer::Failed {
+        reason_code: codes::INTERNAL_ERROR.to_owned(),
+        message:
+            "Not performed. The gateway could not record the call (storage error); send it again."
+                .to_owned(),
+    }
+}
 
 /// What one look at a call run decided.
 enum Drive {
@@ -940,13 +1025,10 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let connection_id = connection.id;
         live.set_taint_reader(Arc::new(move || {
             reading
-                .read(|tx| {
-                    Ok(tx
-                        .connection(connection_id)?
-                        .is_some_and(|c| c.taint.is_some()))
-                })
+                .read(|tx| crate::conversation::row_tainted_in_tx(tx, connection_id))
                 .unwrap_or(true)
         }));
+        live.set_taint_row(connection_id);
         live.set_taint_recorder(Arc::new(move |by: &str| {
             let now = recording.clock.now();
             match recording
@@ -1173,16 +1255,17 @@ impl<S: Store + 'static> ConnectionDriver<S> {
     }
 
     /// A request's way in: bound to a parked call of the identical call (§22.3, any
-    /// conversation of the tenant and principal), or ADMIT, SUBMIT and CLAIM of its own call run
-    /// in one transaction (§22.1 `[limits]` per conversation). Returns the run to drive when
-    /// this driver does not drive it yet, with its lease when this transaction claimed it; a
-    /// request the conversation's limits refuse, or that could not be recorded, is answered.
+    /// conversation of the tenant and principal), or a call run of its own (§22.2), driven by
+    /// this driver. Returns the run to drive when this driver does not drive it yet, with its
+    /// admission when the run is new; a request of a closed connection is dropped.
     ///
-    /// The CLAIM folds into ADMIT (issue 33: one commit fewer on every call's way to its
-    /// answer): the run is never QUEUED for anyone else to see, and nobody else could have
-    /// claimed it anyway (a call run is claimed only by a driver of its connection, §22.3).
-    /// A connection already closed claims nothing: its DISCONNECT ends the QUEUED run.
-    fn admit(&self, entry: Entry) -> Option<(RunId, Option<Claimed>)> {
+    /// A new call run is not written here: its ADMIT (§22.1 `[limits]` per conversation),
+    /// SUBMIT and CLAIM are carried by the first write transaction of its execution, in the same
+    /// commit as its call's PENDING·PROPOSE·START (issue 33: one commit per call where there
+    /// were two; [`Worker::execute_carrying`]). Until then the run exists only here: nobody else
+    /// could see, claim or bind to it (a call run is claimed only by a driver of its
+    /// connection, §22.3), and a crash before that commit leaves nothing of it, nor of its call.
+    fn admit(&self, entry: Entry) -> Option<(RunId, Option<Admission>)> {
         match self.parked_twin(&entry.call) {
             Ok(Some((run, origin))) => {
                 tracing::info!(run = %run, connection = %self.connection.id, "a call sent again binds to its parked twin");
@@ -1195,51 +1278,94 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 tracing::warn!(%error, "parked calls could not be read; the call is admitted as new");
             }
         }
+        if self.live.is_closed() {
+            // The client has gone: it is told nothing (§19.3), and nothing is recorded.
+            entry.ticket.finish(TicketEnd::Dropped);
+            return None;
+        }
         let env = self.worker.env();
         let now = env.clock.now();
         let run_id = RunId(env.new_uuid());
+        let deadline_at = self.template.limits.deadline_seconds.map(|s| {
+            self.connection
+                .opened_at
+                .saturating_add_seconds(i64::from(s))
+        });
+        let run = self.call_run(run_id, deadline_at, now);
+        let Some((claimed, lease)) = self.worker.admitted_claim(&run, now) else {
+            entry.ticket.finish(TicketEnd::Answered(not_recorded()));
+            return None;
+        };
+        let writes = self.admission_writes(run, claimed.clone(), now);
+        self.live.hand(entry, run_id, Origin::Own);
+        self.start_driving(run_id).map(|run| {
+            (
+                run,
+                Some(Admission {
+                    claimed,
+                    lease,
+                    writes,
+                }),
+            )
+        })
+    }
+
+    /// ADMIT, SUBMIT and CLAIM of call run `run`, as its execution's first write transaction
+    /// carries them: declined with the conversation's refusal (its calls spent, its deadline
+    /// passed, its connection closed), or written, the claim checked against `claimed`, what
+    /// the execution began from.
+    fn admission_writes(
+        &self,
+        run: Run,
+        claimed: Run,
+        now: Timestamp,
+    ) -> CarriedWrites<CallAdmission> {
+        let worker = Arc::clone(&self.worker);
+        let connection = self.connection.id;
+        let calls = self.template.conversation_calls;
+        let deadline_seconds = self.template.limits.deadline_seconds;
+        let renew_until = match self.liveness {
+            Liveness::Idle { idle_micros } => Some(now.saturating_add_micros(idle_micros)),
+            _ => None,
+        };
         let actor = Actor::principal(&self.connection.principal_id);
-        let admission = env.transact(|tx| {
+        Box::new(move |tx| {
             let admission = crate::conversation::admit_call_in_tx(
                 tx,
-                self.connection.id,
-                self.template.conversation_calls,
-                self.template.limits.deadline_seconds,
+                connection,
+                calls,
+                deadline_seconds,
                 now,
             )?;
-            let mut claimed = None;
-            if let CallAdmission::Admitted { deadline_at } = admission {
-                let run = self.call_run(run_id, deadline_at, now);
-                crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
-                if let Liveness::Idle { idle_micros } = self.liveness {
-                    crate::conversation::renew_in_tx(
-                        tx,
-                        self.connection.id,
-                        now.saturating_add_micros(idle_micros),
-                    )?;
+            match admission {
+                CallAdmission::Admitted { deadline_at } if deadline_at == run.deadline_at => {}
+                CallAdmission::Admitted { .. } => {
+                    return Err(TxError::Backend(
+                        "the conversation's deadline is not the one its call run was built with"
+                            .to_owned(),
+                    ));
                 }
-                if !self.live.is_closed() {
-                    claimed = Some(self.worker.claim_admitted_in_tx(tx, &run, now)?);
-                }
+                refused => return Ok(Carried::Declined(refused)),
             }
-            Ok((admission, claimed))
-        });
-        let (admission, claimed) = match admission {
-            Ok(admitted) => admitted,
-            Err(error) => {
-                tracing::warn!(%error, "a call could not be admitted; it is answered that nothing ran");
-                entry.ticket.finish(TicketEnd::Answered(CallAnswer::Failed {
-                    reason_code: codes::INTERNAL_ERROR.to_owned(),
-                    message: "Not performed. The gateway could not record the call (storage error); send it again.".to_owned(),
-                }));
-                return None;
+            crate::run::submit::insert_queued_run(tx, &run, &actor, now)?;
+            if let Some(until) = renew_until {
+                crate::conversation::renew_in_tx(tx, connection, until)?;
             }
-        };
-        let refusal = match admission {
-            CallAdmission::Admitted { .. } => {
-                self.live.hand(entry, run_id, Origin::Own);
-                return self.start_driving(run_id).map(|run| (run, claimed));
+            let (stored, _) = worker.claim_admitted_in_tx(tx, &run, now)?;
+            if stored != claimed {
+                return Err(TxError::Backend(
+                    "a call run's claim is not the one its execution began from".to_owned(),
+                ));
             }
+            Ok(Carried::Written)
+        })
+    }
+
+    /// What a request is told when its call run could not be recorded, or was refused by
+    /// its conversation's limits; `None`: nothing (its connection closed).
+    fn declined_answer(admission: &CallAdmission) -> Option<CallAnswer> {
+        match admission {
+            CallAdmission::Admitted { .. } => Some(not_recorded()),
             CallAdmission::Closed => None,
             CallAdmission::CallsSpent { max_tool_calls } => Some(CallAnswer::Denied {
                 reason_code: CONVERSATION_CALLS_SPENT.to_owned(),
@@ -1251,12 +1377,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                 reason_code: CONVERSATION_DEADLINE_PASSED.to_owned(),
                 message: "Not performed. This conversation's deadline ([limits] deadline_seconds) has passed.".to_owned(),
             }),
-        };
-        entry.ticket.finish(match refusal {
-            Some(answer) => TicketEnd::Answered(answer),
-            None => TicketEnd::Dropped,
-        });
-        None
+        }
     }
 
     /// `Some(run)` when no driver of this connection drives `run` yet (it is now counted).
@@ -1377,7 +1498,7 @@ impl<S: Store + 'static> ConnectionDriver<S> {
 
     /// Moves one call run until it is terminal and its request is answered. A storage error
     /// is looked at again after one poll.
-    async fn drive(&self, run_id: RunId, mut admitted: Option<Claimed>) {
+    async fn drive(&self, run_id: RunId, mut admitted: Option<Admission>) {
         let mut cancel_sent = false;
         loop {
             let wake_at = match self
@@ -1404,19 +1525,70 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         }
     }
 
-    /// Executes a call run this driver claimed, inside the request's span when one waits
-    /// (telemetry; the run's own spans then belong to the client's trace).
-    async fn execute_claimed(&self, run_id: RunId, claimed: Run, lease: Lease) {
+    /// Runs `execution` of `run_id` inside the request's span when one waits (telemetry; the
+    /// run's own spans then belong to the client's trace).
+    async fn in_request_span<T>(&self, run_id: RunId, execution: impl Future<Output = T>) -> T {
         match self.live.request_span_of(run_id) {
-            Some(span) => {
-                tracing::Instrument::instrument(
-                    self.worker.execute_for_request(claimed, lease),
-                    span,
-                )
-                .await;
+            Some(span) => tracing::Instrument::instrument(execution, span).await,
+            None => execution.await,
+        }
+    }
+
+    /// Executes a new call run of this driver, its admission carried by its first write
+    /// transaction ([`ConnectionDriver::admit`]). A run whose admission never committed, or was
+    /// declined, does not exist: its request is answered (or dropped) here.
+    async fn execute_admission(&self, run_id: RunId, admission: Admission) -> Drive {
+        // A slow process's pause between admitting a call and writing it (the simulator's).
+        self.worker.reached_after_claim().await;
+        if self.live.is_closed() {
+            // The client left before anything was written: nothing is, and nothing is sent.
+            self.live.end_unrecorded(run_id, None);
+            return Drive::Ended;
+        }
+        let Admission {
+            claimed,
+            lease,
+            writes,
+        } = admission;
+        let (end, outcome) = self
+            .in_request_span(run_id, self.worker.execute_carrying(claimed, lease, writes))
+            .await;
+        match outcome {
+            FirstWriteOutcome::Committed => self.after_execution(run_id, end),
+            FirstWriteOutcome::Declined(refusal) => {
+                self.live
+                    .end_unrecorded(run_id, Self::declined_answer(&refusal));
+                Drive::Ended
             }
-            None => {
-                self.worker.execute_for_request(claimed, lease).await;
+            FirstWriteOutcome::Due => {
+                tracing::warn!(run = %run_id, "a call run's first write did not commit; it is answered that nothing ran");
+                self.live.end_unrecorded(run_id, Some(not_recorded()));
+                Drive::Ended
+            }
+        }
+    }
+
+    /// What follows an execution of `run_id` by this driver. A run it finished is settled
+    /// with the status its FINAL committed, which no later write changes, instead of being
+    /// read back on the next look (issue 33: a read transaction fewer per call); a run that
+    /// parked or was abandoned is looked at again.
+    fn after_execution(&self, run_id: RunId, end: ExecutionEnd) -> Drive {
+        match end {
+            ExecutionEnd::Finished(status) if status.is_terminal() => {
+                let env = self.worker.env();
+                if self.live.settle(env.store.as_ref(), run_id, Some(status)) {
+                    Drive::Ended
+                } else {
+                    // A failed read: the next look reads the run and settles again.
+                    Drive::Until(
+                        env.clock
+                            .now()
+                            .saturating_add_micros(poll_micros(&self.worker)),
+                    )
+                }
+            }
+            ExecutionEnd::Finished(_) | ExecutionEnd::Parked | ExecutionEnd::Abandoned => {
+                Drive::Again
             }
         }
     }
@@ -1427,21 +1599,17 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         &self,
         run_id: RunId,
         cancel_sent: &mut bool,
-        admitted: &mut Option<Claimed>,
+        admitted: &mut Option<Admission>,
     ) -> Result<Drive, TxError> {
+        // First: until its admission commits, the run is not in the store to be read or
+        // cancelled (a request cancelled before its call is proposed is never proposed).
+        if let Some(admission) = admitted.take() {
+            return Ok(self.execute_admission(run_id, admission).await);
+        }
         let env = self.worker.env();
         if !*cancel_sent {
             self.apply_cancels(run_id)?;
             *cancel_sent = !self.live.cancelled_of(run_id).is_empty();
-        }
-        if let Some((claimed, lease)) = admitted.take() {
-            self.worker.reached_after_claim().await;
-            // A client that left after ADMIT·CLAIM: its close may not have seen the run yet.
-            if self.live.is_closed() {
-                self.cancel_run(run_id)?;
-            }
-            self.execute_claimed(run_id, claimed, lease).await;
-            return Ok(Drive::Again);
         }
         let run = env.read(|tx| tx.run(run_id))?.ok_or(TxError::NotFound)?;
         let status = run.status();
@@ -1496,11 +1664,13 @@ impl<S: Store + 'static> ConnectionDriver<S> {
                             self.cancel_run(run_id)?;
                         }
                     }
-                    self.execute_claimed(run_id, claimed, lease).await;
+                    let end = self
+                        .in_request_span(run_id, self.worker.execute_for_request(claimed, lease))
+                        .await;
                     if bound {
                         lock(&self.executing_bound).remove(&run_id);
                     }
-                    return Ok(Drive::Again);
+                    return Ok(self.after_execution(run_id, end));
                 }
             }
             // Parked (any process may resolve it), or running under a lease this process

@@ -443,6 +443,14 @@ pub fn tainted_in_tx(tx: &mut dyn StoreTx, session: SessionId) -> Result<bool, T
         .is_some_and(|c| c.taint.is_some()))
 }
 
+/// Whether the conversation row of `connection` is tainted: what a gateway reports as the
+/// conversation's taint (its read gate, and telemetry's `airlock.conversation.tainted`).
+pub fn row_tainted_in_tx(tx: &mut dyn StoreTx, connection: ConnectionId) -> Result<bool, TxError> {
+    Ok(tx
+        .connection(connection)?
+        .is_some_and(|c| c.taint.is_some()))
+}
+
 /// TAINT inside the transaction that records an `external_untrusted` result (SPEC §22.2): the
 /// conversation of `session` is tainted from this commit on, before the result is answered.
 /// Monotone: an earlier taint is kept. A closed connection has no more calls to taint.

@@ -21,7 +21,9 @@ use crate::invocation::pipeline::{
 };
 use crate::ports::{BoxFut, Planner, PlannerInput, PlannerStep, PlannerTurn, ProposedCall};
 use crate::run::cancel::CancelToken;
-use crate::run::checkpoint::{Admission, CheckpointState, PendingBatch, PinnedCall, ResultRef};
+use crate::run::checkpoint::{
+    Admission, Checkpoint, CheckpointState, PendingBatch, PinnedCall, ResultRef,
+};
 use crate::run::state::{Change, transition};
 use crate::run::step_writes::{FinalFold, StepLedger, checkpoint};
 use crate::run::{Failure, Lease, Run};
@@ -126,6 +128,21 @@ pub enum ClaimedFor {
     WaitingRequest,
 }
 
+/// Where an execution's first look at its run comes from.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// Read under the lease: the run, its latest checkpoint, its binding. Every claim but one.
+    Read,
+    /// A gateway's call run, as the claim its first write transaction carries will write it
+    /// ([`crate::worker::Worker::execute_carrying`]): its checkpoint is the seed and its
+    /// binding the claiming connection's, and until that transaction commits there is nothing
+    /// in the store to read (issue 33: a read transaction fewer per gateway call, and the
+    /// claim in the commit of the call's START). Nothing is skipped that guards anything: the
+    /// lease is checked by every write the execution makes, beginning with its first, and a
+    /// cancel requested since the claim is seen there and by the heartbeat.
+    Admitted(Box<Run>),
+}
+
 pub struct RunExecutor<'e, S: Store> {
     env: &'e Env<S>,
     worker_id: &'e str,
@@ -153,24 +170,14 @@ impl<'e, S: Store> RunExecutor<'e, S> {
     }
 
     /// Executes a claimed run until it parks, ends, or must be abandoned.
-    pub async fn execute(&self, lease: &Lease, token: &CancelToken) -> ExecutionEnd {
-        let read = self.env.read(|tx| {
-            tx.guard_lease(lease)?;
-            let run = tx.run(lease.run_id)?.ok_or(TxError::NotFound)?;
-            let checkpoint = tx
-                .latest_checkpoint(lease.run_id)?
-                .ok_or(TxError::NotFound)?;
-            // A run whose client has gone is claimed only to be ended (SPEC §19.4), unless a
-            // request sent again for its parked call claimed it (§22.3).
-            let orphan = match binding_of(tx, &run)? {
-                RunBinding::Orphaned(_) if self.claimed_for == ClaimedFor::Work => Some(
-                    !tx.invocations_of_run_in(run.id, InvocationStatus::Running)?
-                        .is_empty(),
-                ),
-                _ => None,
-            };
-            Ok((run, checkpoint, orphan))
-        });
+    pub async fn execute(&self, lease: &Lease, token: &CancelToken, start: Start) -> ExecutionEnd {
+        let read = match start {
+            Start::Admitted(run) if run.id == lease.run_id => {
+                let seed = crate::run::submit::seed_checkpoint(run.id, run.created_at);
+                Ok((*run, seed, None))
+            }
+            Start::Admitted(_) | Start::Read => self.read_start(lease),
+        };
         let Ok((run, checkpoint, orphan)) = read else {
             return ExecutionEnd::Abandoned;
         };
@@ -384,6 +391,28 @@ impl<'e, S: Store> RunExecutor<'e, S> {
                 return Ok(end);
             }
         }
+    }
+
+    /// The run, its latest checkpoint and, for an orphan claimed by a worker, whether a call of
+    /// it is RUNNING: read under the lease.
+    fn read_start(&self, lease: &Lease) -> Result<(Run, Checkpoint, Option<bool>), TxError> {
+        self.env.read(|tx| {
+            tx.guard_lease(lease)?;
+            let run = tx.run(lease.run_id)?.ok_or(TxError::NotFound)?;
+            let checkpoint = tx
+                .latest_checkpoint(lease.run_id)?
+                .ok_or(TxError::NotFound)?;
+            // A run whose client has gone is claimed only to be ended (SPEC §19.4), unless a
+            // request sent again for its parked call claimed it (§22.3).
+            let orphan = match binding_of(tx, &run)? {
+                RunBinding::Orphaned(_) if self.claimed_for == ClaimedFor::Work => Some(
+                    !tx.invocations_of_run_in(run.id, InvocationStatus::Running)?
+                        .is_empty(),
+                ),
+                _ => None,
+            };
+            Ok((run, checkpoint, orphan))
+        })
     }
 
     /// Ends at a planner-side observation point: a requested cancel finalizes, a fence abandons.

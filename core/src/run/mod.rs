@@ -6,6 +6,7 @@ pub mod cancel;
 pub mod cancel_request;
 pub mod checkpoint;
 pub mod executor;
+pub mod first_write;
 pub mod state;
 pub mod step_writes;
 pub mod submit;
