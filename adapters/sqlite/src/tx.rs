@@ -91,6 +91,50 @@ fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// `LIMIT n` written into the statement, for a page size the code fixes (not a caller's). A
+/// bound `LIMIT ?` makes SQLite re-prepare the statement on every execution: its planner reads
+/// the bound value (for `ORDER BY … LIMIT` plans), which marks the statement to be recompiled
+/// whenever that parameter is bound again, and every execution binds it. `perf` found the
+/// gateway's parked-twin read re-parsed and re-planned on every call (issue 33); a statement
+/// per page size keeps one compiled statement in the cache for each fixed page.
+fn limit_clause(n: usize) -> String {
+    format!("LIMIT {}", limit(n))
+}
+
+/// The gateway's parked-twin read (once per call): a page of the principal's calls of `tool`
+/// waiting for approval, or approved and waiting for their request.
+fn waiting_call_approvals_sql(limit_rows: usize) -> String {
+    format!(
+        "SELECT {} FROM approvals WHERE tenant_id = ?1 AND principal_id = ?2 \
+         AND tool_name = ?3 AND status IN ('pending', 'approved') \
+         AND requested_at IS NOT NULL AND expires_at > ?4 \
+         AND EXISTS (SELECT 1 FROM tool_invocations AS i \
+             WHERE i.id = approvals.action_id AND i.status = 'WAITING_FOR_APPROVAL') \
+         ORDER BY created_at, id {}",
+        rows::APPROVAL_COLUMNS,
+        limit_clause(limit_rows)
+    )
+}
+
+/// RECLAIM's page of runs whose lease ran out (every worker poll).
+fn expired_leases_sql(limit_rows: usize) -> String {
+    format!(
+        "SELECT {} FROM runs WHERE status = 'RUNNING' AND lease_expires_at <= ?1 \
+         ORDER BY lease_expires_at, id {}",
+        rows::RUN_COLUMNS,
+        limit_clause(limit_rows)
+    )
+}
+
+/// A run's step records after a step (a planner's history).
+fn step_records_sql(limit_rows: usize) -> String {
+    format!(
+        "SELECT {} FROM step_records WHERE run_id = ?1 AND step > ?2 ORDER BY step {}",
+        rows::STEP_RECORD_COLUMNS,
+        limit_clause(limit_rows)
+    )
+}
+
 /// One transaction's view of the connection. Created per `transact` caller, inside that
 /// caller's savepoint.
 pub(super) struct SqliteTx<'c> {
@@ -654,15 +698,7 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn expired_leases(&mut self, now: Timestamp, limit_rows: usize) -> Result<Vec<Run>, TxError> {
-        self.all(
-            &format!(
-                "SELECT {} FROM runs WHERE status = 'RUNNING' AND lease_expires_at <= ?1 \
-                 ORDER BY lease_expires_at, id LIMIT ?2",
-                rows::RUN_COLUMNS
-            ),
-            params![ts(now), limit(limit_rows)],
-            rows::run,
-        )
+        self.all(&expired_leases_sql(limit_rows), params![ts(now)], rows::run)
     }
 
     /// Every column is written, `last_seen_at` included: M7's default of 0 is only the
@@ -895,16 +931,8 @@ impl StoreTx for SqliteTx<'_> {
         limit_rows: usize,
     ) -> Result<Vec<Approval>, TxError> {
         self.all(
-            &format!(
-                "SELECT {} FROM approvals WHERE tenant_id = ?1 AND principal_id = ?2 \
-                 AND tool_name = ?3 AND status IN ('pending', 'approved') \
-                 AND requested_at IS NOT NULL AND expires_at > ?4 \
-                 AND EXISTS (SELECT 1 FROM tool_invocations AS i \
-                     WHERE i.id = approvals.action_id AND i.status = 'WAITING_FOR_APPROVAL') \
-                 ORDER BY created_at, id LIMIT ?5",
-                rows::APPROVAL_COLUMNS
-            ),
-            params![tenant, principal, tool, ts(now), limit(limit_rows)],
+            &waiting_call_approvals_sql(limit_rows),
+            params![tenant, principal, tool, ts(now)],
             rows::approval,
         )
     }
@@ -1031,12 +1059,8 @@ impl StoreTx for SqliteTx<'_> {
         limit_rows: usize,
     ) -> Result<Vec<StepRecord>, TxError> {
         self.all(
-            &format!(
-                "SELECT {} FROM step_records WHERE run_id = ?1 AND step > ?2 \
-                 ORDER BY step LIMIT ?3",
-                rows::STEP_RECORD_COLUMNS
-            ),
-            params![run.to_string(), after_step, limit(limit_rows)],
+            &step_records_sql(limit_rows),
+            params![run.to_string(), after_step],
             rows::step_record,
         )
     }
@@ -1970,6 +1994,63 @@ impl StoreTx for SqliteTx<'_> {
                 "notify_leases: the lease of tenant {} moved",
                 next.tenant_id
             )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::{Connection, StatementStatus};
+
+    use super::{expired_leases_sql, step_records_sql, waiting_call_approvals_sql};
+
+    /// One execution's parameter values.
+    type Bindings = Vec<Box<dyn rusqlite::ToSql>>;
+
+    /// Statements run with fixed pages: their compiled form is reused, never re-prepared. A
+    /// bound `LIMIT ?` would be (SQLite recompiles such a statement whenever it is bound again;
+    /// see `limit_clause`).
+    #[test]
+    fn a_statement_with_a_fixed_page_is_not_prepared_again_when_it_runs_again() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("airlock.sqlite3");
+        let _store = crate::SqliteStore::open(&path).expect("a store");
+        let conn = Connection::open(&path).expect("a connection");
+        let cases: [(&str, String, [Bindings; 2]); 3] = [
+            (
+                "waiting_call_approvals",
+                waiting_call_approvals_sql(16),
+                [
+                    vec![Box::new("t"), Box::new("p"), Box::new("x"), Box::new(1_i64)],
+                    vec![Box::new("t"), Box::new("p"), Box::new("x"), Box::new(2_i64)],
+                ],
+            ),
+            (
+                "expired_leases",
+                expired_leases_sql(16),
+                [vec![Box::new(1_i64)], vec![Box::new(2_i64)]],
+            ),
+            (
+                "step_records",
+                step_records_sql(16),
+                [
+                    vec![Box::new("r"), Box::new(0_i64)],
+                    vec![Box::new("r"), Box::new(1_i64)],
+                ],
+            ),
+        ];
+        for (name, sql, bindings) in cases {
+            let mut statement = conn.prepare_cached(&sql).expect("prepares");
+            for values in &bindings {
+                let values: Vec<&dyn rusqlite::ToSql> = values.iter().map(|v| &**v).collect();
+                let mut rows = statement.query(values.as_slice()).expect("runs");
+                while rows.next().expect("a row").is_some() {}
+            }
+            assert_eq!(
+                statement.get_status(StatementStatus::RePrepare),
+                0,
+                "{name} was prepared again"
+            );
         }
     }
 }
