@@ -830,23 +830,30 @@ fn the_repeat_check_reads_only_the_open_rows_of_its_identity() {
 fn wal_checkpoints_run_off_the_writer() {
     let (_dir, store) = fresh();
     let before = store.group_stats();
-    for n in 0..400u128 {
-        let session = sample_session(1_000 + n);
-        let mut run = sample_run(1_000 + n, session.id, RunStatus::Queued);
-        run.planner_input = format!("\"{}\"", "x".repeat(40_000));
-        commit(&store, "a large run", |tx| {
-            tx.insert_session(&session)?;
-            tx.insert_run(&run)
-        });
-    }
-    let mut stats = store.group_stats().since(&before);
-    for _ in 0..200 {
-        if stats.background_checkpoints > 0 {
-            break;
+    // Four batches of about 1,150 pages each, each more than a pass's threshold. After each
+    // one the test gives the thread its pass (up to 5 s) before writing on: on a loaded machine
+    // the thread may get no CPU while the writer commits, and the WAL's size (its file's high
+    // mark) would then say how the scheduler ran, not what the store does.
+    let passes = |store: &SqliteStore| store.group_stats().since(&before).background_checkpoints;
+    for batch in 0..4u128 {
+        let passed = passes(&store);
+        for n in batch * 100..(batch + 1) * 100 {
+            let session = sample_session(1_000 + n);
+            let mut run = sample_run(1_000 + n, session.id, RunStatus::Queued);
+            run.planner_input = format!("\"{}\"", "x".repeat(40_000));
+            commit(&store, "a large run", |tx| {
+                tx.insert_session(&session)?;
+                tx.insert_run(&run)
+            });
         }
-        thread::sleep(Duration::from_millis(25));
-        stats = store.group_stats().since(&before);
+        for _ in 0..200 {
+            if passes(&store) > passed {
+                break;
+            }
+            thread::sleep(Duration::from_millis(25));
+        }
     }
+    let stats = store.group_stats().since(&before);
     assert!(stats.background_checkpoints > 0, "{stats:?}");
     assert_eq!(stats.inline_checkpoints, 0, "{stats:?}");
     // The WAL restarted from its beginning after the thread's passes (the writer copied their
