@@ -298,11 +298,8 @@ impl<S: Store + 'static> Worker<S> {
     /// returned exactly this, so the two cannot drift apart unnoticed.
     pub fn admitted_claim(&self, run: &Run, now: Timestamp) -> Option<(Run, Lease)> {
         let mut claimed = run.clone();
-        claimed.lease_epoch = run.lease_epoch.saturating_add(1);
-        claimed.state = crate::run::RunState::Running {
-            lease_owner: self.settings.worker_id.clone(),
-            lease_expires_at: now.saturating_add_micros(self.settings.lease_micros()),
-        };
+        let until = now.saturating_add_micros(self.settings.lease_micros());
+        crate::run::state::apply_claim(&mut claimed, run, &self.settings.worker_id, until);
         claimed.updated_at = now;
         let lease = claimed.lease()?;
         Some((claimed, lease))

@@ -265,16 +265,26 @@ impl Mailbox {
     }
 
     /// Detaches every request of `run` (the client has gone and the run is parked).
-    fn release(&mut self, run: RunId) -> Vec<Ticket> {
+    fn release(&mut self, run: RunId) -> Vec<(Ticket, Cancelled)> {
         let (released, kept): (Vec<Handed>, Vec<Handed>) = std::mem::take(&mut self.handed)
             .into_iter()
             .partition(|h| h.run == run);
         self.handed = kept;
         let keys: Vec<RequestKey> = released.iter().map(|h| h.entry.key).collect();
+        let cancelled: Vec<RequestKey> = self.cancelled.clone();
         self.cancelled.retain(|k| !keys.contains(k));
-        released.into_iter().map(|h| h.entry.ticket).collect()
+        released
+            .into_iter()
+            .map(|h| {
+                let by_client = cancelled.contains(&h.entry.key);
+                (h.entry.ticket, Cancelled(by_client))
+            })
+            .collect()
     }
 }
+
+/// Whether the client cancelled a released request.
+struct Cancelled(bool);
 
 /// The mailbox between a gateway's client and the connection's runs.
 pub struct LiveConnection {
@@ -532,34 +542,18 @@ impl LiveConnection {
     /// or its first write never committed): each is answered `answer`, unless the client
     /// cancelled it or has gone (§19.3), or there is no answer to give.
     fn end_unrecorded(&self, run: RunId, answer: Option<CallAnswer>) {
-        let ended: Vec<(Ticket, bool)> = self.with(|m| {
-            let closed = m.closed;
-            let cancelled = m.cancelled.clone();
-            let (released, kept): (Vec<Handed>, Vec<Handed>) = std::mem::take(&mut m.handed)
-                .into_iter()
-                .partition(|h| h.run == run);
-            m.handed = kept;
-            m.cancelled
-                .retain(|k| !released.iter().any(|h| h.entry.key == *k));
-            released
-                .into_iter()
-                .map(|h| {
-                    let silent = closed || cancelled.contains(&h.entry.key);
-                    (h.entry.ticket, silent)
-                })
-                .collect()
-        });
-        for (ticket, silent) in ended {
-            ticket.finish(match (&answer, silent) {
-                (Some(answer), false) => TicketEnd::Answered(answer.clone()),
-                (Some(_), true) | (None, _) => TicketEnd::Dropped,
+        let (closed, released) = self.with(|m| (m.closed, m.release(run)));
+        for (ticket, Cancelled(cancelled)) in released {
+            ticket.finish(match &answer {
+                Some(answer) if !closed && !cancelled => TicketEnd::Answered(answer.clone()),
+                Some(_) | None => TicketEnd::Dropped,
             });
         }
     }
 
     /// Ends the requests of `run` without an answer (the client has gone).
     fn release(&self, run: RunId) {
-        for ticket in self.with(|m| m.release(run)) {
+        for (ticket, _) in self.with(|m| m.release(run)) {
             ticket.finish(TicketEnd::Dropped);
         }
     }
@@ -1286,11 +1280,10 @@ impl<S: Store + 'static> ConnectionDriver<S> {
         let env = self.worker.env();
         let now = env.clock.now();
         let run_id = RunId(env.new_uuid());
-        let deadline_at = self.template.limits.deadline_seconds.map(|s| {
-            self.connection
-                .opened_at
-                .saturating_add_seconds(i64::from(s))
-        });
+        let deadline_at = crate::conversation::call_deadline(
+            self.connection.opened_at,
+            self.template.limits.deadline_seconds,
+        );
         let run = self.call_run(run_id, deadline_at, now);
         let Some((claimed, lease)) = self.worker.admitted_claim(&run, now) else {
             entry.ticket.finish(TicketEnd::Answered(not_recorded()));

@@ -398,6 +398,12 @@ pub enum CallAdmission {
     Closed,
 }
 
+/// The deadline of a conversation's calls (§22.1 `[limits] deadline_seconds`): that many
+/// seconds after its connection opened.
+pub fn call_deadline(opened_at: Timestamp, deadline_seconds: Option<u32>) -> Option<Timestamp> {
+    deadline_seconds.map(|s| opened_at.saturating_add_seconds(i64::from(s)))
+}
+
 /// ADMIT inside the transaction that inserts the call's run: the conversation's budget is
 /// checked and counted in the same commit, so two concurrent calls cannot both take its last
 /// call.
@@ -412,8 +418,7 @@ pub fn admit_call_in_tx(
     if !current.is_open() {
         return Ok(CallAdmission::Closed);
     }
-    let deadline_at =
-        deadline_seconds.map(|s| current.opened_at.saturating_add_seconds(i64::from(s)));
+    let deadline_at = call_deadline(current.opened_at, deadline_seconds);
     if deadline_at.is_some_and(|at| at <= now) {
         return Ok(CallAdmission::DeadlinePassed);
     }

@@ -75,6 +75,17 @@ pub fn edge_allowed(from: RunStatus, to: RunStatus) -> bool {
     )
 }
 
+/// CLAIM's change to a run's row, `updated_at` and the writes apart: the next lease epoch,
+/// and RUNNING under `worker_id` until `lease_expires_at`. [`transition`] applies it; an
+/// execution whose claim is still to be written begins from it (`Worker::admitted_claim`).
+pub fn apply_claim(next: &mut Run, current: &Run, worker_id: &str, lease_expires_at: Timestamp) {
+    next.lease_epoch = current.lease_epoch + 1;
+    next.state = RunState::Running {
+        lease_owner: worker_id.to_owned(),
+        lease_expires_at,
+    };
+}
+
 /// Changes `current`'s status. `next` is `current` with any non-status edits the same
 /// transaction makes (step count, attempts); its state must still be `current`'s.
 pub fn transition(
@@ -101,11 +112,7 @@ pub fn transition(
             worker_id,
             lease_expires_at,
         } => {
-            next.lease_epoch = current.lease_epoch + 1;
-            next.state = RunState::Running {
-                lease_owner: worker_id.clone(),
-                lease_expires_at: *lease_expires_at,
-            };
+            apply_claim(&mut next, current, worker_id, *lease_expires_at);
             (
                 EventType::RunStarted,
                 json!({"worker_id": worker_id, "lease_epoch": next.lease_epoch, "attempts": next.attempts}),
