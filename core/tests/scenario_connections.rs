@@ -1277,6 +1277,54 @@ async fn a_call_whose_first_write_fails_is_answered_that_nothing_ran_and_leaves_
     task.abort();
 }
 
+/// Closes the live connection when a call run's claim is decided, before its first write.
+struct LeaveBeforeFirstWrite(Arc<LiveConnection>);
+
+impl airlock_core::ports::FaultHook for LeaveBeforeFirstWrite {
+    fn reached(
+        &self,
+        point: airlock_core::vocab::CrashPoint,
+    ) -> airlock_core::ports::BoxFut<'static, ()> {
+        if point == airlock_core::vocab::CrashPoint::AfterClaim {
+            self.0.close();
+        }
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// Issue 33, §19.3: a client that leaves after its call was admitted in memory but before the
+/// call's first write is told nothing, and nothing of the call is written (its admission,
+/// submission and claim ride in that write, which never happens).
+#[tokio::test(start_paused = true)]
+async fn a_client_gone_before_its_calls_first_write_leaves_nothing_and_is_told_nothing() {
+    let h = Harness::new();
+    let live = LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true);
+    let mut env = h.env_over(Arc::clone(&h.store));
+    env.planners = Arc::new(LiveFactory {
+        live: Arc::clone(&live),
+        store: Arc::clone(&h.store),
+    });
+    env.faults = Arc::new(LeaveBeforeFirstWrite(Arc::clone(&live)));
+    let worker = Worker::new(env, WorkerSettings::new("gateway-a"));
+    let driver = Arc::new(
+        ConnectionDriver::open(worker, Arc::clone(&live), "acme", "alice", template())
+            .expect("open"),
+    );
+    let running = Arc::clone(&driver);
+    let task = tokio::spawn(async move {
+        let _ = running.run().await;
+    });
+    let ticket = live.submit(1, call("test.echo", "gone"));
+    assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
+    settle_for(1).await;
+    assert!(
+        runs_in(&h, driver.connection().session_id).is_empty(),
+        "no run of the call"
+    );
+    assert!(h.store.snapshot().invocations.is_empty(), "no invocation");
+    task.abort();
+}
+
 /// Issue 33: an allowed call's run commits two write transactions, ADMIT·SUBMIT·CLAIM·PENDING·
 /// PROPOSE·START and FINISH·BATCH·FINAL: its admission, submission and claim are carried by the
 /// execution's first write (the run is never seen QUEUED, nor before its call), and the run's
