@@ -1126,12 +1126,26 @@ fn gateway_over<S: Store + 'static>(
     Arc<ConnectionDriver<S>>,
     tokio::task::JoinHandle<()>,
 ) {
+    gateway_over_env(h, store, |_, _| {})
+}
+
+/// [`gateway_over`], its environment edited first (a fault hook, say).
+fn gateway_over_env<S: Store + 'static>(
+    h: &Harness,
+    store: Arc<S>,
+    edit: impl FnOnce(&Arc<LiveConnection>, &mut Env<S>),
+) -> (
+    Arc<LiveConnection>,
+    Arc<ConnectionDriver<S>>,
+    tokio::task::JoinHandle<()>,
+) {
     let live = LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true);
     let mut env = h.env_over(Arc::clone(&store));
     env.planners = Arc::new(LiveFactory {
         live: Arc::clone(&live),
         store,
     });
+    edit(&live, &mut env);
     let mut settings = WorkerSettings::new("gateway-a");
     settings.lease_ms = 600_000;
     let worker = Worker::new(env, settings);
@@ -1298,21 +1312,8 @@ impl airlock_core::ports::FaultHook for LeaveBeforeFirstWrite {
 #[tokio::test(start_paused = true)]
 async fn a_client_gone_before_its_calls_first_write_leaves_nothing_and_is_told_nothing() {
     let h = Harness::new();
-    let live = LiveConnection::new(ConnectionId(uuid::Uuid::new_v4()), true);
-    let mut env = h.env_over(Arc::clone(&h.store));
-    env.planners = Arc::new(LiveFactory {
-        live: Arc::clone(&live),
-        store: Arc::clone(&h.store),
-    });
-    env.faults = Arc::new(LeaveBeforeFirstWrite(Arc::clone(&live)));
-    let worker = Worker::new(env, WorkerSettings::new("gateway-a"));
-    let driver = Arc::new(
-        ConnectionDriver::open(worker, Arc::clone(&live), "acme", "alice", template())
-            .expect("open"),
-    );
-    let running = Arc::clone(&driver);
-    let task = tokio::spawn(async move {
-        let _ = running.run().await;
+    let (live, driver, task) = gateway_over_env(&h, Arc::clone(&h.store), |live, env| {
+        env.faults = Arc::new(LeaveBeforeFirstWrite(Arc::clone(live)));
     });
     let ticket = live.submit(1, call("test.echo", "gone"));
     assert_eq!(answer(&ticket).await, TicketEnd::Dropped);
