@@ -428,13 +428,18 @@ mod tests {
     use super::*;
 
     /// Each read the writer and the event readers make of the journal searches an index (none
-    /// scans the table, none sorts).
+    /// scans the table, none sorts), and so does an invocation's read of the call its raw
+    /// arguments refer to (M17).
     #[test]
     fn the_writers_reads_search_an_index() {
         let mut conn = rusqlite::Connection::open_in_memory().expect("open");
         crate::schema::migrations()
             .to_latest(&mut conn)
             .expect("migrate");
+        let invocation = format!(
+            "SELECT {} FROM tool_invocations WHERE id = ?1",
+            crate::rows::INVOCATION_COLUMNS
+        );
         for sql in [
             LAST_EVENT_ID,
             LAST_CHECKPOINT_VERSION,
@@ -443,6 +448,7 @@ mod tests {
             ROWS_OF_RUN,
             ROWS_OF_TENANT,
             crate::rows::EVENT_SLOT,
+            &invocation,
         ] {
             let mut statement = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -463,6 +469,15 @@ mod tests {
                 "{sql}: {plan}"
             );
             assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
+            if sql == invocation {
+                assert!(
+                    plan.contains(
+                        "SEARCH j USING INDEX uq_journal_checkpoints \
+                         (run_id=? AND checkpoint_version=?)"
+                    ),
+                    "the referenced call is one lookup: {plan}"
+                );
+            }
         }
     }
 

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::Run;
+use airlock_core::run::checkpoint::PendingBatch;
 
 /// A run without its planner input (left empty), and the input.
 #[derive(Debug)]
@@ -71,6 +72,9 @@ pub(super) struct Kept {
     /// session never changes, so even a forgotten run's stays known.
     sessions: BTreeMap<RunId, SessionId>,
     invocations: BTreeMap<InvocationId, Invocation>,
+    /// The last PENDING checkpoint this transaction wrote of each run (version and batch): an
+    /// invocation of one of its calls keeps its raw arguments there (the `arguments` module).
+    pending: BTreeMap<RunId, (u32, PendingBatch)>,
 }
 
 impl Kept {
@@ -115,5 +119,17 @@ impl Kept {
 
     pub(super) fn keep_invocation(&mut self, invocation: &Invocation) {
         self.invocations.insert(invocation.id, invocation.clone());
+    }
+
+    /// Notes a checkpoint of `run` at `version` holding the pending `batch`, just written.
+    pub(super) fn keep_pending(&mut self, run: RunId, version: u32, batch: &PendingBatch) {
+        self.pending.insert(run, (version, batch.clone()));
+    }
+
+    /// The last PENDING checkpoint of `run` this transaction wrote.
+    pub(super) fn pending(&self, run: RunId) -> Option<(u32, &PendingBatch)> {
+        self.pending
+            .get(&run)
+            .map(|(version, batch)| (*version, batch))
     }
 }

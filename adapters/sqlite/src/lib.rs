@@ -17,6 +17,7 @@
 //! semantics; `rows` converts rows and records. The contract suite
 //! (`airlock_core::testing::contract`) checks both stores alike.
 
+mod arguments;
 mod checkpoint;
 mod group;
 #[cfg(test)]

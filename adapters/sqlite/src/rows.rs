@@ -34,6 +34,8 @@ use airlock_core::vocab::{RunStatus, TargetKind};
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
 pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
 
+use super::arguments;
+
 // ----- writing -------------------------------------------------------------------------------
 
 pub(super) fn ts(t: Timestamp) -> i64 {
@@ -442,17 +444,49 @@ pub(super) fn step_record(row: &Row<'_>) -> rusqlite::Result<StepRecord> {
     })
 }
 
-pub(super) const INVOCATION_COLUMNS: &str = "id, run_id, session_id, tenant_id, step_number, \
-     call_id, tool_name, tool_version, side_effect, risk, idempotency_class, required_scopes, \
-     raw_arguments, arguments, normalized_arguments_hash, effective_arguments_hash, \
-     idempotency_key, argument_trust, origin_trust, parallel_group, created_at, status, \
-     policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
-     output_bytes, outcome, result_item, outcome_status, reason_code, updated_at, target_kind";
+/// The columns an invocation's INSERT writes: every field of [`Invocation`], its arguments as
+/// the `arguments` module stores them (the last two columns say where the raw ones are).
+macro_rules! invocation_stored_columns {
+    () => {
+        "id, run_id, session_id, tenant_id, step_number, \
+         call_id, tool_name, tool_version, side_effect, risk, idempotency_class, required_scopes, \
+         raw_arguments, arguments, normalized_arguments_hash, effective_arguments_hash, \
+         idempotency_key, argument_trust, origin_trust, parallel_group, created_at, status, \
+         policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
+         output_bytes, outcome, result_item, outcome_status, reason_code, updated_at, target_kind"
+    };
+}
+
+/// What an invocation's INSERT names: [`invocation_stored_columns`] and the reference to the
+/// PENDING checkpoint that holds its raw arguments.
+pub(super) const INVOCATION_INSERT_COLUMNS: &str = concat!(
+    invocation_stored_columns!(),
+    ", arguments_checkpoint, arguments_call"
+);
+
+/// What [`invocation`] decodes: the stored columns and, for a row whose raw arguments are in
+/// its PENDING checkpoint, the call read from there (`arguments::referenced`).
+pub(super) const INVOCATION_COLUMNS: &str = concat!(
+    invocation_stored_columns!(),
+    ", CASE WHEN tool_invocations.raw_arguments IS NULL \
+     THEN (SELECT json_extract(j.checkpoint_state, \
+       '$.pending.calls[' || tool_invocations.arguments_call || '].call') \
+       FROM journal AS j WHERE j.run_id = tool_invocations.run_id \
+       AND j.checkpoint_version = tool_invocations.arguments_checkpoint \
+       AND j.checkpoint_version IS NOT NULL) END"
+);
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
-pub(super) const INVOCATION_COLUMN_COUNT: usize = 34;
+pub(super) const INVOCATION_COLUMN_COUNT: usize = 35;
 
 pub(super) fn invocation(row: &Row<'_>) -> rusqlite::Result<Invocation> {
+    let call_id: String = row.get(5)?;
+    let raw_arguments: serde_json::Value = match row.get::<_, Option<String>>(12)? {
+        Some(text) => from_json(&text).map_err(|e| decode_error(12, e))?,
+        None => arguments::referenced(row.get::<_, Option<String>>(34)?.as_deref(), &call_id)
+            .map_err(|e| decode_error(12, e))?,
+    };
+    let arguments = arguments::effective(row.get(13)?, &raw_arguments);
     let suspended_kind: Option<String> = row.get(24)?;
     let suspended_approval = match suspended_kind.as_deref() {
         None => None,
@@ -470,15 +504,15 @@ pub(super) fn invocation(row: &Row<'_>) -> rusqlite::Result<Invocation> {
         session_id: parse(row, 2)?,
         tenant_id: row.get(3)?,
         step_number: unsigned(row, 4)?,
-        call_id: row.get(5)?,
+        call_id,
         tool_name: row.get(6)?,
         tool_version: row.get(7)?,
         side_effect: parse(row, 8)?,
         risk: parse(row, 9)?,
         idempotency_class: parse(row, 10)?,
         required_scopes: json_col(row, 11)?,
-        raw_arguments: json_col(row, 12)?,
-        arguments: row.get(13)?,
+        raw_arguments,
+        arguments,
         normalized_arguments_hash: row.get(14)?,
         effective_arguments_hash: row.get(15)?,
         idempotency_key: row.get(16)?,

@@ -641,12 +641,23 @@ const VOCABULARY_CHAINS: [(&str, &str, &str); 9] = [
 ];
 
 /// M14's hook: the table `CHECK`s of [`VOCABULARY_CHAINS`], edited in the schema's text (see
-/// [`M_VOCABULARY_CHAINS`]). Each M1 text must occur exactly once in its table, or nothing is
-/// changed and the migration fails: a store whose schema was edited by hand is not guessed at.
+/// [`M_VOCABULARY_CHAINS`]).
 fn rewrite_vocabulary_checks(tx: &rusqlite::Transaction<'_>) -> HookResult {
+    edit_table_definitions(tx, "M14", &VOCABULARY_CHAINS)
+}
+
+/// Edits `CREATE TABLE` texts in place, for changes that leave every stored row valid (see
+/// [`M_VOCABULARY_CHAINS`]): each `(table, from, to)` replaces `from` in `table`'s text. Each
+/// `from` must occur exactly once in its table, or nothing is changed and the migration
+/// (`label`) fails: a store whose schema was edited by hand is not guessed at.
+fn edit_table_definitions(
+    tx: &rusqlite::Transaction<'_>,
+    label: &str,
+    edits: &[(&str, &str, &str)],
+) -> HookResult {
     let cookie: i64 = tx.query_row("PRAGMA schema_version", [], |row| row.get(0))?;
     let mut tables: Vec<(&str, String)> = Vec::new();
-    for (table, from, to) in VOCABULARY_CHAINS {
+    for &(table, from, to) in edits {
         let index = match tables.iter().position(|(name, _)| *name == table) {
             Some(index) => index,
             None => {
@@ -662,7 +673,7 @@ fn rewrite_vocabulary_checks(tx: &rusqlite::Transaction<'_>) -> HookResult {
         let sql = &mut tables[index].1;
         if sql.matches(from).count() != 1 {
             return Err(HookError::Hook(format!(
-                "M14: table {table} does not hold exactly one `{from}`"
+                "{label}: table {table} does not hold exactly one `{from}`"
             )));
         }
         *sql = sql.replacen(from, to, 1);
@@ -679,7 +690,7 @@ fn rewrite_vocabulary_checks(tx: &rusqlite::Transaction<'_>) -> HookResult {
     let integrity: String = tx.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
     if integrity != "ok" {
         return Err(HookError::Hook(format!(
-            "M14: integrity check: {integrity}"
+            "{label}: integrity check: {integrity}"
         )));
     }
     Ok(())
@@ -815,6 +826,48 @@ SELECT run_id, checkpoint_version, checkpoint_trigger, checkpoint_state, checkpo
 FROM journal WHERE checkpoint_version IS NOT NULL;
 "#;
 
+/// M17 (issue 33): a call's arguments stored once. An invocation kept its raw arguments and its
+/// effective (normalized, canonical) arguments, equal for nearly every call, and the PENDING
+/// checkpoint that fixed its batch held the same raw arguments a third time: a 1 KB write
+/// filled a 4 KB page of `tool_invocations` on its own. Now (`arguments` module):
+/// - `arguments` is NULL when it is the canonical text of the raw arguments (computed again
+///   when read);
+/// - `raw_arguments` is NULL when the PENDING checkpoint written in the invocation's own
+///   transaction holds the call with these arguments: `arguments_checkpoint` is that
+///   checkpoint's version of the invocation's run and `arguments_call` the call's index in its
+///   batch. Journal rows are append-only (their triggers refuse an UPDATE or DELETE), so the
+///   reference stays good; a read checks the call id it finds there.
+///
+/// Rows written before keep both columns as they are. Dropping the two `NOT NULL`s leaves every
+/// stored row valid, so the table's text is edited in place as M14 did ([`ARGUMENTS_NULLABLE`]).
+const M_ARGUMENTS_ONCE: &str = r#"
+ALTER TABLE tool_invocations ADD COLUMN arguments_checkpoint INTEGER;
+ALTER TABLE tool_invocations ADD COLUMN arguments_call INTEGER
+    CONSTRAINT ck_tool_invocations_arguments_at
+    CHECK ((arguments_checkpoint IS NULL) = (arguments_call IS NULL)
+           AND (raw_arguments IS NULL) = (arguments_call IS NOT NULL)
+           AND arguments_call >= 0 AND arguments_checkpoint >= 1);
+"#;
+
+/// The `NOT NULL`s M17 drops: table, M1's text, its replacement.
+const ARGUMENTS_NULLABLE: [(&str, &str, &str); 2] = [
+    (
+        "tool_invocations",
+        "\n    raw_arguments             TEXT    NOT NULL,",
+        "\n    raw_arguments             TEXT,",
+    ),
+    (
+        "tool_invocations",
+        "\n    arguments                 TEXT    NOT NULL,",
+        "\n    arguments                 TEXT,",
+    ),
+];
+
+/// M17's hook (see [`M_ARGUMENTS_ONCE`]).
+fn arguments_nullable(tx: &rusqlite::Transaction<'_>) -> HookResult {
+    edit_table_definitions(tx, "M17", &ARGUMENTS_NULLABLE)
+}
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -834,11 +887,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up_with_hook(M_VOCABULARY_CHAINS, rewrite_vocabulary_checks),
         M::up(M_RUN_INPUTS),
         M::up(M_JOURNAL),
+        M::up_with_hook(M_ARGUMENTS_ONCE, arguments_nullable),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())
@@ -1015,6 +1069,78 @@ mod tests {
         }
         insert_run(&conn, "r2", session, "scripted", "QUEUED")
             .expect_err("a second active non-mcp run of the session");
+    }
+
+    /// M17 upgrades an M16 store in place: an invocation written with both argument columns
+    /// reads back as it did, the schema is a new file's, and the new columns' CHECK refuses a
+    /// row whose raw arguments are neither inline nor referenced (or both).
+    #[test]
+    fn m17_keeps_inline_arguments_and_refuses_a_row_without_them() {
+        use airlock_core::store::StoreTx;
+
+        let mut conn = Connection::open_in_memory().expect("open");
+        Migrations::new(all_migrations().into_iter().take(16).collect())
+            .to_latest(&mut conn)
+            .expect("M1..M16");
+        let session = "00000000-0000-0000-0000-000000000001";
+        let run = "00000000-0000-0000-0000-0000000000a1";
+        conn.execute(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES (?1, 't', 'p', 1)",
+            [session],
+        )
+        .expect("session");
+        insert_run(&conn, run, session, "scripted", "QUEUED").expect("run");
+        let invocation = "00000000-0000-0000-0000-0000000000b1";
+        let insert =
+            |conn: &Connection, id: &str, key: &str, raw: Option<&str>, at: Option<(i64, i64)>| {
+                let at_columns = if at.is_some() {
+                    ", arguments_checkpoint, arguments_call"
+                } else {
+                    ""
+                };
+                let at_values = at.map_or(String::new(), |(v, c)| format!(", {v}, {c}"));
+                conn.execute(
+                    &format!(
+                        "INSERT INTO tool_invocations (id, run_id, session_id, tenant_id, \
+                     step_number, call_id, tool_name, tool_version, side_effect, risk, \
+                     idempotency_class, required_scopes, raw_arguments, arguments, \
+                     normalized_arguments_hash, effective_arguments_hash, idempotency_key, \
+                     argument_trust, origin_trust, created_at, status, updated_at{at_columns}) \
+                     VALUES (?1, ?2, ?3, 't', 1, 'c1', 'demo.echo', '1.0.0', 'none', 'low', \
+                     'idempotent', '[]', ?4, ?5, 'h', 'h', ?6, '{{}}', 'user', 1, 'PROPOSED', 1\
+                     {at_values})"
+                    ),
+                    rusqlite::params![id, run, session, raw, raw, key],
+                )
+            };
+        insert(&conn, invocation, "k1", Some(r#"{"a":1}"#), None).expect("an M16 invocation");
+        upgrade_to_a_new_files_schema(&mut conn, "M17");
+
+        conn.execute_batch("BEGIN").expect("begin");
+        let inputs = crate::planner_inputs::PlannerInputs::default();
+        let mut tx = crate::tx::SqliteTx::new(&conn, &inputs);
+        let read = tx
+            .invocation(invocation.parse().expect("id"))
+            .expect("read")
+            .expect("the row");
+        assert_eq!(read.raw_arguments, serde_json::json!({"a": 1}));
+        assert_eq!(read.arguments, r#"{"a":1}"#);
+        drop(tx);
+        conn.execute_batch("ROLLBACK").expect("rollback");
+
+        for (key, raw, at) in [
+            ("k2", None, None),
+            ("k3", Some("{}"), Some((1, 0))),
+            ("k4", None, Some((0, 0))),
+            ("k5", None, Some((1, -1))),
+        ] {
+            let id = format!("00000000-0000-0000-0000-0000000000c{}", &key[1..]);
+            let message = insert(&conn, &id, key, raw, at).expect_err(key).to_string();
+            assert!(
+                message.contains("ck_tool_invocations_arguments_at"),
+                "{key}: {message}"
+            );
+        }
     }
 
     /// M16 moves a store's events and checkpoints into the journal where the writer looks for

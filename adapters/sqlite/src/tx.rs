@@ -52,6 +52,7 @@ use airlock_core::store::{
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
+use super::arguments;
 use super::journal::{self, Journal, key_subject};
 use super::kept::{Kept, KeptRun};
 use super::planner_inputs::PlannerInputs;
@@ -1002,6 +1003,9 @@ impl StoreTx for SqliteTx<'_> {
         if !self.journal.fits_checkpoint(run_id) {
             self.flush_journal()?;
         }
+        if let Some(batch) = &checkpoint.state.pending {
+            self.kept.keep_pending(run_id, checkpoint.version, batch);
+        }
         self.journal
             .push_checkpoint(session_id, checkpoint.clone(), state);
         Ok(())
@@ -1080,7 +1084,8 @@ impl StoreTx for SqliteTx<'_> {
             .map(|b| int(b, "tool_invocations.output_bytes"))
             .transpose()?;
         let target_kind = invocation.target_kind.as_ref().map(|kind| kind.as_str());
-        let values: [&dyn ToSql; 34] = [
+        let arguments = arguments::stored(invocation, self.kept.pending(invocation.run_id))?;
+        let values: [&dyn ToSql; 36] = [
             &invocation.id.to_string(),
             &invocation.run_id.to_string(),
             &invocation.session_id.to_string(),
@@ -1096,8 +1101,8 @@ impl StoreTx for SqliteTx<'_> {
                 &invocation.required_scopes,
                 "tool_invocations.required_scopes",
             )?,
-            &json(&invocation.raw_arguments, "tool_invocations.raw_arguments")?,
-            &invocation.arguments,
+            &arguments.raw,
+            &arguments.effective,
             &invocation.normalized_arguments_hash,
             &invocation.effective_arguments_hash,
             &invocation.idempotency_key,
@@ -1129,13 +1134,15 @@ impl StoreTx for SqliteTx<'_> {
             &invocation.reason_code,
             &ts(invocation.updated_at),
             &target_kind,
+            &arguments.at.map(|(version, _)| version),
+            &arguments.at.map(|(_, call)| call),
         ];
         self.execute(
             &format!(
                 "INSERT INTO tool_invocations ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
                  ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
-                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34)",
-                rows::INVOCATION_COLUMNS
+                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
+                rows::INVOCATION_INSERT_COLUMNS
             ),
             &values,
         )?;

@@ -13,6 +13,7 @@ use serde_json::json;
 
 use airlock_core::events::{Event, EventType};
 use airlock_core::ids::ParallelGroupId;
+use airlock_core::invocation::Invocation;
 use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::{
     Admission, Checkpoint, CheckpointState, PendingBatch, PinnedCall, ResultRef, StepRecord,
@@ -48,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 16,
+        SCHEMA_VERSION, 17,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table) and M16 (the journal: events and checkpoints, one row per phase)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) and M17 (a call's arguments stored once)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -339,6 +340,115 @@ fn full_records_round_trip_through_every_column() {
     });
     assert_eq!(commit(&store, "read", |tx| tx.run(failed.id)), Some(failed));
     assert_eq!(commit(&store, "read", |tx| tx.run(queued.id)), Some(queued));
+}
+
+/// M17 (issue 33): a call's raw arguments are stored once, in the PENDING checkpoint its own
+/// transaction wrote, and its effective arguments not at all when they are the raw ones'
+/// canonical text; every row reads back whole. A call the checkpoint does not hold with equal
+/// arguments, or whose batch was fixed by an earlier transaction, keeps them inline.
+#[test]
+fn a_calls_arguments_are_stored_once_beside_the_pending_checkpoint_of_its_transaction() {
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let proposed = |call_id: &str, content: &str| PinnedCall {
+        call: ProposedCall {
+            call_id: call_id.to_owned(),
+            tool: TOOL.to_owned(),
+            version: None,
+            arguments: json!({"destination": "demo", "content": content, "n": [1.5, -0.0, 1e300]}),
+            argument_trust: BTreeMap::new(),
+        },
+        pinned_version: Some("1.0.0".to_owned()),
+    };
+    let pending = Checkpoint {
+        run_id: run.id,
+        version: 1,
+        trigger: CheckpointTrigger::ToolPending,
+        state: CheckpointState {
+            step: 0,
+            pending: Some(PendingBatch {
+                step: 1,
+                calls: vec![proposed("a", "first"), proposed("b", "second")],
+                admission: Admission::Sequential,
+            }),
+            tainted: false,
+            denial_counts: BTreeMap::new(),
+        },
+        created_at: at(1),
+    };
+    let of_call = |n: u128, pinned: &PinnedCall| {
+        let mut invocation =
+            sample_invocation(n, &run, 1, &pinned.call.call_id, InvocationStatus::Running);
+        invocation.raw_arguments = pinned.call.arguments.clone();
+        invocation.arguments =
+            airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
+        invocation
+    };
+    let calls = &pending.state.pending.as_ref().expect("batch").calls;
+    // b: held by the checkpoint, but its effective arguments were normalized differently.
+    let mut b = of_call(2, &calls[1]);
+    b.arguments = r#"{"content":"second","destination":"demo","n":[1.5,0.0,1e300]}"#.to_owned();
+    let a = of_call(1, &calls[0]);
+    // c: a call of the same step the checkpoint does not hold with these arguments.
+    let mut c = of_call(3, &proposed("c", "third"));
+    c.raw_arguments = json!({"other": true});
+    commit(&store, "PENDING and two calls", |tx| {
+        tx.insert_checkpoint(&pending)?;
+        tx.insert_invocation(&b)?;
+        tx.insert_invocation(&a)?;
+        tx.insert_invocation(&c)
+    });
+    // d: in a later transaction, its batch's PENDING already committed.
+    let d = of_call(4, &calls[0]);
+    let d = Invocation {
+        call_id: "a-again".to_owned(),
+        idempotency_key: "d".to_owned(),
+        step_number: 2,
+        ..d
+    };
+    commit(&store, "a later call", |tx| tx.insert_invocation(&d));
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let stored = |id: &Invocation| -> (Option<String>, Option<String>, Option<u32>, Option<u32>) {
+        conn.query_row(
+            "SELECT raw_arguments, arguments, arguments_checkpoint, arguments_call \
+             FROM tool_invocations WHERE id = ?1",
+            [id.id.to_string()],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)),
+        )
+        .expect("row")
+    };
+    assert_eq!(
+        stored(&a),
+        (None, None, Some(1), Some(0)),
+        "a: once, in the checkpoint"
+    );
+    assert_eq!(
+        stored(&b),
+        (None, Some(b.arguments.clone()), Some(1), Some(1)),
+        "b: raw in the checkpoint, its own effective text"
+    );
+    assert!(
+        stored(&c).0.is_some() && stored(&c).2.is_none(),
+        "c: inline"
+    );
+    assert!(
+        stored(&d).0.is_some() && stored(&d).2.is_none(),
+        "d: inline"
+    );
+    assert_eq!(stored(&d).1, None, "d: effective = canonical raw");
+    for invocation in [&a, &b, &c, &d] {
+        assert_eq!(
+            commit(&store, "read", |tx| tx.invocation(invocation.id)).as_ref(),
+            Some(invocation),
+            "{} reads back whole",
+            invocation.call_id
+        );
+    }
+    assert_eq!(
+        commit(&store, "read", |tx| tx.invocations_of_run(run.id)).len(),
+        4
+    );
 }
 
 #[test]
