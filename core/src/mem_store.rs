@@ -728,9 +728,31 @@ impl StoreTx for MemTx<'_> {
             .map(|(_, c)| c.clone()))
     }
 
-    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+    fn insert_step_record(
+        &mut self,
+        record: &StepRecord,
+        pending: Option<u32>,
+    ) -> Result<(), TxError> {
         if !self.tables.rows.runs.contains_key(&record.run_id) {
             return Err(TxError::NotFound);
+        }
+        if let Some(version) = pending {
+            let holds = self
+                .tables
+                .rows
+                .checkpoints
+                .get(&(record.run_id, version))
+                .and_then(|c| c.state.pending.as_ref())
+                .is_some_and(|batch| {
+                    batch.step == record.step
+                        && batch.calls.iter().map(|p| &p.call).eq(record.calls.iter())
+                });
+            if !holds {
+                return Err(TxError::Backend(format!(
+                    "step_records: checkpoint {version} of run {} does not hold step {}'s calls",
+                    record.run_id, record.step
+                )));
+            }
         }
         let latest = self
             .tables
@@ -1454,6 +1476,32 @@ mod tests {
     use crate::events::EventType;
     use crate::testing::contract::run_contract;
     use crate::testing::fixtures::*;
+
+    /// `insert_step_record`'s `pending` is checked here, so the simulator catches core naming a
+    /// checkpoint that does not hold the step's calls (a store that keeps the reference would
+    /// read other calls back).
+    #[test]
+    fn a_step_record_naming_a_checkpoint_without_its_calls_is_refused() {
+        let store = MemStore::new();
+        let run = seed_run(&store, 1, crate::vocab::RunStatus::Running);
+        let record = sample_step_record(run.id, 1);
+        let seed = Checkpoint {
+            run_id: run.id,
+            version: 1,
+            trigger: crate::vocab::CheckpointTrigger::Seed,
+            state: crate::run::checkpoint::CheckpointState::default(),
+            created_at: T0,
+        };
+        commit(&store, "seed checkpoint", |tx| tx.insert_checkpoint(&seed));
+        for (pending, what) in [(1, "a checkpoint without a batch"), (2, "no checkpoint")] {
+            let refused = store.transact(|tx| tx.insert_step_record(&record, Some(pending)));
+            assert!(
+                matches!(refused, Err(TxError::Backend(_))),
+                "{what}: {refused:?}"
+            );
+        }
+        commit(&store, "inline", |tx| tx.insert_step_record(&record, None));
+    }
 
     #[test]
     fn a_rule_breaking_write_is_told_apart_from_a_lost_race() {

@@ -207,7 +207,17 @@ pub trait StoreTx {
     // Step records (SPEC §17.2): the history of finished steps, append-only.
     /// Steps must be contiguous: `Conflict` unless `record.step` is the run's latest recorded
     /// step plus one (1 for the first); `NotFound` without the run.
-    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError>;
+    ///
+    /// `pending` is the version of the run's checkpoint whose pending batch holds this step's
+    /// calls (`record.calls` are its `PinnedCall::call`s, in order), when core knows one: a
+    /// store may keep that reference instead of a second copy of the calls (checkpoints are
+    /// never changed or deleted) and then reads the calls from there. `MemStore` checks the
+    /// claim and refuses a wrong one with `Backend`.
+    fn insert_step_record(
+        &mut self,
+        record: &StepRecord,
+        pending: Option<u32>,
+    ) -> Result<(), TxError>;
     /// The run's step records with `step > after_step`, in step order, at most `limit`.
     fn step_records(
         &mut self,

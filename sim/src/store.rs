@@ -803,8 +803,12 @@ impl StoreTx for TxProbe<'_> {
     fn latest_checkpoint(&mut self, run: RunId) -> Result<Option<Checkpoint>, TxError> {
         self.inner.latest_checkpoint(run)
     }
-    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
-        self.inner.insert_step_record(record)
+    fn insert_step_record(
+        &mut self,
+        record: &StepRecord,
+        pending: Option<u32>,
+    ) -> Result<(), TxError> {
+        self.inner.insert_step_record(record, pending)
     }
     fn step_records(
         &mut self,

@@ -1341,7 +1341,13 @@ impl StoreTx for PgTx<'_> {
         )
     }
 
-    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+    /// The calls are kept inline: this store does not take the `pending` reference (SQLite
+    /// does, migration M18).
+    fn insert_step_record(
+        &mut self,
+        record: &StepRecord,
+        _pending: Option<u32>,
+    ) -> Result<(), TxError> {
         if self.run_session(record.run_id)?.is_none() {
             return Err(TxError::NotFound);
         }

@@ -270,7 +270,7 @@ fn postgres_itself_rejects_changes_to_audit_rows() {
             json!({}),
             Some("k1"),
         ))?;
-        tx.insert_step_record(&sample_step_record(run.id, 1))?;
+        tx.insert_step_record(&sample_step_record(run.id, 1), None)?;
         tx.insert_policy_profile(&sample_policy_profile("v1"))
             .map(drop)
     });
@@ -1205,7 +1205,7 @@ fn a_run_read_that_waited_for_its_lock_sees_the_holders_checkpoint() {
                 let _ = locked.send(());
                 std::thread::sleep(Duration::from_millis(400));
                 tx.insert_checkpoint(&sample_checkpoint(run.id, 1))?;
-                tx.insert_step_record(&sample_step_record(run.id, 1))
+                tx.insert_step_record(&sample_step_record(run.id, 1), None)
             })
         });
         run_is_locked
@@ -1214,7 +1214,7 @@ fn a_run_read_that_waited_for_its_lock_sees_the_holders_checkpoint() {
         let second = store.transact(|tx| {
             tx.run(run.id)?; // waits for the first
             tx.insert_checkpoint(&sample_checkpoint(run.id, 2))?;
-            tx.insert_step_record(&sample_step_record(run.id, 2))
+            tx.insert_step_record(&sample_step_record(run.id, 2), None)
         });
         (first.join().expect("thread"), second)
     });

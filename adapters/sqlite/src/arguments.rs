@@ -1,5 +1,5 @@
-//! Where an invocation's arguments are stored (migration M17, issue 33): each call's content
-//! once, beside the script it came from.
+//! Where a call's content is stored (migrations M17 and M18, issue 33): once, beside the
+//! script it came from, in the PENDING checkpoint that fixed its batch.
 //!
 //! An invocation has raw arguments (as the planner proposed them) and effective ones (the
 //! canonical text of the normalized arguments). For nearly every call the two are the same
@@ -14,6 +14,9 @@
 //!   committed earlier (the later calls of a multi-call step, a resumed step) keeps its raw
 //!   arguments inline, as every row written before M17 does.
 //!
+//! A finished step's record refers to the same checkpoint for its calls when core names it
+//! ([`calls_of_step`]).
+//!
 //! A journal row is never updated or deleted (its triggers refuse both), so a reference stays
 //! good for as long as the invocation; a read fetches the call with one lookup of the journal's
 //! `(run_id, checkpoint_version)` index (the last column of `rows::INVOCATION_COLUMNS`) and refuses a call whose id is not
@@ -23,6 +26,7 @@ use serde_json::Value;
 
 use airlock_core::canonical::to_canonical_string;
 use airlock_core::invocation::Invocation;
+use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::PendingBatch;
 use airlock_core::store::TxError;
 
@@ -73,19 +77,35 @@ pub(super) fn stored(
 /// Why a stored row's arguments cannot be read back.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Unreadable {
-    #[error("the PENDING checkpoint its raw arguments refer to holds no such call")]
+    #[error("the PENDING checkpoint it refers to holds no such call or batch")]
     Missing,
     #[error("the call its raw arguments refer to is not JSON: {0}")]
     NotJson(serde_json::Error),
     #[error("the call its raw arguments refer to is call '{found}', not '{expected}'")]
     OtherCall { expected: String, found: String },
+    #[error("the batch its calls refer to is step {found}'s, not step {expected}'s")]
+    OtherStep { expected: u32, found: u32 },
 }
 
-/// The raw arguments of call `call_id` from its referenced call's JSON text
-/// (the last column of `rows::INVOCATION_COLUMNS`; `None` when the lookup found nothing).
-pub(super) fn referenced(call: Option<&str>, call_id: &str) -> Result<Value, Unreadable> {
-    let text = call.ok_or(Unreadable::Missing)?;
-    let mut call: Value = serde_json::from_str(text).map_err(Unreadable::NotJson)?;
+/// The raw arguments of call `call_id`, kept at `(version, index)`: from the PENDING batch this
+/// transaction wrote (`written`, its version and batch) when that is the one, else from the
+/// call's JSON text as the journal holds it (the last column of `rows::INVOCATION_COLUMNS`;
+/// `None` when the lookup found nothing).
+pub(super) fn referenced(
+    written: Option<(u32, &PendingBatch)>,
+    (version, index): (u32, usize),
+    stored: Option<&str>,
+    call_id: &str,
+) -> Result<Value, Unreadable> {
+    let mut call: Value = match written {
+        Some((written, batch)) if written == version => {
+            let pinned = batch.calls.get(index).ok_or(Unreadable::Missing)?;
+            serde_json::to_value(&pinned.call).map_err(Unreadable::NotJson)?
+        }
+        _ => {
+            serde_json::from_str(stored.ok_or(Unreadable::Missing)?).map_err(Unreadable::NotJson)?
+        }
+    };
     let found = call.get("call_id").and_then(Value::as_str).unwrap_or("");
     if found != call_id {
         return Err(Unreadable::OtherCall {
@@ -96,6 +116,30 @@ pub(super) fn referenced(call: Option<&str>, call_id: &str) -> Result<Value, Unr
     call.get_mut("arguments")
         .map(Value::take)
         .ok_or(Unreadable::Missing)
+}
+
+/// A finished step's calls, kept in the pending batch of checkpoint `version`: the batch this
+/// transaction wrote (`written`) when that is the one, else the batch's JSON text as the journal
+/// holds it (`None` when the lookup found nothing). It must be step `step`'s batch.
+pub(super) fn calls_of_step(
+    written: Option<(u32, &PendingBatch)>,
+    version: u32,
+    stored: Option<&str>,
+    step: u32,
+) -> Result<Vec<ProposedCall>, Unreadable> {
+    let batch: PendingBatch = match written {
+        Some((written, batch)) if written == version => batch.clone(),
+        _ => {
+            serde_json::from_str(stored.ok_or(Unreadable::Missing)?).map_err(Unreadable::NotJson)?
+        }
+    };
+    if batch.step != step {
+        return Err(Unreadable::OtherStep {
+            expected: step,
+            found: batch.step,
+        });
+    }
+    Ok(batch.calls.into_iter().map(|pinned| pinned.call).collect())
 }
 
 /// The effective arguments' text: as stored, else the canonical text of the raw arguments.
@@ -112,14 +156,15 @@ mod tests {
     #[test]
     fn a_referenced_call_of_another_id_is_refused() {
         let text = r#"{"call_id":"c2","tool":"t","arguments":{"a":1}}"#;
-        assert_eq!(referenced(Some(text), "c2").expect("c2"), json!({"a": 1}));
+        let found = |call_id| referenced(None, (1, 0), Some(text), call_id);
+        assert_eq!(found("c2").expect("c2"), json!({"a": 1}));
+        assert!(matches!(found("c1"), Err(Unreadable::OtherCall { .. })));
         assert!(matches!(
-            referenced(Some(text), "c1"),
-            Err(Unreadable::OtherCall { .. })
+            referenced(None, (1, 0), None, "c1"),
+            Err(Unreadable::Missing)
         ));
-        assert!(matches!(referenced(None, "c1"), Err(Unreadable::Missing)));
         assert!(matches!(
-            referenced(Some("{"), "c1"),
+            referenced(None, (1, 0), Some("{"), "c1"),
             Err(Unreadable::NotJson(_))
         ));
     }

@@ -428,8 +428,8 @@ mod tests {
     use super::*;
 
     /// Each read the writer and the event readers make of the journal searches an index (none
-    /// scans the table, none sorts), and so does an invocation's read of the call its raw
-    /// arguments refer to (M17).
+    /// scans the table, none sorts), and so do an invocation's and a step record's reads of
+    /// the calls they refer to (M17, M18).
     #[test]
     fn the_writers_reads_search_an_index() {
         let mut conn = rusqlite::Connection::open_in_memory().expect("open");
@@ -440,6 +440,10 @@ mod tests {
             "SELECT {} FROM tool_invocations WHERE id = ?1",
             crate::rows::INVOCATION_COLUMNS
         );
+        let step_records = format!(
+            "SELECT {} FROM step_records WHERE run_id = ?1 AND step > ?2 ORDER BY step",
+            crate::rows::STEP_RECORD_COLUMNS
+        );
         for sql in [
             LAST_EVENT_ID,
             LAST_CHECKPOINT_VERSION,
@@ -449,6 +453,7 @@ mod tests {
             ROWS_OF_TENANT,
             crate::rows::EVENT_SLOT,
             &invocation,
+            &step_records,
         ] {
             let mut statement = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -469,13 +474,13 @@ mod tests {
                 "{sql}: {plan}"
             );
             assert!(!plan.contains("TEMP B-TREE"), "{sql}: {plan}");
-            if sql == invocation {
+            if sql == invocation || sql == step_records {
                 assert!(
                     plan.contains(
                         "SEARCH j USING INDEX uq_journal_checkpoints \
                          (run_id=? AND checkpoint_version=?)"
                     ),
-                    "the referenced call is one lookup: {plan}"
+                    "the referenced calls are one lookup: {plan}"
                 );
             }
         }

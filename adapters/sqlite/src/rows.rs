@@ -35,6 +35,7 @@ use airlock_core::vocab::{RunStatus, TargetKind};
 pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
 
 use super::arguments;
+use super::kept::Kept;
 
 // ----- writing -------------------------------------------------------------------------------
 
@@ -432,13 +433,38 @@ pub(super) fn checkpoint(row: &Row<'_>) -> rusqlite::Result<Checkpoint> {
     })
 }
 
-pub(super) const STEP_RECORD_COLUMNS: &str = "run_id, step, calls, results, created_at";
+/// What a step record's INSERT names: `calls` is NULL when `calls_checkpoint` names the
+/// checkpoint whose pending batch holds them (M18).
+pub(super) const STEP_RECORD_INSERT_COLUMNS: &str =
+    "run_id, step, calls, results, created_at, calls_checkpoint";
 
-pub(super) fn step_record(row: &Row<'_>) -> rusqlite::Result<StepRecord> {
+/// What [`step_record`] decodes: the stored columns and, for a record whose calls are in a
+/// checkpoint, that checkpoint's pending batch (6).
+pub(super) const STEP_RECORD_COLUMNS: &str = "run_id, step, calls, results, created_at, \
+     calls_checkpoint, CASE WHEN step_records.calls IS NULL \
+     THEN (SELECT json_extract(j.checkpoint_state, '$.pending') \
+       FROM journal AS j WHERE j.run_id = step_records.run_id \
+       AND j.checkpoint_version = step_records.calls_checkpoint \
+       AND j.checkpoint_version IS NOT NULL) END";
+
+/// A step record; `written` as for [`invocation`].
+pub(super) fn step_record(row: &Row<'_>, written: &Kept) -> rusqlite::Result<StepRecord> {
+    let run_id = parse(row, 0)?;
+    let step = unsigned(row, 1)?;
+    let calls = match row.get::<_, Option<String>>(2)? {
+        Some(text) => from_json(&text).map_err(|e| decode_error(2, e))?,
+        None => arguments::calls_of_step(
+            written.pending(run_id),
+            unsigned(row, 5)?,
+            row.get::<_, Option<String>>(6)?.as_deref(),
+            step,
+        )
+        .map_err(|e| decode_error(2, e))?,
+    };
     Ok(StepRecord {
-        run_id: parse(row, 0)?,
-        step: unsigned(row, 1)?,
-        calls: json_col(row, 2)?,
+        run_id,
+        step,
+        calls,
         results: json_col(row, 3)?,
         created_at: time(row, 4)?,
     })
@@ -464,11 +490,13 @@ pub(super) const INVOCATION_INSERT_COLUMNS: &str = concat!(
     ", arguments_checkpoint, arguments_call"
 );
 
-/// What [`invocation`] decodes: the stored columns and, for a row whose raw arguments are in
-/// its PENDING checkpoint, the call read from there (`arguments::referenced`).
+/// What [`invocation`] decodes: the stored columns, where the raw arguments are kept (34, 35)
+/// and, for a row whose raw arguments are in its PENDING checkpoint, the call read from there
+/// (36; see `arguments::referenced`).
 pub(super) const INVOCATION_COLUMNS: &str = concat!(
     invocation_stored_columns!(),
-    ", CASE WHEN tool_invocations.raw_arguments IS NULL \
+    ", arguments_checkpoint, arguments_call, \
+     CASE WHEN tool_invocations.raw_arguments IS NULL \
      THEN (SELECT json_extract(j.checkpoint_state, \
        '$.pending.calls[' || tool_invocations.arguments_call || '].call') \
        FROM journal AS j WHERE j.run_id = tool_invocations.run_id \
@@ -477,14 +505,21 @@ pub(super) const INVOCATION_COLUMNS: &str = concat!(
 );
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
-pub(super) const INVOCATION_COLUMN_COUNT: usize = 35;
+pub(super) const INVOCATION_COLUMN_COUNT: usize = 37;
 
-pub(super) fn invocation(row: &Row<'_>) -> rusqlite::Result<Invocation> {
+/// An invocation row; `written` is what the reading transaction wrote, whose PENDING checkpoint
+/// may hold the row's raw arguments before its journal row is written.
+pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invocation> {
     let call_id: String = row.get(5)?;
     let raw_arguments: serde_json::Value = match row.get::<_, Option<String>>(12)? {
         Some(text) => from_json(&text).map_err(|e| decode_error(12, e))?,
-        None => arguments::referenced(row.get::<_, Option<String>>(34)?.as_deref(), &call_id)
-            .map_err(|e| decode_error(12, e))?,
+        None => arguments::referenced(
+            written.pending(parse(row, 1)?),
+            (unsigned(row, 34)?, unsigned(row, 35)?),
+            row.get::<_, Option<String>>(36)?.as_deref(),
+            &call_id,
+        )
+        .map_err(|e| decode_error(12, e))?,
     };
     let arguments = arguments::effective(row.get(13)?, &raw_arguments);
     let suspended_kind: Option<String> = row.get(24)?;

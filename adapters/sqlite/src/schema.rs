@@ -868,6 +868,31 @@ fn arguments_nullable(tx: &rusqlite::Transaction<'_>) -> HookResult {
     edit_table_definitions(tx, "M17", &ARGUMENTS_NULLABLE)
 }
 
+/// M18 (issue 33): a step record's calls stored once. The calls of a finished step were the
+/// pending batch of the checkpoint that fixed it, copied again into `step_records` when the step
+/// closed (a 1 KB call: 1.3 KB more per step). Now core says which checkpoint holds them
+/// (`StoreTx::insert_step_record`'s `pending`), and the record keeps `calls` NULL and that
+/// version in `calls_checkpoint`; a read takes the calls from the checkpoint's pending batch
+/// (one lookup of `uq_journal_checkpoints`) and checks that the batch is this step's. Records
+/// written before keep their calls.
+const M_STEP_CALLS_ONCE: &str = r#"
+ALTER TABLE step_records ADD COLUMN calls_checkpoint INTEGER
+    CONSTRAINT ck_step_records_calls_at
+    CHECK ((calls IS NULL) = (calls_checkpoint IS NOT NULL) AND calls_checkpoint >= 1);
+"#;
+
+/// The `NOT NULL` M18 drops: table, M2's text, its replacement.
+const STEP_CALLS_NULLABLE: [(&str, &str, &str); 1] = [(
+    "step_records",
+    "\n    calls      TEXT    NOT NULL,",
+    "\n    calls      TEXT,",
+)];
+
+/// M18's hook (see [`M_STEP_CALLS_ONCE`]).
+fn step_calls_nullable(tx: &rusqlite::Transaction<'_>) -> HookResult {
+    edit_table_definitions(tx, "M18", &STEP_CALLS_NULLABLE)
+}
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -888,11 +913,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up(M_RUN_INPUTS),
         M::up(M_JOURNAL),
         M::up_with_hook(M_ARGUMENTS_ONCE, arguments_nullable),
+        M::up_with_hook(M_STEP_CALLS_ONCE, step_calls_nullable),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())
@@ -1139,6 +1165,65 @@ mod tests {
             assert!(
                 message.contains("ck_tool_invocations_arguments_at"),
                 "{key}: {message}"
+            );
+        }
+    }
+
+    /// M18 upgrades an M17 store in place: a step record with its calls inline reads back as
+    /// it did, and the new column's CHECK refuses a record with its calls both inline and
+    /// referenced, or neither.
+    #[test]
+    fn m18_keeps_inline_calls_and_refuses_a_record_without_them() {
+        use airlock_core::store::StoreTx;
+
+        let mut conn = Connection::open_in_memory().expect("open");
+        Migrations::new(all_migrations().into_iter().take(17).collect())
+            .to_latest(&mut conn)
+            .expect("M1..M17");
+        let session = "00000000-0000-0000-0000-000000000001";
+        let run = "00000000-0000-0000-0000-0000000000a1";
+        conn.execute(
+            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES (?1, 't', 'p', 1)",
+            [session],
+        )
+        .expect("session");
+        insert_run(&conn, run, session, "scripted", "QUEUED").expect("run");
+        let calls = r#"[{"call_id":"c1","tool":"t","version":null,"arguments":{"a":1},"argument_trust":{}}]"#;
+        conn.execute(
+            "INSERT INTO step_records (run_id, step, calls, results, created_at) \
+             VALUES (?1, 1, ?2, '[]', 1)",
+            [run, calls],
+        )
+        .expect("an M17 step record");
+        upgrade_to_a_new_files_schema(&mut conn, "M18");
+
+        conn.execute_batch("BEGIN").expect("begin");
+        let inputs = crate::planner_inputs::PlannerInputs::default();
+        let mut tx = crate::tx::SqliteTx::new(&conn, &inputs);
+        let records = tx
+            .step_records(run.parse().expect("id"), 0, 10)
+            .expect("read");
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].calls[0].arguments, serde_json::json!({"a": 1}));
+        drop(tx);
+        conn.execute_batch("ROLLBACK").expect("rollback");
+
+        for (step, calls, at) in [
+            (2, None, None),
+            (2, Some(calls), Some(1)),
+            (2, None, Some(0)),
+        ] {
+            let message = conn
+                .execute(
+                    "INSERT INTO step_records (run_id, step, calls, results, created_at, \
+                     calls_checkpoint) VALUES (?1, ?2, ?3, '[]', 1, ?4)",
+                    rusqlite::params![run, step, calls, at],
+                )
+                .expect_err("refused")
+                .to_string();
+            assert!(
+                message.contains("ck_step_records_calls_at"),
+                "{calls:?} {at:?}: {message}"
             );
         }
     }

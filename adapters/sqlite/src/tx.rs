@@ -1022,7 +1022,12 @@ impl StoreTx for SqliteTx<'_> {
         )
     }
 
-    fn insert_step_record(&mut self, record: &StepRecord) -> Result<(), TxError> {
+    /// Keeps the calls by reference when core names the checkpoint that holds them (M18).
+    fn insert_step_record(
+        &mut self,
+        record: &StepRecord,
+        pending: Option<u32>,
+    ) -> Result<(), TxError> {
         if self.run_session(record.run_id)?.is_none() {
             return Err(TxError::NotFound);
         }
@@ -1042,15 +1047,19 @@ impl StoreTx for SqliteTx<'_> {
         }
         self.execute(
             &format!(
-                "INSERT INTO step_records ({}) VALUES (?1, ?2, ?3, ?4, ?5)",
-                rows::STEP_RECORD_COLUMNS
+                "INSERT INTO step_records ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                rows::STEP_RECORD_INSERT_COLUMNS
             ),
             params![
                 record.run_id.to_string(),
                 record.step,
-                json(&record.calls, "step_records.calls")?,
+                match pending {
+                    Some(_) => None,
+                    None => Some(json(&record.calls, "step_records.calls")?),
+                },
                 json(&record.results, "step_records.results")?,
                 ts(record.created_at),
+                pending,
             ],
         )
         .map(drop)
@@ -1065,7 +1074,7 @@ impl StoreTx for SqliteTx<'_> {
         self.all(
             &step_records_sql(limit_rows),
             params![run.to_string(), after_step],
-            rows::step_record,
+            |row| rows::step_record(row, &self.kept),
         )
     }
 
@@ -1161,7 +1170,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![id.to_string()],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )?;
         if let Some(invocation) = &invocation {
             self.kept.keep_invocation(invocation);
@@ -1176,7 +1185,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![idempotency_key],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )
     }
 
@@ -1193,7 +1202,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string(), step, call_id],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )
     }
 
@@ -1205,7 +1214,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string()],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )
     }
 
@@ -1223,7 +1232,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string(), status.as_str()],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )
     }
 
@@ -1296,7 +1305,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![tenant],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )
     }
 
@@ -1328,7 +1337,7 @@ impl StoreTx for SqliteTx<'_> {
             ],
             |row| {
                 Ok(Twin {
-                    invocation: rows::invocation(row)?,
+                    invocation: rows::invocation(row, &self.kept)?,
                     settled: row.get(rows::INVOCATION_COLUMN_COUNT)?,
                 })
             },
@@ -1657,7 +1666,7 @@ impl StoreTx for SqliteTx<'_> {
                 page.until.map(ts),
                 limit(page.limit)
             ],
-            rows::invocation,
+            |row| rows::invocation(row, &self.kept),
         )
     }
 

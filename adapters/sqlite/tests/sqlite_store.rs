@@ -49,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 17,
+        SCHEMA_VERSION, 18,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) and M17 (a call's arguments stored once)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once) and M18 (a step record's calls stored once)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -72,7 +72,7 @@ fn seed_audit_rows(store: &SqliteStore) {
         tx.append_process_event(&sample_process_event(1, "v1"))?;
         tx.insert_policy_profile(&sample_policy_profile("v1"))?;
         tx.insert_settlement(&sample_settlement(1, &uncertain))?;
-        tx.insert_step_record(&sample_step_record(run.id, 1))
+        tx.insert_step_record(&sample_step_record(run.id, 1), None)
     });
 }
 
@@ -288,7 +288,9 @@ fn full_records_round_trip_through_every_column() {
         ],
         created_at: at(9),
     };
-    commit(&store, "step record", |tx| tx.insert_step_record(&record));
+    commit(&store, "step record", |tx| {
+        tx.insert_step_record(&record, None)
+    });
     assert_eq!(
         commit(&store, "read", |tx| tx.step_records(run.id, 0, 10)),
         vec![record]

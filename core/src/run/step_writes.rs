@@ -335,7 +335,10 @@ impl<'a> StepLedger<'a> {
         }
         let mut position = Self::current(inner);
         let (state, record) = close_step(self.run, &position.state, batch, results, now);
-        tx.insert_step_record(&record)?;
+        // The position holds the batch from its PENDING until this BATCH (a `suspended`
+        // checkpoint in between carries it on): its checkpoint holds the step's calls.
+        let pending = (position.state.pending.as_ref() == Some(batch)).then_some(position.version);
+        tx.insert_step_record(&record, pending)?;
         // A call run's untrusted result taints its conversation in the transaction that
         // records it, before it is answered (SPEC §22.2).
         if self.run.planner_kind == crate::conversation::MCP_PLANNER_KIND

@@ -8,6 +8,7 @@
 //! attempts discipline, the watermark, missing parents as `NotFound`). Reads go through
 //! `Store::read`, so SQLite's reader connections are exercised too.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use serde_json::json;
@@ -16,12 +17,15 @@ use crate::approval::Approval;
 use crate::events::{Actor, EventType, keys};
 use crate::ids::InvocationId;
 use crate::invocation::Invocation;
+use crate::run::checkpoint::{Admission, Checkpoint, CheckpointState, PendingBatch, PinnedCall};
 use crate::run::{Lease, Run, RunGuard, RunState, RunSummary};
 use crate::store::{
     ApprovalCursor, CallIdentity, CreatedPage, RunCursor, Store, StoreTx, TwinScope, TxError,
 };
 use crate::testing::fixtures::*;
-use crate::vocab::{ApprovalResolution, ApprovalStatus, InvocationStatus, RunStatus, TargetKind};
+use crate::vocab::{
+    ApprovalResolution, ApprovalStatus, CheckpointTrigger, InvocationStatus, RunStatus, TargetKind,
+};
 
 /// Runs every check on a fresh store from `make`.
 pub fn run_contract<S: Store>(make: impl Fn() -> S) {
@@ -41,6 +45,8 @@ pub fn run_contract<S: Store>(make: impl Fn() -> S) {
     count_runs_by_status(&make());
     checkpoint_versions_are_contiguous(&make());
     step_records_are_contiguous_and_paged(&make());
+    a_step_records_calls_read_back_from_the_checkpoint_it_names(&make());
+    a_calls_arguments_read_back_from_its_transactions_pending_checkpoint(&make());
     invocation_uniqueness(&make());
     invocation_lookups_and_run_order(&make());
     invocations_of_run_by_status(&make());
@@ -954,25 +960,25 @@ fn step_records_are_contiguous_and_paged<S: Store>(store: &S) {
         "step_records: none yet"
     );
     assert_conflict(
-        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 2))),
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 2), None)),
         "step_records: the first step is 1",
     );
     for step in 1..=3 {
         commit(store, "step record", |tx| {
-            tx.insert_step_record(&sample_step_record(run.id, step))
+            tx.insert_step_record(&sample_step_record(run.id, step), None)
         });
     }
     assert_conflict(
-        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 3))),
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 3), None)),
         "step_records: duplicate step",
     );
     assert_conflict(
-        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 5))),
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(run.id, 5), None)),
         "step_records: a gap",
     );
     let other = seed_run(store, 2, RunStatus::Running);
     commit(store, "another run's step 1", |tx| {
-        tx.insert_step_record(&sample_step_record(other.id, 1))
+        tx.insert_step_record(&sample_step_record(other.id, 1), None)
     });
     assert_eq!(
         read(store, |tx| tx.step_records(run.id, 0, 10)),
@@ -993,9 +999,107 @@ fn step_records_are_contiguous_and_paged<S: Store>(store: &S) {
     );
     let orphan = sample_run(9, session_id(9), RunStatus::Queued);
     assert_eq!(
-        store.transact(|tx| tx.insert_step_record(&sample_step_record(orphan.id, 1))),
+        store.transact(|tx| tx.insert_step_record(&sample_step_record(orphan.id, 1), None)),
         Err(TxError::NotFound),
         "step_records: a record needs its run"
+    );
+}
+
+/// A pending checkpoint of `run` at `version` whose batch is step `step` of `calls`.
+fn pending_checkpoint(
+    run: &Run,
+    version: u32,
+    step: u32,
+    calls: &[crate::ports::ProposedCall],
+) -> Checkpoint {
+    Checkpoint {
+        run_id: run.id,
+        version,
+        trigger: CheckpointTrigger::ToolPending,
+        state: CheckpointState {
+            step: step - 1,
+            pending: Some(PendingBatch {
+                step,
+                calls: calls
+                    .iter()
+                    .map(|call| PinnedCall {
+                        call: call.clone(),
+                        pinned_version: Some("1.0.0".to_owned()),
+                    })
+                    .collect(),
+                admission: Admission::Sequential,
+            }),
+            tainted: false,
+            denial_counts: BTreeMap::new(),
+        },
+        created_at: T0,
+    }
+}
+
+/// `insert_step_record`'s `pending` (issue 33): a store may keep the step's calls as a
+/// reference to the checkpoint that holds them; the record reads back whole either way, in a
+/// later transaction and in the one that wrote the checkpoint, before and after it is read.
+fn a_step_records_calls_read_back_from_the_checkpoint_it_names<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let first = sample_step_record(run.id, 1);
+    commit(store, "PENDING of step 1", |tx| {
+        tx.insert_checkpoint(&pending_checkpoint(&run, 1, 1, &first.calls))
+    });
+    commit(store, "step 1's record", |tx| {
+        tx.insert_step_record(&first, Some(1))
+    });
+    let second = sample_step_record(run.id, 2);
+    let in_its_transaction = commit(store, "PENDING and record of step 2", |tx| {
+        tx.insert_checkpoint(&pending_checkpoint(&run, 2, 2, &second.calls))?;
+        tx.insert_step_record(&second, Some(2))?;
+        tx.step_records(run.id, 0, 10)
+    });
+    let expected = vec![first, second];
+    assert_eq!(
+        in_its_transaction, expected,
+        "step_records: read in the transaction that wrote the checkpoint"
+    );
+    assert_eq!(
+        read(store, |tx| tx.step_records(run.id, 0, 10)),
+        expected,
+        "step_records: the calls of the checkpoint each record names"
+    );
+}
+
+/// An invocation inserted in the transaction that wrote its batch's PENDING checkpoint (as a
+/// step's first call is) reads back whole from every lookup, inside that transaction and after.
+fn a_calls_arguments_read_back_from_its_transactions_pending_checkpoint<S: Store>(store: &S) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = sample_invocation(1, &run, 1, "c1", InvocationStatus::Running);
+    let call = crate::ports::ProposedCall {
+        call_id: "c1".to_owned(),
+        tool: TOOL.to_owned(),
+        version: None,
+        arguments: invocation.raw_arguments.clone(),
+        argument_trust: BTreeMap::new(),
+    };
+    let lookups = |tx: &mut dyn StoreTx| -> Result<Vec<Invocation>, TxError> {
+        let mut found = tx.invocations_of_run(run.id)?;
+        found.extend(tx.invocations_of_run_in(run.id, InvocationStatus::Running)?);
+        found.extend(tx.invocation_by_call(run.id, 1, "c1")?);
+        found.extend(tx.invocation_by_key(&invocation.idempotency_key)?);
+        found.extend(tx.invocation(invocation.id)?);
+        Ok(found)
+    };
+    let inside = commit(store, "PENDING and its first call", |tx| {
+        tx.insert_checkpoint(&pending_checkpoint(&run, 1, 1, std::slice::from_ref(&call)))?;
+        tx.insert_invocation(&invocation)?;
+        lookups(tx)
+    });
+    assert_eq!(
+        inside,
+        vec![invocation.clone(); 5],
+        "invocations: read in the transaction that wrote them"
+    );
+    assert_eq!(
+        read(store, |tx| lookups(tx)),
+        vec![invocation; 5],
+        "invocations: read after it"
     );
 }
 
