@@ -30,8 +30,6 @@ use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::PendingBatch;
 use airlock_core::store::TxError;
 
-use super::rows::json;
-
 /// An invocation's arguments as its row stores them.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Stored {
@@ -61,10 +59,11 @@ pub(super) fn stored(
     });
     let raw = match at {
         Some(_) => None,
-        None => Some(json(
-            &invocation.raw_arguments,
-            "tool_invocations.raw_arguments",
-        )?),
+        None => Some(
+            serde_json::to_string(&invocation.raw_arguments).map_err(|e| {
+                TxError::Backend(format!("cannot encode tool_invocations.raw_arguments: {e}"))
+            })?,
+        ),
     };
     let effective = if invocation.arguments == to_canonical_string(&invocation.raw_arguments) {
         None
