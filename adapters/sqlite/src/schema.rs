@@ -1097,17 +1097,13 @@ mod tests {
             .expect_err("a second active non-mcp run of the session");
     }
 
-    /// M17 upgrades an M16 store in place: an invocation written with both argument columns
-    /// reads back as it did, the schema is a new file's, and the new columns' CHECK refuses a
-    /// row whose raw arguments are neither inline nor referenced (or both).
-    #[test]
-    fn m17_keeps_inline_arguments_and_refuses_a_row_without_them() {
-        use airlock_core::store::StoreTx;
-
+    /// A store of the first `migrations` migrations holding one session and a QUEUED scripted
+    /// run of it: the connection, the session's id and the run's.
+    fn store_with_a_run(migrations: usize) -> (Connection, &'static str, &'static str) {
         let mut conn = Connection::open_in_memory().expect("open");
-        Migrations::new(all_migrations().into_iter().take(16).collect())
+        Migrations::new(all_migrations().into_iter().take(migrations).collect())
             .to_latest(&mut conn)
-            .expect("M1..M16");
+            .expect("the earlier migrations");
         let session = "00000000-0000-0000-0000-000000000001";
         let run = "00000000-0000-0000-0000-0000000000a1";
         conn.execute(
@@ -1116,6 +1112,17 @@ mod tests {
         )
         .expect("session");
         insert_run(&conn, run, session, "scripted", "QUEUED").expect("run");
+        (conn, session, run)
+    }
+
+    /// M17 upgrades an M16 store in place: an invocation written with both argument columns
+    /// reads back as it did, the schema is a new file's, and the new columns' CHECK refuses a
+    /// row whose raw arguments are neither inline nor referenced (or both).
+    #[test]
+    fn m17_keeps_inline_arguments_and_refuses_a_row_without_them() {
+        use airlock_core::store::StoreTx;
+
+        let (mut conn, session, run) = store_with_a_run(16);
         let invocation = "00000000-0000-0000-0000-0000000000b1";
         let insert =
             |conn: &Connection, id: &str, key: &str, raw: Option<&str>, at: Option<(i64, i64)>| {
@@ -1176,18 +1183,7 @@ mod tests {
     fn m18_keeps_inline_calls_and_refuses_a_record_without_them() {
         use airlock_core::store::StoreTx;
 
-        let mut conn = Connection::open_in_memory().expect("open");
-        Migrations::new(all_migrations().into_iter().take(17).collect())
-            .to_latest(&mut conn)
-            .expect("M1..M17");
-        let session = "00000000-0000-0000-0000-000000000001";
-        let run = "00000000-0000-0000-0000-0000000000a1";
-        conn.execute(
-            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES (?1, 't', 'p', 1)",
-            [session],
-        )
-        .expect("session");
-        insert_run(&conn, run, session, "scripted", "QUEUED").expect("run");
+        let (mut conn, _, run) = store_with_a_run(17);
         let calls = r#"[{"call_id":"c1","tool":"t","version":null,"arguments":{"a":1},"argument_trust":{}}]"#;
         conn.execute(
             "INSERT INTO step_records (run_id, step, calls, results, created_at) \
@@ -1239,18 +1235,7 @@ mod tests {
         use airlock_core::store::StoreTx;
         use airlock_core::time::Timestamp;
 
-        let mut conn = Connection::open_in_memory().expect("open");
-        Migrations::new(all_migrations().into_iter().take(15).collect())
-            .to_latest(&mut conn)
-            .expect("M1..M15");
-        let session = "00000000-0000-0000-0000-000000000001";
-        let run = "00000000-0000-0000-0000-0000000000a1";
-        conn.execute(
-            "INSERT INTO sessions (id, tenant_id, principal_id, created_at) VALUES (?1, 't', 'p', 1)",
-            [session],
-        )
-        .expect("session");
-        insert_run(&conn, run, session, "scripted", "QUEUED").expect("run");
+        let (mut conn, session, run) = store_with_a_run(15);
         let keys = [
             "tool.call.started:6f1c0000-0000-0000-0000-000000000001",
             "tool.call.refused:x:3:c1",
