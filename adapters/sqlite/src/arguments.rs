@@ -19,8 +19,8 @@
 //!
 //! A journal row is never updated or deleted (its triggers refuse both), so a reference stays
 //! good for as long as the invocation; a read fetches the call with one lookup of the journal's
-//! `(run_id, checkpoint_version)` index (the last column of `rows::INVOCATION_COLUMNS`) and refuses a call whose id is not
-//! the invocation's.
+//! `(run_id, checkpoint_version)` index (`rows::from_pending_checkpoint!`) and refuses a call
+//! whose id is not the invocation's, or a batch that is not the record's step.
 
 use serde_json::Value;
 
@@ -96,25 +96,23 @@ pub(super) fn referenced(
     stored: Option<&str>,
     call_id: &str,
 ) -> Result<Value, Unreadable> {
-    let mut call: Value = match written {
-        Some((written, batch)) if written == version => {
-            let pinned = batch.calls.get(index).ok_or(Unreadable::Missing)?;
-            serde_json::to_value(&pinned.call).map_err(Unreadable::NotJson)?
-        }
+    let call: ProposedCall = match written {
+        Some((written, batch)) if written == version => batch
+            .calls
+            .get(index)
+            .map(|pinned| pinned.call.clone())
+            .ok_or(Unreadable::Missing)?,
         _ => {
             serde_json::from_str(stored.ok_or(Unreadable::Missing)?).map_err(Unreadable::NotJson)?
         }
     };
-    let found = call.get("call_id").and_then(Value::as_str).unwrap_or("");
-    if found != call_id {
+    if call.call_id != call_id {
         return Err(Unreadable::OtherCall {
             expected: call_id.to_owned(),
-            found: found.to_owned(),
+            found: call.call_id,
         });
     }
-    call.get_mut("arguments")
-        .map(Value::take)
-        .ok_or(Unreadable::Missing)
+    Ok(call.arguments)
 }
 
 /// A finished step's calls, kept in the pending batch of checkpoint `version`: the batch this
@@ -154,7 +152,8 @@ mod tests {
 
     #[test]
     fn a_referenced_call_of_another_id_is_refused() {
-        let text = r#"{"call_id":"c2","tool":"t","arguments":{"a":1}}"#;
+        let text =
+            r#"{"call_id":"c2","tool":"t","version":null,"arguments":{"a":1},"argument_trust":{}}"#;
         let found = |call_id| referenced(None, (1, 0), Some(text), call_id);
         assert_eq!(found("c2").expect("c2"), json!({"a": 1}));
         assert!(matches!(found("c1"), Err(Unreadable::OtherCall { .. })));

@@ -31,11 +31,11 @@ use airlock_core::store::TxError;
 use airlock_core::time::Timestamp;
 use airlock_core::vocab::{RunStatus, TargetKind};
 
-/// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
-pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
-
 use super::arguments;
 use super::kept::Kept;
+
+/// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
+pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
 
 // ----- writing -------------------------------------------------------------------------------
 
@@ -438,14 +438,39 @@ pub(super) fn checkpoint(row: &Row<'_>) -> rusqlite::Result<Checkpoint> {
 pub(super) const STEP_RECORD_INSERT_COLUMNS: &str =
     "run_id, step, calls, results, created_at, calls_checkpoint";
 
+/// The part at JSON path `$path` (an SQL expression) of the state of checkpoint `$table.$version`
+/// of `$table`'s run, for a row that refers to it when `$table.$inline` is NULL (M17, M18): one
+/// lookup of `uq_journal_checkpoints` (`the_writers_reads_search_an_index` holds it to that).
+macro_rules! from_pending_checkpoint {
+    ($table:literal, $inline:literal, $version:literal, $path:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $table,
+            ".",
+            $inline,
+            " IS NULL \
+             THEN (SELECT json_extract(j.checkpoint_state, ",
+            $path,
+            ") \
+             FROM journal AS j WHERE j.run_id = ",
+            $table,
+            ".run_id \
+             AND j.checkpoint_version = ",
+            $table,
+            ".",
+            $version,
+            " \
+             AND j.checkpoint_version IS NOT NULL) END"
+        )
+    };
+}
+
 /// What [`step_record`] decodes: the stored columns and, for a record whose calls are in a
 /// checkpoint, that checkpoint's pending batch (6).
-pub(super) const STEP_RECORD_COLUMNS: &str = "run_id, step, calls, results, created_at, \
-     calls_checkpoint, CASE WHEN step_records.calls IS NULL \
-     THEN (SELECT json_extract(j.checkpoint_state, '$.pending') \
-       FROM journal AS j WHERE j.run_id = step_records.run_id \
-       AND j.checkpoint_version = step_records.calls_checkpoint \
-       AND j.checkpoint_version IS NOT NULL) END";
+pub(super) const STEP_RECORD_COLUMNS: &str = concat!(
+    "run_id, step, calls, results, created_at, calls_checkpoint, ",
+    from_pending_checkpoint!("step_records", "calls", "calls_checkpoint", "'$.pending'")
+);
 
 /// A step record; `written` as for [`invocation`].
 pub(super) fn step_record(row: &Row<'_>, written: &Kept) -> rusqlite::Result<StepRecord> {
@@ -495,13 +520,13 @@ pub(super) const INVOCATION_INSERT_COLUMNS: &str = concat!(
 /// (36; see `arguments::referenced`).
 pub(super) const INVOCATION_COLUMNS: &str = concat!(
     invocation_stored_columns!(),
-    ", arguments_checkpoint, arguments_call, \
-     CASE WHEN tool_invocations.raw_arguments IS NULL \
-     THEN (SELECT json_extract(j.checkpoint_state, \
-       '$.pending.calls[' || tool_invocations.arguments_call || '].call') \
-       FROM journal AS j WHERE j.run_id = tool_invocations.run_id \
-       AND j.checkpoint_version = tool_invocations.arguments_checkpoint \
-       AND j.checkpoint_version IS NOT NULL) END"
+    ", arguments_checkpoint, arguments_call, ",
+    from_pending_checkpoint!(
+        "tool_invocations",
+        "raw_arguments",
+        "arguments_checkpoint",
+        "'$.pending.calls[' || tool_invocations.arguments_call || '].call'"
+    )
 );
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
