@@ -23,12 +23,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rusqlite::Row;
 
-use airlock_core::events::{Actor, Event};
+use airlock_core::events::Event;
 use airlock_core::ids::{RunId, SessionId};
 use airlock_core::run::checkpoint::Checkpoint;
 use airlock_core::store::TxError;
 
 use super::rows::{self, ts};
+use super::stored_events::{self, Numbering, RowContext};
 
 /// The part of a derivation key a journal row is found by: the text after its first `:`
 /// (SPEC §13.1's keys name the invocation, approval or refusal they derive from there), or the
@@ -100,7 +101,8 @@ pub(super) const INSERT_ROW: &str = "INSERT INTO journal (session_id, run_id, fi
 /// The columns [`events_of_row`] reads, in its order.
 macro_rules! event_row_columns {
     () => {
-        "session_id, run_id, first_event_id, first_sequence, events"
+        "session_id, run_id, first_event_id, first_sequence, events, key_subject, \
+         checkpoint_trigger, checkpoint_version"
     };
 }
 
@@ -132,26 +134,34 @@ pub(super) const LAST_CHECKPOINT: &str = concat!(
 );
 
 /// The rows whose keyed events have subject `?1`, and whether each may hold the key whose
-/// stored text is `?2` ([`key_as_stored`]; NULL: any may): a row that cannot is not decoded.
-/// An invocation's result key finds the row of its watermark (same subject) without reading
-/// that row's events.
+/// stored text is `?2` or `?3` ([`key_as_stored`]; `?2` NULL: any may): a row that cannot is
+/// not decoded. An invocation's result key finds the row of its watermark (same subject)
+/// without reading that row's events.
 pub(super) const ROWS_OF_SUBJECT: &str = concat!(
     "SELECT ",
     event_row_columns!(),
-    ", ?2 IS NULL OR instr(events, ?2) > 0 FROM journal WHERE key_subject = ?1"
+    ", ?2 IS NULL OR instr(events, ?2) > 0 OR (?3 IS NOT NULL AND instr(events, ?3) > 0) \
+     FROM journal WHERE key_subject = ?1"
 );
 
 /// The column of [`ROWS_OF_SUBJECT`] that says whether the row may hold the key.
-pub(super) const MAY_HOLD_KEY: usize = 5;
+pub(super) const MAY_HOLD_KEY: usize = 8;
 
-/// `key` as a row's `events` array holds it — a JSON string, quotes included — when that text
-/// is certain: for printable ASCII other than `"` and `\`, which neither serde_json (this
-/// writer) nor SQLite's `json_array` (the M16 upgrade) escapes. `None` for any other key, whose
-/// rows are then all decoded.
-pub(super) fn key_as_stored(key: &str) -> Option<String> {
+/// The texts a row's `events` holds `key` as, when they are certain: the key whole as a JSON
+/// string, quotes included (a row written before M19, or a key of another subject), and the
+/// part before its first `:` as the `s` field (`stored_events`). Certain for printable ASCII
+/// other than `"` and `\`, which neither serde_json (this writer) nor SQLite's `json_array`
+/// (the M16 upgrade) escapes; `None` for any other key, whose rows are then all decoded.
+pub(super) fn key_as_stored(key: &str) -> Option<(String, Option<String>)> {
     key.bytes()
         .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-        .then(|| format!("\"{key}\""))
+        .then(|| {
+            (
+                format!("\"{key}\""),
+                key.split_once(':')
+                    .map(|(prefix, _)| format!("\"s\":\"{prefix}\"")),
+            )
+        })
 }
 
 /// Run `?1`'s rows with an event after id `?2`, at most `?3`, in event order.
@@ -171,28 +181,6 @@ pub(super) const ROWS_OF_TENANT: &str = concat!(
     " FROM journal WHERE last_event_id > ?2 AND EXISTS \
      (SELECT 1 FROM sessions WHERE sessions.id = journal.session_id \
       AND sessions.tenant_id = ?1) ORDER BY last_event_id LIMIT ?3"
-);
-
-/// One event as a row's `events` array holds it.
-type StoredEvent<'a> = (
-    &'a str,
-    u32,
-    &'a str,
-    Option<&'a str>,
-    String,
-    Option<&'a str>,
-    i64,
-);
-
-/// One event as read back from a row's `events` array.
-type ReadEvent = (
-    String,
-    u32,
-    String,
-    Option<String>,
-    String,
-    Option<String>,
-    i64,
 );
 
 impl Journal {
@@ -321,32 +309,23 @@ impl Journal {
         };
         let integer = |v: Option<i64>| v.map_or(Value::Null, Value::Integer);
         let text = |v: Option<String>| v.map_or(Value::Null, Value::Text);
+        let context = RowContext {
+            key_subject: open.key_subject.as_deref(),
+            checkpoint: open.checkpoint.as_ref().map(|(checkpoint, _)| {
+                (checkpoint.trigger.as_str(), i64::from(checkpoint.version))
+            }),
+        };
         let (first_id, last_id, first_sequence, last_sequence, events) =
             match (open.events.first(), open.events.last()) {
-                (Some(first), Some(last)) => {
-                    let stored = open
-                        .events
-                        .iter()
-                        .map(|event| {
-                            Ok((
-                                event.event_type.as_str(),
-                                event.payload_schema_version,
-                                event.actor.actor_type.as_str(),
-                                event.actor.actor_id.as_deref(),
-                                rows::json(&event.payload, "events.payload")?,
-                                event.derivation_key.as_deref(),
-                                ts(event.created_at),
-                            ))
-                        })
-                        .collect::<Result<Vec<StoredEvent<'_>>, TxError>>()?;
-                    (
-                        Some(first.id),
-                        Some(last.id),
-                        Some(rows::int(first.sequence, "events.sequence")?),
-                        Some(rows::int(last.sequence, "events.sequence")?),
-                        Some(rows::json(&stored, "journal.events")?),
-                    )
-                }
+                (Some(first), Some(last)) => (
+                    Some(first.id),
+                    Some(last.id),
+                    Some(rows::int(first.sequence, "events.sequence")?),
+                    Some(rows::int(last.sequence, "events.sequence")?),
+                    Some(stored_events::encode(&open.events, context).map_err(|e| {
+                        TxError::Backend(format!("cannot encode journal.events: {e}"))
+                    })?),
+                ),
                 _ => (None, None, None, None, None),
             };
         let (version, trigger, state, created_at) = match open.checkpoint {
@@ -387,40 +366,21 @@ impl Journal {
 
 /// The events of one journal row, read with `event_row_columns!`.
 pub(super) fn events_of_row(row: &Row<'_>) -> rusqlite::Result<Vec<Event>> {
-    let session_id = rows::parse(row, 0)?;
-    let run_id = rows::parse_opt(row, 1)?;
-    let first_id: i64 = row.get(2)?;
-    let first_sequence: i64 = row.get(3)?;
+    let numbering = Numbering {
+        session_id: rows::parse(row, 0)?,
+        run_id: rows::parse_opt(row, 1)?,
+        first_id: row.get(2)?,
+        first_sequence: row.get(3)?,
+    };
     let text: String = row.get(4)?;
-    let stored: Vec<ReadEvent> = rows::from_json(&text).map_err(|e| rows::decode_error(4, e))?;
-    let mut events = Vec::with_capacity(stored.len());
-    for (offset, (kind, version, actor_type, actor_id, payload, key, created_at)) in
-        stored.into_iter().enumerate()
-    {
-        let offset = i64::try_from(offset).map_err(|e| rows::decode_error(4, e))?;
-        let sequence = first_sequence
-            .checked_add(offset)
-            .and_then(|s| u64::try_from(s).ok())
-            .ok_or_else(|| rows::decode_error(3, "an event sequence out of range"))?;
-        events.push(Event {
-            id: first_id
-                .checked_add(offset)
-                .ok_or_else(|| rows::decode_error(2, "an event id out of range"))?,
-            session_id,
-            run_id,
-            sequence,
-            event_type: kind.parse().map_err(|e| rows::decode_error(4, e))?,
-            payload_schema_version: version,
-            actor: Actor {
-                actor_type: actor_type.parse().map_err(|e| rows::decode_error(4, e))?,
-                actor_id,
-            },
-            payload: rows::from_json(&payload).map_err(|e| rows::decode_error(4, e))?,
-            derivation_key: key,
-            created_at: airlock_core::time::Timestamp::from_micros(created_at),
-        });
-    }
-    Ok(events)
+    let key_subject: Option<String> = row.get(5)?;
+    let trigger: Option<String> = row.get(6)?;
+    let version: Option<i64> = row.get(7)?;
+    let context = RowContext {
+        key_subject: key_subject.as_deref(),
+        checkpoint: trigger.as_deref().zip(version),
+    };
+    stored_events::decode(&text, numbering, context).map_err(|e| rows::decode_error(4, e))
 }
 
 #[cfg(test)]
@@ -517,7 +477,7 @@ mod tests {
             (LAST_EVENT_ID, &[]),
             (LAST_CHECKPOINT_VERSION, &[&"r"]),
             (LAST_CHECKPOINT, &[&"r"]),
-            (ROWS_OF_SUBJECT, &[&"k7", &"\"k\""]),
+            (ROWS_OF_SUBJECT, &[&"k7", &"\"k\"", &"\"s\":\"k\""]),
             (ROWS_OF_RUN, &[&"r", &590, &5]),
             (ROWS_OF_TENANT, &[&"t", &590, &5]),
             (crate::rows::EVENT_SLOT, &[&"s", &"r"]),
@@ -547,7 +507,14 @@ mod tests {
         assert_eq!(key_subject("plain"), "plain");
         assert_eq!(
             super::key_as_stored("tool.call.result:6f1c"),
-            Some("\"tool.call.result:6f1c\"".to_owned())
+            Some((
+                "\"tool.call.result:6f1c\"".to_owned(),
+                Some("\"s\":\"tool.call.result\"".to_owned())
+            ))
+        );
+        assert_eq!(
+            super::key_as_stored("plain"),
+            Some(("\"plain\"".to_owned(), None))
         );
         for escaped in ["a\"b", "a\\b", "tab\t", "é"] {
             assert_eq!(super::key_as_stored(escaped), None, "{escaped}");

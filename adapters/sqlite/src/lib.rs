@@ -28,6 +28,7 @@ mod planner_inputs;
 mod readers;
 mod rows;
 mod schema;
+mod stored_events;
 mod tuning;
 mod tx;
 

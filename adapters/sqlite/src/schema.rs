@@ -893,6 +893,39 @@ fn step_calls_nullable(tx: &rusqlite::Transaction<'_>) -> HookResult {
     edit_table_definitions(tx, "M18", &STEP_CALLS_NULLABLE)
 }
 
+/// M19 (issue 33): a journal row's events in a shorter shape (`stored_events`): the actor,
+/// time and payload schema version the row's events share written once, each payload as JSON
+/// rather than a string of it, a key by its prefix when its subject is the row's, and a
+/// `run.checkpointed` that repeats the row's own checkpoint without its payload. Rows written
+/// before keep their array of arrays; nothing is rewritten. The `events` view reads both
+/// shapes into the same columns.
+const M_EVENTS_SHORTER: &str = r#"
+DROP VIEW events;
+CREATE VIEW events (id, session_id, run_id, sequence, event_type, payload_schema_version,
+                    actor_type, actor_id, payload, derivation_key, created_at) AS
+SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.key,
+       e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4,
+       e.value ->> 5, e.value ->> 6
+FROM journal AS j, json_each(j.events) AS e
+WHERE j.events IS NOT NULL AND json_type(j.events) = 'array'
+UNION ALL
+SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.key,
+       e.value ->> 't',
+       coalesce(e.value ->> 'v', j.events ->> 'v'),
+       coalesce(e.value ->> 'a', j.events ->> 'a'),
+       CASE WHEN json_type(e.value, '$.i') IS NULL THEN j.events ->> 'i'
+            ELSE e.value ->> 'i' END,
+       CASE WHEN json_type(e.value, '$.p') IS NULL
+            THEN json_object('trigger', j.checkpoint_trigger, 'version', j.checkpoint_version)
+            ELSE e.value -> 'p' END,
+       CASE WHEN json_type(e.value, '$.s') IS NOT NULL
+            THEN (e.value ->> 's') || ':' || j.key_subject
+            ELSE e.value ->> 'k' END,
+       coalesce(e.value ->> 'c', j.events ->> 'c')
+FROM journal AS j, json_each(j.events, '$.e') AS e
+WHERE j.events IS NOT NULL AND json_type(j.events) = 'object';
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -914,11 +947,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up(M_JOURNAL),
         M::up_with_hook(M_ARGUMENTS_ONCE, arguments_nullable),
         M::up_with_hook(M_STEP_CALLS_ONCE, step_calls_nullable),
+        M::up(M_EVENTS_SHORTER),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())

@@ -1543,10 +1543,10 @@ impl StoreTx for SqliteTx<'_> {
         if self.journal.known_absent(subject) {
             return Ok(None);
         }
-        let stored_key = journal::key_as_stored(derivation_key);
+        let (whole, by_subject) = journal::key_as_stored(derivation_key).unzip();
         let rows = self.all(
             journal::ROWS_OF_SUBJECT,
-            params![subject, stored_key],
+            params![subject, whole, by_subject.flatten()],
             |row| {
                 if row.get(journal::MAY_HOLD_KEY)? {
                     journal::events_of_row(row).map(Some)

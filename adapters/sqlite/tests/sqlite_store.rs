@@ -49,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 18,
+        SCHEMA_VERSION, 19,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once) and M18 (a step record's calls stored once)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once) and M19 (a journal row's events in a shorter shape)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -1208,4 +1208,143 @@ fn a_journal_row_that_cannot_be_written_fails_its_transaction_and_leaves_nothing
         tx.append_event(&refused)
     });
     assert_eq!(appended.derivation_key.as_deref(), Some("x:boom"));
+}
+
+/// M19: a journal row keeps what its events share once (actor, time, the subject of their
+/// keys, a `run.checkpointed` that repeats the row's checkpoint), and every event reads back
+/// whole, through the store and through the `events` view alike. An event that differs from
+/// the row's first (another actor, no actor id, another time, another payload than the
+/// checkpoint's, a key without a `:`) keeps what differs.
+#[test]
+fn a_journal_rows_events_read_back_whole_through_the_store_and_the_events_view() {
+    use airlock_core::events::Actor;
+    use airlock_core::time::Timestamp;
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let later = Timestamp::from_micros(T0.as_micros() + 7);
+    let event =
+        |event_type, payload, key: Option<&str>| sample_event(&run, event_type, payload, key);
+    let appended = commit(&store, "a watermark-shaped row and more", |tx| {
+        tx.insert_checkpoint(&sample_checkpoint(run.id, 1))?;
+        let mut appended = vec![tx.append_event(&event(
+            EventType::RunCheckpointed,
+            json!({"trigger": "seed", "version": 1}),
+            None,
+        ))?];
+        for kind in ["proposed", "authorized"] {
+            appended.push(tx.append_event(&event(
+                EventType::ToolCallProposed,
+                json!({"call_id": "c1", "quote": "say \"hi\"", "kind": kind}),
+                Some(&format!("tool.call.{kind}:inv-1")),
+            ))?);
+        }
+        let mut other_actor = event(
+            EventType::ToolCallStarted,
+            json!({}),
+            Some("tool.call.started:inv-1"),
+        );
+        other_actor.actor = Actor::application();
+        other_actor.created_at = later;
+        appended.push(tx.append_event(&other_actor)?);
+        // Not the row's checkpoint: its payload is kept.
+        appended.push(tx.append_event(&event(
+            EventType::RunCheckpointed,
+            json!({"trigger": "seed", "version": 2}),
+            None,
+        ))?);
+        // A key without a `:` is its own subject, so it opens a row of its own.
+        appended.push(tx.append_event(&event(
+            EventType::RunStarted,
+            json!({"n": 1}),
+            Some("plain"),
+        ))?);
+        Ok(appended)
+    });
+    assert_eq!(appended.len(), 6);
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let texts: Vec<String> = conn
+        .prepare("SELECT events FROM journal WHERE events IS NOT NULL ORDER BY id")
+        .expect("prepare")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("texts");
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    let watermark = &texts[0];
+    assert_eq!(
+        watermark.matches(WORKER).count(),
+        1,
+        "the actor once: {watermark}"
+    );
+    assert_eq!(
+        watermark.matches("inv-1").count(),
+        0,
+        "keys by their prefix: {watermark}"
+    );
+    assert!(
+        watermark.contains(r#""s":"tool.call.proposed""#),
+        "{watermark}"
+    );
+    assert!(
+        watermark.starts_with(r#"{"a":"worker","#)
+            && watermark.contains(r#"{"t":"run.checkpointed"}"#),
+        "the row's own checkpoint leaves its payload out: {watermark}"
+    );
+    assert!(
+        watermark.contains(r#""quote":"say \"hi\"""#),
+        "a payload is JSON, not a string of it: {watermark}"
+    );
+    assert!(texts[1].contains(r#""k":"plain""#), "{}", texts[1]);
+
+    let (of_run, of_tenant) = commit(&store, "read", |tx| {
+        Ok((
+            tx.events_of_run(run.id, None, 100)?,
+            tx.events_of_tenant(TENANT, None, 100)?,
+        ))
+    });
+    assert_eq!(of_run, appended, "the store reads every event back whole");
+    assert_eq!(of_tenant, appended);
+    let key_found = commit(&store, "by key", |tx| {
+        let mut repeat = event(
+            EventType::ToolCallProposed,
+            json!({"call_id": "c1", "quote": "say \"hi\"", "kind": "authorized"}),
+            Some("tool.call.authorized:inv-1"),
+        );
+        repeat.created_at = later;
+        tx.append_event(&repeat)
+    });
+    assert_eq!(key_found, appended[2], "a key by its prefix is found again");
+
+    let viewed: Vec<Vec<rusqlite::types::Value>> = conn
+        .prepare(
+            "SELECT id, session_id, run_id, sequence, event_type, payload_schema_version, \
+             actor_type, actor_id, payload, derivation_key, created_at FROM events ORDER BY id",
+        )
+        .expect("prepare")
+        .query_map([], |r| (0..11).map(|i| r.get(i)).collect())
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("view rows");
+    use rusqlite::types::Value as V;
+    let expected: Vec<Vec<V>> = appended
+        .iter()
+        .map(|e: &Event| {
+            let text = |s: Option<String>| s.map_or(V::Null, V::Text);
+            vec![
+                V::Integer(e.id),
+                V::Text(e.session_id.to_string()),
+                text(e.run_id.map(|r| r.to_string())),
+                V::Integer(i64::try_from(e.sequence).expect("sequence")),
+                V::Text(e.event_type.as_str().to_owned()),
+                V::Integer(i64::from(e.payload_schema_version)),
+                V::Text(e.actor.actor_type.as_str().to_owned()),
+                text(e.actor.actor_id.clone()),
+                V::Text(e.payload.to_string()),
+                text(e.derivation_key.clone()),
+                V::Integer(e.created_at.as_micros()),
+            ]
+        })
+        .collect();
+    assert_eq!(viewed, expected, "the events view reads the same events");
 }
