@@ -33,6 +33,7 @@ use airlock_core::vocab::{RunStatus, TargetKind};
 
 use super::arguments;
 use super::kept::Kept;
+use super::results;
 
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
 pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
@@ -504,7 +505,8 @@ macro_rules! invocation_stored_columns {
          raw_arguments, arguments, normalized_arguments_hash, effective_arguments_hash, \
          idempotency_key, argument_trust, origin_trust, parallel_group, created_at, status, \
          policy_decision, effect_sent_at, suspended_kind, suspended_ref, structured_result, \
-         output_bytes, outcome, result_item, outcome_status, reason_code, updated_at, target_kind"
+         output_bytes, outcome, result_item, outcome_status, reason_code, updated_at, target_kind, \
+         result_trust"
     };
 }
 
@@ -515,9 +517,9 @@ pub(super) const INVOCATION_INSERT_COLUMNS: &str = concat!(
     ", arguments_checkpoint, arguments_call"
 );
 
-/// What [`invocation`] decodes: the stored columns, where the raw arguments are kept (34, 35)
+/// What [`invocation`] decodes: the stored columns, where the raw arguments are kept (35, 36)
 /// and, for a row whose raw arguments are in its PENDING checkpoint, the call read from there
-/// (36; see `arguments::referenced`).
+/// (37; see `arguments::referenced`).
 pub(super) const INVOCATION_COLUMNS: &str = concat!(
     invocation_stored_columns!(),
     ", arguments_checkpoint, arguments_call, ",
@@ -530,7 +532,7 @@ pub(super) const INVOCATION_COLUMNS: &str = concat!(
 );
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
-pub(super) const INVOCATION_COLUMN_COUNT: usize = 37;
+pub(super) const INVOCATION_COLUMN_COUNT: usize = 38;
 
 /// An invocation row; `written` is what the reading transaction wrote, whose PENDING checkpoint
 /// may hold the row's raw arguments before its journal row is written.
@@ -540,8 +542,8 @@ pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invo
         Some(text) => from_json(&text).map_err(|e| decode_error(12, e))?,
         None => arguments::referenced(
             written.pending(parse(row, 1)?),
-            (unsigned(row, 34)?, unsigned(row, 35)?),
-            row.get::<_, Option<String>>(36)?.as_deref(),
+            (unsigned(row, 35)?, unsigned(row, 36)?),
+            row.get::<_, Option<String>>(37)?.as_deref(),
             &call_id,
         )
         .map_err(|e| decode_error(12, e))?,
@@ -558,6 +560,21 @@ pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invo
             ));
         }
     };
+    let tool_name: String = row.get(6)?;
+    let structured_result: Option<serde_json::Value> = json_opt(row, 26)?;
+    let outcome_status = parse_opt(row, 30)?;
+    let reason_code: Option<String> = row.get(31)?;
+    let (outcome, result_item) = results::read(results::Columns {
+        call_id: &call_id,
+        tool_name: &tool_name,
+        structured_result: structured_result.as_ref(),
+        outcome: row.get(28)?,
+        result_item: row.get(29)?,
+        outcome_status,
+        reason_code: reason_code.as_deref(),
+        result_trust: parse_opt(row, 34)?,
+    })
+    .map_err(|e| decode_error(28, e))?;
     Ok(Invocation {
         id: parse(row, 0)?,
         run_id: parse(row, 1)?,
@@ -565,7 +582,7 @@ pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invo
         tenant_id: row.get(3)?,
         step_number: unsigned(row, 4)?,
         call_id,
-        tool_name: row.get(6)?,
+        tool_name,
         tool_version: row.get(7)?,
         side_effect: parse(row, 8)?,
         risk: parse(row, 9)?,
@@ -584,12 +601,12 @@ pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invo
         policy_decision: json_opt(row, 22)?,
         effect_sent_at: time_opt(row, 23)?,
         suspended_approval,
-        structured_result: json_opt(row, 26)?,
+        structured_result,
         output_bytes: unsigned_opt(row, 27)?,
-        outcome: json_opt(row, 28)?,
-        result_item: row.get(29)?,
-        outcome_status: parse_opt(row, 30)?,
-        reason_code: row.get(31)?,
+        outcome,
+        result_item,
+        outcome_status,
+        reason_code,
         updated_at: time(row, 32)?,
         target_kind: row
             .get::<_, Option<String>>(33)?

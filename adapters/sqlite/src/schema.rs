@@ -926,6 +926,32 @@ FROM journal AS j, json_each(j.events, '$.e') AS e
 WHERE j.events IS NOT NULL AND json_type(j.events) = 'object';
 "#;
 
+/// M20 (issue 33): a finished call's outcome and result item derived from the row when they
+/// follow from it (`results` module): `result_item` NULL with `result_trust` set is the
+/// success or failure item of the row at that trust level, and in such a row `outcome` NULL is
+/// `Outcome::new(outcome_status, tool_name, reason_code)`. Both are compared with core's value
+/// when written, so a read derives what was written. Rows written before keep both columns;
+/// the terminal-outcome check is edited in place to accept either form ([`RESULTS_DERIVED`]).
+const M_RESULTS_DERIVED: &str = r#"
+ALTER TABLE tool_invocations ADD COLUMN result_trust TEXT
+    CONSTRAINT ck_tool_invocations_result_trust
+    CHECK (result_trust IS NULL
+           OR (result_item IS NULL AND outcome_status IS NOT NULL AND reason_code IS NOT NULL));
+"#;
+
+/// The check M20 widens: table, its text since M14, its replacement.
+const RESULTS_DERIVED: [(&str, &str, &str); 1] = [(
+    "tool_invocations",
+    "OR (outcome IS NOT NULL AND result_item IS NOT NULL))",
+    "OR ((outcome IS NOT NULL OR result_trust IS NOT NULL)
+                   AND (result_item IS NOT NULL OR result_trust IS NOT NULL)))",
+)];
+
+/// M20's hook (see [`M_RESULTS_DERIVED`]).
+fn results_derived(tx: &rusqlite::Transaction<'_>) -> HookResult {
+    edit_table_definitions(tx, "M20", &RESULTS_DERIVED)
+}
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -948,11 +974,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up_with_hook(M_ARGUMENTS_ONCE, arguments_nullable),
         M::up_with_hook(M_STEP_CALLS_ONCE, step_calls_nullable),
         M::up(M_EVENTS_SHORTER),
+        M::up_with_hook(M_RESULTS_DERIVED, results_derived),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 19;
+pub const SCHEMA_VERSION: i64 = 20;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())
@@ -1256,6 +1283,152 @@ mod tests {
                 "{calls:?} {at:?}: {message}"
             );
         }
+    }
+
+    /// M19 and M20 upgrade an M18 store in place: a journal row of the array shape reads back
+    /// through the store and the `events` view as it did; a finished invocation with its outcome
+    /// and result item inline reads back whole; and the widened terminal check still refuses a
+    /// finished row with neither an outcome nor a result item, as the new column's check refuses
+    /// a trust level beside an inline item.
+    #[test]
+    fn m19_and_m20_read_rows_written_before_and_keep_refusing_a_finished_row_without_results() {
+        use airlock_core::store::StoreTx;
+
+        let (mut conn, session, run) = store_with_a_run(18);
+        conn.execute(
+            "INSERT INTO journal (session_id, run_id, first_event_id, last_event_id, \
+             first_sequence, last_sequence, key_subject, events) VALUES (?1, ?2, 1, 1, 1, 1, \
+             'inv', json_array(json_array('run.started', 1, 'worker', 'w-1', '{\"n\":1}', \
+             'run.started:inv', 5)))",
+            [session, run],
+        )
+        .expect("an M18 journal row");
+        let outcome = r#"{"status":"succeeded","action":"demo.echo","reason_code":"tool.succeeded","message":"Completed.","retryable":false,"remediation":"none"}"#;
+        let item = r#"{"call_id":"c1","content":"{}","is_error":false,"name":"demo.echo","trust":"internal_tool"}"#;
+        let insert = |conn: &Connection,
+                      id: &str,
+                      key: &str,
+                      results: (Option<&str>, Option<&str>, Option<&str>)| {
+            let trust_column = if conn
+                .query_row(
+                    "SELECT COUNT(*) > 0 FROM pragma_table_info('tool_invocations') \
+                     WHERE name = 'result_trust'",
+                    [],
+                    |row| row.get::<_, bool>(0),
+                )
+                .expect("columns")
+            {
+                ", result_trust"
+            } else {
+                ""
+            };
+            let trust_value = if trust_column.is_empty() { "" } else { ", ?8" };
+            let sql = format!(
+                "INSERT INTO tool_invocations (id, run_id, session_id, tenant_id, step_number, \
+                 call_id, tool_name, tool_version, side_effect, risk, idempotency_class, \
+                 required_scopes, raw_arguments, normalized_arguments_hash, \
+                 effective_arguments_hash, idempotency_key, argument_trust, origin_trust, \
+                 created_at, status, effect_sent_at, structured_result, outcome, result_item, \
+                 outcome_status, reason_code, updated_at{trust_column}) \
+                 VALUES (?1, ?2, ?3, 't', 1, ?4, 'demo.echo', '1.0.0', 'none', 'low', \
+                 'idempotent', '[]', '{{}}', 'h', 'h', ?4, '{{}}', 'user', 1, 'SUCCEEDED', 1, \
+                 '{{}}', ?5, ?6, 'succeeded', 'tool.succeeded', 1{trust_value})"
+            );
+            let (outcome, item, trust) = results;
+            if trust_column.is_empty() {
+                conn.execute(
+                    &sql,
+                    rusqlite::params![id, run, session, key, outcome, item],
+                )
+            } else {
+                conn.execute(
+                    &sql,
+                    rusqlite::params![
+                        id,
+                        run,
+                        session,
+                        key,
+                        outcome,
+                        item,
+                        Option::<&str>::None,
+                        trust
+                    ],
+                )
+            }
+        };
+        let invocation = "00000000-0000-0000-0000-0000000000b1";
+        insert(&conn, invocation, "c1", (Some(outcome), Some(item), None))
+            .expect("an M18 finished invocation");
+        upgrade_to_a_new_files_schema(&mut conn, "M19, M20");
+
+        let viewed: (String, String, String) = conn
+            .query_row(
+                "SELECT actor_id, payload, derivation_key FROM events",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .expect("the view");
+        assert_eq!(
+            viewed,
+            (
+                "w-1".to_owned(),
+                r#"{"n":1}"#.to_owned(),
+                "run.started:inv".to_owned()
+            )
+        );
+        conn.execute_batch("BEGIN").expect("begin");
+        let inputs = crate::planner_inputs::PlannerInputs::default();
+        let mut tx = crate::tx::SqliteTx::new(&conn, &inputs);
+        let events = tx
+            .events_of_run(run.parse().expect("id"), None, 10)
+            .expect("events");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].payload, serde_json::json!({"n": 1}));
+        let read = tx
+            .invocation(invocation.parse().expect("id"))
+            .expect("read")
+            .expect("the row");
+        assert_eq!(read.result_item.as_deref(), Some(item));
+        assert_eq!(
+            read.outcome.map(|o| o.message),
+            Some("Completed.".to_owned())
+        );
+        drop(tx);
+        conn.execute_batch("ROLLBACK").expect("rollback");
+
+        for (key, results, check) in [
+            (
+                "k2",
+                (None, None, None),
+                "ck_tool_invocations_terminal_outcome",
+            ),
+            (
+                "k3",
+                (Some(outcome), None, None),
+                "ck_tool_invocations_terminal_outcome",
+            ),
+            (
+                "k4",
+                (None, Some(item), None),
+                "ck_tool_invocations_terminal_outcome",
+            ),
+            (
+                "k5",
+                (Some(outcome), Some(item), Some("internal_tool")),
+                "ck_tool_invocations_result_trust",
+            ),
+        ] {
+            let id = format!("00000000-0000-0000-0000-0000000000c{}", &key[1..]);
+            let message = insert(&conn, &id, key, results).expect_err(key).to_string();
+            assert!(message.contains(check), "{key}: {message}");
+        }
+        insert(
+            &conn,
+            "00000000-0000-0000-0000-0000000000d1",
+            "k6",
+            (None, None, Some("internal_tool")),
+        )
+        .expect("a derived row");
     }
 
     /// M16 moves a store's events and checkpoints into the journal where the writer looks for

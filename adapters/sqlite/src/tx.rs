@@ -56,6 +56,7 @@ use super::arguments;
 use super::journal::{self, Journal, key_subject};
 use super::kept::{Kept, KeptRun};
 use super::planner_inputs::PlannerInputs;
+use super::results;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 
 /// Maps an SQLite error to core's error kinds (see the module docs).
@@ -1094,7 +1095,8 @@ impl StoreTx for SqliteTx<'_> {
             .transpose()?;
         let target_kind = invocation.target_kind.as_ref().map(|kind| kind.as_str());
         let arguments = arguments::stored(invocation, self.kept.pending(invocation.run_id))?;
-        let values: [&dyn ToSql; 36] = [
+        let results = results::stored(invocation)?;
+        let values: [&dyn ToSql; 37] = [
             &invocation.id.to_string(),
             &invocation.run_id.to_string(),
             &invocation.session_id.to_string(),
@@ -1137,12 +1139,13 @@ impl StoreTx for SqliteTx<'_> {
                 "tool_invocations.structured_result",
             )?,
             &output_bytes,
-            &opt_json(invocation.outcome.as_ref(), "tool_invocations.outcome")?,
-            &invocation.result_item,
+            &results.outcome,
+            &results.result_item,
             &invocation.outcome_status.map(|s| s.as_str()),
             &invocation.reason_code,
             &ts(invocation.updated_at),
             &target_kind,
+            &results.result_trust.map(|trust| trust.as_str()),
             &arguments.at.map(|(version, _)| version),
             &arguments.at.map(|(_, call)| call),
         ];
@@ -1150,7 +1153,7 @@ impl StoreTx for SqliteTx<'_> {
             &format!(
                 "INSERT INTO tool_invocations ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
                  ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
-                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36)",
+                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37)",
                 rows::INVOCATION_INSERT_COLUMNS
             ),
             &values,
@@ -1244,6 +1247,7 @@ impl StoreTx for SqliteTx<'_> {
         let current = self.invocation(next.id)?.ok_or(TxError::NotFound)?;
         guards::check_invocation_update(expected, &current, next)?;
         guards::check_outcome_agrees(next)?;
+        let results = results::stored(next)?;
         let output_bytes = next
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
@@ -1252,7 +1256,7 @@ impl StoreTx for SqliteTx<'_> {
             "UPDATE tool_invocations SET status = ?3, policy_decision = ?4, effect_sent_at = ?5, \
              suspended_kind = ?6, suspended_ref = ?7, structured_result = ?8, output_bytes = ?9, \
              outcome = ?10, result_item = ?11, outcome_status = ?12, reason_code = ?13, \
-             updated_at = ?14 WHERE id = ?1 AND status = ?2",
+             updated_at = ?14, result_trust = ?15 WHERE id = ?1 AND status = ?2",
             params![
                 next.id.to_string(),
                 expected.as_str(),
@@ -1270,11 +1274,12 @@ impl StoreTx for SqliteTx<'_> {
                     "tool_invocations.structured_result"
                 )?,
                 output_bytes,
-                opt_json(next.outcome.as_ref(), "tool_invocations.outcome")?,
-                next.result_item,
+                results.outcome,
+                results.result_item,
                 next.outcome_status.map(|s| s.as_str()),
                 next.reason_code,
                 ts(next.updated_at),
+                results.result_trust.map(|trust| trust.as_str()),
             ],
         )?;
         if changed == 0 {

@@ -49,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 19,
+        SCHEMA_VERSION, 20,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once) and M19 (a journal row's events in a shorter shape)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape) and M20 (a finished call's outcome and result item derived)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -1347,4 +1347,94 @@ fn a_journal_rows_events_read_back_whole_through_the_store_and_the_events_view()
         })
         .collect();
     assert_eq!(viewed, expected, "the events view reads the same events");
+}
+
+/// M20: a finished call whose outcome and result item follow from its row keeps neither (only
+/// the item's trust level), and reads back whole; one with a message of its own, or an item of
+/// another shape, keeps what cannot be derived.
+#[test]
+fn a_finished_calls_outcome_and_result_item_are_derived_from_its_row() {
+    use airlock_core::invocation::outcome::{Outcome, ResultItem};
+    use airlock_core::vocab::OutcomeStatus;
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let succeeded = sample_invocation(1, &run, 1, "c1", InvocationStatus::Succeeded);
+    let denied = sample_invocation(2, &run, 1, "c2", InvocationStatus::Denied);
+    let mut own_message = sample_invocation(3, &run, 1, "c3", InvocationStatus::Failed);
+    let outcome = Outcome::with_message(
+        OutcomeStatus::Failed,
+        &own_message.tool_name,
+        "tool.internal_error",
+        "the upstream said no".to_owned(),
+    );
+    let item = ResultItem::from_outcome("c3", &outcome, TrustLevel::InternalTool).to_canonical();
+    own_message.close(outcome, item, T0);
+    let mut other_item = sample_invocation(4, &run, 1, "c4", InvocationStatus::Succeeded);
+    other_item.result_item = Some(
+        ResultItem::success(
+            "c4",
+            "another.name",
+            TrustLevel::ExternalUntrusted,
+            &json!({"ok": true}),
+        )
+        .to_canonical(),
+    );
+    // Written as RUNNING and closed by an update, as a call is.
+    let mut running = sample_invocation(5, &run, 1, "c5", InvocationStatus::Running);
+    running.effect_sent_at = Some(T0);
+    let finished = sample_invocation(5, &run, 1, "c5", InvocationStatus::Succeeded);
+    let mut closed = running.clone();
+    closed.status = InvocationStatus::Succeeded;
+    closed.structured_result = finished.structured_result.clone();
+    closed.outcome = finished.outcome.clone();
+    closed.result_item = finished.result_item.clone();
+    closed.outcome_status = finished.outcome_status;
+    closed.reason_code = finished.reason_code.clone();
+    let all = [&succeeded, &denied, &own_message, &other_item];
+    commit(&store, "insert", |tx| {
+        for invocation in all {
+            tx.insert_invocation(invocation)?;
+        }
+        tx.insert_invocation(&running)?;
+        tx.update_invocation(InvocationStatus::Running, &closed)
+    });
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let stored = |call: &str| -> (bool, bool, Option<String>) {
+        conn.query_row(
+            "SELECT outcome IS NULL, result_item IS NULL, result_trust FROM tool_invocations \
+             WHERE call_id = ?1",
+            [call],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .expect(call)
+    };
+    let derived = (true, true, Some("internal_tool".to_owned()));
+    assert_eq!(stored("c1"), derived, "a success");
+    assert_eq!(stored("c2"), derived, "a denial");
+    assert_eq!(
+        stored("c3"),
+        (false, true, Some("internal_tool".to_owned())),
+        "a message of its own is kept; the item follows from the outcome"
+    );
+    assert_eq!(
+        stored("c4"),
+        (false, false, None),
+        "an item of another name is kept, and the outcome beside it"
+    );
+    assert_eq!(stored("c5"), derived, "closed by an update");
+    let read = commit(&store, "read", |tx| {
+        [
+            succeeded.id,
+            denied.id,
+            own_message.id,
+            other_item.id,
+            closed.id,
+        ]
+        .into_iter()
+        .map(|id| tx.invocation(id))
+        .collect::<Result<Vec<_>, _>>()
+    });
+    let expected =
+        [&succeeded, &denied, &own_message, &other_item, &closed].map(|i| Some((*i).clone()));
+    assert_eq!(read, expected.to_vec(), "every row reads back whole");
 }
