@@ -444,33 +444,39 @@ pub fn wait_within(child: &mut Child, limit: std::time::Duration, what: &str) ->
 /// One call with every argument trusted as `user`.
 pub use airlock_core::testing::fixtures::user_call as call;
 
-/// `{call_id: (status, reason_code, result_item)}` of one step's calls.
+/// `{call_id: (status, reason_code, result_item)}` of one step's calls, read through the store
+/// (a finished row may keep its result item as the columns it follows from, M20).
 pub fn step_calls(
     data: &DataDir,
     run: &str,
     step: i64,
 ) -> BTreeMap<String, (String, String, Value)> {
-    let conn = db(data);
-    let mut stmt = conn
-        .prepare(
-            "SELECT call_id, status, reason_code, result_item FROM tool_invocations \
-             WHERE run_id = ?1 AND step_number = ?2",
-        )
-        .expect("query");
-    stmt.query_map(rusqlite::params![run, step], |r| {
-        let item: String = r.get(3)?;
-        Ok((
-            r.get::<_, String>(0)?,
+    invocations_of_run(data, run)
+        .into_iter()
+        .filter(|invocation| i64::from(invocation.step_number) == step)
+        .map(|invocation| {
+            let item = invocation.result_item.unwrap_or_default();
             (
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                serde_json::from_str(&item).expect("result item JSON"),
-            ),
-        ))
-    })
-    .expect("rows")
-    .map(|r| r.expect("row"))
-    .collect()
+                invocation.call_id,
+                (
+                    invocation.status.as_str().to_owned(),
+                    invocation.reason_code.unwrap_or_default(),
+                    serde_json::from_str(&item).expect("result item JSON"),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every invocation of `run`, read through the store as the binary wrote it.
+pub fn invocations_of_run(data: &DataDir, run: &str) -> Vec<airlock_core::invocation::Invocation> {
+    use airlock_core::store::Store;
+    let store = airlock_sqlite::SqliteStore::open(&data.path().join("airlock.sqlite3"))
+        .expect("open the store");
+    let run = run.parse().expect("a run id");
+    store
+        .transact(|tx| tx.invocations_of_run(run))
+        .expect("the run's invocations")
 }
 
 /// A policy directory in `data` holding the shipped files, except that `high`-risk approvals
