@@ -3,26 +3,29 @@
 //! A finished invocation keeps its outcome (`{"status", "action", "reason_code", "message",
 //! "retryable", "remediation"}`) and its result item (the canonical text the planner and the
 //! MCP client are given), yet for nearly every call both follow from columns the row already
-//! has: the outcome from `outcome_status`, `tool_name` and `reason_code`
-//! ([`Outcome::new`]), the result item from `call_id`, `tool_name`, the structured result (a
-//! success) or the outcome (anything else) and the item's trust level. Together they were
-//! 400 of a 1 KB write's 1.3 KB row. So a row keeps `result_item` NULL, with `result_trust`
-//! naming the item's trust level, when the item is [`ResultItem::success`] or
-//! [`ResultItem::from_outcome`] of the row, byte for byte; and such a row also keeps `outcome`
-//! NULL when it is `Outcome::new` of its `outcome_status`, `tool_name` and `reason_code`.
-//! `result_trust` is the one mark of a derived row: an outcome left out of a row without it is
-//! no outcome, which a finished row's CHECK refuses.
+//! has. Together they were 400 of a 1 KB write's 1.3 KB row. So a row keeps `result_item` NULL,
+//! with `result_trust` naming the item's trust level, when the item is exactly the one
+//! [`item_text`] builds from the row; and such a row also keeps `outcome` NULL when the call
+//! succeeded and its outcome is exactly [`succeeded`]'s. `result_trust` is the one mark of a
+//! derived row: an outcome left out of a row without it is no outcome, which a finished row's
+//! CHECK refuses.
 //!
-//! Each is decided by deriving the value again when the row is written and comparing it with
-//! the value core gave, so a read derives exactly what was written; anything else (a message
-//! of its own, an item of another shape) is stored whole, as every row written before M20 is.
+//! **The derivation belongs to this store, not to core.** A row written today must read back
+//! the same text for as long as the store exists, so what is derived is built here from frozen
+//! parts (the success outcome's constants, the item's five fields, canonical JSON), and never
+//! from core's tables of messages and remediations, which may grow: a reason code that gains a
+//! message of its own would otherwise change what every earlier row of that code reads back.
+//! When a row is written, the store builds the derived text and compares it with core's; a
+//! value it would not rebuild byte for byte (a failure's outcome, a message of its own, an item
+//! of another shape, an outcome core changed) is stored whole, as every row before M20 is.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use airlock_core::canonical::to_canonical_string;
 use airlock_core::invocation::Invocation;
 use airlock_core::invocation::outcome::{Outcome, ResultItem};
 use airlock_core::store::TxError;
-use airlock_core::vocab::{OutcomeStatus, TrustLevel};
+use airlock_core::vocab::{OutcomeStatus, Remediation, TrustLevel};
 
 /// A finished invocation's outcome and result item as its row stores them.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,25 +38,49 @@ pub(super) struct Stored {
     pub(super) result_trust: Option<TrustLevel>,
 }
 
-/// The outcome that `outcome_status`, `tool_name` and `reason_code` give.
-fn derived_outcome(status: OutcomeStatus, tool_name: &str, reason_code: &str) -> Outcome {
-    Outcome::new(status, tool_name, reason_code)
+/// The reason code, message, retryable flag and remediation of a success, as M20 derives them.
+const SUCCEEDED_REASON: &str = "tool.succeeded";
+const SUCCEEDED_MESSAGE: &str = "Completed.";
+
+/// The outcome M20 derives for a succeeded row of `tool_name`.
+fn succeeded(tool_name: &str) -> Outcome {
+    Outcome {
+        status: OutcomeStatus::Succeeded,
+        action: tool_name.to_owned(),
+        reason_code: SUCCEEDED_REASON.to_owned(),
+        message: SUCCEEDED_MESSAGE.to_owned(),
+        retryable: false,
+        remediation: Remediation::None,
+    }
 }
 
-/// The result item a row gives with `trust`: a success's from its structured result, any
-/// other from its outcome.
-fn derived_item(
+/// The result item M20 derives, as canonical JSON text: a success's content is the canonical
+/// text of its structured result and its name the row's tool; any other item's content is the
+/// canonical text of its outcome as stored (`outcome`, the JSON of the row's `outcome` column)
+/// and its name the outcome's action. `None` when the row lacks what the item needs.
+fn item_text(
     call_id: &str,
     tool_name: &str,
     trust: TrustLevel,
     structured_result: Option<&Value>,
-    outcome: &Outcome,
-) -> Option<ResultItem> {
-    match outcome.status {
-        OutcomeStatus::Succeeded => structured_result
-            .map(|structured| ResultItem::success(call_id, tool_name, trust, structured)),
-        _ => Some(ResultItem::from_outcome(call_id, outcome, trust)),
-    }
+    status: OutcomeStatus,
+    outcome: &Value,
+) -> Option<String> {
+    let (name, is_error, content) = match status {
+        OutcomeStatus::Succeeded => (tool_name, false, to_canonical_string(structured_result?)),
+        _ => (
+            outcome.get("action")?.as_str()?,
+            true,
+            to_canonical_string(outcome),
+        ),
+    };
+    Some(to_canonical_string(&json!({
+        "call_id": call_id,
+        "content": content,
+        "is_error": is_error,
+        "name": name,
+        "trust": trust.as_str(),
+    })))
 }
 
 /// How `invocation`'s outcome and result item are stored.
@@ -74,19 +101,23 @@ pub(super) fn stored(invocation: &Invocation) -> Result<Stored, TxError> {
             result_trust: None,
         });
     };
-    let outcome_derived = invocation.outcome_status == Some(outcome.status)
-        && invocation.reason_code.as_deref() == Some(outcome.reason_code.as_str())
-        && *outcome == derived_outcome(outcome.status, &invocation.tool_name, &outcome.reason_code);
+    let outcome_derived = outcome.status == OutcomeStatus::Succeeded
+        && invocation.outcome_status == Some(OutcomeStatus::Succeeded)
+        && invocation.reason_code.as_deref() == Some(SUCCEEDED_REASON)
+        && *outcome == succeeded(&invocation.tool_name);
+    let outcome_value = serde_json::to_value(outcome)
+        .map_err(|e| TxError::Backend(format!("cannot encode tool_invocations.outcome: {e}")))?;
     let result_trust = invocation.result_item.as_deref().and_then(|text| {
-        let item = ResultItem::parse(text)?;
-        let derived = derived_item(
+        let trust = ResultItem::parse(text)?.trust;
+        let derived = item_text(
             &invocation.call_id,
             &invocation.tool_name,
-            item.trust,
+            trust,
             invocation.structured_result.as_ref(),
-            outcome,
+            outcome.status,
+            &outcome_value,
         )?;
-        (derived.to_canonical() == text).then_some(item.trust)
+        (derived == text).then_some(trust)
     });
     Ok(Stored {
         outcome: if outcome_derived && result_trust.is_some() {
@@ -105,11 +136,11 @@ pub(super) fn stored(invocation: &Invocation) -> Result<Stored, TxError> {
 /// Why a stored row's outcome or result item cannot be read back.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Unreadable {
-    #[error("the outcome is left out but the row has no outcome status or reason code")]
+    #[error("the outcome is left out but the row is not a success of reason tool.succeeded")]
     NoOutcomeColumns,
     #[error("the result item is left out but the row has no outcome to derive it from")]
     NoOutcome,
-    #[error("a succeeded result item is left out but the row has no structured result")]
+    #[error("the result item is left out but the row lacks what it is built from")]
     NoStructuredResult,
     #[error("the outcome is not JSON of an outcome: {0}")]
     Json(#[from] serde_json::Error),
@@ -129,29 +160,40 @@ pub(super) struct Columns<'a> {
 
 /// A row's outcome and result item, stored or derived.
 pub(super) fn read(columns: Columns<'_>) -> Result<(Option<Outcome>, Option<String>), Unreadable> {
-    let outcome = match (columns.outcome, columns.result_trust) {
+    let outcome_value: Option<Value> = match (columns.outcome, columns.result_trust) {
         (Some(text), _) => Some(serde_json::from_str(&text)?),
         (None, None) => None,
-        (None, Some(_)) => Some(derived_outcome(
-            columns.outcome_status.ok_or(Unreadable::NoOutcomeColumns)?,
-            columns.tool_name,
-            columns.reason_code.ok_or(Unreadable::NoOutcomeColumns)?,
-        )),
+        (None, Some(_)) => {
+            if columns.outcome_status != Some(OutcomeStatus::Succeeded)
+                || columns.reason_code != Some(SUCCEEDED_REASON)
+            {
+                return Err(Unreadable::NoOutcomeColumns);
+            }
+            Some(serde_json::to_value(succeeded(columns.tool_name))?)
+        }
     };
+    let outcome: Option<Outcome> = outcome_value
+        .clone()
+        .map(serde_json::from_value)
+        .transpose()?;
     let result_item = match (columns.result_item, columns.result_trust) {
         (Some(text), _) => Some(text),
         (None, None) => None,
         (None, Some(trust)) => {
-            let outcome = outcome.as_ref().ok_or(Unreadable::NoOutcome)?;
-            let item = derived_item(
-                columns.call_id,
-                columns.tool_name,
-                trust,
-                columns.structured_result,
-                outcome,
+            let (Some(outcome), Some(value)) = (&outcome, &outcome_value) else {
+                return Err(Unreadable::NoOutcome);
+            };
+            Some(
+                item_text(
+                    columns.call_id,
+                    columns.tool_name,
+                    trust,
+                    columns.structured_result,
+                    outcome.status,
+                    value,
+                )
+                .ok_or(Unreadable::NoStructuredResult)?,
             )
-            .ok_or(Unreadable::NoStructuredResult)?;
-            Some(item.to_canonical())
         }
     };
     Ok((outcome, result_item))

@@ -898,7 +898,8 @@ fn step_calls_nullable(tx: &rusqlite::Transaction<'_>) -> HookResult {
 /// rather than a string of it, a key by its prefix when its subject is the row's, and a
 /// `run.checkpointed` that repeats the row's own checkpoint without its payload. Rows written
 /// before keep their array of arrays; nothing is rewritten. The `events` view reads both
-/// shapes into the same columns.
+/// shapes into the same columns (told apart by their first character, as the reader does:
+/// neither writer puts whitespace first).
 const M_EVENTS_SHORTER: &str = r#"
 DROP VIEW events;
 CREATE VIEW events (id, session_id, run_id, sequence, event_type, payload_schema_version,
@@ -907,7 +908,7 @@ SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.ke
        e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4,
        e.value ->> 5, e.value ->> 6
 FROM journal AS j, json_each(j.events) AS e
-WHERE j.events IS NOT NULL AND json_type(j.events) = 'array'
+WHERE j.events IS NOT NULL AND substr(j.events, 1, 1) = '['
 UNION ALL
 SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.key,
        e.value ->> 't',
@@ -923,20 +924,22 @@ SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.ke
             ELSE e.value ->> 'k' END,
        coalesce(e.value ->> 'c', j.events ->> 'c')
 FROM journal AS j, json_each(j.events, '$.e') AS e
-WHERE j.events IS NOT NULL AND json_type(j.events) = 'object';
+WHERE j.events IS NOT NULL AND substr(j.events, 1, 1) = '{';
 "#;
 
 /// M20 (issue 33): a finished call's outcome and result item derived from the row when they
 /// follow from it (`results` module): `result_item` NULL with `result_trust` set is the
 /// success or failure item of the row at that trust level, and in such a row `outcome` NULL is
-/// `Outcome::new(outcome_status, tool_name, reason_code)`. Both are compared with core's value
-/// when written, so a read derives what was written. Rows written before keep both columns;
+/// the success outcome of the row's tool. Both are built by the store from frozen parts and
+/// compared with core's values when written, so a read derives what was written. Rows written before keep both columns;
 /// the terminal-outcome check is edited in place to accept either form ([`RESULTS_DERIVED`]).
 const M_RESULTS_DERIVED: &str = r#"
 ALTER TABLE tool_invocations ADD COLUMN result_trust TEXT
     CONSTRAINT ck_tool_invocations_result_trust
     CHECK (result_trust IS NULL
-           OR (result_item IS NULL AND outcome_status IS NOT NULL AND reason_code IS NOT NULL));
+           OR (result_item IS NULL
+               AND (outcome IS NOT NULL
+                    OR (outcome_status = 'succeeded' AND reason_code = 'tool.succeeded'))));
 "#;
 
 /// The check M20 widens: table, its text since M14, its replacement.

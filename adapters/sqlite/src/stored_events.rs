@@ -28,6 +28,11 @@
 //! payload text, key, time]` and are read as they were. The `events` view reads both shapes,
 //! so SQL over the journal sees the same columns as before. Unknown fields are refused: a row
 //! this build cannot read fully is an error, never a guess.
+//!
+//! A payload is now JSON that SQLite parses when the view reads a row, and SQLite's parser
+//! refuses nesting deeper than 1,000. Payloads are a few levels deep around what they quote,
+//! and what they quote is bounded far below that (a call's arguments at 128 levels,
+//! `MAX_ARGUMENT_DEPTH`; a result item is a string); the store's own reader has no limit.
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
@@ -100,7 +105,8 @@ struct EventIn {
     i: Option<Option<String>>,
     #[serde(default)]
     c: Option<i64>,
-    #[serde(default)]
+    /// Present (`null` included) is the payload; absent is the row's checkpoint's.
+    #[serde(default, deserialize_with = "present")]
     p: Option<Value>,
     #[serde(default)]
     s: Option<String>,
@@ -142,6 +148,8 @@ pub(super) enum Unreadable {
     NoPayload,
     #[error("an event's key is given by its subject, but the row has none")]
     NoSubject,
+    #[error("an event has both a key prefix and a whole key")]
+    TwoKeys,
     #[error("an event id or sequence is out of range")]
     OutOfRange,
 }
@@ -237,11 +245,7 @@ pub(super) fn decode(
                 Some(format!("{prefix}:{subject}"))
             }
             (None, key) => key,
-            (Some(_), Some(_)) => {
-                return Err(Unreadable::Vocabulary(
-                    "an event with both a subject prefix and a whole key".to_owned(),
-                ));
-            }
+            (Some(_), Some(_)) => return Err(Unreadable::TwoKeys),
         };
         let actor_type = stored.a.as_deref().unwrap_or(&head.a);
         events.push(numbered(
@@ -373,7 +377,7 @@ mod tests {
         assert!(refused(&by_subject, without_subject).contains("the row has none"));
         let both =
             format!(r#"{{{head},"e":[{{"t":"run.started","p":{{}},"s":"k","k":"k:inv-1"}}]}}"#);
-        assert!(refused(&both, CONTEXT).contains("both"));
+        assert!(refused(&both, CONTEXT).contains("both a key prefix and a whole key"));
         let unknown_type = format!(r#"{{{head},"e":[{{"t":"run.exploded","p":{{}}}}]}}"#);
         assert!(refused(&unknown_type, CONTEXT).contains("run.exploded"));
     }

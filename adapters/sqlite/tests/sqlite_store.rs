@@ -1349,9 +1349,9 @@ fn a_journal_rows_events_read_back_whole_through_the_store_and_the_events_view()
     assert_eq!(viewed, expected, "the events view reads the same events");
 }
 
-/// M20: a finished call whose outcome and result item follow from its row keeps neither (only
-/// the item's trust level), and reads back whole; one with a message of its own, or an item of
-/// another shape, keeps what cannot be derived.
+/// M20: a succeeded call whose outcome and result item follow from its row keeps neither (only
+/// the item's trust level), a failure keeps its outcome and derives its item from it, and every
+/// row reads back whole; a message of its own, or an item of another shape, is kept.
 #[test]
 fn a_finished_calls_outcome_and_result_item_are_derived_from_its_row() {
     use airlock_core::invocation::outcome::{Outcome, ResultItem};
@@ -1390,7 +1390,10 @@ fn a_finished_calls_outcome_and_result_item_are_derived_from_its_row() {
     closed.result_item = finished.result_item.clone();
     closed.outcome_status = finished.outcome_status;
     closed.reason_code = finished.reason_code.clone();
-    let all = [&succeeded, &denied, &own_message, &other_item];
+    // A caller other than core may leave the reason code out; the row is written as before.
+    let mut no_reason = sample_invocation(6, &run, 1, "c6", InvocationStatus::Denied);
+    no_reason.reason_code = None;
+    let all = [&succeeded, &denied, &own_message, &other_item, &no_reason];
     commit(&store, "insert", |tx| {
         for invocation in all {
             tx.insert_invocation(invocation)?;
@@ -1409,13 +1412,19 @@ fn a_finished_calls_outcome_and_result_item_are_derived_from_its_row() {
         .expect(call)
     };
     let derived = (true, true, Some("internal_tool".to_owned()));
+    let item_derived = (false, true, Some("internal_tool".to_owned()));
     assert_eq!(stored("c1"), derived, "a success");
-    assert_eq!(stored("c2"), derived, "a denial");
+    assert_eq!(
+        stored("c2"),
+        item_derived,
+        "a denial's outcome is kept (only a success's is derived); its item follows from it"
+    );
     assert_eq!(
         stored("c3"),
-        (false, true, Some("internal_tool".to_owned())),
+        item_derived,
         "a message of its own is kept; the item follows from the outcome"
     );
+    assert_eq!(stored("c6"), item_derived, "a row without a reason code");
     assert_eq!(
         stored("c4"),
         (false, false, None),
