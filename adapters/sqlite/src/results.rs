@@ -19,6 +19,7 @@
 //! value it would not rebuild byte for byte (a failure's outcome, a message of its own, an item
 //! of another shape, an outcome core changed) is stored whole, as every row before M20 is.
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use airlock_core::canonical::to_canonical_string;
@@ -54,21 +55,26 @@ fn succeeded(tool_name: &str) -> Outcome {
     }
 }
 
-/// The result item M20 derives, as canonical JSON text: a success's content is the canonical
-/// text of its structured result and its name the row's tool; any other item's content is the
-/// canonical text of its outcome as stored (`outcome`, the JSON of the row's `outcome` column)
-/// and its name the outcome's action. `None` when the row lacks what the item needs.
+/// What a derived result item's content is built from.
+enum ItemSource<'a> {
+    /// A success: its structured result, under the row's tool name.
+    Success(Option<&'a Value>),
+    /// Anything else: the outcome as the row stores it (the JSON of its `outcome` column),
+    /// under the outcome's action.
+    Failure(&'a Value),
+}
+
+/// The result item M20 derives, as canonical JSON text; `None` when the row lacks what the
+/// item needs.
 fn item_text(
     call_id: &str,
     tool_name: &str,
     trust: TrustLevel,
-    structured_result: Option<&Value>,
-    status: OutcomeStatus,
-    outcome: &Value,
+    source: ItemSource<'_>,
 ) -> Option<String> {
-    let (name, is_error, content) = match status {
-        OutcomeStatus::Succeeded => (tool_name, false, to_canonical_string(structured_result?)),
-        _ => (
+    let (name, is_error, content) = match source {
+        ItemSource::Success(structured) => (tool_name, false, to_canonical_string(structured?)),
+        ItemSource::Failure(outcome) => (
             outcome.get("action")?.as_str()?,
             true,
             to_canonical_string(outcome),
@@ -101,22 +107,18 @@ pub(super) fn stored(invocation: &Invocation) -> Result<Stored, TxError> {
             result_trust: None,
         });
     };
-    let outcome_derived = outcome.status == OutcomeStatus::Succeeded
-        && invocation.outcome_status == Some(OutcomeStatus::Succeeded)
+    let outcome_derived = invocation.outcome_status == Some(OutcomeStatus::Succeeded)
         && invocation.reason_code.as_deref() == Some(SUCCEEDED_REASON)
         && *outcome == succeeded(&invocation.tool_name);
     let outcome_value = serde_json::to_value(outcome)
         .map_err(|e| TxError::Backend(format!("cannot encode tool_invocations.outcome: {e}")))?;
+    let source = match outcome.status {
+        OutcomeStatus::Succeeded => ItemSource::Success(invocation.structured_result.as_ref()),
+        _ => ItemSource::Failure(&outcome_value),
+    };
     let result_trust = invocation.result_item.as_deref().and_then(|text| {
         let trust = ResultItem::parse(text)?.trust;
-        let derived = item_text(
-            &invocation.call_id,
-            &invocation.tool_name,
-            trust,
-            invocation.structured_result.as_ref(),
-            outcome.status,
-            &outcome_value,
-        )?;
+        let derived = item_text(&invocation.call_id, &invocation.tool_name, trust, source)?;
         (derived == text).then_some(trust)
     });
     Ok(Stored {
@@ -160,8 +162,12 @@ pub(super) struct Columns<'a> {
 
 /// A row's outcome and result item, stored or derived.
 pub(super) fn read(columns: Columns<'_>) -> Result<(Option<Outcome>, Option<String>), Unreadable> {
-    let outcome_value: Option<Value> = match (columns.outcome, columns.result_trust) {
-        (Some(text), _) => Some(serde_json::from_str(&text)?),
+    let stored: Option<Value> = columns
+        .outcome
+        .map(|text| serde_json::from_str(&text))
+        .transpose()?;
+    let outcome = match (&stored, columns.result_trust) {
+        (Some(value), _) => Some(Outcome::deserialize(value)?),
         (None, None) => None,
         (None, Some(_)) => {
             if columns.outcome_status != Some(OutcomeStatus::Succeeded)
@@ -169,30 +175,24 @@ pub(super) fn read(columns: Columns<'_>) -> Result<(Option<Outcome>, Option<Stri
             {
                 return Err(Unreadable::NoOutcomeColumns);
             }
-            Some(serde_json::to_value(succeeded(columns.tool_name))?)
+            Some(succeeded(columns.tool_name))
         }
     };
-    let outcome: Option<Outcome> = outcome_value
-        .clone()
-        .map(serde_json::from_value)
-        .transpose()?;
     let result_item = match (columns.result_item, columns.result_trust) {
         (Some(text), _) => Some(text),
         (None, None) => None,
         (None, Some(trust)) => {
-            let (Some(outcome), Some(value)) = (&outcome, &outcome_value) else {
-                return Err(Unreadable::NoOutcome);
+            let source = match (&outcome, &stored) {
+                (Some(outcome), _) if outcome.status == OutcomeStatus::Succeeded => {
+                    ItemSource::Success(columns.structured_result)
+                }
+                // A derived outcome is a success's, so any other outcome is stored.
+                (Some(_), Some(value)) => ItemSource::Failure(value),
+                _ => return Err(Unreadable::NoOutcome),
             };
             Some(
-                item_text(
-                    columns.call_id,
-                    columns.tool_name,
-                    trust,
-                    columns.structured_result,
-                    outcome.status,
-                    value,
-                )
-                .ok_or(Unreadable::NoStructuredResult)?,
+                item_text(columns.call_id, columns.tool_name, trust, source)
+                    .ok_or(Unreadable::NoStructuredResult)?,
             )
         }
     };
