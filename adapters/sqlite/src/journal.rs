@@ -322,9 +322,9 @@ impl Journal {
                     Some(last.id),
                     Some(rows::int(first.sequence, "events.sequence")?),
                     Some(rows::int(last.sequence, "events.sequence")?),
-                    Some(stored_events::encode(&open.events, context).map_err(|e| {
+                    stored_events::encode(&open.events, context).map_err(|e| {
                         TxError::Backend(format!("cannot encode journal.events: {e}"))
-                    })?),
+                    })?,
                 ),
                 _ => (None, None, None, None, None),
             };

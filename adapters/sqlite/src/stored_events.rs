@@ -154,14 +154,15 @@ pub(super) enum Unreadable {
     OutOfRange,
 }
 
-/// The row's events as `events` stores them; `events` is not empty. The caller checked that
-/// every keyed event's subject is `context.key_subject`; this form is only shorter when it is.
+/// The row's events as `events` stores them; `None` for a row without events (its `events` is
+/// NULL). The caller checked that every keyed event's subject is `context.key_subject`; this
+/// form is only shorter when it is.
 pub(super) fn encode(
     events: &[Event],
     context: RowContext<'_>,
-) -> Result<String, serde_json::Error> {
+) -> Result<Option<String>, serde_json::Error> {
     let Some(first) = events.first() else {
-        return serde_json::to_string(&Vec::<()>::new());
+        return Ok(None);
     };
     let head_actor_type = first.actor.actor_type.as_str();
     let head_actor_id = first.actor.actor_id.as_deref();
@@ -203,6 +204,7 @@ pub(super) fn encode(
         v: head_version,
         e: stored,
     })
+    .map(Some)
 }
 
 /// Where a row's events are numbered from: its first event's id and session sequence.
@@ -220,7 +222,7 @@ pub(super) fn decode(
     numbering: Numbering,
     context: RowContext<'_>,
 ) -> Result<Vec<Event>, Unreadable> {
-    if text.trim_start().starts_with('[') {
+    if text.starts_with('[') {
         return decode_legacy(text, numbering);
     }
     let head: HeadIn = crate::rows::from_json(text)?;
