@@ -1306,62 +1306,46 @@ mod tests {
             [session, run],
         )
         .expect("an M18 journal row");
+        const SUCCEEDED: &str = "tool.succeeded";
         let outcome = r#"{"status":"succeeded","action":"demo.echo","reason_code":"tool.succeeded","message":"Completed.","retryable":false,"remediation":"none"}"#;
         let item = r#"{"call_id":"c1","content":"{}","is_error":false,"name":"demo.echo","trust":"internal_tool"}"#;
+        // `results`: the outcome, the result item, and `result_trust` as an SQL literal (`None`:
+        // the column is not named, as before M20); `reason`: the row's reason code.
         let insert = |conn: &Connection,
                       id: &str,
                       key: &str,
-                      results: (Option<&str>, Option<&str>, Option<&str>)| {
-            let trust_column = if conn
-                .query_row(
-                    "SELECT COUNT(*) > 0 FROM pragma_table_info('tool_invocations') \
-                     WHERE name = 'result_trust'",
-                    [],
-                    |row| row.get::<_, bool>(0),
-                )
-                .expect("columns")
-            {
-                ", result_trust"
-            } else {
-                ""
-            };
-            let trust_value = if trust_column.is_empty() { "" } else { ", ?8" };
-            let sql = format!(
-                "INSERT INTO tool_invocations (id, run_id, session_id, tenant_id, step_number, \
-                 call_id, tool_name, tool_version, side_effect, risk, idempotency_class, \
-                 required_scopes, raw_arguments, normalized_arguments_hash, \
-                 effective_arguments_hash, idempotency_key, argument_trust, origin_trust, \
-                 created_at, status, effect_sent_at, structured_result, outcome, result_item, \
-                 outcome_status, reason_code, updated_at{trust_column}) \
-                 VALUES (?1, ?2, ?3, 't', 1, ?4, 'demo.echo', '1.0.0', 'none', 'low', \
-                 'idempotent', '[]', '{{}}', 'h', 'h', ?4, '{{}}', 'user', 1, 'SUCCEEDED', 1, \
-                 '{{}}', ?5, ?6, 'succeeded', 'tool.succeeded', 1{trust_value})"
-            );
+                      results: (Option<&str>, Option<&str>, Option<&str>),
+                      reason: &str| {
             let (outcome, item, trust) = results;
-            if trust_column.is_empty() {
-                conn.execute(
-                    &sql,
-                    rusqlite::params![id, run, session, key, outcome, item],
-                )
-            } else {
-                conn.execute(
-                    &sql,
-                    rusqlite::params![
-                        id,
-                        run,
-                        session,
-                        key,
-                        outcome,
-                        item,
-                        Option::<&str>::None,
-                        trust
-                    ],
-                )
-            }
+            let (trust_column, trust_value) = trust
+                .map_or((String::new(), String::new()), |literal| {
+                    (", result_trust".to_owned(), format!(", {literal}"))
+                });
+            conn.execute(
+                &format!(
+                    "INSERT INTO tool_invocations (id, run_id, session_id, tenant_id, \
+                     step_number, call_id, tool_name, tool_version, side_effect, risk, \
+                     idempotency_class, required_scopes, raw_arguments, \
+                     normalized_arguments_hash, effective_arguments_hash, idempotency_key, \
+                     argument_trust, origin_trust, created_at, status, effect_sent_at, \
+                     structured_result, outcome, result_item, outcome_status, reason_code, \
+                     updated_at{trust_column}) \
+                     VALUES (?1, ?2, ?3, 't', 1, ?4, 'demo.echo', '1.0.0', 'none', 'low', \
+                     'idempotent', '[]', '{{}}', 'h', 'h', ?4, '{{}}', 'user', 1, 'SUCCEEDED', \
+                     1, '{{}}', ?5, ?6, 'succeeded', ?7, 1{trust_value})"
+                ),
+                rusqlite::params![id, run, session, key, outcome, item, reason],
+            )
         };
         let invocation = "00000000-0000-0000-0000-0000000000b1";
-        insert(&conn, invocation, "c1", (Some(outcome), Some(item), None))
-            .expect("an M18 finished invocation");
+        insert(
+            &conn,
+            invocation,
+            "c1",
+            (Some(outcome), Some(item), None),
+            SUCCEEDED,
+        )
+        .expect("an M18 finished invocation");
         upgrade_to_a_new_files_schema(&mut conn, "M19, M20");
 
         let viewed: (String, String, String) = conn
@@ -1399,37 +1383,52 @@ mod tests {
         drop(tx);
         conn.execute_batch("ROLLBACK").expect("rollback");
 
-        for (key, results, check) in [
+        let derived = Some("'internal_tool'");
+        for (key, results, reason, check) in [
             (
                 "k2",
-                (None, None, None),
+                (None, None, Some("NULL")),
+                SUCCEEDED,
                 "ck_tool_invocations_terminal_outcome",
             ),
             (
                 "k3",
-                (Some(outcome), None, None),
+                (Some(outcome), None, Some("NULL")),
+                SUCCEEDED,
                 "ck_tool_invocations_terminal_outcome",
             ),
             (
                 "k4",
-                (None, Some(item), None),
+                (None, Some(item), Some("NULL")),
+                SUCCEEDED,
                 "ck_tool_invocations_terminal_outcome",
             ),
             (
                 "k5",
-                (Some(outcome), Some(item), Some("internal_tool")),
+                (Some(outcome), Some(item), derived),
+                SUCCEEDED,
+                "ck_tool_invocations_result_trust",
+            ),
+            // Only a success's outcome is left out.
+            (
+                "k7",
+                (None, None, derived),
+                "tool.timeout",
                 "ck_tool_invocations_result_trust",
             ),
         ] {
             let id = format!("00000000-0000-0000-0000-0000000000c{}", &key[1..]);
-            let message = insert(&conn, &id, key, results).expect_err(key).to_string();
+            let message = insert(&conn, &id, key, results, reason)
+                .expect_err(key)
+                .to_string();
             assert!(message.contains(check), "{key}: {message}");
         }
         insert(
             &conn,
             "00000000-0000-0000-0000-0000000000d1",
             "k6",
-            (None, None, Some("internal_tool")),
+            (None, None, derived),
+            SUCCEEDED,
         )
         .expect("a derived row");
     }
