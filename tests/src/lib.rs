@@ -455,12 +455,16 @@ pub fn step_calls(
         .into_iter()
         .filter(|invocation| i64::from(invocation.step_number) == step)
         .map(|invocation| {
-            let item = invocation.result_item.unwrap_or_default();
+            let item = invocation
+                .result_item
+                .expect("a finished call's result item");
             (
                 invocation.call_id,
                 (
                     invocation.status.as_str().to_owned(),
-                    invocation.reason_code.unwrap_or_default(),
+                    invocation
+                        .reason_code
+                        .expect("a finished call's reason code"),
                     serde_json::from_str(&item).expect("result item JSON"),
                 ),
             )
@@ -475,7 +479,7 @@ pub fn invocations_of_run(data: &DataDir, run: &str) -> Vec<airlock_core::invoca
         .expect("open the store");
     let run = run.parse().expect("a run id");
     store
-        .transact(|tx| tx.invocations_of_run(run))
+        .read(|tx| tx.invocations_of_run(run))
         .expect("the run's invocations")
 }
 
