@@ -30,6 +30,8 @@ use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::PendingBatch;
 use airlock_core::store::TxError;
 
+use super::script_calls::{self, Scripts, Unresolved};
+
 /// An invocation's arguments as its row stores them.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Stored {
@@ -78,8 +80,8 @@ pub(super) fn stored(
 pub(super) enum Unreadable {
     #[error("the PENDING checkpoint it refers to holds no such call or batch")]
     Missing,
-    #[error("the call its raw arguments refer to is not JSON: {0}")]
-    NotJson(serde_json::Error),
+    #[error("the call it refers to cannot be read: {0}")]
+    Unresolved(#[from] Unresolved),
     #[error("the call its raw arguments refer to is call '{found}', not '{expected}'")]
     OtherCall { expected: String, found: String },
     #[error("the batch its calls refer to is step {found}'s, not step {expected}'s")]
@@ -89,12 +91,13 @@ pub(super) enum Unreadable {
 /// The raw arguments of call `call_id`, kept at `(version, index)`: from the PENDING batch this
 /// transaction wrote (`written`, its version and batch) when that is the one, else from the
 /// call's JSON text as the journal holds it (the last column of `rows::INVOCATION_COLUMNS`;
-/// `None` when the lookup found nothing).
+/// `None` when the lookup found nothing), which may refer to run `run`'s script (M21).
 pub(super) fn referenced(
     written: Option<(u32, &PendingBatch)>,
     (version, index): (u32, usize),
     stored: Option<&str>,
     call_id: &str,
+    (scripts, run): (Scripts<'_>, &str),
 ) -> Result<Value, Unreadable> {
     let call: ProposedCall = match written {
         Some((written, batch)) if written == version => batch
@@ -102,9 +105,7 @@ pub(super) fn referenced(
             .get(index)
             .map(|pinned| pinned.call.clone())
             .ok_or(Unreadable::Missing)?,
-        _ => {
-            serde_json::from_str(stored.ok_or(Unreadable::Missing)?).map_err(Unreadable::NotJson)?
-        }
+        _ => script_calls::decode_call(stored.ok_or(Unreadable::Missing)?, scripts, run)?,
     };
     if call.call_id != call_id {
         return Err(Unreadable::OtherCall {
@@ -117,18 +118,18 @@ pub(super) fn referenced(
 
 /// A finished step's calls, kept in the pending batch of checkpoint `version`: the batch this
 /// transaction wrote (`written`) when that is the one, else the batch's JSON text as the journal
-/// holds it (`None` when the lookup found nothing). It must be step `step`'s batch.
+/// holds it (`None` when the lookup found nothing; its calls may refer to run `run`'s script,
+/// M21). It must be step `step`'s batch.
 pub(super) fn calls_of_step(
     written: Option<(u32, &PendingBatch)>,
     version: u32,
     stored: Option<&str>,
     step: u32,
+    (scripts, run): (Scripts<'_>, &str),
 ) -> Result<Vec<ProposedCall>, Unreadable> {
     let batch: PendingBatch = match written {
         Some((written, batch)) if written == version => batch.clone(),
-        _ => {
-            serde_json::from_str(stored.ok_or(Unreadable::Missing)?).map_err(Unreadable::NotJson)?
-        }
+        _ => script_calls::decode_batch(stored.ok_or(Unreadable::Missing)?, scripts, run)?,
     };
     if batch.step != step {
         return Err(Unreadable::OtherStep {
@@ -154,16 +155,17 @@ mod tests {
     fn a_referenced_call_of_another_id_is_refused() {
         let text =
             r#"{"call_id":"c2","tool":"t","version":null,"arguments":{"a":1},"argument_trust":{}}"#;
-        let found = |call_id| referenced(None, (1, 0), Some(text), call_id);
+        let no_script = |_: &str| Err("no script".to_owned());
+        let found = |call_id| referenced(None, (1, 0), Some(text), call_id, (&no_script, "r"));
         assert_eq!(found("c2").expect("c2"), json!({"a": 1}));
         assert!(matches!(found("c1"), Err(Unreadable::OtherCall { .. })));
         assert!(matches!(
-            referenced(None, (1, 0), None, "c1"),
+            referenced(None, (1, 0), None, "c1", (&no_script, "r")),
             Err(Unreadable::Missing)
         ));
         assert!(matches!(
-            referenced(None, (1, 0), Some("{"), "c1"),
-            Err(Unreadable::NotJson(_))
+            referenced(None, (1, 0), Some("{"), "c1", (&no_script, "r")),
+            Err(Unreadable::Unresolved(Unresolved::NotJson(_)))
         ));
     }
 }

@@ -29,6 +29,7 @@ mod readers;
 mod results;
 mod rows;
 mod schema;
+mod script_calls;
 mod stored_events;
 mod tuning;
 mod tx;

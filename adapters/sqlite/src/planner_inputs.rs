@@ -16,24 +16,31 @@
 //!
 //! At most [`MAX_ENTRIES`] inputs and [`MAX_BYTES`] in all are kept, oldest dropped first: the
 //! runs a process executes at once are far fewer.
+//!
+//! Beside an input its script's calls are kept once read (`script_calls`, M21): the PENDING
+//! checkpoints of a scripted run refer to them, so each PENDING write compares its calls with
+//! them and a read of a reference resolves it. They are parsed at most once per entry.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use super::script_calls::ScriptCalls;
 
 /// Inputs kept at most.
 const MAX_ENTRIES: usize = 64;
 /// Bytes of inputs kept at most.
 const MAX_BYTES: usize = 64 << 20;
 
-/// One kept input: the run's id as stored, its length in bytes, the text.
+/// One kept input: the run's id as stored, the text, its script's calls once read.
 struct Entry {
     run: String,
     input: Arc<str>,
+    calls: OnceLock<Option<Arc<ScriptCalls>>>,
 }
 
 #[derive(Default)]
 pub(super) struct PlannerInputs {
-    recent: Mutex<VecDeque<Entry>>,
+    recent: Mutex<VecDeque<Arc<Entry>>>,
 }
 
 impl PlannerInputs {
@@ -46,6 +53,21 @@ impl PlannerInputs {
             .map(|entry| Arc::clone(&entry.input))
     }
 
+    /// The script calls of `run`'s kept input (`Some(None)`: the input is not a script), read
+    /// from the input the first time they are asked for; `None` when no input of `run` is kept.
+    pub(super) fn script_calls(&self, run: &str) -> Option<Option<Arc<ScriptCalls>>> {
+        let entry = {
+            let recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(recent.iter().find(|entry| entry.run == run)?)
+        };
+        Some(
+            entry
+                .calls
+                .get_or_init(|| ScriptCalls::of_input(&entry.input).map(Arc::new))
+                .clone(),
+        )
+    }
+
     /// Keeps `input` as `run`'s, in place of any earlier entry of it, dropping the oldest
     /// entries beyond the bounds (an input larger than [`MAX_BYTES`] is not kept).
     pub(super) fn keep(&self, run: &str, input: Arc<str>) {
@@ -54,10 +76,11 @@ impl PlannerInputs {
         }
         let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
         recent.retain(|entry| entry.run != run);
-        recent.push_back(Entry {
+        recent.push_back(Arc::new(Entry {
             run: run.to_owned(),
             input,
-        });
+            calls: OnceLock::new(),
+        }));
         let mut bytes: usize = recent.iter().map(|entry| entry.input.len()).sum();
         while recent.len() > MAX_ENTRIES || bytes > MAX_BYTES {
             match recent.pop_front() {
@@ -88,5 +111,19 @@ mod tests {
         }
         assert_eq!(inputs.get("r1", 12), None, "the oldest entry went first");
         assert!(inputs.get(&format!("x{}", MAX_ENTRIES - 1), 2).is_some());
+    }
+
+    #[test]
+    fn a_kept_inputs_script_calls_are_read_from_it() {
+        let inputs = PlannerInputs::default();
+        assert_eq!(inputs.script_calls("r1"), None, "nothing kept");
+        inputs.keep("r1", Arc::from("{\"connection\":\"c\"}"));
+        assert_eq!(
+            inputs.script_calls("r1"),
+            Some(Some(Arc::new(ScriptCalls::default()))),
+            "an input without steps has no calls"
+        );
+        inputs.keep("r2", Arc::from("not JSON"));
+        assert_eq!(inputs.script_calls("r2"), Some(None));
     }
 }

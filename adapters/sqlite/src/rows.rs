@@ -34,6 +34,7 @@ use airlock_core::vocab::{RunStatus, TargetKind};
 use super::arguments;
 use super::kept::Kept;
 use super::results;
+use super::script_calls::{self, Scripts};
 
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
 pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
@@ -424,12 +425,15 @@ pub(super) fn run_summary(row: &Row<'_>) -> rusqlite::Result<RunSummary> {
 }
 
 /// A checkpoint, read with `journal::CHECKPOINT_ROW_COLUMNS`.
-pub(super) fn checkpoint(row: &Row<'_>) -> rusqlite::Result<Checkpoint> {
+/// A checkpoint, its pending calls read from the run's script where they refer to it (M21).
+pub(super) fn checkpoint(row: &Row<'_>, scripts: Scripts<'_>) -> rusqlite::Result<Checkpoint> {
+    let run: String = row.get(0)?;
+    let state: String = row.get(3)?;
     Ok(Checkpoint {
         run_id: parse(row, 0)?,
         version: unsigned(row, 1)?,
         trigger: parse(row, 2)?,
-        state: json_col(row, 3)?,
+        state: script_calls::decode_state(&state, scripts, &run).map_err(|e| decode_error(3, e))?,
         created_at: time(row, 4)?,
     })
 }
@@ -473,8 +477,12 @@ pub(super) const STEP_RECORD_COLUMNS: &str = concat!(
     from_pending_checkpoint!("step_records", "calls", "calls_checkpoint", "'$.pending'")
 );
 
-/// A step record; `written` as for [`invocation`].
-pub(super) fn step_record(row: &Row<'_>, written: &Kept) -> rusqlite::Result<StepRecord> {
+/// A step record; `written` and `scripts` as for [`invocation`].
+pub(super) fn step_record(
+    row: &Row<'_>,
+    written: &Kept,
+    scripts: Scripts<'_>,
+) -> rusqlite::Result<StepRecord> {
     let run_id = parse(row, 0)?;
     let step = unsigned(row, 1)?;
     let calls = match row.get::<_, Option<String>>(2)? {
@@ -484,6 +492,7 @@ pub(super) fn step_record(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Ste
             unsigned(row, 5)?,
             row.get::<_, Option<String>>(6)?.as_deref(),
             step,
+            (scripts, &row.get::<_, String>(0)?),
         )
         .map_err(|e| decode_error(2, e))?,
     };
@@ -535,8 +544,13 @@ pub(super) const INVOCATION_COLUMNS: &str = concat!(
 pub(super) const INVOCATION_COLUMN_COUNT: usize = 38;
 
 /// An invocation row; `written` is what the reading transaction wrote, whose PENDING checkpoint
-/// may hold the row's raw arguments before its journal row is written.
-pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invocation> {
+/// may hold the row's raw arguments before its journal row is written; `scripts` gives a
+/// run's script calls, to which a PENDING checkpoint's calls may refer (M21).
+pub(super) fn invocation(
+    row: &Row<'_>,
+    written: &Kept,
+    scripts: Scripts<'_>,
+) -> rusqlite::Result<Invocation> {
     let call_id: String = row.get(5)?;
     let raw_arguments: serde_json::Value = match row.get::<_, Option<String>>(12)? {
         Some(text) => from_json(&text).map_err(|e| decode_error(12, e))?,
@@ -545,6 +559,7 @@ pub(super) fn invocation(row: &Row<'_>, written: &Kept) -> rusqlite::Result<Invo
             (unsigned(row, 35)?, unsigned(row, 36)?),
             row.get::<_, Option<String>>(37)?.as_deref(),
             &call_id,
+            (scripts, &row.get::<_, String>(1)?),
         )
         .map_err(|e| decode_error(12, e))?,
     };

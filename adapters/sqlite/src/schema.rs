@@ -955,6 +955,38 @@ fn results_derived(tx: &rusqlite::Transaction<'_>) -> HookResult {
     edit_table_definitions(tx, "M20", &RESULTS_DERIVED)
 }
 
+/// M21 (issue 33): a PENDING checkpoint's calls by reference to the run's script
+/// (`script_calls`): a pending call that is exactly its script's call at (batch step − 1, its
+/// index) is stored as `{"script_call": [step index, call index]}`. Nothing is rewritten; the
+/// tables are as they were. The `checkpoints` view resolves references from the run's input,
+/// so SQL readers see each call whole (as the script holds it); a state without a reference
+/// (the text has no `"script_call"` key) is shown as stored. The calls are gathered in
+/// `json_each`'s order, which is theirs; `json_group_array(… ORDER BY …)` would say so, but
+/// SQLite before 3.44 (Debian 12's `sqlite3` is 3.40) cannot parse it and would refuse the
+/// whole schema. The version rises so that an earlier build, which would misread a
+/// reference, refuses the file.
+const M_SCRIPT_CALLS: &str = r#"
+DROP VIEW checkpoints;
+CREATE VIEW checkpoints (run_id, version, "trigger", state, created_at) AS
+SELECT j.run_id, j.checkpoint_version, j.checkpoint_trigger,
+       CASE WHEN instr(j.checkpoint_state, '"script_call"') = 0 THEN j.checkpoint_state
+       ELSE json_set(j.checkpoint_state, '$.pending.calls',
+            (SELECT json_group_array(
+                        CASE WHEN json_type(c.value, '$.call.script_call') IS NULL
+                             THEN json(c.value)
+                             ELSE json_set(c.value, '$.call',
+                                  json_extract(i.planner_input,
+                                      '$.steps[' || (c.value ->> '$.call.script_call[0]')
+                                      || '].calls['
+                                      || (c.value ->> '$.call.script_call[1]') || ']'))
+                        END)
+             FROM json_each(j.checkpoint_state, '$.pending.calls') AS c, run_inputs AS i
+             WHERE i.run_id = j.run_id))
+       END,
+       j.checkpoint_created_at
+FROM journal AS j WHERE j.checkpoint_version IS NOT NULL;
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -978,11 +1010,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up_with_hook(M_STEP_CALLS_ONCE, step_calls_nullable),
         M::up(M_EVENTS_SHORTER),
         M::up_with_hook(M_RESULTS_DERIVED, results_derived),
+        M::up(M_SCRIPT_CALLS),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 20;
+pub const SCHEMA_VERSION: i64 = 21;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())

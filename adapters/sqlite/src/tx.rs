@@ -58,6 +58,7 @@ use super::kept::{Kept, KeptRun};
 use super::planner_inputs::PlannerInputs;
 use super::results;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
+use super::script_calls::{self, ScriptCalls};
 
 /// Maps an SQLite error to core's error kinds (see the module docs).
 pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
@@ -397,6 +398,31 @@ impl<'c> SqliteTx<'c> {
             }
         };
         Ok(Some((run, input)))
+    }
+
+    /// The script calls of run `run` (its id as stored; see the `script_calls` module): those
+    /// of its kept input, else of its input read from `run_inputs` (and kept). A row mapper
+    /// asks for them too: the read is another statement on the same connection.
+    fn script_calls(&self, run: &str) -> Result<Option<Arc<ScriptCalls>>, String> {
+        if let Some(calls) = self.inputs.script_calls(run) {
+            return Ok(calls);
+        }
+        let input: Option<String> = self
+            .one(
+                "SELECT planner_input FROM run_inputs WHERE run_id = ?1",
+                params![run],
+                |row| row.get(0),
+            )
+            .map_err(|e| format!("cannot read the planner input of run {run}: {e}"))?;
+        let Some(input) = input else {
+            return Ok(None);
+        };
+        let input: Arc<str> = input.into();
+        self.inputs.keep(run, Arc::clone(&input));
+        Ok(match self.inputs.script_calls(run) {
+            Some(calls) => calls,
+            None => ScriptCalls::of_input(&input).map(Arc::new),
+        })
     }
 
     /// The run as this transaction last saw it (see the `kept` module), else read and kept.
@@ -1000,7 +1026,14 @@ impl StoreTx for SqliteTx<'_> {
                 expected.map_or_else(|| "none".to_owned(), |v| v.to_string())
             )));
         }
-        let state = json(&checkpoint.state, "checkpoints.state")?;
+        let script = match checkpoint.state.pending {
+            Some(_) => self
+                .script_calls(&run_id.to_string())
+                .map_err(TxError::Backend)?,
+            None => None,
+        };
+        let state = script_calls::encode_state(&checkpoint.state, script.as_deref())
+            .map_err(|e| TxError::Backend(format!("cannot encode checkpoints.state: {e}")))?;
         if !self.journal.fits_checkpoint(run_id) {
             self.flush_journal()?;
         }
@@ -1016,11 +1049,9 @@ impl StoreTx for SqliteTx<'_> {
         if let Some(open) = self.journal.open_checkpoint_of(run) {
             return Ok(Some(open.clone()));
         }
-        self.one(
-            journal::LAST_CHECKPOINT,
-            params![run.to_string()],
-            rows::checkpoint,
-        )
+        self.one(journal::LAST_CHECKPOINT, params![run.to_string()], |row| {
+            rows::checkpoint(row, &|run| self.script_calls(run))
+        })
     }
 
     /// Keeps the calls by reference when core names the checkpoint that holds them (M18).
@@ -1075,7 +1106,7 @@ impl StoreTx for SqliteTx<'_> {
         self.all(
             &step_records_sql(limit_rows),
             params![run.to_string(), after_step],
-            |row| rows::step_record(row, &self.kept),
+            |row| rows::step_record(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 
@@ -1173,7 +1204,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![id.to_string()],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )?;
         if let Some(invocation) = &invocation {
             self.kept.keep_invocation(invocation);
@@ -1188,7 +1219,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![idempotency_key],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 
@@ -1205,7 +1236,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string(), step, call_id],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 
@@ -1217,7 +1248,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string()],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 
@@ -1235,7 +1266,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string(), status.as_str()],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 
@@ -1310,7 +1341,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![tenant],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 
@@ -1342,7 +1373,7 @@ impl StoreTx for SqliteTx<'_> {
             ],
             |row| {
                 Ok(Twin {
-                    invocation: rows::invocation(row, &self.kept)?,
+                    invocation: rows::invocation(row, &self.kept, &|run| self.script_calls(run))?,
                     settled: row.get(rows::INVOCATION_COLUMN_COUNT)?,
                 })
             },
@@ -1671,7 +1702,7 @@ impl StoreTx for SqliteTx<'_> {
                 page.until.map(ts),
                 limit(page.limit)
             ],
-            |row| rows::invocation(row, &self.kept),
+            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
         )
     }
 

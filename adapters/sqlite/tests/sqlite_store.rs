@@ -49,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 20,
+        SCHEMA_VERSION, 21,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape) and M20 (a finished call's outcome and result item derived)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape), M20 (a finished call's outcome and result item derived) and M21 (a PENDING checkpoint's calls by reference to the script)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -1446,4 +1446,138 @@ fn a_finished_calls_outcome_and_result_item_are_derived_from_its_row() {
     let expected =
         [&succeeded, &denied, &own_message, &other_item, &closed].map(|i| Some((*i).clone()));
     assert_eq!(read, expected.to_vec(), "every row reads back whole");
+}
+
+/// M21: a scripted run's pending calls that are its script's are stored by reference to the
+/// run's input and read back whole, from a store that kept the input and from one that never
+/// saw it (a second process), through every read that meets them: the latest checkpoint, an
+/// invocation's raw arguments, a step record's calls and the `checkpoints` view.
+#[test]
+fn a_pending_call_of_the_runs_script_is_stored_by_reference_and_read_back_whole() {
+    let (dir, store) = fresh();
+    let content = "y".repeat(600);
+    let script_calls = json!([
+        [{"argument_trust": {"content": "user", "path": "user"},
+          "arguments": {"content": content, "path": "b.txt"},
+          "call_id": "c2", "tool": "workspace.write_text"},
+         {"arguments": {"content": content, "path": "c.txt"}, "call_id": "c3",
+          "tool": "workspace.write_text"}],
+        [{"argument_trust": {"path": "user"}, "arguments": {"path": "a.txt"},
+          "call_id": "c1", "tool": "workspace.read_text"}]
+    ]);
+    let steps: Vec<_> = script_calls
+        .as_array()
+        .expect("steps")
+        .iter()
+        .map(|calls| json!({"calls": calls}))
+        .collect();
+    let session = sample_session(1);
+    let mut run = sample_run(1, session.id, RunStatus::Running);
+    run.planner_input = json!({"final_message": "done", "steps": steps}).to_string();
+    commit(&store, "seed", |tx| {
+        tx.insert_session(&session)?;
+        tx.insert_run(&run)
+    });
+    let of_script = |step: usize, index: usize| -> ProposedCall {
+        serde_json::from_value(script_calls[step][index].clone()).expect("a call")
+    };
+    // Step 1: c2 as the script has it, c3 with other arguments than the script's.
+    let mut changed = of_script(0, 1);
+    changed.arguments = json!({"content": "z", "path": "c.txt"});
+    let pinned = |call: ProposedCall| PinnedCall {
+        call,
+        pinned_version: Some("1.0.0".to_owned()),
+    };
+    let pending = Checkpoint {
+        run_id: run.id,
+        version: 1,
+        trigger: CheckpointTrigger::ToolPending,
+        state: CheckpointState {
+            step: 0,
+            pending: Some(PendingBatch {
+                step: 1,
+                calls: vec![pinned(of_script(0, 0)), pinned(changed.clone())],
+                admission: Admission::Sequential,
+            }),
+            tainted: false,
+            denial_counts: BTreeMap::new(),
+        },
+        created_at: at(1),
+    };
+    let mut invocation = sample_invocation(1, &run, 1, "c2", InvocationStatus::Running);
+    invocation.raw_arguments = of_script(0, 0).arguments;
+    invocation.arguments = airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
+    commit(&store, "PENDING and its first call", |tx| {
+        // The run is read first, as core does, so the store keeps its input.
+        tx.run(run.id)?;
+        tx.insert_checkpoint(&pending)?;
+        tx.insert_invocation(&invocation)
+    });
+    let record = StepRecord {
+        run_id: run.id,
+        step: 1,
+        calls: vec![of_script(0, 0), changed.clone()],
+        results: vec![],
+        created_at: at(2),
+    };
+    commit(&store, "the step record, its calls in the PENDING", |tx| {
+        tx.insert_step_record(&record, Some(1))
+    });
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let stored: String = conn
+        .query_row(
+            "SELECT checkpoint_state FROM journal WHERE checkpoint_version = 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the PENDING row");
+    assert!(
+        stored.contains(r#""call":{"script_call":[0,0]}"#),
+        "c2 by reference: {stored}"
+    );
+    assert_eq!(
+        stored.matches(&content).count(),
+        0,
+        "the script's content is not repeated: {stored}"
+    );
+    assert!(stored.contains(r#""content":"z""#), "c3 whole: {stored}");
+
+    let reopened = SqliteStore::open(&dir.path().join("airlock.sqlite3")).expect("reopen");
+    for (name, store) in [("the writing store", &store), ("a second store", &reopened)] {
+        assert_eq!(
+            commit(store, "read", |tx| tx.latest_checkpoint(run.id)).as_ref(),
+            Some(&pending),
+            "{name}: the checkpoint reads back whole"
+        );
+        assert_eq!(
+            commit(store, "read", |tx| tx.invocation(invocation.id)).as_ref(),
+            Some(&invocation),
+            "{name}: the invocation's raw arguments resolve"
+        );
+        assert_eq!(
+            commit(store, "read", |tx| tx.step_records(run.id, 0, 10)),
+            vec![record.clone()],
+            "{name}: the step record's calls resolve"
+        );
+    }
+
+    let view: String = conn
+        .query_row(
+            "SELECT state FROM checkpoints WHERE run_id = ?1 AND version = 1",
+            [run.id.to_string()],
+            |r| r.get(0),
+        )
+        .expect("the view's row");
+    let view: serde_json::Value = serde_json::from_str(&view).expect("JSON");
+    assert_eq!(
+        view["pending"]["calls"][0],
+        json!({"call": script_calls[0][0], "pinned_version": "1.0.0"}),
+        "the view shows the script's call"
+    );
+    assert_eq!(
+        view["pending"]["calls"][1]["call"]["arguments"],
+        json!({"content": "z", "path": "c.txt"})
+    );
+    assert_eq!(view["step"], 0);
 }
