@@ -246,7 +246,7 @@ impl<S: Store> ControlService<S> {
                 principal_scopes: script.principal_scopes.clone(),
                 origin_trust: script.origin_trust,
                 planner_kind: "scripted".to_owned(),
-                planner_input: planner_input.clone(),
+                planner_input: planner_input.as_str().into(),
                 state: RunState::Queued {
                     scheduled_for: None,
                 },

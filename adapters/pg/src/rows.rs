@@ -257,7 +257,7 @@ pub(crate) fn run(row: &Row) -> Result<Run, TxError> {
         principal_scopes: json_col(row, 4)?,
         origin_trust: parse(row, 5)?,
         planner_kind: get(row, 6)?,
-        planner_input: get(row, 7)?,
+        planner_input: get::<String>(row, 7)?.into(),
         state,
         step_count: unsigned(row, 9)?,
         tool_call_count: unsigned(row, 10)?,

@@ -779,7 +779,7 @@ impl StoreTx for PgTx<'_> {
                 &json(&run.principal_scopes, "runs.principal_scopes")?,
                 &run.origin_trust.as_str(),
                 &run.planner_kind,
-                &run.planner_input,
+                &&*run.planner_input,
                 &state.status,
                 &i64::from(run.step_count),
                 &i64::from(run.tool_call_count),

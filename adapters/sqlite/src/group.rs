@@ -475,7 +475,7 @@ mod tests {
         );
         let session = sample_session(1);
         let mut run = sample_run(1, session.id, RunStatus::Queued);
-        run.planner_input = format!("\"{}\"", "x".repeat(1_000_000));
+        run.planner_input = format!("\"{}\"", "x".repeat(1_000_000)).into();
 
         let error = group
             .transact(|tx| {
@@ -512,7 +512,7 @@ mod tests {
         for n in 0..200u128 {
             let session = sample_session(10 + n);
             let mut run = sample_run(10 + n, session.id, RunStatus::Queued);
-            run.planner_input = format!("\"{}\"", "x".repeat(40_000));
+            run.planner_input = format!("\"{}\"", "x".repeat(40_000)).into();
             group
                 .transact(|tx| {
                     tx.insert_session(&session)?;

@@ -32,10 +32,10 @@ pub(super) struct KeptRun {
 }
 
 impl KeptRun {
-    /// The whole run, its input copied in.
+    /// The whole run, its input shared (`Run::planner_input` is an `Arc`).
     pub(super) fn whole(&self) -> Run {
         let mut run = self.run.clone();
-        run.planner_input = self.input.to_string();
+        run.planner_input = Arc::clone(&self.input);
         run
     }
 }
@@ -51,7 +51,7 @@ pub(super) fn without_input(run: &Run) -> Run {
         principal_scopes: run.principal_scopes.clone(),
         origin_trust: run.origin_trust,
         planner_kind: run.planner_kind.clone(),
-        planner_input: String::new(),
+        planner_input: Arc::from(""),
         state: run.state.clone(),
         step_count: run.step_count,
         tool_call_count: run.tool_call_count,

@@ -952,7 +952,7 @@ fn wal_checkpoints_run_off_the_writer() {
         for n in batch * 100..(batch + 1) * 100 {
             let session = sample_session(1_000 + n);
             let mut run = sample_run(1_000 + n, session.id, RunStatus::Queued);
-            run.planner_input = format!("\"{}\"", "x".repeat(40_000));
+            run.planner_input = format!("\"{}\"", "x".repeat(40_000)).into();
             commit(&store, "a large run", |tx| {
                 tx.insert_session(&session)?;
                 tx.insert_run(&run)
@@ -1017,7 +1017,7 @@ fn a_kept_planner_input_gives_way_to_a_changed_row() {
         [run.id.to_string()],
     )
     .expect("an edit outside airlock");
-    assert_eq!(read(&store).planner_input, "{\"edited\":true}");
+    assert_eq!(&*read(&store).planner_input, "{\"edited\":true}");
 }
 
 /// M15: `insert_run` writes the row and its input; when the input would be refused (here an
@@ -1473,7 +1473,9 @@ fn a_pending_call_of_the_runs_script_is_stored_by_reference_and_read_back_whole(
         .collect();
     let session = sample_session(1);
     let mut run = sample_run(1, session.id, RunStatus::Running);
-    run.planner_input = json!({"final_message": "done", "steps": steps}).to_string();
+    run.planner_input = json!({"final_message": "done", "steps": steps})
+        .to_string()
+        .into();
     commit(&store, "seed", |tx| {
         tx.insert_session(&session)?;
         tx.insert_run(&run)

@@ -1415,7 +1415,8 @@ impl<S: Store + 'static> ConnectionDriver<S> {
             planner_input: crate::conversation::call_planner_input(
                 self.connection.id,
                 &self.template.upstreams,
-            ),
+            )
+            .into(),
             state: RunState::Queued {
                 scheduled_for: None,
             },

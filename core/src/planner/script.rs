@@ -1045,7 +1045,7 @@ mod tests {
             principal_scopes: ScopeSet::new(),
             origin_trust: TrustLevel::User,
             planner_kind: crate::planner::SCRIPTED_PLANNER_KIND.to_owned(),
-            planner_input,
+            planner_input: planner_input.into(),
             state: RunState::Queued {
                 scheduled_for: None,
             },

@@ -511,7 +511,7 @@ fn run_immutable_fields_conflict<S: Store>(store: &S) {
         ),
         (
             "planner_input",
-            Box::new(|r| r.planner_input = "{\"x\":1}".to_owned()),
+            Box::new(|r| r.planner_input = "{\"x\":1}".into()),
         ),
         (
             "planner_kind",

@@ -115,7 +115,7 @@ pub fn sample_run(n: u128, session: SessionId, status: RunStatus) -> Run {
         principal_scopes: ScopeSet::new(),
         origin_trust: TrustLevel::User,
         planner_kind: "scripted".to_owned(),
-        planner_input: "{}".to_owned(),
+        planner_input: "{}".into(),
         state: sample_state(status),
         step_count: 0,
         tool_call_count: 0,
