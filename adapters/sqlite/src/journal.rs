@@ -149,7 +149,9 @@ pub(super) const MAY_HOLD_KEY: usize = 8;
 
 /// The texts a row's `events` holds `key` as, when they are certain: the key whole as a JSON
 /// string, quotes included (a row written before M19, or a key of another subject), and the
-/// part before its first `:` as the `s` field (`stored_events`). Certain for printable ASCII
+/// part before its first `:` as a JSON string: the `s` field (`stored_events`), or since M22
+/// the `t` of an event whose `"s": true` says its prefix is its type (a row with another event
+/// of that type passes too, and is decoded to be sure). Certain for printable ASCII
 /// other than `"` and `\`, which neither serde_json (this writer) nor SQLite's `json_array`
 /// (the M16 upgrade) escapes; `None` for any other key, whose rows are then all decoded.
 pub(super) fn key_as_stored(key: &str) -> Option<(String, Option<String>)> {
@@ -159,7 +161,7 @@ pub(super) fn key_as_stored(key: &str) -> Option<(String, Option<String>)> {
             (
                 format!("\"{key}\""),
                 key.split_once(':')
-                    .map(|(prefix, _)| format!("\"s\":\"{prefix}\"")),
+                    .map(|(prefix, _)| format!("\"{prefix}\"")),
             )
         })
 }
@@ -509,7 +511,7 @@ mod tests {
             super::key_as_stored("tool.call.result:6f1c"),
             Some((
                 "\"tool.call.result:6f1c\"".to_owned(),
-                Some("\"s\":\"tool.call.result\"".to_owned())
+                Some("\"tool.call.result\"".to_owned())
             ))
         );
         assert_eq!(

@@ -80,13 +80,31 @@ fn item_text(
             to_canonical_string(outcome),
         ),
     };
-    Some(to_canonical_string(&json!({
+    Some(canonical_item(
+        call_id,
+        &content,
+        is_error,
+        name,
+        trust.as_str(),
+    ))
+}
+
+/// A result item's text from its five fields, in canonical JSON: the rule the items M20
+/// derives are built by, and the one M22 rebuilds a `tool.call.*` event's item with.
+pub(super) fn canonical_item(
+    call_id: &str,
+    content: &str,
+    is_error: bool,
+    name: &str,
+    trust: &str,
+) -> String {
+    to_canonical_string(&json!({
         "call_id": call_id,
         "content": content,
         "is_error": is_error,
         "name": name,
-        "trust": trust.as_str(),
-    })))
+        "trust": trust,
+    }))
 }
 
 /// How `invocation`'s outcome and result item are stored.

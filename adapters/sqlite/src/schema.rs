@@ -987,6 +987,57 @@ SELECT j.run_id, j.checkpoint_version, j.checkpoint_trigger,
 FROM journal AS j WHERE j.checkpoint_version IS NOT NULL;
 "#;
 
+/// M22 (issue 33): a journal row's events leave out what the row says already
+/// (`stored_events`): a key prefix that is the event type (`"s": true`), a payload's
+/// `invocation_id` that is the row's key subject (`"q": true`), and a `result_item` that is the
+/// canonical item of the payload's call id and name (`"r": [content, is_error, trust]`). Nothing
+/// is rewritten. The `events` view puts them back: the item rebuilt by `json_object` with its
+/// keys in canonical order, the restored keys last in the payload's text (`json_set` appends).
+const M_EVENTS_SHORTER_STILL: &str = r#"
+DROP VIEW events;
+CREATE VIEW events (id, session_id, run_id, sequence, event_type, payload_schema_version,
+                    actor_type, actor_id, payload, derivation_key, created_at) AS
+SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.key,
+       e.value ->> 0, e.value ->> 1, e.value ->> 2, e.value ->> 3, e.value ->> 4,
+       e.value ->> 5, e.value ->> 6
+FROM journal AS j, json_each(j.events) AS e
+WHERE j.events IS NOT NULL AND substr(j.events, 1, 1) = '['
+UNION ALL
+SELECT j.first_event_id + e.key, j.session_id, j.run_id, j.first_sequence + e.key,
+       e.value ->> 't',
+       coalesce(e.value ->> 'v', j.events ->> 'v'),
+       coalesce(e.value ->> 'a', j.events ->> 'a'),
+       CASE WHEN json_type(e.value, '$.i') IS NULL THEN j.events ->> 'i'
+            ELSE e.value ->> 'i' END,
+       CASE WHEN json_type(e.value, '$.p') IS NULL
+            THEN json_object('trigger', j.checkpoint_trigger, 'version', j.checkpoint_version)
+            WHEN json_type(e.value, '$.q') IS NULL AND json_type(e.value, '$.r') IS NULL
+            THEN e.value -> 'p'
+            WHEN json_type(e.value, '$.r') IS NULL
+            THEN json_set(e.value -> 'p', '$.invocation_id', j.key_subject)
+            WHEN json_type(e.value, '$.q') IS NULL
+            THEN json_set(e.value -> 'p', '$.result_item',
+                     json_object('call_id', e.value ->> '$.p.call_id',
+                                 'content', e.value ->> '$.r[0]',
+                                 'is_error', e.value -> '$.r[1]',
+                                 'name', e.value ->> '$.p.name',
+                                 'trust', e.value ->> '$.r[2]') || '')
+            ELSE json_set(e.value -> 'p', '$.invocation_id', j.key_subject, '$.result_item',
+                     json_object('call_id', e.value ->> '$.p.call_id',
+                                 'content', e.value ->> '$.r[0]',
+                                 'is_error', e.value -> '$.r[1]',
+                                 'name', e.value ->> '$.p.name',
+                                 'trust', e.value ->> '$.r[2]') || '')
+       END,
+       CASE json_type(e.value, '$.s')
+            WHEN 'true' THEN (e.value ->> 't') || ':' || j.key_subject
+            WHEN 'text' THEN (e.value ->> 's') || ':' || j.key_subject
+            ELSE e.value ->> 'k' END,
+       coalesce(e.value ->> 'c', j.events ->> 'c')
+FROM journal AS j, json_each(j.events, '$.e') AS e
+WHERE j.events IS NOT NULL AND substr(j.events, 1, 1) = '{';
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -1011,11 +1062,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up(M_EVENTS_SHORTER),
         M::up_with_hook(M_RESULTS_DERIVED, results_derived),
         M::up(M_SCRIPT_CALLS),
+        M::up(M_EVENTS_SHORTER_STILL),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 21;
+pub const SCHEMA_VERSION: i64 = 22;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())

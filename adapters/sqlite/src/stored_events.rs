@@ -24,6 +24,20 @@
 //! - `s`: a key that is `s` + `:` + the row's `key_subject` (every keyed event of a row shares
 //!   its subject, see `journal::key_subject`); `k`: any other key, whole.
 //!
+//! Since M22 an event also leaves out what its row says already:
+//! - `"s": true`: the key's prefix is the event type (`tool.call.proposed:<invocation id>`).
+//! - `"q": true`: the payload's `invocation_id` is the row's `key_subject`, and `p` leaves it
+//!   out (every `tool.call.*` payload names its invocation, which is the row's subject).
+//! - `"r": [content, is_error, trust]`: the payload's `result_item` is the canonical item of
+//!   the payload's `call_id` and `name` with these three fields (`results::canonical_item`),
+//!   and `p` leaves it out. A result item is JSON text whose `content` is JSON text, so it
+//!   was escaped twice inside the payload: 430 of a BATCH row's 630 characters.
+//!
+//! Each is written only when rebuilding it gives back exactly the value in hand; anything else
+//! is stored as before. A reader restores the keys it leaves out into the payload object (whose
+//! keys are in order), so the store reads back the payload it was given; the `events` view
+//! restores them with `json_set`, which puts them last in the payload's text.
+//!
 //! Rows written before M19 keep the array of arrays `[type, version, actor type, actor id,
 //! payload text, key, time]` and are read as they were. The `events` view reads both shapes,
 //! so SQL over the journal sees the same columns as before. Unknown fields are refused: a row
@@ -34,12 +48,16 @@
 //! and what they quote is bounded far below that (a call's arguments at 128 levels,
 //! `MAX_ARGUMENT_DEPTH`; a result item is a string); the store's own reader has no limit.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use airlock_core::events::{Actor, Event, EventType};
 use airlock_core::ids::{RunId, SessionId};
 use airlock_core::time::Timestamp;
+
+use super::results::canonical_item;
 
 /// What a row says beside its events that the stored form leaves out: the subject of its keys
 /// and its checkpoint's trigger and version.
@@ -76,11 +94,30 @@ struct EventOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     c: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    p: Option<&'a Value>,
+    p: Option<Cow<'a, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    s: Option<&'a str>,
+    s: Option<PrefixOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     k: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    q: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    r: Option<(String, bool, String)>,
+}
+
+/// A key's prefix: the event type (`true`), or its own text.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum PrefixOut<'a> {
+    EventType(bool),
+    Text(&'a str),
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PrefixIn {
+    EventType(bool),
+    Text(String),
 }
 
 #[derive(Deserialize)]
@@ -109,9 +146,13 @@ struct EventIn {
     #[serde(default, deserialize_with = "present")]
     p: Option<Value>,
     #[serde(default)]
-    s: Option<String>,
+    s: Option<PrefixIn>,
     #[serde(default)]
     k: Option<String>,
+    #[serde(default)]
+    q: Option<bool>,
+    #[serde(default)]
+    r: Option<(String, bool, String)>,
 }
 
 /// A field that is present, `null` included (`Some(None)`); an absent one stays `None` by the
@@ -152,6 +193,101 @@ pub(super) enum Unreadable {
     TwoKeys,
     #[error("an event id or sequence is out of range")]
     OutOfRange,
+    #[error(
+        "an event's `s`, `q` or `r` is not one this build writes, or its payload cannot take \
+         back what it leaves out"
+    )]
+    LeftOut,
+}
+
+/// What an event's payload leaves out since M22 (see the module docs), and the payload without
+/// it.
+struct Shortened {
+    payload: Map<String, Value>,
+    own_invocation: bool,
+    item: Option<(String, bool, String)>,
+}
+
+/// The M22 form of `payload` under a row whose keys have `key_subject`; `None` when it leaves
+/// out nothing.
+fn shortened(payload: &Value, key_subject: Option<&str>) -> Option<Shortened> {
+    let object = payload.as_object()?;
+    let own_invocation =
+        key_subject.is_some() && object.get("invocation_id").and_then(Value::as_str) == key_subject;
+    let item = object
+        .get("result_item")
+        .and_then(Value::as_str)
+        .and_then(|text| item_parts(object, text));
+    if !own_invocation && item.is_none() {
+        return None;
+    }
+    let mut payload = object.clone();
+    if own_invocation {
+        payload.remove("invocation_id");
+    }
+    if item.is_some() {
+        payload.remove("result_item");
+    }
+    Some(Shortened {
+        payload,
+        own_invocation,
+        item,
+    })
+}
+
+/// `(content, is_error, trust)` of result item `text` when the item is exactly the canonical
+/// item of `payload`'s `call_id` and `name` with them.
+fn item_parts(payload: &Map<String, Value>, text: &str) -> Option<(String, bool, String)> {
+    let call_id = payload.get("call_id")?.as_str()?;
+    let name = payload.get("name")?.as_str()?;
+    let item: Map<String, Value> = serde_json::from_str(text).ok()?;
+    let content = item.get("content")?.as_str()?;
+    let is_error = item.get("is_error")?.as_bool()?;
+    let trust = item.get("trust")?.as_str()?;
+    (canonical_item(call_id, content, is_error, name, trust) == text)
+        .then(|| (content.to_owned(), is_error, trust.to_owned()))
+}
+
+/// The payload with what an M22 event left out put back.
+fn restored(
+    payload: Value,
+    own_invocation: Option<bool>,
+    item: Option<(String, bool, String)>,
+    key_subject: Option<&str>,
+) -> Result<Value, Unreadable> {
+    if own_invocation.is_none() && item.is_none() {
+        return Ok(payload);
+    }
+    let Value::Object(mut object) = payload else {
+        return Err(Unreadable::LeftOut);
+    };
+    match own_invocation {
+        None => {}
+        Some(true) => {
+            let subject = key_subject.ok_or(Unreadable::NoSubject)?;
+            if object
+                .insert("invocation_id".to_owned(), Value::from(subject))
+                .is_some()
+            {
+                return Err(Unreadable::LeftOut);
+            }
+        }
+        Some(false) => return Err(Unreadable::LeftOut),
+    }
+    if let Some((content, is_error, trust)) = item {
+        let text = |key: &str| object.get(key).and_then(Value::as_str);
+        let (Some(call_id), Some(name)) = (text("call_id"), text("name")) else {
+            return Err(Unreadable::LeftOut);
+        };
+        let item = canonical_item(call_id, &content, is_error, name, &trust);
+        if object
+            .insert("result_item".to_owned(), Value::String(item))
+            .is_some()
+        {
+            return Err(Unreadable::LeftOut);
+        }
+    }
+    Ok(Value::Object(object))
 }
 
 /// The row's events as `events` stores them; `None` for a row without events (its `events` is
@@ -181,6 +317,18 @@ pub(super) fn encode(
                 let (prefix, subject) = key.split_once(':')?;
                 (Some(subject) == context.key_subject).then_some(prefix)
             });
+            let (p, q, r) = if payload_left_out {
+                (None, None, None)
+            } else {
+                match shortened(&event.payload, context.key_subject) {
+                    Some(short) => (
+                        Some(Cow::Owned(Value::Object(short.payload))),
+                        short.own_invocation.then_some(true),
+                        short.item,
+                    ),
+                    None => (Some(Cow::Borrowed(&event.payload)), None, None),
+                }
+            };
             EventOut {
                 t: event.event_type.as_str(),
                 v: (event.payload_schema_version != head_version)
@@ -188,12 +336,17 @@ pub(super) fn encode(
                 a: (actor_type != head_actor_type).then_some(actor_type),
                 i: (actor_id != head_actor_id).then_some(actor_id),
                 c: (at != head_at).then_some(at),
-                p: (!payload_left_out).then_some(&event.payload),
-                s: by_subject,
+                p,
+                s: by_subject.map(|prefix| match prefix == event.event_type.as_str() {
+                    true => PrefixOut::EventType(true),
+                    false => PrefixOut::Text(prefix),
+                }),
                 k: match by_subject {
                     Some(_) => None,
                     None => event.derivation_key.as_deref(),
                 },
+                q,
+                r,
             }
         })
         .collect();
@@ -232,6 +385,9 @@ pub(super) fn decode(
             .t
             .parse()
             .map_err(|_| Unreadable::Vocabulary(stored.t.clone()))?;
+        if stored.p.is_none() && (stored.q.is_some() || stored.r.is_some()) {
+            return Err(Unreadable::LeftOut);
+        }
         let payload = match stored.p {
             Some(payload) => payload,
             None => match context.checkpoint {
@@ -241,9 +397,15 @@ pub(super) fn decode(
                 _ => return Err(Unreadable::NoPayload),
             },
         };
+        let payload = restored(payload, stored.q, stored.r, context.key_subject)?;
         let derivation_key = match (stored.s, stored.k) {
             (Some(prefix), None) => {
                 let subject = context.key_subject.ok_or(Unreadable::NoSubject)?;
+                let prefix = match &prefix {
+                    PrefixIn::EventType(true) => &stored.t,
+                    PrefixIn::Text(prefix) => prefix,
+                    PrefixIn::EventType(false) => return Err(Unreadable::LeftOut),
+                };
                 Some(format!("{prefix}:{subject}"))
             }
             (None, key) => key,
@@ -382,6 +544,49 @@ mod tests {
         assert!(refused(&both, CONTEXT).contains("both a key prefix and a whole key"));
         let unknown_type = format!(r#"{{{head},"e":[{{"t":"run.exploded","p":{{}}}}]}}"#);
         assert!(refused(&unknown_type, CONTEXT).contains("run.exploded"));
+    }
+
+    /// What an M22 event leaves out must come back exactly, or the row is refused.
+    #[test]
+    fn an_event_that_cannot_take_back_what_it_left_out_is_refused() {
+        let head = r#""a":"worker","i":null,"c":5,"v":1"#;
+        let left_out = "is not one this build writes";
+        let event =
+            |fields: &str| format!(r#"{{{head},"e":[{{"t":"tool.call.completed",{fields}}}]}}"#);
+        for fields in [
+            r#""p":{},"s":false"#,
+            r#""p":{},"q":false"#,
+            r#""p":{"invocation_id":"x"},"q":true"#,
+            r#""p":[],"q":true"#,
+            r#""q":true"#,
+            r#""p":{"name":"n"},"r":["{}",false,"user"]"#,
+            r#""p":{"call_id":"c","name":"n","result_item":"x"},"r":["{}",false,"user"]"#,
+        ] {
+            assert!(
+                refused(&event(fields), CONTEXT).contains(left_out),
+                "{fields}"
+            );
+        }
+        let without_subject = RowContext {
+            key_subject: None,
+            ..CONTEXT
+        };
+        assert!(refused(&event(r#""p":{},"q":true"#), without_subject).contains("has none"));
+        let events = decode(
+            &event(r#""p":{"call_id":"c","name":"n"},"q":true,"r":["{}",true,"user"],"s":true"#),
+            NUMBERING,
+            CONTEXT,
+        )
+        .expect("an M22 event");
+        assert_eq!(
+            events[0].payload,
+            json!({"call_id": "c", "invocation_id": "inv-1", "name": "n",
+                   "result_item": r#"{"call_id":"c","content":"{}","is_error":true,"name":"n","trust":"user"}"#})
+        );
+        assert_eq!(
+            events[0].derivation_key.as_deref(),
+            Some("tool.call.completed:inv-1")
+        );
     }
 
     /// A row written before M19 reads as it did, numbered from the row's first id and sequence.

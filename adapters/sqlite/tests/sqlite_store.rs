@@ -49,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 21,
+        SCHEMA_VERSION, 22,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape), M20 (a finished call's outcome and result item derived) and M21 (a PENDING checkpoint's calls by reference to the script)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape), M20 (a finished call's outcome and result item derived) , M21 (a PENDING checkpoint's calls by reference to the script) and M22 (events leave out what their row says)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -1283,8 +1283,9 @@ fn a_journal_rows_events_read_back_whole_through_the_store_and_the_events_view()
         "keys by their prefix: {watermark}"
     );
     assert!(
-        watermark.contains(r#""s":"tool.call.proposed""#),
-        "{watermark}"
+        watermark.contains(r#""t":"tool.call.proposed","p":{"call_id":"c1","kind":"proposed","quote":"say \"hi\""},"s":true}"#)
+            && watermark.contains(r#""s":"tool.call.authorized""#),
+        "a key's prefix: the event type (M22), else its own text: {watermark}"
     );
     assert!(
         watermark.starts_with(r#"{"a":"worker","#)
@@ -1582,4 +1583,116 @@ fn a_pending_call_of_the_runs_script_is_stored_by_reference_and_read_back_whole(
         json!({"content": "z", "path": "c.txt"})
     );
     assert_eq!(view["step"], 0);
+}
+
+/// M22: a result row's `tool.call.*` events leave out what the row says already (the key
+/// prefix that is the event type, the invocation id that is the row's subject, a result item
+/// the store rebuilds from the call id, name and three fields) and read back whole through the
+/// store and the `events` view; a value the store would not rebuild exactly is kept.
+#[test]
+fn a_result_rows_events_leave_out_what_the_row_says_and_read_back_whole() {
+    use airlock_core::invocation::outcome::ResultItem;
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let subject = "9b0c6a1e-0000-4000-8000-000000000002";
+    let structured = json!({"text": "quote \" backslash \\ line\n tab\t é \u{1} </script>",
+        "n": [1.5, -0.0, 1e300, 12345678901234567890u64]});
+    let item = |call_id: &str, name: &str| {
+        ResultItem::success(call_id, name, TrustLevel::ExternalUntrusted, &structured)
+            .to_canonical()
+    };
+    let canonical = item("c1", "demo.external_write");
+    let payloads = [
+        // Left out: the invocation id and the item.
+        json!({"call_id": "c1", "invocation_id": subject, "name": "demo.external_write",
+               "reason_code": "tool.succeeded", "result_item": canonical}),
+        // Kept: an item of another call id than the payload's, an invocation of another id.
+        json!({"call_id": "c1", "invocation_id": "another", "name": "demo.external_write",
+               "result_item": item("c9", "demo.external_write")}),
+        // Kept: an item that is not canonical text (a space after a colon).
+        json!({"call_id": "c1", "name": "demo.external_write",
+               "result_item": canonical.replacen("\":", "\": ", 1)}),
+        // Only the item left out; only the invocation id left out.
+        json!({"call_id": "c1", "name": "demo.external_write", "result_item": canonical}),
+        json!({"call_id": "c1", "invocation_id": subject, "step_number": 1}),
+    ];
+    let appended = commit(&store, "a result-shaped row", |tx| {
+        payloads
+            .iter()
+            .enumerate()
+            .map(|(n, payload)| {
+                let key = format!("tool.call.result{n}:{subject}");
+                let key = if n == 0 {
+                    format!("tool.call.completed:{subject}")
+                } else {
+                    key
+                };
+                tx.append_event(&sample_event(
+                    &run,
+                    EventType::ToolCallCompleted,
+                    payload.clone(),
+                    Some(&key),
+                ))
+            })
+            .collect::<Result<Vec<_>, _>>()
+    });
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let text: String = conn
+        .query_row(
+            "SELECT events FROM journal WHERE events IS NOT NULL ORDER BY id DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("the row");
+    let stored: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let first = &stored["e"][0];
+    assert_eq!(first["s"], json!(true), "prefix = type: {text}");
+    assert_eq!(first["q"], json!(true), "{text}");
+    assert_eq!(
+        first["r"],
+        json!([structured.to_string(), false, "external_untrusted"]),
+        "{text}"
+    );
+    assert_eq!(
+        first["p"],
+        json!({"call_id": "c1", "name": "demo.external_write", "reason_code": "tool.succeeded"})
+    );
+    assert_eq!(text.matches(subject).count(), 0, "{text}");
+    for kept in [&stored["e"][1], &stored["e"][2]] {
+        assert!(
+            kept.get("r").is_none() && kept["p"]["result_item"].is_string(),
+            "{kept}"
+        );
+        assert!(
+            kept["s"].is_string(),
+            "a prefix that is not the type: {kept}"
+        );
+    }
+    assert_eq!(stored["e"][1]["p"]["invocation_id"], "another");
+    assert!(stored["e"][1].get("q").is_none());
+    assert!(stored["e"][3].get("q").is_none() && stored["e"][3]["r"].is_array());
+    assert!(stored["e"][4]["q"] == json!(true) && stored["e"][4].get("r").is_none());
+
+    let read = commit(&store, "read", |tx| tx.events_of_run(run.id, None, 100));
+    assert_eq!(read, appended, "the store reads every event back whole");
+
+    let viewed: Vec<(String, String)> = conn
+        .prepare("SELECT payload, derivation_key FROM events ORDER BY id")
+        .expect("prepare")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("view rows");
+    assert_eq!(viewed.len(), appended.len());
+    for (event, (payload, key)) in appended.iter().zip(&viewed) {
+        let payload: serde_json::Value = serde_json::from_str(payload).expect("JSON");
+        assert_eq!(payload, event.payload, "the view's payload: {key}");
+        assert_eq!(
+            payload["result_item"].as_str(),
+            event.payload["result_item"].as_str(),
+            "the item's text, byte for byte"
+        );
+        assert_eq!(Some(key), event.derivation_key.as_ref());
+    }
 }
