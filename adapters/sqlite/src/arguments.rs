@@ -30,7 +30,7 @@ use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::PendingBatch;
 use airlock_core::store::TxError;
 
-use super::script_calls::{self, Scripts, Unresolved};
+use super::stored_state::{self, Scripts, Unresolved};
 
 /// An invocation's arguments as its row stores them.
 #[derive(Debug, PartialEq, Eq)]
@@ -105,7 +105,7 @@ pub(super) fn referenced(
             .get(index)
             .map(|pinned| pinned.call.clone())
             .ok_or(Unreadable::Missing)?,
-        _ => script_calls::decode_call(stored.ok_or(Unreadable::Missing)?, scripts, run)?,
+        _ => stored_state::decode_call(stored.ok_or(Unreadable::Missing)?, scripts, run)?,
     };
     if call.call_id != call_id {
         return Err(Unreadable::OtherCall {
@@ -129,7 +129,7 @@ pub(super) fn calls_of_step(
 ) -> Result<Vec<ProposedCall>, Unreadable> {
     let batch: PendingBatch = match written {
         Some((written, batch)) if written == version => batch.clone(),
-        _ => script_calls::decode_batch(stored.ok_or(Unreadable::Missing)?, scripts, run)?,
+        _ => stored_state::decode_batch(stored.ok_or(Unreadable::Missing)?, scripts, run)?,
     };
     if batch.step != step {
         return Err(Unreadable::OtherStep {

@@ -34,9 +34,10 @@ fn record(event: TraceEvent<'_>) {
 }
 
 /// The tables a tool call writes (claim, checkpoints, proposal, watermark, outcome, step
-/// record, approval, the run's end) and the events it appends.
-const CALL_TABLES: [&str; 7] = [
+/// record, approval, the run's end, a policy decision's text) and the events it appends.
+const CALL_TABLES: [&str; 8] = [
     "journal",
+    "policy_decision_texts",
     "run_inputs",
     "tool_invocations",
     "step_records",

@@ -29,8 +29,8 @@ mod readers;
 mod results;
 mod rows;
 mod schema;
-mod script_calls;
 mod stored_events;
+mod stored_state;
 mod tuning;
 mod tx;
 

@@ -17,14 +17,14 @@
 //! At most [`MAX_ENTRIES`] inputs and [`MAX_BYTES`] in all are kept, oldest dropped first: the
 //! runs a process executes at once are far fewer.
 //!
-//! Beside an input its script's calls are kept once read (`script_calls`, M21): the PENDING
+//! Beside an input its script's calls are kept once read (`stored_state`, M21): the PENDING
 //! checkpoints of a scripted run refer to them, so each PENDING write compares its calls with
 //! them and a read of a reference resolves it. They are parsed at most once per entry.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::script_calls::ScriptCalls;
+use super::stored_state::ScriptCalls;
 
 /// Inputs kept at most.
 const MAX_ENTRIES: usize = 64;

@@ -34,7 +34,7 @@ use airlock_core::vocab::{RunStatus, TargetKind};
 use super::arguments;
 use super::kept::Kept;
 use super::results;
-use super::script_calls::{self, Scripts};
+use super::stored_state::{self, Scripts};
 
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
 pub(super) const SUSPENDED_KIND_APPROVAL: &str = "approval";
@@ -433,7 +433,7 @@ pub(super) fn checkpoint(row: &Row<'_>, scripts: Scripts<'_>) -> rusqlite::Resul
         run_id: parse(row, 0)?,
         version: unsigned(row, 1)?,
         trigger: parse(row, 2)?,
-        state: script_calls::decode_state(&state, scripts, &run).map_err(|e| decode_error(3, e))?,
+        state: stored_state::decode_state(&state, scripts, &run).map_err(|e| decode_error(3, e))?,
         created_at: time(row, 4)?,
     })
 }
@@ -523,12 +523,13 @@ macro_rules! invocation_stored_columns {
 /// PENDING checkpoint that holds its raw arguments.
 pub(super) const INVOCATION_INSERT_COLUMNS: &str = concat!(
     invocation_stored_columns!(),
-    ", arguments_checkpoint, arguments_call"
+    ", arguments_checkpoint, arguments_call, policy_decision_id"
 );
 
 /// What [`invocation`] decodes: the stored columns, where the raw arguments are kept (35, 36)
 /// and, for a row whose raw arguments are in its PENDING checkpoint, the call read from there
-/// (37; see `arguments::referenced`).
+/// (37; see `arguments::referenced`); for a row whose policy decision is kept once (M23), its
+/// text (38).
 pub(super) const INVOCATION_COLUMNS: &str = concat!(
     invocation_stored_columns!(),
     ", arguments_checkpoint, arguments_call, ",
@@ -537,11 +538,14 @@ pub(super) const INVOCATION_COLUMNS: &str = concat!(
         "raw_arguments",
         "arguments_checkpoint",
         "'$.pending.calls[' || tool_invocations.arguments_call || '].call'"
-    )
+    ),
+    ", CASE WHEN tool_invocations.policy_decision_id IS NOT NULL \
+     THEN (SELECT d.text FROM policy_decision_texts AS d \
+     WHERE d.id = tool_invocations.policy_decision_id) END"
 );
 
 /// How many columns [`INVOCATION_COLUMNS`] names: a query may select more after them.
-pub(super) const INVOCATION_COLUMN_COUNT: usize = 38;
+pub(super) const INVOCATION_COLUMN_COUNT: usize = 39;
 
 /// An invocation row; `written` is what the reading transaction wrote, whose PENDING checkpoint
 /// may hold the row's raw arguments before its journal row is written; `scripts` gives a
@@ -613,7 +617,10 @@ pub(super) fn invocation(
         parallel_group: parse_opt(row, 19)?,
         created_at: time(row, 20)?,
         status: parse(row, 21)?,
-        policy_decision: json_opt(row, 22)?,
+        policy_decision: match json_opt(row, 22)? {
+            Some(decision) => Some(decision),
+            None => json_opt(row, 38)?,
+        },
         effect_sent_at: time_opt(row, 23)?,
         suspended_approval,
         structured_result,

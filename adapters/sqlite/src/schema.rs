@@ -956,7 +956,7 @@ fn results_derived(tx: &rusqlite::Transaction<'_>) -> HookResult {
 }
 
 /// M21 (issue 33): a PENDING checkpoint's calls by reference to the run's script
-/// (`script_calls`): a pending call that is exactly its script's call at (batch step − 1, its
+/// (`stored_state`): a pending call that is exactly its script's call at (batch step − 1, its
 /// index) is stored as `{"script_call": [step index, call index]}`. Nothing is rewritten; the
 /// tables are as they were. The `checkpoints` view resolves references from the run's input,
 /// so SQL readers see each call whole (as the script holds it); a state without a reference
@@ -1038,6 +1038,27 @@ FROM journal AS j, json_each(j.events, '$.e') AS e
 WHERE j.events IS NOT NULL AND substr(j.events, 1, 1) = '{';
 "#;
 
+/// M23 (issue 33): a call's policy decision stored once per distinct text. Every call of a run
+/// under one policy carries the same decision (`{"decision":"allow","reason_code":…,
+/// "explanation":…,"policy_version":…}`, 200 characters), which each row repeated: 190 KB of
+/// the 990-step run. A row written since keeps `policy_decision` NULL and
+/// `policy_decision_id`, the id of its text in `policy_decision_texts`, whose rows never
+/// change (triggers). Rows written before keep their text; a row never has both.
+const M_DECISIONS_ONCE: &str = r#"
+CREATE TABLE policy_decision_texts (
+    id   INTEGER PRIMARY KEY,
+    text TEXT    NOT NULL UNIQUE
+);
+CREATE TRIGGER policy_decision_texts_no_update BEFORE UPDATE ON policy_decision_texts
+BEGIN SELECT RAISE(ABORT, 'policy_decision_texts never change'); END;
+CREATE TRIGGER policy_decision_texts_no_delete BEFORE DELETE ON policy_decision_texts
+BEGIN SELECT RAISE(ABORT, 'policy_decision_texts are kept'); END;
+ALTER TABLE tool_invocations ADD COLUMN policy_decision_id INTEGER
+    REFERENCES policy_decision_texts (id)
+    CONSTRAINT ck_tool_invocations_policy_decision_once
+    CHECK (policy_decision_id IS NULL OR policy_decision IS NULL);
+"#;
+
 /// Every migration, oldest first; the schema version is their count.
 fn all_migrations() -> Vec<M<'static>> {
     vec![
@@ -1063,11 +1084,12 @@ fn all_migrations() -> Vec<M<'static>> {
         M::up_with_hook(M_RESULTS_DERIVED, results_derived),
         M::up(M_SCRIPT_CALLS),
         M::up(M_EVENTS_SHORTER_STILL),
+        M::up(M_DECISIONS_ONCE),
     ]
 }
 
 /// The schema version a fully migrated store reports as `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 22;
+pub const SCHEMA_VERSION: i64 = 23;
 
 pub(super) fn migrations() -> Migrations<'static> {
     Migrations::new(all_migrations())

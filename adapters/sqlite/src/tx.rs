@@ -25,6 +25,7 @@
 //! `MemStore` and the PostgreSQL store call too.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -32,6 +33,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, ToSql, ffi, params};
 
 use airlock_core::access::ApiToken;
+use airlock_core::action::PolicyDecision;
 use airlock_core::approval::Approval;
 use airlock_core::connection::{Connection as ClientConnection, ConnectionState, ConnectionStatus};
 use airlock_core::conversation::ConversationKey;
@@ -58,7 +60,7 @@ use super::kept::{Kept, KeptRun};
 use super::planner_inputs::PlannerInputs;
 use super::results;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
-use super::script_calls::{self, ScriptCalls};
+use super::stored_state::{self, ScriptCalls};
 
 /// Maps an SQLite error to core's error kinds (see the module docs).
 pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
@@ -152,6 +154,8 @@ pub(super) struct SqliteTx<'c> {
     /// Nanoseconds spent inside SQLite on this transaction's statements, row decoding
     /// included (`GroupStats::sql_nanos`).
     sql_nanos: Cell<u64>,
+    /// Policy decision texts this transaction found or added, by text (`decision_id`).
+    decision_ids: BTreeMap<String, i64>,
 }
 
 impl<'c> SqliteTx<'c> {
@@ -162,6 +166,7 @@ impl<'c> SqliteTx<'c> {
             journal: Journal::default(),
             kept: Kept::default(),
             sql_nanos: Cell::new(0),
+            decision_ids: BTreeMap::new(),
         }
     }
 
@@ -400,7 +405,7 @@ impl<'c> SqliteTx<'c> {
         Ok(Some((run, input)))
     }
 
-    /// The script calls of run `run` (its id as stored; see the `script_calls` module): those
+    /// The script calls of run `run` (its id as stored; see the `stored_state` module): those
     /// of its kept input, else of its input read from `run_inputs` (and kept). A row mapper
     /// asks for them too: the read is another statement on the same connection.
     fn script_calls(&self, run: &str) -> Result<Option<Arc<ScriptCalls>>, String> {
@@ -423,6 +428,36 @@ impl<'c> SqliteTx<'c> {
             Some(calls) => calls,
             None => ScriptCalls::of_input(&input).map(Arc::new),
         })
+    }
+
+    /// The id of `decision`'s text in `policy_decision_texts` (M23), the text added when no
+    /// row holds it yet; `None` for no decision. Ids this transaction found or added are kept
+    /// in it: only for as long as it lasts, since a text it added is gone if it rolls back.
+    fn decision_id(&mut self, decision: Option<&PolicyDecision>) -> Result<Option<i64>, TxError> {
+        let Some(decision) = decision else {
+            return Ok(None);
+        };
+        let text = json(decision, "tool_invocations.policy_decision")?;
+        if let Some(id) = self.decision_ids.get(&text) {
+            return Ok(Some(*id));
+        }
+        let found: Option<i64> = self.one(
+            "SELECT id FROM policy_decision_texts WHERE text = ?1",
+            params![text],
+            |row| row.get(0),
+        )?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                self.execute(
+                    "INSERT INTO policy_decision_texts (text) VALUES (?1)",
+                    params![text],
+                )?;
+                self.conn()?.last_insert_rowid()
+            }
+        };
+        self.decision_ids.insert(text, id);
+        Ok(Some(id))
     }
 
     /// The run as this transaction last saw it (see the `kept` module), else read and kept.
@@ -1032,7 +1067,7 @@ impl StoreTx for SqliteTx<'_> {
                 .map_err(TxError::Backend)?,
             None => None,
         };
-        let state = script_calls::encode_state(&checkpoint.state, script.as_deref())
+        let state = stored_state::encode_state(&checkpoint.state, script.as_deref())
             .map_err(|e| TxError::Backend(format!("cannot encode checkpoints.state: {e}")))?;
         if !self.journal.fits_checkpoint(run_id) {
             self.flush_journal()?;
@@ -1127,7 +1162,8 @@ impl StoreTx for SqliteTx<'_> {
         let target_kind = invocation.target_kind.as_ref().map(|kind| kind.as_str());
         let arguments = arguments::stored(invocation, self.kept.pending(invocation.run_id))?;
         let results = results::stored(invocation)?;
-        let values: [&dyn ToSql; 37] = [
+        let decision = self.decision_id(invocation.policy_decision.as_ref())?;
+        let values: [&dyn ToSql; 38] = [
             &invocation.id.to_string(),
             &invocation.run_id.to_string(),
             &invocation.session_id.to_string(),
@@ -1156,10 +1192,7 @@ impl StoreTx for SqliteTx<'_> {
             &invocation.parallel_group.map(|g| g.to_string()),
             &ts(invocation.created_at),
             &invocation.status.as_str(),
-            &opt_json(
-                invocation.policy_decision.as_ref(),
-                "tool_invocations.policy_decision",
-            )?,
+            &None::<String>,
             &opt_ts(invocation.effect_sent_at),
             &invocation
                 .suspended_approval
@@ -1179,12 +1212,13 @@ impl StoreTx for SqliteTx<'_> {
             &results.result_trust.map(|trust| trust.as_str()),
             &arguments.at.map(|(version, _)| version),
             &arguments.at.map(|(_, call)| call),
+            &decision,
         ];
         self.execute(
             &format!(
                 "INSERT INTO tool_invocations ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, \
                  ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, \
-                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37)",
+                 ?26, ?27, ?28, ?29, ?30, ?31, ?32, ?33, ?34, ?35, ?36, ?37, ?38)",
                 rows::INVOCATION_INSERT_COLUMNS
             ),
             &values,
@@ -1283,8 +1317,10 @@ impl StoreTx for SqliteTx<'_> {
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
             .transpose()?;
+        let decision = self.decision_id(next.policy_decision.as_ref())?;
         let changed = self.execute(
-            "UPDATE tool_invocations SET status = ?3, policy_decision = ?4, effect_sent_at = ?5, \
+            "UPDATE tool_invocations SET status = ?3, policy_decision = NULL, \
+             policy_decision_id = ?4, effect_sent_at = ?5, \
              suspended_kind = ?6, suspended_ref = ?7, structured_result = ?8, output_bytes = ?9, \
              outcome = ?10, result_item = ?11, outcome_status = ?12, reason_code = ?13, \
              updated_at = ?14, result_trust = ?15 WHERE id = ?1 AND status = ?2",
@@ -1292,10 +1328,7 @@ impl StoreTx for SqliteTx<'_> {
                 next.id.to_string(),
                 expected.as_str(),
                 next.status.as_str(),
-                opt_json(
-                    next.policy_decision.as_ref(),
-                    "tool_invocations.policy_decision"
-                )?,
+                decision,
                 opt_ts(next.effect_sent_at),
                 next.suspended_approval
                     .map(|_| rows::SUSPENDED_KIND_APPROVAL),

@@ -49,9 +49,9 @@ fn pragmas_are_those_of_section_14() {
     assert_eq!(report.busy_timeout_ms, 5000);
     assert_eq!(report.user_version, SCHEMA_VERSION);
     assert_eq!(
-        SCHEMA_VERSION, 22,
+        SCHEMA_VERSION, 23,
         "M1 (§14), M2 (§17.2 step records), M3 (§19.4 connections), M4 (§20 api_tokens), M5 \
-         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape), M20 (a finished call's outcome and result item derived) , M21 (a PENDING checkpoint's calls by reference to the script) and M22 (events leave out what their row says)"
+         (§19.7 the repeat check's index), M6 (runs by tenant), M7 (§22 conversations), M8 (§22.1 conversation keys), M9 (§22.3 tasks), M10 (§22.3 requestState keys), M11 (replay), M12 (notification targets), M13 (no trigger on a hot path), M14 (vocabulary checks without temporary b-trees), M15 (run inputs in their own table), M16 (the journal: events and checkpoints, one row per phase) , M17 (a call's arguments stored once), M18 (a step record's calls stored once), M19 (a journal row's events in a shorter shape), M20 (a finished call's outcome and result item derived) , M21 (a PENDING checkpoint's calls by reference to the script), M22 (events leave out what their row says) and M23 (a policy decision's text stored once)"
     );
 
     // Reopening an existing file keeps the schema version and the settings.
@@ -1695,4 +1695,92 @@ fn a_result_rows_events_leave_out_what_the_row_says_and_read_back_whole() {
         );
         assert_eq!(Some(key), event.derivation_key.as_ref());
     }
+}
+
+/// M23: a call's policy decision is kept once per distinct text and reads back whole; an update
+/// that changes it refers to the new text; a text added by a transaction that rolled back is
+/// not referred to by a later one; a row holding its text inline (written before M23) reads as
+/// it did, and no row may hold both.
+#[test]
+fn a_policy_decisions_text_is_kept_once_and_read_back_whole() {
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let first = sample_invocation(1, &run, 1, "c1", InvocationStatus::Running);
+    let second = sample_invocation(2, &run, 2, "c2", InvocationStatus::Running);
+    let mut other = sample_invocation(3, &run, 3, "c3", InvocationStatus::Running);
+    if let Some(decision) = other.policy_decision.as_mut() {
+        decision.explanation = "another \"explanation\"".to_owned();
+    }
+    commit(&store, "two calls of one decision", |tx| {
+        tx.insert_invocation(&first)?;
+        tx.insert_invocation(&second)
+    });
+    // A transaction that adds a new text, then fails: its text is gone with it.
+    let failed = store.transact(|tx| {
+        tx.insert_invocation(&other)?;
+        Err::<(), _>(TxError::Conflict("rolled back on purpose".to_owned()))
+    });
+    assert!(failed.is_err());
+    commit(&store, "the other decision", |tx| tx.insert_invocation(&other));
+    let mut changed = first.clone();
+    changed.policy_decision = other.policy_decision.clone();
+    changed.updated_at = at(5);
+    commit(&store, "an update to the other decision", |tx| {
+        tx.update_invocation(InvocationStatus::Running, &changed)
+    });
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let texts: i64 = conn
+        .query_row("SELECT COUNT(*) FROM policy_decision_texts", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(texts, 2, "one row per distinct text");
+    let inline: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM tool_invocations WHERE policy_decision IS NOT NULL \
+             OR policy_decision_id IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(inline, 0, "every row refers to its text");
+    for invocation in [&changed, &second, &other] {
+        assert_eq!(
+            commit(&store, "read", |tx| tx.invocation(invocation.id)).as_ref(),
+            Some(invocation),
+            "{} reads back whole",
+            invocation.call_id
+        );
+    }
+
+    // A row as M22 wrote it: its text inline.
+    let text: String = conn
+        .query_row(
+            "SELECT text FROM policy_decision_texts WHERE id = \
+             (SELECT policy_decision_id FROM tool_invocations WHERE id = ?1)",
+            [second.id.to_string()],
+            |r| r.get(0),
+        )
+        .expect("text");
+    let edited = conn
+        .execute(
+            "UPDATE tool_invocations SET policy_decision = ?2, policy_decision_id = NULL \
+             WHERE id = ?1",
+            [second.id.to_string(), text.clone()],
+        )
+        .expect("an inline row");
+    assert_eq!(edited, 1);
+    let reopened = SqliteStore::open(&dir.path().join("airlock.sqlite3")).expect("reopen");
+    assert_eq!(
+        commit(&reopened, "read", |tx| tx.invocation(second.id)).as_ref(),
+        Some(&second),
+        "an inline text reads as before"
+    );
+    let both = conn.execute(
+        "UPDATE tool_invocations SET policy_decision_id = 1 WHERE id = ?1",
+        [second.id.to_string()],
+    );
+    assert!(
+        both.is_err_and(|e| e.to_string().contains("ck_tool_invocations_policy_decision_once")),
+        "a row with both is refused"
+    );
 }
