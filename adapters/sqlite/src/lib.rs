@@ -30,6 +30,7 @@ mod results;
 mod rows;
 mod schema;
 mod stored_events;
+mod stored_json;
 mod stored_state;
 mod tuning;
 mod tx;

@@ -19,7 +19,10 @@
 //!
 //! Beside an input its script's calls are kept once read (`stored_state`, M21): the PENDING
 //! checkpoints of a scripted run refer to them, so each PENDING write compares its calls with
-//! them and a read of a reference resolves it. They are parsed at most once per entry.
+//! them and a read of a reference resolves it. They are parsed at most once per entry. The
+//! bounds count the inputs' text only; the calls kept beside an input take about as much
+//! again. They are found by run alone (a read of a reference does not know the input's
+//! length), so an input rewritten by hand after it was kept is not noticed here.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

@@ -34,6 +34,7 @@ use airlock_core::vocab::{RunStatus, TargetKind};
 use super::arguments;
 use super::kept::Kept;
 use super::results;
+use super::stored_json::from_json;
 use super::stored_state::{self, Scripts};
 
 /// `suspended_kind` of an invocation waiting on an approval (SPEC §9.1).
@@ -134,18 +135,6 @@ where
     let text: Option<String> = row.get(index)?;
     text.map(|t| t.parse().map_err(|e| decode_error(index, e)))
         .transpose()
-}
-
-/// Parses stored JSON without serde_json's recursion limit: the text was serialized by this
-/// store from a value core had already bounded (SPEC §4.2 caps argument depth at 128, and a
-/// checkpoint nests arguments a few levels deeper), so the default limit of 128 would reject
-/// rows the store itself wrote.
-pub(super) fn from_json<T: DeserializeOwned>(text: &str) -> Result<T, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(text);
-    deserializer.disable_recursion_limit();
-    let value = T::deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(value)
 }
 
 fn json_col<T: DeserializeOwned>(row: &Row<'_>, index: usize) -> rusqlite::Result<T> {
@@ -424,8 +413,8 @@ pub(super) fn run_summary(row: &Row<'_>) -> rusqlite::Result<RunSummary> {
     })
 }
 
-/// A checkpoint, read with `journal::CHECKPOINT_ROW_COLUMNS`.
-/// A checkpoint, its pending calls read from the run's script where they refer to it (M21).
+/// A checkpoint, read with `journal::CHECKPOINT_ROW_COLUMNS`; its pending calls read from the
+/// run's script where they refer to it (M21).
 pub(super) fn checkpoint(row: &Row<'_>, scripts: Scripts<'_>) -> rusqlite::Result<Checkpoint> {
     let run: String = row.get(0)?;
     let state: String = row.get(3)?;

@@ -378,7 +378,7 @@ pub(super) fn decode(
     if text.starts_with('[') {
         return decode_legacy(text, numbering);
     }
-    let head: HeadIn = crate::rows::from_json(text)?;
+    let head: HeadIn = crate::stored_json::from_json(text)?;
     let mut events = Vec::with_capacity(head.e.len());
     for (offset, stored) in head.e.into_iter().enumerate() {
         let event_type: EventType = stored
@@ -470,7 +470,7 @@ fn numbered(numbering: Numbering, offset: usize, event: Unnumbered) -> Result<Ev
 /// A row written before M19: an array of `[type, version, actor type, actor id, payload text,
 /// key, time]`.
 fn decode_legacy(text: &str, numbering: Numbering) -> Result<Vec<Event>, Unreadable> {
-    let stored: Vec<LegacyEvent> = crate::rows::from_json(text)?;
+    let stored: Vec<LegacyEvent> = crate::stored_json::from_json(text)?;
     let mut events = Vec::with_capacity(stored.len());
     for (offset, (kind, version, actor_type, actor_id, payload, key, created_at)) in
         stored.into_iter().enumerate()
@@ -487,7 +487,7 @@ fn decode_legacy(text: &str, numbering: Numbering) -> Result<Vec<Event>, Unreada
                         .map_err(|_| Unreadable::Vocabulary(actor_type))?,
                     actor_id,
                 },
-                payload: crate::rows::from_json(&payload)?,
+                payload: crate::stored_json::from_json(&payload)?,
                 derivation_key: key,
                 created_at,
             },

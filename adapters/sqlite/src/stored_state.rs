@@ -21,8 +21,8 @@
 //! `planner_inputs`, or read from `run_inputs`) and refuses one that names no call.
 //!
 //! SQL readers: the `checkpoints` view resolves references with `json_extract` on the input,
-//! so its `state` shows each call as the script holds it (keys in canonical order, a `version`
-//! only where the script has one).
+//! so its `state` shows each referenced call as the script holds it (keys in canonical order,
+//! `version` as the script writes it), a whole call as stored (the struct's field order).
 
 use std::sync::Arc;
 
@@ -31,6 +31,8 @@ use serde_json::{Map, Value, json};
 
 use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::{CheckpointState, PendingBatch};
+
+use super::stored_json::from_json;
 
 /// The field that marks a stored call as a reference.
 pub(super) const REFERENCE: &str = "script_call";
@@ -58,7 +60,7 @@ impl ScriptCalls {
     /// The calls of `input`; `None` when it is not JSON or holds steps whose calls do not read
     /// as calls (then no call of its run is stored by reference, and none can be read so).
     pub(super) fn of_input(input: &str) -> Option<ScriptCalls> {
-        let input: Input = serde_json::from_str(input).ok()?;
+        let input: Input = from_json(input).ok()?;
         Some(ScriptCalls {
             steps: input.steps.into_iter().map(|step| step.calls).collect(),
         })
@@ -117,7 +119,7 @@ pub(super) fn encode_state(
 /// Why a stored checkpoint's calls cannot be read back.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum Unresolved {
-    #[error("its state is not JSON of a checkpoint: {0}")]
+    #[error("its stored JSON cannot be read: {0}")]
     NotJson(serde_json::Error),
     #[error("a `{REFERENCE}` must be a call's only field, as [step index, call index]")]
     Malformed,
@@ -179,8 +181,10 @@ fn resolve_batch(batch: &mut Value, scripts: Scripts<'_>, run: &str) -> Result<(
     Ok(())
 }
 
-/// Whether stored JSON text may hold a reference: a reference's field name, unescaped, can
-/// appear only as an object's key. Text without it is decoded directly.
+/// Whether stored JSON text may hold a reference: a pre-filter. Text without the field name
+/// quoted (as a key, or as a string) holds none and is decoded directly; text with it (a
+/// reference, or an argument of that name or value) is decoded through a JSON value, where
+/// only a pending call's own `call` object is taken for a reference.
 fn may_refer(text: &str) -> bool {
     text.contains("\"script_call\"")
 }
@@ -192,9 +196,9 @@ pub(super) fn decode_state(
     run: &str,
 ) -> Result<CheckpointState, Unresolved> {
     if !may_refer(text) {
-        return serde_json::from_str(text).map_err(Unresolved::NotJson);
+        return from_json(text).map_err(Unresolved::NotJson);
     }
-    let mut value: Value = serde_json::from_str(text).map_err(Unresolved::NotJson)?;
+    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
     if let Some(batch) = value.get_mut("pending") {
         resolve_batch(batch, scripts, run)?;
     }
@@ -208,9 +212,9 @@ pub(super) fn decode_batch(
     run: &str,
 ) -> Result<PendingBatch, Unresolved> {
     if !may_refer(text) {
-        return serde_json::from_str(text).map_err(Unresolved::NotJson);
+        return from_json(text).map_err(Unresolved::NotJson);
     }
-    let mut value: Value = serde_json::from_str(text).map_err(Unresolved::NotJson)?;
+    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
     resolve_batch(&mut value, scripts, run)?;
     serde_json::from_value(value).map_err(Unresolved::NotJson)
 }
@@ -222,9 +226,9 @@ pub(super) fn decode_call(
     run: &str,
 ) -> Result<ProposedCall, Unresolved> {
     if !may_refer(text) {
-        return serde_json::from_str(text).map_err(Unresolved::NotJson);
+        return from_json(text).map_err(Unresolved::NotJson);
     }
-    let mut value: Value = serde_json::from_str(text).map_err(Unresolved::NotJson)?;
+    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
     resolve(&mut value, scripts, run)?;
     serde_json::from_value(value).map_err(Unresolved::NotJson)
 }

@@ -407,7 +407,9 @@ impl<'c> SqliteTx<'c> {
 
     /// The script calls of run `run` (its id as stored; see the `stored_state` module): those
     /// of its kept input, else of its input read from `run_inputs` (and kept). A row mapper
-    /// asks for them too: the read is another statement on the same connection.
+    /// asks for them too: the read is another statement on the same connection, and its time
+    /// is then counted in `sql_nanos` twice (its own, and within the statement it ran in).
+    /// An input too large to keep is read and parsed again at each miss.
     fn script_calls(&self, run: &str) -> Result<Option<Arc<ScriptCalls>>, String> {
         if let Some(calls) = self.inputs.script_calls(run) {
             return Ok(calls);
@@ -432,7 +434,10 @@ impl<'c> SqliteTx<'c> {
 
     /// The id of `decision`'s text in `policy_decision_texts` (M23), the text added when no
     /// row holds it yet; `None` for no decision. Ids this transaction found or added are kept
-    /// in it: only for as long as it lasts, since a text it added is gone if it rolls back.
+    /// in it: only for as long as it lasts, since a text it added is gone if it rolls back. A
+    /// text is added before the row that refers to it is written, so a write that then fails
+    /// (a conflict its caller tolerates) can leave a text no row refers to: one per distinct
+    /// decision at most, never wrong, and kept (the table's triggers refuse deletes).
     fn decision_id(&mut self, decision: Option<&PolicyDecision>) -> Result<Option<i64>, TxError> {
         let Some(decision) = decision else {
             return Ok(None);

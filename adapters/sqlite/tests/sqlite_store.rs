@@ -1721,7 +1721,9 @@ fn a_policy_decisions_text_is_kept_once_and_read_back_whole() {
         Err::<(), _>(TxError::Conflict("rolled back on purpose".to_owned()))
     });
     assert!(failed.is_err());
-    commit(&store, "the other decision", |tx| tx.insert_invocation(&other));
+    commit(&store, "the other decision", |tx| {
+        tx.insert_invocation(&other)
+    });
     let mut changed = first.clone();
     changed.policy_decision = other.policy_decision.clone();
     changed.updated_at = at(5);
@@ -1731,7 +1733,9 @@ fn a_policy_decisions_text_is_kept_once_and_read_back_whole() {
 
     let conn = raw(&dir.path().join("airlock.sqlite3"));
     let texts: i64 = conn
-        .query_row("SELECT COUNT(*) FROM policy_decision_texts", [], |r| r.get(0))
+        .query_row("SELECT COUNT(*) FROM policy_decision_texts", [], |r| {
+            r.get(0)
+        })
         .expect("count");
     assert_eq!(texts, 2, "one row per distinct text");
     let inline: i64 = conn
@@ -1780,7 +1784,104 @@ fn a_policy_decisions_text_is_kept_once_and_read_back_whole() {
         [second.id.to_string()],
     );
     assert!(
-        both.is_err_and(|e| e.to_string().contains("ck_tool_invocations_policy_decision_once")),
+        both.is_err_and(|e| e
+            .to_string()
+            .contains("ck_tool_invocations_policy_decision_once")),
         "a row with both is refused"
     );
+}
+
+/// A pending call whose arguments nest as deep as a call's may (128 levels) reads back through
+/// every read that meets it, whole (a gateway's call) or by reference to its script (M21): the
+/// stored state nests it a few levels deeper, past serde_json's default limit of 128.
+#[test]
+fn a_pending_call_nested_as_deep_as_arguments_may_reads_back() {
+    use airlock_core::tool::spec::MAX_ARGUMENT_DEPTH;
+    let nested = (1..MAX_ARGUMENT_DEPTH).fold(json!({}), |inner, _| json!({ "a": inner }));
+    let call = ProposedCall {
+        call_id: "deep".to_owned(),
+        tool: TOOL.to_owned(),
+        version: None,
+        arguments: nested,
+        argument_trust: BTreeMap::new(),
+    };
+    for (n, input) in [
+        (1, "{}".to_owned()),
+        (2, json!({"steps": [{"calls": [call.clone()]}]}).to_string()),
+    ] {
+        let (dir, store) = fresh();
+        let session = sample_session(n);
+        let mut run = sample_run(n, session.id, RunStatus::Running);
+        run.planner_input = input.into();
+        commit(&store, "seed", |tx| {
+            tx.insert_session(&session)?;
+            tx.insert_run(&run)
+        });
+        let pending = Checkpoint {
+            run_id: run.id,
+            version: 1,
+            trigger: CheckpointTrigger::ToolPending,
+            state: CheckpointState {
+                step: 0,
+                pending: Some(PendingBatch {
+                    step: 1,
+                    calls: vec![PinnedCall {
+                        call: call.clone(),
+                        pinned_version: None,
+                    }],
+                    admission: Admission::Sequential,
+                }),
+                tainted: false,
+                denial_counts: BTreeMap::new(),
+            },
+            created_at: at(1),
+        };
+        let mut invocation = sample_invocation(n, &run, 1, "deep", InvocationStatus::Running);
+        invocation.raw_arguments = call.arguments.clone();
+        invocation.arguments =
+            airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
+        commit(&store, "PENDING and its call", |tx| {
+            tx.run(run.id)?;
+            tx.insert_checkpoint(&pending)?;
+            tx.insert_invocation(&invocation)
+        });
+        let record = StepRecord {
+            run_id: run.id,
+            step: 1,
+            calls: vec![call.clone()],
+            results: vec![],
+            created_at: at(2),
+        };
+        commit(&store, "the step record", |tx| {
+            tx.insert_step_record(&record, Some(1))
+        });
+        let stored: String = raw(&dir.path().join("airlock.sqlite3"))
+            .query_row(
+                "SELECT checkpoint_state FROM journal WHERE checkpoint_version = 1",
+                [],
+                |r| r.get(0),
+            )
+            .expect("the PENDING row");
+        assert_eq!(
+            stored.contains("script_call"),
+            n == 2,
+            "run {n}: by reference only to a script: {stored:.80}"
+        );
+        let reopened = SqliteStore::open(&dir.path().join("airlock.sqlite3")).expect("reopen");
+        assert_eq!(
+            commit(&reopened, "read", |tx| tx.latest_checkpoint(run.id)).as_ref(),
+            Some(&pending),
+            "run {n}: the checkpoint"
+        );
+        assert_eq!(
+            commit(&reopened, "read", |tx| tx.invocation(invocation.id)).as_ref(),
+            Some(&invocation),
+            "run {n}: the invocation"
+        );
+        assert_eq!(
+            commit(&reopened, "read", |tx| tx.step_records(run.id, 0, 10)),
+            vec![record],
+            "run {n}: the step record"
+        );
+    }
 }
