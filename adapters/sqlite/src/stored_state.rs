@@ -27,6 +27,7 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use airlock_core::ports::ProposedCall;
@@ -189,20 +190,30 @@ fn may_refer(text: &str) -> bool {
     text.contains("\"script_call\"")
 }
 
+/// A `T` from stored text whose references `resolve` replaces (read through a JSON value only
+/// when the text may hold one).
+fn decode<T: DeserializeOwned>(
+    text: &str,
+    resolve: impl FnOnce(&mut Value) -> Result<(), Unresolved>,
+) -> Result<T, Unresolved> {
+    if !may_refer(text) {
+        return from_json(text).map_err(Unresolved::NotJson);
+    }
+    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
+    resolve(&mut value)?;
+    serde_json::from_value(value).map_err(Unresolved::NotJson)
+}
+
 /// A checkpoint's state from its stored text.
 pub(super) fn decode_state(
     text: &str,
     scripts: Scripts<'_>,
     run: &str,
 ) -> Result<CheckpointState, Unresolved> {
-    if !may_refer(text) {
-        return from_json(text).map_err(Unresolved::NotJson);
-    }
-    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
-    if let Some(batch) = value.get_mut("pending") {
-        resolve_batch(batch, scripts, run)?;
-    }
-    serde_json::from_value(value).map_err(Unresolved::NotJson)
+    decode(text, |state| match state.get_mut("pending") {
+        Some(batch) => resolve_batch(batch, scripts, run),
+        None => Ok(()),
+    })
 }
 
 /// A pending batch from its stored text (a checkpoint state's `pending`).
@@ -211,12 +222,7 @@ pub(super) fn decode_batch(
     scripts: Scripts<'_>,
     run: &str,
 ) -> Result<PendingBatch, Unresolved> {
-    if !may_refer(text) {
-        return from_json(text).map_err(Unresolved::NotJson);
-    }
-    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
-    resolve_batch(&mut value, scripts, run)?;
-    serde_json::from_value(value).map_err(Unresolved::NotJson)
+    decode(text, |batch| resolve_batch(batch, scripts, run))
 }
 
 /// A pending call from its stored text (a pending batch's `calls[i].call`).
@@ -225,12 +231,7 @@ pub(super) fn decode_call(
     scripts: Scripts<'_>,
     run: &str,
 ) -> Result<ProposedCall, Unresolved> {
-    if !may_refer(text) {
-        return from_json(text).map_err(Unresolved::NotJson);
-    }
-    let mut value: Value = from_json(text).map_err(Unresolved::NotJson)?;
-    resolve(&mut value, scripts, run)?;
-    serde_json::from_value(value).map_err(Unresolved::NotJson)
+    decode(text, |call| resolve(call, scripts, run))
 }
 
 #[cfg(test)]

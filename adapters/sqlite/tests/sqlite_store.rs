@@ -39,6 +39,26 @@ fn fresh() -> (tempfile::TempDir, SqliteStore) {
     (dir, store)
 }
 
+/// Version 1 of `run`'s checkpoints: PENDING for its step 1, holding `calls`.
+fn pending_of_step_one(run: &Run, calls: Vec<PinnedCall>) -> Checkpoint {
+    Checkpoint {
+        run_id: run.id,
+        version: 1,
+        trigger: CheckpointTrigger::ToolPending,
+        state: CheckpointState {
+            step: 0,
+            pending: Some(PendingBatch {
+                step: 1,
+                calls,
+                admission: Admission::Sequential,
+            }),
+            tainted: false,
+            denial_counts: BTreeMap::new(),
+        },
+        created_at: at(1),
+    }
+}
+
 #[test]
 fn pragmas_are_those_of_section_14() {
     let (dir, store) = fresh();
@@ -362,22 +382,7 @@ fn a_calls_arguments_are_stored_once_beside_the_pending_checkpoint_of_its_transa
         },
         pinned_version: Some("1.0.0".to_owned()),
     };
-    let pending = Checkpoint {
-        run_id: run.id,
-        version: 1,
-        trigger: CheckpointTrigger::ToolPending,
-        state: CheckpointState {
-            step: 0,
-            pending: Some(PendingBatch {
-                step: 1,
-                calls: vec![proposed("a", "first"), proposed("b", "second")],
-                admission: Admission::Sequential,
-            }),
-            tainted: false,
-            denial_counts: BTreeMap::new(),
-        },
-        created_at: at(1),
-    };
+    let pending = pending_of_step_one(&run, vec![proposed("a", "first"), proposed("b", "second")]);
     let of_call = |n: u128, pinned: &PinnedCall| {
         let mut invocation =
             sample_invocation(n, &run, 1, &pinned.call.call_id, InvocationStatus::Running);
@@ -1491,22 +1496,7 @@ fn a_pending_call_of_the_runs_script_is_stored_by_reference_and_read_back_whole(
         call,
         pinned_version: Some("1.0.0".to_owned()),
     };
-    let pending = Checkpoint {
-        run_id: run.id,
-        version: 1,
-        trigger: CheckpointTrigger::ToolPending,
-        state: CheckpointState {
-            step: 0,
-            pending: Some(PendingBatch {
-                step: 1,
-                calls: vec![pinned(of_script(0, 0)), pinned(changed.clone())],
-                admission: Admission::Sequential,
-            }),
-            tainted: false,
-            denial_counts: BTreeMap::new(),
-        },
-        created_at: at(1),
-    };
+    let pending = pending_of_step_one(&run, vec![pinned(of_script(0, 0)), pinned(changed.clone())]);
     let mut invocation = sample_invocation(1, &run, 1, "c2", InvocationStatus::Running);
     invocation.raw_arguments = of_script(0, 0).arguments;
     invocation.arguments = airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
@@ -1817,25 +1807,13 @@ fn a_pending_call_nested_as_deep_as_arguments_may_reads_back() {
             tx.insert_session(&session)?;
             tx.insert_run(&run)
         });
-        let pending = Checkpoint {
-            run_id: run.id,
-            version: 1,
-            trigger: CheckpointTrigger::ToolPending,
-            state: CheckpointState {
-                step: 0,
-                pending: Some(PendingBatch {
-                    step: 1,
-                    calls: vec![PinnedCall {
-                        call: call.clone(),
-                        pinned_version: None,
-                    }],
-                    admission: Admission::Sequential,
-                }),
-                tainted: false,
-                denial_counts: BTreeMap::new(),
-            },
-            created_at: at(1),
-        };
+        let pending = pending_of_step_one(
+            &run,
+            vec![PinnedCall {
+                call: call.clone(),
+                pinned_version: None,
+            }],
+        );
         let mut invocation = sample_invocation(n, &run, 1, "deep", InvocationStatus::Running);
         invocation.raw_arguments = call.arguments.clone();
         invocation.arguments =
