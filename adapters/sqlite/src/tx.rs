@@ -1322,10 +1322,17 @@ impl StoreTx for SqliteTx<'_> {
             .output_bytes
             .map(|b| int(b, "tool_invocations.output_bytes"))
             .transpose()?;
-        let decision = self.decision_id(next.policy_decision.as_ref())?;
+        // A decision the row already holds stays as it is stored (`?16`): no lookup of its text.
+        let same_decision = next.policy_decision == current.policy_decision;
+        let decision = match same_decision {
+            true => None,
+            false => self.decision_id(next.policy_decision.as_ref())?,
+        };
         let changed = self.execute(
-            "UPDATE tool_invocations SET status = ?3, policy_decision = NULL, \
-             policy_decision_id = ?4, effect_sent_at = ?5, \
+            "UPDATE tool_invocations SET status = ?3, \
+             policy_decision = CASE WHEN ?16 THEN policy_decision END, \
+             policy_decision_id = CASE WHEN ?16 THEN policy_decision_id ELSE ?4 END, \
+             effect_sent_at = ?5, \
              suspended_kind = ?6, suspended_ref = ?7, structured_result = ?8, output_bytes = ?9, \
              outcome = ?10, result_item = ?11, outcome_status = ?12, reason_code = ?13, \
              updated_at = ?14, result_trust = ?15 WHERE id = ?1 AND status = ?2",
@@ -1349,6 +1356,7 @@ impl StoreTx for SqliteTx<'_> {
                 next.reason_code,
                 ts(next.updated_at),
                 results.result_trust.map(|trust| trust.as_str()),
+                same_decision,
             ],
         )?;
         if changed == 0 {

@@ -1769,6 +1769,24 @@ fn a_policy_decisions_text_is_kept_once_and_read_back_whole() {
         Some(&second),
         "an inline text reads as before"
     );
+    // An update that keeps the decision keeps it as stored: inline here.
+    let mut later = second.clone();
+    later.updated_at = at(9);
+    commit(&reopened, "an update keeping the decision", |tx| {
+        tx.update_invocation(InvocationStatus::Running, &later)
+    });
+    let (inline_text, id): (Option<String>, Option<i64>) = conn
+        .query_row(
+            "SELECT policy_decision, policy_decision_id FROM tool_invocations WHERE id = ?1",
+            [second.id.to_string()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("row");
+    assert_eq!((inline_text, id), (Some(text.clone()), None));
+    assert_eq!(
+        commit(&reopened, "read", |tx| tx.invocation(second.id)).as_ref(),
+        Some(&later)
+    );
     let both = conn.execute(
         "UPDATE tool_invocations SET policy_decision_id = 1 WHERE id = ?1",
         [second.id.to_string()],
