@@ -10,64 +10,19 @@
 //! reader's transaction is one snapshot (`BEGIN DEFERRED` … `COMMIT`), so what it read stays
 //! true until it ends as well.
 //!
-//! A run is kept without its planner input, which is the whole script of a scripted run (up
-//! to megabytes) and never changes: the input is held once, shared ([`Arc`]), and copied into
-//! a `Run` only when one is handed out, as a read of the row did before (a kept copy of the
-//! whole run made a 990-step run of a 1 MB script twice as slow per step, in page faults of
-//! megabyte allocations).
+//! A run is kept whole: its planner input (a scripted run's whole script, up to megabytes) is
+//! an `Arc` that every copy shares, so keeping and handing out a run copies no script.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::Run;
 use airlock_core::run::checkpoint::PendingBatch;
 
-/// A run without its planner input (left empty), and the input.
-#[derive(Debug)]
-pub(super) struct KeptRun {
-    pub(super) run: Run,
-    pub(super) input: Arc<str>,
-}
-
-impl KeptRun {
-    /// The whole run, its input shared (`Run::planner_input` is an `Arc`).
-    pub(super) fn whole(&self) -> Run {
-        let mut run = self.run.clone();
-        run.planner_input = Arc::clone(&self.input);
-        run
-    }
-}
-
-/// `run`'s fields but its planner input, which is left empty (a `Run` literal, so that a new
-/// field of `Run` must be added here to compile).
-pub(super) fn without_input(run: &Run) -> Run {
-    Run {
-        id: run.id,
-        session_id: run.session_id,
-        tenant_id: run.tenant_id.clone(),
-        principal_id: run.principal_id.clone(),
-        principal_scopes: run.principal_scopes.clone(),
-        origin_trust: run.origin_trust,
-        planner_kind: run.planner_kind.clone(),
-        planner_input: Arc::from(""),
-        state: run.state.clone(),
-        step_count: run.step_count,
-        tool_call_count: run.tool_call_count,
-        limits: run.limits,
-        deadline_at: run.deadline_at,
-        lease_epoch: run.lease_epoch,
-        attempts: run.attempts,
-        cancel_requested_at: run.cancel_requested_at,
-        created_at: run.created_at,
-        updated_at: run.updated_at,
-    }
-}
-
 #[derive(Debug, Default)]
 pub(super) struct Kept {
-    runs: BTreeMap<RunId, KeptRun>,
+    runs: BTreeMap<RunId, Run>,
     /// The session of runs met without their row (an event's or a checkpoint's run): a run's
     /// session never changes, so even a forgotten run's stays known.
     sessions: BTreeMap<RunId, SessionId>,
@@ -78,33 +33,34 @@ pub(super) struct Kept {
 }
 
 impl Kept {
-    pub(super) fn run(&self, id: RunId) -> Option<&KeptRun> {
+    pub(super) fn run(&self, id: RunId) -> Option<&Run> {
         self.runs.get(&id)
     }
 
-    /// Keeps a run read from its row: `run` without its input, and the input.
-    pub(super) fn keep_read(&mut self, run: Run, input: Arc<str>) {
-        self.runs.insert(run.id, KeptRun { run, input });
+    /// Keeps a run read from its row.
+    pub(super) fn keep_read(&mut self, run: Run) {
+        self.runs.insert(run.id, run);
     }
 
-    /// Keeps `run` as written by an update, which never changes the input: the input kept
-    /// with the run's earlier state stays. Without one, nothing is kept.
+    /// Keeps `run` as written by an update (whose guard checked every column it does not
+    /// write, the input among them) in place of the run kept before. Without one, nothing is
+    /// kept.
     pub(super) fn keep_written(&mut self, run: &Run) {
         if let Some(kept) = self.runs.get_mut(&run.id) {
-            kept.run = without_input(run);
+            *kept = run.clone();
         }
     }
 
     pub(super) fn forget_run(&mut self, id: RunId) {
         if let Some(kept) = self.runs.remove(&id) {
-            self.sessions.insert(id, kept.run.session_id);
+            self.sessions.insert(id, kept.session_id);
         }
     }
 
     /// The session of run `id`, if this transaction met the run.
     pub(super) fn session_of(&self, id: RunId) -> Option<SessionId> {
         match self.runs.get(&id) {
-            Some(kept) => Some(kept.run.session_id),
+            Some(kept) => Some(kept.session_id),
             None => self.sessions.get(&id).copied(),
         }
     }

@@ -56,7 +56,7 @@ use airlock_core::vocab::{ApprovalStatus, InvocationStatus, RunStatus};
 
 use super::arguments;
 use super::journal::{self, Journal, key_subject};
-use super::kept::{Kept, KeptRun};
+use super::kept::Kept;
 use super::planner_inputs::PlannerInputs;
 use super::results;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
@@ -372,9 +372,8 @@ impl<'c> SqliteTx<'c> {
 
     /// The run row, its planner input from [`PlannerInputs`] when kept (see that module): the
     /// row is read with the input's length in place of the input, which is read, and kept,
-    /// only when no input of that run and length is. The run comes without its input (left
-    /// empty), which is returned beside it.
-    fn run_parts(&self, id: RunId) -> Result<Option<(Run, Arc<str>)>, TxError> {
+    /// only when no input of that run and length is.
+    fn read_run(&self, id: RunId) -> Result<Option<Run>, TxError> {
         let id = id.to_string();
         let found = self.one(rows::RUN_WITHOUT_INPUT, params![id], |row| {
             Ok((
@@ -382,27 +381,32 @@ impl<'c> SqliteTx<'c> {
                 row.get::<_, Option<i64>>(rows::RUN_INPUT_BYTES)?,
             ))
         })?;
-        let Some((run, bytes)) = found else {
+        let Some((mut run, bytes)) = found else {
             return Ok(None);
         };
         let bytes =
             bytes.ok_or_else(|| TxError::Backend(format!("run {id} has no row in run_inputs")))?;
-        let input = match self.inputs.get(&id, bytes) {
+        run.planner_input = match self.inputs.get(&id, bytes) {
             Some(input) => input,
-            None => {
-                let input: String = self
-                    .one(
-                        "SELECT planner_input FROM run_inputs WHERE run_id = ?1",
-                        params![id],
-                        |row| row.get(0),
-                    )?
-                    .ok_or_else(|| TxError::Backend(format!("run {id} vanished mid-read")))?;
-                let input: Arc<str> = input.into();
-                self.inputs.keep(&id, Arc::clone(&input));
-                input
-            }
+            None => self
+                .read_input(&id)?
+                .ok_or_else(|| TxError::Backend(format!("run {id} vanished mid-read")))?,
         };
-        Ok(Some((run, input)))
+        Ok(Some(run))
+    }
+
+    /// Run `run`'s planner input (its id as stored) read from `run_inputs`, and kept.
+    fn read_input(&self, run: &str) -> Result<Option<Arc<str>>, TxError> {
+        let input: Option<String> = self.one(
+            "SELECT planner_input FROM run_inputs WHERE run_id = ?1",
+            params![run],
+            |row| row.get(0),
+        )?;
+        Ok(input.map(|input| {
+            let input: Arc<str> = input.into();
+            self.inputs.keep(run, Arc::clone(&input));
+            input
+        }))
     }
 
     /// The script calls of run `run` (its id as stored; see the `stored_state` module): those
@@ -414,22 +418,22 @@ impl<'c> SqliteTx<'c> {
         if let Some(calls) = self.inputs.script_calls(run) {
             return Ok(calls);
         }
-        let input: Option<String> = self
-            .one(
-                "SELECT planner_input FROM run_inputs WHERE run_id = ?1",
-                params![run],
-                |row| row.get(0),
-            )
-            .map_err(|e| format!("cannot read the planner input of run {run}: {e}"))?;
-        let Some(input) = input else {
+        let Some(input) = self
+            .read_input(run)
+            .map_err(|e| format!("cannot read the planner input of run {run}: {e}"))?
+        else {
             return Ok(None);
         };
-        let input: Arc<str> = input.into();
-        self.inputs.keep(run, Arc::clone(&input));
         Ok(match self.inputs.script_calls(run) {
             Some(calls) => calls,
             None => ScriptCalls::of_input(&input).map(Arc::new),
         })
+    }
+
+    /// Decodes an invocation row as this transaction reads it: with what it wrote (`kept`), and
+    /// the runs' scripts that PENDING checkpoints refer to.
+    fn invocation_row(&self) -> impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<Invocation> + '_ {
+        move |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run))
     }
 
     /// The id of `decision`'s text in `policy_decision_texts` (M23), the text added when no
@@ -468,12 +472,12 @@ impl<'c> SqliteTx<'c> {
     /// The run as this transaction last saw it (see the `kept` module), else read and kept.
     fn kept_run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
         if self.kept.run(id).is_none() {
-            let Some((run, input)) = self.run_parts(id)? else {
+            let Some(run) = self.read_run(id)? else {
                 return Ok(None);
             };
-            self.kept.keep_read(run, input);
+            self.kept.keep_read(run);
         }
-        Ok(self.kept.run(id).map(KeptRun::whole))
+        Ok(self.kept.run(id).cloned())
     }
 }
 
@@ -631,7 +635,7 @@ impl StoreTx for SqliteTx<'_> {
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
         if let Some(kept) = self.kept.run(lease.run_id) {
-            return if guards::holds(&kept.run, lease) {
+            return if guards::holds(kept, lease) {
                 Ok(())
             } else {
                 Err(TxError::Fenced)
@@ -1243,7 +1247,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![id.to_string()],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )?;
         if let Some(invocation) = &invocation {
             self.kept.keep_invocation(invocation);
@@ -1258,7 +1262,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![idempotency_key],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )
     }
 
@@ -1275,7 +1279,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string(), step, call_id],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )
     }
 
@@ -1287,7 +1291,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string()],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )
     }
 
@@ -1305,7 +1309,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![run.to_string(), status.as_str()],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )
     }
 
@@ -1387,7 +1391,7 @@ impl StoreTx for SqliteTx<'_> {
                 rows::INVOCATION_COLUMNS
             ),
             params![tenant],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )
     }
 
@@ -1419,7 +1423,7 @@ impl StoreTx for SqliteTx<'_> {
             ],
             |row| {
                 Ok(Twin {
-                    invocation: rows::invocation(row, &self.kept, &|run| self.script_calls(run))?,
+                    invocation: self.invocation_row()(row)?,
                     settled: row.get(rows::INVOCATION_COLUMN_COUNT)?,
                 })
             },
@@ -1748,7 +1752,7 @@ impl StoreTx for SqliteTx<'_> {
                 page.until.map(ts),
                 limit(page.limit)
             ],
-            |row| rows::invocation(row, &self.kept, &|run| self.script_calls(run)),
+            self.invocation_row(),
         )
     }
 
