@@ -1050,9 +1050,9 @@ CREATE TABLE policy_decision_texts (
     text TEXT    NOT NULL UNIQUE
 );
 CREATE TRIGGER policy_decision_texts_no_update BEFORE UPDATE ON policy_decision_texts
-BEGIN SELECT RAISE(ABORT, 'policy_decision_texts never change'); END;
+BEGIN SELECT RAISE(ABORT, 'policy_decision_texts are append-only'); END;
 CREATE TRIGGER policy_decision_texts_no_delete BEFORE DELETE ON policy_decision_texts
-BEGIN SELECT RAISE(ABORT, 'policy_decision_texts are kept'); END;
+BEGIN SELECT RAISE(ABORT, 'policy_decision_texts are append-only'); END;
 ALTER TABLE tool_invocations ADD COLUMN policy_decision_id INTEGER
     REFERENCES policy_decision_texts (id)
     CONSTRAINT ck_tool_invocations_policy_decision_once

@@ -134,6 +134,7 @@ fn audit_tables_reject_update_and_delete_from_any_connection() {
         ("policy_profiles", "loaded_at"),
         ("uncertain_settlements", "settled_at"),
         ("step_records", "created_at"),
+        ("policy_decision_texts", "text"),
     ] {
         let count = |conn: &rusqlite::Connection| -> i64 {
             conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
