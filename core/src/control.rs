@@ -181,7 +181,7 @@ impl<S: Store> ControlService<S> {
         self.check_script_size("the run script", script_text.len())?;
         let script = RunScript::parse(script_text)
             .map_err(|e| ServiceError::InvalidArgument(e.to_string()))?;
-        let planner_input = script.to_json();
+        let planner_input: Arc<str> = script.to_json().into();
         self.check_script_size("its planner_input", planner_input.len())?;
         if script.tenant_id != principal.tenant_id || script.principal_id != principal.principal_id
         {
@@ -246,7 +246,7 @@ impl<S: Store> ControlService<S> {
                 principal_scopes: script.principal_scopes.clone(),
                 origin_trust: script.origin_trust,
                 planner_kind: "scripted".to_owned(),
-                planner_input: planner_input.as_str().into(),
+                planner_input: Arc::clone(&planner_input),
                 state: RunState::Queued {
                     scheduled_for: None,
                 },
