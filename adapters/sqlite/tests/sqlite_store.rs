@@ -59,6 +59,15 @@ fn pending_of_step_one(run: &Run, calls: Vec<PinnedCall>) -> Checkpoint {
     }
 }
 
+/// A RUNNING invocation `n` of `run`'s step 1 for `call`: its id, raw arguments and their
+/// canonical text.
+fn invocation_of_call(n: u128, run: &Run, call: &ProposedCall) -> Invocation {
+    let mut invocation = sample_invocation(n, run, 1, &call.call_id, InvocationStatus::Running);
+    invocation.raw_arguments = call.arguments.clone();
+    invocation.arguments = airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
+    invocation
+}
+
 #[test]
 fn pragmas_are_those_of_section_14() {
     let (dir, store) = fresh();
@@ -384,14 +393,7 @@ fn a_calls_arguments_are_stored_once_beside_the_pending_checkpoint_of_its_transa
         pinned_version: Some("1.0.0".to_owned()),
     };
     let pending = pending_of_step_one(&run, vec![proposed("a", "first"), proposed("b", "second")]);
-    let of_call = |n: u128, pinned: &PinnedCall| {
-        let mut invocation =
-            sample_invocation(n, &run, 1, &pinned.call.call_id, InvocationStatus::Running);
-        invocation.raw_arguments = pinned.call.arguments.clone();
-        invocation.arguments =
-            airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
-        invocation
-    };
+    let of_call = |n: u128, pinned: &PinnedCall| invocation_of_call(n, &run, &pinned.call);
     let calls = &pending.state.pending.as_ref().expect("batch").calls;
     // b: held by the checkpoint, but its effective arguments were normalized differently.
     let mut b = of_call(2, &calls[1]);
@@ -1498,9 +1500,7 @@ fn a_pending_call_of_the_runs_script_is_stored_by_reference_and_read_back_whole(
         pinned_version: Some("1.0.0".to_owned()),
     };
     let pending = pending_of_step_one(&run, vec![pinned(of_script(0, 0)), pinned(changed.clone())]);
-    let mut invocation = sample_invocation(1, &run, 1, "c2", InvocationStatus::Running);
-    invocation.raw_arguments = of_script(0, 0).arguments;
-    invocation.arguments = airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
+    let invocation = invocation_of_call(1, &run, &of_script(0, 0));
     commit(&store, "PENDING and its first call", |tx| {
         // The run is read first, as core does, so the store keeps its input.
         tx.run(run.id)?;
@@ -1833,10 +1833,7 @@ fn a_pending_call_nested_as_deep_as_arguments_may_reads_back() {
                 pinned_version: None,
             }],
         );
-        let mut invocation = sample_invocation(n, &run, 1, "deep", InvocationStatus::Running);
-        invocation.raw_arguments = call.arguments.clone();
-        invocation.arguments =
-            airlock_core::canonical::to_canonical_string(&invocation.raw_arguments);
+        let invocation = invocation_of_call(n, &run, &call);
         commit(&store, "PENDING and its call", |tx| {
             tx.run(run.id)?;
             tx.insert_checkpoint(&pending)?;
