@@ -68,6 +68,37 @@ fn invocation_of_call(n: u128, run: &Run, call: &ProposedCall) -> Invocation {
     invocation
 }
 
+/// Writes step 1 as a worker does: `pending` and its first call's `invocation` in one
+/// transaction (the run read first, as core does, so the store keeps its input), then the step
+/// record, its calls named by the PENDING; returns the record.
+fn write_step_one(
+    store: &SqliteStore,
+    pending: &Checkpoint,
+    invocation: &Invocation,
+) -> StepRecord {
+    commit(store, "PENDING and its first call", |tx| {
+        tx.run(pending.run_id)?;
+        tx.insert_checkpoint(pending)?;
+        tx.insert_invocation(invocation)
+    });
+    let record = StepRecord {
+        run_id: pending.run_id,
+        step: 1,
+        calls: pending
+            .state
+            .pending
+            .iter()
+            .flat_map(|batch| batch.calls.iter().map(|pinned| pinned.call.clone()))
+            .collect(),
+        results: vec![],
+        created_at: at(2),
+    };
+    commit(store, "the step record, its calls in the PENDING", |tx| {
+        tx.insert_step_record(&record, Some(pending.version))
+    });
+    record
+}
+
 #[test]
 fn pragmas_are_those_of_section_14() {
     let (dir, store) = fresh();
@@ -1501,22 +1532,7 @@ fn a_pending_call_of_the_runs_script_is_stored_by_reference_and_read_back_whole(
     };
     let pending = pending_of_step_one(&run, vec![pinned(of_script(0, 0)), pinned(changed.clone())]);
     let invocation = invocation_of_call(1, &run, &of_script(0, 0));
-    commit(&store, "PENDING and its first call", |tx| {
-        // The run is read first, as core does, so the store keeps its input.
-        tx.run(run.id)?;
-        tx.insert_checkpoint(&pending)?;
-        tx.insert_invocation(&invocation)
-    });
-    let record = StepRecord {
-        run_id: run.id,
-        step: 1,
-        calls: vec![of_script(0, 0), changed.clone()],
-        results: vec![],
-        created_at: at(2),
-    };
-    commit(&store, "the step record, its calls in the PENDING", |tx| {
-        tx.insert_step_record(&record, Some(1))
-    });
+    let record = write_step_one(&store, &pending, &invocation);
 
     let conn = raw(&dir.path().join("airlock.sqlite3"));
     let stored: String = conn
@@ -1834,21 +1850,7 @@ fn a_pending_call_nested_as_deep_as_arguments_may_reads_back() {
             }],
         );
         let invocation = invocation_of_call(n, &run, &call);
-        commit(&store, "PENDING and its call", |tx| {
-            tx.run(run.id)?;
-            tx.insert_checkpoint(&pending)?;
-            tx.insert_invocation(&invocation)
-        });
-        let record = StepRecord {
-            run_id: run.id,
-            step: 1,
-            calls: vec![call.clone()],
-            results: vec![],
-            created_at: at(2),
-        };
-        commit(&store, "the step record", |tx| {
-            tx.insert_step_record(&record, Some(1))
-        });
+        let record = write_step_one(&store, &pending, &invocation);
         let stored: String = raw(&dir.path().join("airlock.sqlite3"))
             .query_row(
                 "SELECT checkpoint_state FROM journal WHERE checkpoint_version = 1",
