@@ -203,7 +203,7 @@ impl ToolCallRun {
         // Step 5: no UNCERTAIN twin (a read).
         self.store.read(|tx| {
             tx.guard_lease(&lease)?;
-            tx.invocations_of_run_in(run_id, InvocationStatus::Uncertain)
+            tx.invocations_of_run_in(run_id, &[InvocationStatus::Uncertain])
                 .map(|rows| rows.len())
         })?;
         // Step 7: PROPOSE, with step 9's START folded in (§17.1 F2): the watermark.

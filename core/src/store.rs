@@ -245,17 +245,18 @@ pub trait StoreTx {
     ) -> Result<Option<Invocation>, TxError>;
     /// The run's invocations by `(step_number, created_at, id)`.
     fn invocations_of_run(&mut self, run: RunId) -> Result<Vec<Invocation>, TxError>;
-    /// The run's invocations in `status`, in the order of [`StoreTx::invocations_of_run`].
-    /// The hot paths (the UNCERTAIN-twin check before every call, the RUNNING calls of a resumed
-    /// step) want a handful of rows out of a run's whole history; a store with an index answers
-    /// without decoding the rest. The default filters the full list.
+    /// The run's invocations in any of `statuses`, in the order of
+    /// [`StoreTx::invocations_of_run`]. The hot paths (the UNCERTAIN-twin check before every
+    /// call, the RUNNING calls of a resumed step, the terminal sweep's unfinished calls) want a
+    /// handful of rows out of a run's whole history; a store with an index answers without
+    /// decoding the rest. The default filters the full list.
     fn invocations_of_run_in(
         &mut self,
         run: RunId,
-        status: InvocationStatus,
+        statuses: &[InvocationStatus],
     ) -> Result<Vec<Invocation>, TxError> {
         let mut rows = self.invocations_of_run(run)?;
-        rows.retain(|i| i.status == status);
+        rows.retain(|i| statuses.contains(&i.status));
         Ok(rows)
     }
     /// Guarded by the expected status; immutable fields must be unchanged.

@@ -38,6 +38,15 @@ wire_enum! {
 }
 
 impl InvocationStatus {
+    /// The statuses that are not terminal, in declaration order: the calls a run still owes
+    /// an outcome (the terminal sweep of SPEC §8.1 reads just these).
+    pub const UNFINISHED: [InvocationStatus; 4] = [
+        Self::Proposed,
+        Self::Authorized,
+        Self::WaitingForApproval,
+        Self::Running,
+    ];
+
     pub const fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -217,5 +226,20 @@ wire_enum! {
         AfterReclaim = "after_reclaim",
         AfterSettle = "after_settle",
         AfterProfile = "after_profile",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unfinished_statuses_are_exactly_the_non_terminal_ones() {
+        let non_terminal: Vec<InvocationStatus> = InvocationStatus::ALL
+            .iter()
+            .copied()
+            .filter(|status| !status.is_terminal())
+            .collect();
+        assert_eq!(InvocationStatus::UNFINISHED.to_vec(), non_terminal);
     }
 }

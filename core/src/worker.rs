@@ -512,7 +512,7 @@ impl<S: Store + 'static> Worker<S> {
                     return Ok(false);
                 }
                 let actor = Actor::maintenance();
-                let running = !tx.invocations_of_run_in(run.id, InvocationStatus::Running)?.is_empty();
+                let running = !tx.invocations_of_run_in(run.id, &[InvocationStatus::Running])?.is_empty();
                 if run.cancel_requested_at.is_some() && !running {
                     transition(tx, &run, run.clone(), Change::Cancel, &actor, now)?;
                     return Ok(true);

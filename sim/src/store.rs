@@ -841,9 +841,9 @@ impl StoreTx for TxProbe<'_> {
     fn invocations_of_run_in(
         &mut self,
         run: RunId,
-        status: InvocationStatus,
+        statuses: &[InvocationStatus],
     ) -> Result<Vec<Invocation>, TxError> {
-        self.inner.invocations_of_run_in(run, status)
+        self.inner.invocations_of_run_in(run, statuses)
     }
     fn update_invocation(
         &mut self,

@@ -527,7 +527,13 @@ fn an_uncertain_call_reaches_its_target_and_two_servers_send_each_event_once() {
         ],
     );
     assert_eq!(code, 0, "{resolved}");
-    let worker = ["worker", "--until-idle", "--no-notify", "--lease-ms", "1000"];
+    let worker = [
+        "worker",
+        "--until-idle",
+        "--no-notify",
+        "--lease-ms",
+        "1000",
+    ];
     let crashed = airlock_crashing(&data, Some("after_invoke"), &worker);
     if crashed == Some(0) {
         // Not expected; say what the store holds, to find out why.

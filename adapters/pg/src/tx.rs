@@ -1541,15 +1541,19 @@ impl StoreTx for PgTx<'_> {
     fn invocations_of_run_in(
         &mut self,
         run: RunId,
-        status: InvocationStatus,
+        statuses: &[InvocationStatus],
     ) -> Result<Vec<Invocation>, TxError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
         self.all(
             &format!(
-                "SELECT {} FROM tool_invocations WHERE run_id = $1 AND status = $2 \
+                "SELECT {} FROM tool_invocations WHERE run_id = $1 AND status = ANY($2) \
                  ORDER BY step_number, created_at, id",
                 rows::INVOCATION_COLUMNS
             ),
-            &[&run.to_string(), &status.as_str()],
+            &[&run.to_string(), &names],
             rows::invocation,
         )
     }

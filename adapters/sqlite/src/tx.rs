@@ -1298,17 +1298,28 @@ impl StoreTx for SqliteTx<'_> {
     fn invocations_of_run_in(
         &mut self,
         run: RunId,
-        status: InvocationStatus,
+        statuses: &[InvocationStatus],
     ) -> Result<Vec<Invocation>, TxError> {
+        if statuses.is_empty() {
+            return Ok(Vec::new());
+        }
         // The (run_id, step_number, call_id) unique index finds the run's rows; only the rows
-        // in `status` are decoded.
+        // in `statuses` are decoded. One cached statement per number of statuses.
+        let placeholders = (2..statuses.len() + 2)
+            .map(|n| format!("?{n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let run = run.to_string();
+        let mut values: Vec<&dyn ToSql> = vec![&run];
+        let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        values.extend(names.iter().map(|name| name as &dyn ToSql));
         self.all(
             &format!(
-                "SELECT {} FROM tool_invocations WHERE run_id = ?1 AND status = ?2 \
+                "SELECT {} FROM tool_invocations WHERE run_id = ?1 AND status IN ({placeholders}) \
                  ORDER BY step_number, created_at, id",
                 rows::INVOCATION_COLUMNS
             ),
-            params![run.to_string(), status.as_str()],
+            &values,
             self.invocation_row(),
         )
     }

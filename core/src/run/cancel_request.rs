@@ -55,7 +55,7 @@ pub fn request_cancel_in_tx(
         run.clone()
     };
     let running_call = !tx
-        .invocations_of_run_in(run.id, InvocationStatus::Running)?
+        .invocations_of_run_in(run.id, &[InvocationStatus::Running])?
         .is_empty();
     let direct = match flagged.status() {
         RunStatus::Queued => !running_call,

@@ -406,7 +406,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             // request sent again for its parked call claimed it (§22.3).
             let orphan = match binding_of(tx, &run)? {
                 RunBinding::Orphaned(_) if self.claimed_for == ClaimedFor::Work => Some(
-                    !tx.invocations_of_run_in(run.id, InvocationStatus::Running)?
+                    !tx.invocations_of_run_in(run.id, &[InvocationStatus::Running])?
                         .is_empty(),
                 ),
                 _ => None,
@@ -497,7 +497,7 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             .read(|tx| {
                 tx.guard_lease(lease)?;
                 Ok(tx
-                    .invocations_of_run_in(run.id, InvocationStatus::Running)?
+                    .invocations_of_run_in(run.id, &[InvocationStatus::Running])?
                     .into_iter()
                     .filter(|i| i.step_number == batch.step)
                     .map(|i| i.call_id)
@@ -884,10 +884,10 @@ impl<'e, S: Store> RunExecutor<'e, S> {
             }
             let step = state.current_step();
             let mut pending: Vec<ApprovalId> = Vec::new();
-            for invocation in tx.invocations_of_run(run.id)? {
-                if invocation.step_number == step
-                    && invocation.status == InvocationStatus::WaitingForApproval
-                {
+            for invocation in
+                tx.invocations_of_run_in(run.id, &[InvocationStatus::WaitingForApproval])?
+            {
+                if invocation.step_number == step {
                     let approval = tx
                         .approval_by_action(invocation.id)?
                         .ok_or(TxError::NotFound)?;

@@ -314,7 +314,9 @@ fn terminal_sweep(
     {
         cancel_approval(tx, approval, actor, now)?;
     }
-    for invocation in tx.invocations_of_run(run.id)? {
+    // Only unfinished calls change; a store with an index reads just those, not the run's
+    // whole history (a finished run's sweep decoded every call it ever made).
+    for invocation in tx.invocations_of_run_in(run.id, &InvocationStatus::UNFINISHED)? {
         match invocation.status {
             InvocationStatus::Proposed
             | InvocationStatus::Authorized

@@ -1080,7 +1080,7 @@ fn a_calls_arguments_read_back_from_its_transactions_pending_checkpoint<S: Store
     };
     let lookups = |tx: &mut dyn StoreTx| -> Result<Vec<Invocation>, TxError> {
         let mut found = tx.invocations_of_run(run.id)?;
-        found.extend(tx.invocations_of_run_in(run.id, InvocationStatus::Running)?);
+        found.extend(tx.invocations_of_run_in(run.id, &[InvocationStatus::Running])?);
         found.extend(tx.invocation_by_call(run.id, 1, "c1")?);
         found.extend(tx.invocation_by_key(&invocation.idempotency_key)?);
         found.extend(tx.invocation(invocation.id)?);
@@ -1227,7 +1227,7 @@ fn invocation_lookups_and_run_order<S: Store>(store: &S) {
     assert_eq!(missing, None, "invocation_by_call: step is part of the key");
 }
 
-/// `invocations_of_run_in`: exactly the run's rows in that status, in the run order.
+/// `invocations_of_run_in`: exactly the run's rows in those statuses, in the run order.
 fn invocations_of_run_by_status<S: Store>(store: &S) {
     let run = seed_run(store, 1, RunStatus::Running);
     let other = seed_run(store, 2, RunStatus::Running);
@@ -1255,38 +1255,59 @@ fn invocations_of_run_by_status<S: Store>(store: &S) {
         .transact(|tx| tx.update_invocation(InvocationStatus::Authorized, &started))
         .expect("AUTHORIZED → RUNNING");
 
-    let ids = |status| -> Vec<_> {
-        read(store, |tx| tx.invocations_of_run_in(run.id, status))
+    let ids = |statuses: &[InvocationStatus]| -> Vec<_> {
+        read(store, |tx| tx.invocations_of_run_in(run.id, statuses))
             .into_iter()
             .map(|i| i.id)
             .collect()
     };
     assert_eq!(
-        ids(InvocationStatus::Authorized),
+        ids(&[InvocationStatus::Authorized]),
         vec![earlier.id, later.id],
         "invocations_of_run_in: this run's AUTHORIZED rows by step"
     );
     assert_eq!(
-        ids(InvocationStatus::Running),
+        ids(&[InvocationStatus::Running]),
         vec![started.id],
         "invocations_of_run_in: the RUNNING row only"
     );
     assert_eq!(
-        ids(InvocationStatus::Uncertain),
+        ids(&[InvocationStatus::Uncertain]),
         Vec::new(),
         "invocations_of_run_in: no row in a status nobody has"
     );
+    assert_eq!(
+        ids(&[InvocationStatus::Running, InvocationStatus::Authorized]),
+        vec![earlier.id, started.id, later.id],
+        "invocations_of_run_in: two statuses, in the run order (not the order they are named in)"
+    );
+    assert_eq!(
+        ids(&[]),
+        Vec::new(),
+        "invocations_of_run_in: no status, no row"
+    );
     let full: Vec<_> = read(store, |tx| tx.invocations_of_run(run.id));
-    for status in [InvocationStatus::Authorized, InvocationStatus::Running] {
+    let statuses: [&[InvocationStatus]; 4] = [
+        &[InvocationStatus::Authorized],
+        &[InvocationStatus::Running],
+        &[InvocationStatus::Authorized, InvocationStatus::Running],
+        &[
+            InvocationStatus::Proposed,
+            InvocationStatus::WaitingForApproval,
+            InvocationStatus::Running,
+            InvocationStatus::Uncertain,
+        ],
+    ];
+    for wanted in statuses {
         let filtered: Vec<_> = full
             .iter()
-            .filter(|i| i.status == status)
+            .filter(|i| wanted.contains(&i.status))
             .cloned()
             .collect();
         assert_eq!(
-            read(store, |tx| tx.invocations_of_run_in(run.id, status)),
+            read(store, |tx| tx.invocations_of_run_in(run.id, wanted)),
             filtered,
-            "invocations_of_run_in agrees with invocations_of_run filtered by {status}"
+            "invocations_of_run_in agrees with invocations_of_run filtered by {wanted:?}"
         );
     }
 }

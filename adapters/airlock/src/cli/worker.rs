@@ -113,7 +113,7 @@ fn print_summary<S: airlock_core::store::Store>(
             let mut count = 0usize;
             for run in &tally.runs {
                 count += tx
-                    .invocations_of_run_in(*run, InvocationStatus::Uncertain)?
+                    .invocations_of_run_in(*run, &[InvocationStatus::Uncertain])?
                     .len();
             }
             Ok(count)
