@@ -46,6 +46,7 @@ use airlock_core::store::{StoreTx, TxError};
 
 use super::checkpoint::{self, Checkpointer};
 use super::planner_inputs::PlannerInputs;
+use super::recent::Recent;
 use super::tx::{SqliteTx, tx_error};
 
 /// At most this many transactions share one COMMIT. A bound keeps a steady stream of arrivals
@@ -107,6 +108,9 @@ struct Shared {
     broken: Option<String>,
     /// What the commits decide about the WAL (see the `checkpoint` module).
     wal: checkpoint::WalPolicy,
+    /// What earlier members left, for later ones to read without a statement (see the
+    /// `recent` module). Boxed: its maps would make every store value hundreds of bytes.
+    recent: Box<Recent>,
 }
 
 /// Counters for tests and benchmarks: how well transactions share commits, and how long the
@@ -202,6 +206,7 @@ impl GroupCommit {
                 members: 0,
                 broken: None,
                 wal: checkpoint::WalPolicy::default(),
+                recent: Box::default(),
             }),
             arriving: AtomicUsize::new(0),
             transactions: AtomicU64::new(0),
@@ -260,6 +265,16 @@ impl GroupCommit {
                 // BEGIN (another process kept the write lock past busy_timeout) involves no
                 // one else.
                 control(&shared.conn, "BEGIN IMMEDIATE").map_err(tx_error)?;
+                // With the write lock held no other connection can commit until this group
+                // ends: whether one did before is known now (see the `recent` module).
+                match data_version(&shared.conn) {
+                    Ok(version) => shared.recent.note_data_version(version),
+                    Err(error) => {
+                        shared.recent.forget_all();
+                        rollback_if_open(&shared.conn);
+                        return Err(tx_error(error));
+                    }
+                }
                 let group = Arc::new(Group::default());
                 shared.open = Some(Arc::clone(&group));
                 shared.members = 0;
@@ -273,7 +288,8 @@ impl GroupCommit {
         let result = match shared.broken.clone() {
             Some(reason) => MemberResult::Returned(Err(TxError::Backend(reason))),
             None => {
-                let (result, broken, sql_nanos) = run_member(&shared.conn, &self.inputs, f);
+                let Shared { conn, recent, .. } = &mut *shared;
+                let (result, broken, sql_nanos) = run_member(conn, &self.inputs, recent, f);
                 shared.broken = broken;
                 self.sql_nanos.fetch_add(sql_nanos, Ordering::Relaxed);
                 result
@@ -317,6 +333,10 @@ impl GroupCommit {
                 }
             },
         };
+        if outcome.is_err() {
+            // The members' rows were never durable (see the `recent` module).
+            shared.recent.forget_all();
+        }
         shared.open = None;
         shared.members = 0;
         self.groups.fetch_add(1, Ordering::Relaxed);
@@ -370,11 +390,19 @@ fn rollback_if_open(conn: &Connection) {
     }
 }
 
+/// `PRAGMA data_version`: changes when another connection commits (see the `recent` module).
+fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("PRAGMA data_version")?
+        .query_row([], |row| row.get(0))
+}
+
 /// Runs one member's closure in its own savepoint. Returns what the closure did, if the group
 /// can no longer commit, why, and the nanoseconds spent in SQLite (`GroupStats::sql_nanos`).
+/// A member that ended well (its savepoint released) leaves what it wrote and read in `recent`.
 fn run_member<R>(
     conn: &Connection,
     inputs: &PlannerInputs,
+    recent: &mut Recent,
     f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
 ) -> (MemberResult<R>, Option<String>, u64) {
     // Without an open transaction, SAVEPOINT would start a new one that RELEASE commits alone.
@@ -396,7 +424,7 @@ fn run_member<R>(
         );
     }
     let mut sql_nanos = nanos_since(savepoint_since);
-    let mut tx = SqliteTx::new(conn, inputs);
+    let mut tx = SqliteTx::in_group(conn, inputs, &*recent);
     // The closure's journal row is written before the savepoint ends (see the `journal`
     // module); if it cannot be, the member fails and is rolled back.
     let result = match catch_unwind(AssertUnwindSafe(|| {
@@ -406,6 +434,7 @@ fn run_member<R>(
         Err(payload) => MemberResult::Panicked(payload),
     };
     sql_nanos = sql_nanos.saturating_add(tx.sql_nanos());
+    let absorbed = tx.into_absorbed();
     let keep = matches!(result, MemberResult::Returned(Ok(_)));
     let ending_since = Instant::now();
     let broken = if conn.is_autocommit() {
@@ -417,7 +446,12 @@ fn run_member<R>(
             conn.execute_batch(ROLLBACK_MEMBER)
         };
         match ended {
-            Ok(()) if !conn.is_autocommit() => None,
+            Ok(()) if !conn.is_autocommit() => {
+                if keep {
+                    recent.absorb(absorbed);
+                }
+                None
+            }
             Ok(()) => Some("the group's transaction ended early".to_owned()),
             Err(error) => Some(format!("ending a savepoint failed: {error}")),
         }
@@ -496,6 +530,70 @@ mod tests {
         group
             .transact(|tx| tx.insert_session(&sample_session(2)))
             .unwrap();
+    }
+
+    /// A group that does not commit leaves nothing in the writer's memory (the `recent`
+    /// module): a member whose savepoint was released, in a group a later member broke, was
+    /// never durable.
+    #[test]
+    fn a_group_that_does_not_commit_is_forgotten_by_the_writer() {
+        use airlock_core::run::RunGuard;
+        use std::sync::Barrier;
+        use std::time::Duration;
+
+        let dir = tempfile::tempdir().unwrap();
+        let group = GroupCommit::new(
+            nearly_full(&dir.path().join("store.sqlite3")),
+            None,
+            Arc::default(),
+        );
+        let session = sample_session(1);
+        let run = sample_run(1, session.id, RunStatus::Running);
+        group
+            .transact(|tx| {
+                tx.insert_session(&session)?;
+                tx.insert_run(&run)
+            })
+            .unwrap();
+        let guard = RunGuard {
+            run_id: run.id,
+            status: run.status(),
+            lease: run.lease(),
+        };
+        let mut counted = run.clone();
+        counted.step_count += 1;
+        let big_session = sample_session(2);
+        let mut big = sample_run(2, big_session.id, RunStatus::Queued);
+        big.planner_input = format!("\"{}\"", "x".repeat(1_000_000)).into();
+        let arrived = Barrier::new(2);
+
+        let (first, second) = std::thread::scope(|scope| {
+            let second = scope.spawn(|| {
+                arrived.wait();
+                group.transact(|tx| {
+                    tx.insert_session(&big_session)?;
+                    tx.insert_run(&big)
+                })
+            });
+            let first = group.transact(|tx| {
+                arrived.wait();
+                // Long enough for the second caller to queue behind this member.
+                std::thread::sleep(Duration::from_millis(300));
+                tx.update_run(&guard, &counted)
+            });
+            (first, second.join().unwrap())
+        });
+        assert!(second.is_err(), "the second member fills the disk");
+        assert!(
+            matches!(first, Err(TxError::Backend(_))),
+            "the first member shared the broken group: {first:?}"
+        );
+        let read = group.transact(|tx| tx.run(run.id)).unwrap();
+        assert_eq!(
+            read,
+            Some(run),
+            "the run as stored, not as the rolled-back member left it"
+        );
     }
 
     /// Without a checkpointer thread, a commit past the background threshold checkpoints inline

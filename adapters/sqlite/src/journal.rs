@@ -216,6 +216,12 @@ impl Journal {
         self.next_sequences.insert(session_id, next);
     }
 
+    /// The next sequence of each session and the next event id, as this transaction leaves
+    /// them (for the writer's cache, the `recent` module).
+    pub(super) fn into_counters(self) -> (BTreeMap<SessionId, i64>, Option<i64>) {
+        (self.next_sequences, self.next_event_id)
+    }
+
     /// Whether `subject` was looked up in this transaction and no stored row had it.
     pub(super) fn known_absent(&self, subject: &str) -> bool {
         self.absent_subjects.contains(subject)

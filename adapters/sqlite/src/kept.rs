@@ -13,7 +13,7 @@
 //! A run is kept whole: its planner input (a scripted run's whole script, up to megabytes) is
 //! an `Arc` that every copy shares, so keeping and handing out a run copies no script.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
@@ -30,6 +30,18 @@ pub(super) struct Kept {
     /// The last PENDING checkpoint this transaction wrote of each run (version and batch): an
     /// invocation of one of its calls keeps its raw arguments there (the `arguments` module).
     pending: BTreeMap<RunId, (u32, PendingBatch)>,
+    /// Runs a statement changed in a way not known here, kept or not: the writer's cache of
+    /// earlier transactions (the `recent` module) must forget them too.
+    forgotten: BTreeSet<RunId>,
+}
+
+/// What a transaction that ended well leaves for the writer's cache (the `recent` module).
+pub(super) struct KeptParts {
+    pub(super) runs: BTreeMap<RunId, Run>,
+    pub(super) sessions: BTreeMap<RunId, SessionId>,
+    pub(super) invocations: BTreeMap<InvocationId, Invocation>,
+    /// Runs forgotten and not read again since: the cache drops its copy.
+    pub(super) forgotten_runs: BTreeSet<RunId>,
 }
 
 impl Kept {
@@ -37,8 +49,9 @@ impl Kept {
         self.runs.get(&id)
     }
 
-    /// Keeps a run read from its row.
+    /// Keeps a run read from its row (or from the writer's cache).
     pub(super) fn keep_read(&mut self, run: Run) {
+        self.forgotten.remove(&run.id);
         self.runs.insert(run.id, run);
     }
 
@@ -51,10 +64,19 @@ impl Kept {
         }
     }
 
+    /// Forgets run `id` (a statement changed it in a way not known here); a later read of it
+    /// goes to its row, and the writer's cache forgets it too.
     pub(super) fn forget_run(&mut self, id: RunId) {
         if let Some(kept) = self.runs.remove(&id) {
             self.sessions.insert(id, kept.session_id);
         }
+        self.forgotten.insert(id);
+    }
+
+    /// Whether run `id` was forgotten in this transaction and not read from its row since:
+    /// the writer's cache must not answer for it.
+    pub(super) fn forgot_run(&self, id: RunId) -> bool {
+        self.forgotten.contains(&id)
     }
 
     /// The session of run `id`, if this transaction met the run.
@@ -87,5 +109,17 @@ impl Kept {
         self.pending
             .get(&run)
             .map(|(version, batch)| (*version, batch))
+    }
+
+    /// What this transaction leaves for the writer's cache, once it ended well.
+    pub(super) fn into_parts(self) -> KeptParts {
+        let mut forgotten_runs = self.forgotten;
+        forgotten_runs.retain(|id| !self.runs.contains_key(id));
+        KeptParts {
+            runs: self.runs,
+            sessions: self.sessions,
+            invocations: self.invocations,
+            forgotten_runs,
+        }
     }
 }

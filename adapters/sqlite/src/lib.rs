@@ -26,6 +26,7 @@ mod journal;
 mod kept;
 mod planner_inputs;
 mod readers;
+mod recent;
 mod results;
 mod rows;
 mod schema;

@@ -58,6 +58,7 @@ use super::arguments;
 use super::journal::{self, Journal, key_subject};
 use super::kept::Kept;
 use super::planner_inputs::PlannerInputs;
+use super::recent::{Absorbed, Recent};
 use super::results;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 use super::stored_state::{self, ScriptCalls};
@@ -156,9 +157,13 @@ pub(super) struct SqliteTx<'c> {
     sql_nanos: Cell<u64>,
     /// Policy decision texts this transaction found or added, by text (`decision_id`).
     decision_ids: BTreeMap<String, i64>,
+    /// What the writer's earlier transactions left (see the `recent` module); `None` for a
+    /// reader, whose snapshot may predate it.
+    recent: Option<&'c Recent>,
 }
 
 impl<'c> SqliteTx<'c> {
+    /// A transaction that reads only what its connection shows (a reader's, a test's).
     pub(super) fn new(conn: &'c Connection, inputs: &'c PlannerInputs) -> SqliteTx<'c> {
         SqliteTx {
             conn,
@@ -167,7 +172,40 @@ impl<'c> SqliteTx<'c> {
             kept: Kept::default(),
             sql_nanos: Cell::new(0),
             decision_ids: BTreeMap::new(),
+            recent: None,
         }
+    }
+
+    /// A member of the writer's group, answered from `recent` where it holds the row.
+    pub(super) fn in_group(
+        conn: &'c Connection,
+        inputs: &'c PlannerInputs,
+        recent: &'c Recent,
+    ) -> SqliteTx<'c> {
+        SqliteTx {
+            recent: Some(recent),
+            ..SqliteTx::new(conn, inputs)
+        }
+    }
+
+    /// What this transaction leaves for the writer's cache, once it ended well (its savepoint
+    /// released).
+    pub(super) fn into_absorbed(self) -> Absorbed {
+        let (next_sequences, next_event_id) = self.journal.into_counters();
+        Absorbed {
+            kept: self.kept,
+            next_sequences,
+            next_event_id,
+            decision_ids: self.decision_ids,
+        }
+    }
+
+    /// Run `id` as the writer's cache holds it, unless this transaction forgot it.
+    fn recent_run(&self, id: RunId) -> Option<&'c Run> {
+        if self.kept.forgot_run(id) {
+            return None;
+        }
+        self.recent.and_then(|recent| recent.run(id))
     }
 
     /// The connection, if the transaction is still open (see "a dead transaction" above).
@@ -284,7 +322,11 @@ impl<'c> SqliteTx<'c> {
     /// The session of run `id`, if the run exists: known if this transaction met the run (a
     /// run's session never changes), else read and remembered.
     fn run_session(&mut self, id: RunId) -> Result<Option<SessionId>, TxError> {
-        if let Some(session) = self.kept.session_of(id) {
+        if let Some(session) = self
+            .kept
+            .session_of(id)
+            .or_else(|| self.recent.and_then(|recent| recent.session_of(id)))
+        {
             return Ok(Some(session));
         }
         let session: Option<SessionId> = self.one(
@@ -307,8 +349,16 @@ impl<'c> SqliteTx<'c> {
         session_id: SessionId,
         run_id: Option<RunId>,
     ) -> Result<i64, TxError> {
-        let kept = self.journal.next_sequence_of(session_id);
-        let run_known = run_id.is_none_or(|run| self.kept.session_of(run) == Some(session_id));
+        let kept = self.journal.next_sequence_of(session_id).or_else(|| {
+            self.recent
+                .and_then(|recent| recent.next_sequence_of(session_id))
+        });
+        let run_known = run_id.is_none_or(|run| {
+            self.kept
+                .session_of(run)
+                .or_else(|| self.recent.and_then(|recent| recent.session_of(run)))
+                == Some(session_id)
+        });
         if let (Some(next), true) = (kept, run_known) {
             return Ok(next);
         }
@@ -336,7 +386,12 @@ impl<'c> SqliteTx<'c> {
 
     /// The next event id: one past the journal's last, read once per transaction.
     fn next_event_id(&mut self) -> Result<i64, TxError> {
-        if let Some(next) = self.journal.next_event_id() {
+        if let Some(next) = self
+            .journal
+            .next_event_id()
+            .or_else(|| self.recent.and_then(Recent::next_event_id))
+        {
+            self.journal.set_next_event_id(next);
             return Ok(next);
         }
         let last: Option<i64> =
@@ -450,6 +505,10 @@ impl<'c> SqliteTx<'c> {
         if let Some(id) = self.decision_ids.get(&text) {
             return Ok(Some(*id));
         }
+        if let Some(id) = self.recent.and_then(|recent| recent.decision_id(&text)) {
+            self.decision_ids.insert(text, id);
+            return Ok(Some(id));
+        }
         let found: Option<i64> = self.one(
             "SELECT id FROM policy_decision_texts WHERE text = ?1",
             params![text],
@@ -472,8 +531,12 @@ impl<'c> SqliteTx<'c> {
     /// The run as this transaction last saw it (see the `kept` module), else read and kept.
     fn kept_run(&mut self, id: RunId) -> Result<Option<Run>, TxError> {
         if self.kept.run(id).is_none() {
-            let Some(run) = self.read_run(id)? else {
-                return Ok(None);
+            let run = match self.recent_run(id) {
+                Some(recent) => recent.clone(),
+                None => match self.read_run(id)? {
+                    Some(run) => run,
+                    None => return Ok(None),
+                },
             };
             self.kept.keep_read(run);
         }
@@ -634,7 +697,11 @@ impl StoreTx for SqliteTx<'_> {
     }
 
     fn guard_lease(&mut self, lease: &Lease) -> Result<(), TxError> {
-        if let Some(kept) = self.kept.run(lease.run_id) {
+        let known = self
+            .kept
+            .run(lease.run_id)
+            .or_else(|| self.recent_run(lease.run_id));
+        if let Some(kept) = known {
             return if guards::holds(kept, lease) {
                 Ok(())
             } else {
@@ -1239,6 +1306,10 @@ impl StoreTx for SqliteTx<'_> {
     /// As this transaction last saw or wrote it (see the `kept` module), else read and kept.
     fn invocation(&mut self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
         if let Some(invocation) = self.kept.invocation(id) {
+            return Ok(Some(invocation.clone()));
+        }
+        if let Some(invocation) = self.recent.and_then(|recent| recent.invocation(id)) {
+            self.kept.keep_invocation(invocation);
             return Ok(Some(invocation.clone()));
         }
         let invocation = self.one(

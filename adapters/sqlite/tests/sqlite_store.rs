@@ -1881,3 +1881,107 @@ fn a_pending_call_nested_as_deep_as_arguments_may_reads_back() {
         );
     }
 }
+
+/// The writer answers a run or an invocation it wrote or read in an earlier transaction from
+/// memory (the `recent` module); another connection's commit makes it read the row again.
+#[test]
+fn the_writers_memory_of_earlier_transactions_gives_way_to_another_connections_commit() {
+    let (dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        &store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+    // Read once by the writer: both are now kept between its transactions.
+    let (kept_run, kept_invocation) = commit(&store, "read", |tx| {
+        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
+    });
+    assert_eq!(kept_run.as_ref(), Some(&run));
+    assert_eq!(kept_invocation.as_ref(), Some(&invocation));
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    conn.execute("UPDATE runs SET attempts = attempts + 7", [])
+        .expect("another connection changes the run");
+    conn.execute(
+        "UPDATE tool_invocations SET updated_at = updated_at + 1000",
+        [],
+    )
+    .expect("another connection changes the invocation");
+
+    let (now_run, now_invocation) = commit(&store, "read again", |tx| {
+        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
+    });
+    assert_eq!(
+        now_run.map(|r| r.attempts),
+        Some(run.attempts + 7),
+        "the writer read the run another connection changed"
+    );
+    let now_updated = now_invocation.map(|i| i.updated_at);
+    assert!(
+        now_updated.is_some_and(|updated| updated > invocation.updated_at),
+        "the writer read the invocation another connection changed: {now_updated:?}"
+    );
+}
+
+/// A transaction that fails is rolled back to its savepoint, and the writer forgets what it
+/// wrote: the next transaction reads the row as stored, not as the failed one left it.
+#[test]
+fn a_failed_transactions_writes_are_not_remembered_by_the_writer() {
+    let (_dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        &store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+    let guard = RunGuard {
+        run_id: run.id,
+        status: run.status(),
+        lease: run.lease(),
+    };
+    let mut counted = run.clone();
+    counted.step_count += 1;
+    let mut started = invocation.clone();
+    started.status = InvocationStatus::Running;
+    started.effect_sent_at = Some(at(1));
+    let failed = store.transact(|tx| -> Result<(), TxError> {
+        tx.update_run(&guard, &counted)?;
+        tx.update_invocation(InvocationStatus::Authorized, &started)?;
+        Err(TxError::Conflict("this transaction fails".to_owned()))
+    });
+    assert_eq!(
+        failed,
+        Err(TxError::Conflict("this transaction fails".to_owned()))
+    );
+    let (after_run, after_invocation) = commit(&store, "read", |tx| {
+        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
+    });
+    assert_eq!(after_run, Some(run), "the run as stored");
+    assert_eq!(
+        after_invocation,
+        Some(invocation),
+        "the invocation as stored"
+    );
+}
+
+/// The heartbeat changes a run's lease by a statement whose result the writer does not keep:
+/// the run is read from its row afterwards, not from what an earlier transaction saw.
+#[test]
+fn a_heartbeat_makes_the_writer_read_the_run_again() {
+    let (_dir, store) = fresh();
+    let run = seed_run(&store, 1, RunStatus::Running);
+    assert_eq!(
+        commit(&store, "read", |tx| tx.run(run.id)),
+        Some(run.clone())
+    );
+    let lease = run.lease().expect("a RUNNING sample holds its lease");
+    let until = at(LEASE_SECONDS + 60);
+    commit(&store, "heartbeat", |tx| tx.heartbeat(&lease, until, at(1)));
+    let after = commit(&store, "read", |tx| tx.run(run.id));
+    let expires = after.map(|r| match r.state {
+        RunState::Running {
+            lease_expires_at, ..
+        } => Some(lease_expires_at),
+        _ => None,
+    });
+    assert_eq!(expires, Some(Some(until)), "the renewed lease is read");
+}
