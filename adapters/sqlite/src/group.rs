@@ -6,10 +6,12 @@
 //! `'static`, and the host calls `transact` inside `block_in_place`). A caller announces itself in `arriving`, takes the lock, and:
 //!
 //! 1. opens a group with `BEGIN IMMEDIATE` if none is open, else joins the open one;
-//! 2. runs its closure inside its own `SAVEPOINT`: `RELEASE` on `Ok`, `ROLLBACK TO` + `RELEASE`
-//!    on `Err` or panic, so an `Err` undoes exactly that caller's writes. Savepoints run one at
-//!    a time under the lock, so the group is equivalent to its members run one after another in
-//!    lock order, and the order of the savepoints is the commit order;
+//! 2. runs its closure in the group's transaction, its write statements logged. On `Err` or
+//!    panic exactly that caller's writes are undone: nothing to do if it changed no row, else
+//!    the group's transaction is rolled back, begun again and the writes of the members before
+//!    it replayed, checked row for row (the `write_log` module, which says why this replaced a
+//!    savepoint per member). Members run one at a time under the lock, so the group is
+//!    equivalent to its members run one after another in lock order, which is the commit order;
 //! 3. closes the group — `COMMIT`, one fsync — if nobody else is arriving or the group is full
 //!    ([`MAX_GROUP`]); otherwise it leaves the group open for the callers queued behind it, the
 //!    last of which commits;
@@ -29,10 +31,11 @@
 //! then "broken": no later member runs its closure (it could otherwise run in autocommit mode
 //! and commit on its own), and closing the group rolls back whatever is left and fails every
 //! member. The members get the error of the statement that made SQLite give up (a full disk,
-//! an I/O error), not a bare "rolled back" that would hide it. A failed `SAVEPOINT`, `RELEASE`
-//! or `ROLLBACK TO` breaks the group the same way. A
-//! panic inside a closure rolls back that member's savepoint, lets the group finish, and then
-//! resumes unwinding on the caller's thread. Nested `transact` calls from inside a closure
+//! an I/O error), not a bare "rolled back" that would hide it. An undo that cannot replay the
+//! members before it exactly (another connection committed while the group was rolled back, a
+//! replayed write changed other rows) breaks the group the same way. A panic inside a closure
+//! undoes that member, lets the group finish, and then resumes unwinding on the caller's
+//! thread. Nested `transact` calls from inside a closure
 //! deadlock, as they would on SQLite's write lock (and do on `MemStore`).
 
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
@@ -48,16 +51,12 @@ use super::checkpoint::{self, Checkpointer};
 use super::planner_inputs::PlannerInputs;
 use super::recent::Recent;
 use super::tx::{SqliteTx, tx_error};
+use super::write_log::WriteLog;
 
 /// At most this many transactions share one COMMIT. A bound keeps a steady stream of arrivals
 /// from holding one group (and SQLite's write lock) open indefinitely; 64 is far above the
 /// number of runs a host executes at once (4 per worker by default, SPEC §8.2).
 pub(super) const MAX_GROUP: usize = 64;
-
-/// Each member's savepoint, and its two ends.
-const MEMBER_SAVEPOINT: &str = "SAVEPOINT airlock_transaction";
-const RELEASE_MEMBER: &str = "RELEASE airlock_transaction";
-const ROLLBACK_MEMBER: &str = "ROLLBACK TO airlock_transaction; RELEASE airlock_transaction";
 
 /// How one group ended: committed, or the message every member gets as `Backend`.
 type GroupOutcome = Result<(), String>;
@@ -111,6 +110,9 @@ struct Shared {
     /// What earlier members left, for later ones to read without a statement (see the
     /// `recent` module). Boxed: its maps would make every store value hundreds of bytes.
     recent: Box<Recent>,
+    /// The open group's writes, for undoing a failed member (see the `write_log` module).
+    /// Boxed for the same reason as `recent`.
+    written: Box<GroupWrites>,
 }
 
 /// Counters for tests and benchmarks: how well transactions share commits, and how long the
@@ -118,7 +120,7 @@ struct Shared {
 ///
 /// The writer is the store's one serialized resource: while one member runs its statements, no
 /// other transaction of the process can. `held_nanos` is every interval a `transact` caller
-/// held it (its `BEGIN`, savepoint, statements, and the `COMMIT` when it closed the group);
+/// held it (its `BEGIN`, statements, and the `COMMIT` when it closed the group);
 /// `commit_nanos` the part spent in `COMMIT` (the fsync). Their difference over the
 /// transactions of a call is the writer's SQL per call (issue 33's figure), measured by the
 /// store's own clock rather than sampled by a profiler.
@@ -134,7 +136,7 @@ pub struct GroupStats {
     /// and an inline checkpoint).
     pub commit_nanos: u64,
     /// Nanoseconds of `held_nanos` spent inside SQLite on the members' statements (their
-    /// savepoints, and the decoding of the rows they read, included): the writer's SQL proper,
+    /// undos, and the decoding of the rows they read, included): the writer's SQL proper,
     /// without core's own work inside a transaction's closure or a group's `BEGIN`/`COMMIT`.
     pub sql_nanos: u64,
     /// WAL checkpoints the store's checkpointer thread ran (see the `checkpoint` module).
@@ -207,6 +209,7 @@ impl GroupCommit {
                 broken: None,
                 wal: checkpoint::WalPolicy::default(),
                 recent: Box::default(),
+                written: Box::default(),
             }),
             arriving: AtomicUsize::new(0),
             transactions: AtomicU64::new(0),
@@ -268,7 +271,10 @@ impl GroupCommit {
                 // With the write lock held no other connection can commit until this group
                 // ends: whether one did before is known now (see the `recent` module).
                 match data_version(&shared.conn) {
-                    Ok(version) => shared.recent.note_data_version(version),
+                    Ok(version) => {
+                        shared.recent.note_data_version(version);
+                        shared.written.begin(version);
+                    }
                     Err(error) => {
                         shared.recent.forget_all();
                         rollback_if_open(&shared.conn);
@@ -288,8 +294,14 @@ impl GroupCommit {
         let result = match shared.broken.clone() {
             Some(reason) => MemberResult::Returned(Err(TxError::Backend(reason))),
             None => {
-                let Shared { conn, recent, .. } = &mut *shared;
-                let (result, broken, sql_nanos) = run_member(conn, &self.inputs, recent, f);
+                let Shared {
+                    conn,
+                    recent,
+                    written,
+                    ..
+                } = &mut *shared;
+                let (result, broken, sql_nanos) =
+                    run_member(conn, &self.inputs, recent, written, f);
                 shared.broken = broken;
                 self.sql_nanos.fetch_add(sql_nanos, Ordering::Relaxed);
                 result
@@ -374,7 +386,7 @@ fn nanos_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Runs one of the fixed statements that open and end transactions and savepoints through the
+/// Runs one of the fixed statements that open and end transactions through the
 /// connection's statement cache. They run several times per tool call; `execute_batch` would
 /// parse each one again every time.
 pub(super) fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -396,16 +408,19 @@ fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
         .query_row([], |row| row.get(0))
 }
 
-/// Runs one member's closure in its own savepoint. Returns what the closure did, if the group
-/// can no longer commit, why, and the nanoseconds spent in SQLite (`GroupStats::sql_nanos`).
-/// A member that ended well (its savepoint released) leaves what it wrote and read in `recent`.
+/// Runs one member's closure in the group's transaction. Returns what the closure did, if the
+/// group can no longer commit, why, and the nanoseconds spent in SQLite
+/// (`GroupStats::sql_nanos`). A member that ended well leaves what it wrote and read in
+/// `recent` and its writes in `written`; one that failed after writing is undone by replaying
+/// the group's writes without it (see the `write_log` module).
 fn run_member<R>(
     conn: &Connection,
     inputs: &PlannerInputs,
     recent: &mut Recent,
+    written: &mut GroupWrites,
     f: impl FnOnce(&mut dyn StoreTx) -> Result<R, TxError>,
 ) -> (MemberResult<R>, Option<String>, u64) {
-    // Without an open transaction, SAVEPOINT would start a new one that RELEASE commits alone.
+    // Without an open transaction, the member's statements would each commit alone.
     if conn.is_autocommit() {
         let reason = "the group's transaction was rolled back by SQLite".to_owned();
         return (
@@ -414,53 +429,77 @@ fn run_member<R>(
             0,
         );
     }
-    let savepoint_since = Instant::now();
-    if let Err(error) = control(conn, MEMBER_SAVEPOINT) {
-        let reason = format!("savepoint failed: {error}");
-        return (
-            MemberResult::Returned(Err(TxError::Backend(reason.clone()))),
-            Some(reason),
-            nanos_since(savepoint_since),
-        );
-    }
-    let mut sql_nanos = nanos_since(savepoint_since);
+    let changes_before = conn.total_changes();
     let mut tx = SqliteTx::in_group(conn, inputs, &*recent);
-    // The closure's journal row is written before the savepoint ends (see the `journal`
-    // module); if it cannot be, the member fails and is rolled back.
+    // The closure's journal row is written before the member ends (see the `journal`
+    // module); if it cannot be, the member fails and is undone.
     let result = match catch_unwind(AssertUnwindSafe(|| {
         f(&mut tx).and_then(|returned| tx.finish().map(|()| returned))
     })) {
         Ok(returned) => MemberResult::Returned(returned),
         Err(payload) => MemberResult::Panicked(payload),
     };
-    sql_nanos = sql_nanos.saturating_add(tx.sql_nanos());
-    let absorbed = tx.into_absorbed();
-    let keep = matches!(result, MemberResult::Returned(Ok(_)));
+    let sql_nanos = tx.sql_nanos();
+    let (absorbed, log) = tx.into_absorbed();
     let ending_since = Instant::now();
     let broken = if conn.is_autocommit() {
         Some(rolled_back_by_sqlite(&result))
-    } else {
-        let ended = if keep {
-            control(conn, RELEASE_MEMBER)
-        } else {
-            conn.execute_batch(ROLLBACK_MEMBER)
-        };
-        match ended {
-            Ok(()) if !conn.is_autocommit() => {
-                if keep {
-                    recent.absorb(absorbed);
-                }
-                None
-            }
-            Ok(()) => Some("the group's transaction ended early".to_owned()),
-            Err(error) => Some(format!("ending a savepoint failed: {error}")),
+    } else if matches!(result, MemberResult::Returned(Ok(_))) {
+        if conn.total_changes() != changes_before && log.is_empty() {
+            written.log.mark_unreplayable(
+                "a member changed rows that no logged statement accounts for".to_owned(),
+            );
         }
+        written.log.extend(log);
+        recent.absorb(absorbed);
+        None
+    } else if conn.total_changes() == changes_before {
+        // It failed before changing anything: nothing to undo.
+        None
+    } else {
+        written.undo_member(conn).err()
     };
     (
         result,
         broken,
         sql_nanos.saturating_add(nanos_since(ending_since)),
     )
+}
+
+/// The writes of the open group's members that ended well, and what undoing a member needs.
+#[derive(Default)]
+struct GroupWrites {
+    log: WriteLog,
+    /// `PRAGMA data_version` when the group began: a replay needs the database as it was then.
+    begun_version: i64,
+}
+
+impl GroupWrites {
+    /// A new group began, the connection's data version then being `version`.
+    fn begin(&mut self, version: i64) {
+        self.log.clear();
+        self.begun_version = version;
+    }
+
+    /// Undoes the member that just failed after writing: rolls the group's transaction back,
+    /// begins it again, checks that no other connection committed in between, and replays the
+    /// writes of the members before it. An error breaks the group.
+    fn undo_member(&self, conn: &Connection) -> Result<(), String> {
+        control(conn, "ROLLBACK").map_err(|e| format!("undoing a failed member: {e}"))?;
+        control(conn, "BEGIN IMMEDIATE")
+            .map_err(|e| format!("undoing a failed member: begin again: {e}"))?;
+        let version = data_version(conn).map_err(|e| format!("undoing a failed member: {e}"))?;
+        if version != self.begun_version {
+            return Err(
+                "undoing a failed member: another connection committed while the group was \
+                 rolled back"
+                    .to_owned(),
+            );
+        }
+        self.log
+            .replay(conn)
+            .map_err(|e| format!("undoing a failed member: {e}"))
+    }
 }
 
 /// Why the group broke when SQLite rolled its transaction back during a member's closure. The
@@ -533,7 +572,7 @@ mod tests {
     }
 
     /// A group that does not commit leaves nothing in the writer's memory (the `recent`
-    /// module): a member whose savepoint was released, in a group a later member broke, was
+    /// module): a member that ended well, in a group a later member broke, was
     /// never durable.
     #[test]
     fn a_group_that_does_not_commit_is_forgotten_by_the_writer() {

@@ -16,7 +16,7 @@
 //! anyone else before it commits (the group's earlier members wrote through this connection,
 //! so their rows are read too). A row the INSERT refuses (nothing should; the unique indexes
 //! are the last guard) poisons the transaction: the events it held were already returned as
-//! appended, so the closure is made to fail and its savepoint rolled back rather than commit
+//! appended, so the closure is made to fail and is undone (the `group` module) rather than commit
 //! without them.
 
 use std::collections::{BTreeMap, BTreeSet};

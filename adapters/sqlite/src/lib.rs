@@ -11,8 +11,8 @@
 //! and a process that finds it held waits up to the busy timeout. Read-only transactions
 //! (`Store::read`) run on a pool of `query_only` connections beside the writer (`readers`).
 //!
-//! Transactions are grouped (`group`): concurrent `transact` calls run one after another, each
-//! in its own savepoint of one shared `BEGIN IMMEDIATE … COMMIT`, and return only after the
+//! Transactions are grouped (`group`): concurrent `transact` calls run one after another in one
+//! shared `BEGIN IMMEDIATE … COMMIT` (a failed one undone alone), and return only after the
 //! COMMIT that made them durable. `tx` maps each `StoreTx` method to SQL with `MemStore`'s
 //! semantics; `rows` converts rows and records. The contract suite
 //! (`airlock_core::testing::contract`) checks both stores alike.
@@ -35,6 +35,7 @@ mod stored_json;
 mod stored_state;
 mod tuning;
 mod tx;
+mod write_log;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -183,7 +184,7 @@ impl SqliteStore {
 }
 
 impl Store for SqliteStore {
-    /// One atomic transaction: a savepoint in a shared `BEGIN IMMEDIATE … COMMIT`, returned only
+    /// One atomic transaction: a member of a shared `BEGIN IMMEDIATE … COMMIT`, returned only
     /// once that COMMIT succeeded (see the `group` module).
     fn transact<R>(
         &self,
@@ -204,9 +205,9 @@ impl Store for SqliteStore {
 /// Turns off SQLite's memory statistics, once per process and before SQLite initializes.
 ///
 /// With statistics on (the bundled build's default), every allocation SQLite makes takes one
-/// process-wide mutex to count bytes, and a write transaction here allocates a great deal: each
-/// page a member's savepoint touches is copied into an in-memory sub-journal 1 KB chunk by 1 KB
-/// chunk. `perf` put about 4 % of the worker benchmark's CPU in that counting (the mutex and the
+/// process-wide mutex to count bytes, and a write transaction here allocates a great deal (each
+/// page a member's savepoint touched was copied into an in-memory sub-journal, before members
+/// lost their savepoints). `perf` put about 4 % of the worker benchmark's CPU in that counting (the mutex and the
 /// size bookkeeping around `malloc`). Nothing in airlock reads the statistics
 /// (`sqlite3_memory_used`, `sqlite3_status`) or sets a heap limit, which needs them, so nothing
 /// else changes. SQLite accepts the setting only before it initializes; if something else in
@@ -336,9 +337,9 @@ fn configure(conn: &Connection) -> Result<(), SqliteError> {
             actual: journal_mode,
         });
     }
-    // temp_store=MEMORY keeps the statement journals of the group's savepoints (one per member,
-    // one per multi-statement write) in memory rather than in temporary files: they only ever
-    // serve a ROLLBACK TO inside the open transaction, never recovery, so durability is unchanged.
+    // temp_store=MEMORY keeps statement journals (one per multi-row write) in memory rather
+    // than in temporary files: they only ever undo a failed statement inside the open
+    // transaction, never serve recovery, so durability is unchanged.
     for (pragma, value) in [
         ("synchronous", "FULL"),
         ("foreign_keys", "ON"),

@@ -8,7 +8,8 @@
 //! module keeps them across transactions, and stays true by three rules:
 //!
 //! - **Only what a member that ended well wrote or read is kept**: the group absorbs a member's
-//!   [`Kept`] after its `RELEASE`. A member rolled back to its savepoint leaves nothing here.
+//!   [`Kept`] once its closure returned `Ok`. A member that failed, and was undone, leaves
+//!   nothing here.
 //!   Later members of the same group read the group's uncommitted rows, as they would from the
 //!   connection.
 //! - **A group that does not commit forgets everything**: its members' rows were never

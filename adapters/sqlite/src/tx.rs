@@ -24,7 +24,7 @@
 //! UNCERTAIN invocations. The update rules among them are core's `store::guards`, which
 //! `MemStore` and the PostgreSQL store call too.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -62,6 +62,7 @@ use super::recent::{Absorbed, Recent};
 use super::results;
 use super::rows::{self, int, json, opt_json, opt_ts, ts};
 use super::stored_state::{self, ScriptCalls};
+use super::write_log::WriteLog;
 
 /// Maps an SQLite error to core's error kinds (see the module docs).
 pub(super) fn tx_error(error: rusqlite::Error) -> TxError {
@@ -141,8 +142,8 @@ fn step_records_sql(limit_rows: usize) -> String {
     )
 }
 
-/// One transaction's view of the connection. Created per `transact` caller, inside that
-/// caller's savepoint.
+/// One transaction's view of the connection. Created per `transact` caller, as a member of
+/// the open group (see the `group` module).
 pub(super) struct SqliteTx<'c> {
     conn: &'c Connection,
     /// Planner inputs already read (see the `planner_inputs` module).
@@ -160,6 +161,9 @@ pub(super) struct SqliteTx<'c> {
     /// What the writer's earlier transactions left (see the `recent` module); `None` for a
     /// reader, whose snapshot may predate it.
     recent: Option<&'c Recent>,
+    /// The write statements this transaction ran, for the group to replay if a later member
+    /// must be undone (see the `write_log` module); `None` for a reader.
+    log: Option<RefCell<WriteLog>>,
 }
 
 impl<'c> SqliteTx<'c> {
@@ -173,6 +177,7 @@ impl<'c> SqliteTx<'c> {
             sql_nanos: Cell::new(0),
             decision_ids: BTreeMap::new(),
             recent: None,
+            log: None,
         }
     }
 
@@ -184,19 +189,36 @@ impl<'c> SqliteTx<'c> {
     ) -> SqliteTx<'c> {
         SqliteTx {
             recent: Some(recent),
+            log: Some(RefCell::default()),
             ..SqliteTx::new(conn, inputs)
         }
     }
 
-    /// What this transaction leaves for the writer's cache, once it ended well (its savepoint
-    /// released).
-    pub(super) fn into_absorbed(self) -> Absorbed {
+    /// What this transaction leaves for the writer's cache once it ended well, and the write
+    /// statements it ran (see the `write_log` module).
+    pub(super) fn into_absorbed(self) -> (Absorbed, WriteLog) {
         let (next_sequences, next_event_id) = self.journal.into_counters();
-        Absorbed {
+        let absorbed = Absorbed {
             kept: self.kept,
             next_sequences,
             next_event_id,
             decision_ids: self.decision_ids,
+        };
+        (
+            absorbed,
+            self.log.map(RefCell::into_inner).unwrap_or_default(),
+        )
+    }
+
+    /// Logs a statement that just completed if it changed rows (`total_changes` moved from
+    /// `before`, triggers' changes included; see the `write_log` module). A statement that
+    /// changed nothing needs no replay, and one that failed changed nothing: SQLite undoes a
+    /// failed statement's partial changes.
+    fn log_write(&self, before: u64, sql: &str, params: &[&dyn ToSql]) {
+        if let Some(log) = &self.log
+            && self.conn.total_changes() != before
+        {
+            log.borrow_mut().record(self.conn, sql, params);
         }
     }
 
@@ -222,8 +244,10 @@ impl<'c> SqliteTx<'c> {
     fn execute(&self, sql: &str, params: &[&dyn ToSql]) -> Result<usize, TxError> {
         let conn = self.conn()?;
         let started = Instant::now();
+        let before = conn.total_changes();
         let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
         let changed = statement.execute(params).map_err(tx_error);
+        self.log_write(before, sql, params);
         self.count_sql(started);
         changed
     }
@@ -249,11 +273,13 @@ impl<'c> SqliteTx<'c> {
     ) -> Result<Option<T>, TxError> {
         let conn = self.conn()?;
         let started = Instant::now();
+        let before = conn.total_changes();
         let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
         let row = statement
             .query_row(params, map)
             .optional()
             .map_err(tx_error);
+        self.log_write(before, sql, params);
         self.count_sql(started);
         row
     }
@@ -267,11 +293,13 @@ impl<'c> SqliteTx<'c> {
     ) -> Result<Vec<T>, TxError> {
         let conn = self.conn()?;
         let started = Instant::now();
+        let before = conn.total_changes();
         let mut statement = conn.prepare_cached(sql).map_err(tx_error)?;
         let rows = statement
             .query_map(params, map)
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<T>>>())
             .map_err(tx_error);
+        self.log_write(before, sql, params);
         self.count_sql(started);
         rows
     }

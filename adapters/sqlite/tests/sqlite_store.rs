@@ -1923,7 +1923,7 @@ fn the_writers_memory_of_earlier_transactions_gives_way_to_another_connections_c
     );
 }
 
-/// A transaction that fails is rolled back to its savepoint, and the writer forgets what it
+/// A transaction that fails is undone, and the writer forgets what it
 /// wrote: the next transaction reads the row as stored, not as the failed one left it.
 #[test]
 fn a_failed_transactions_writes_are_not_remembered_by_the_writer() {
@@ -1984,4 +1984,111 @@ fn a_heartbeat_makes_the_writer_read_the_run_again() {
         _ => None,
     });
     assert_eq!(expires, Some(Some(until)), "the renewed lease is read");
+}
+
+/// Members share one transaction without a savepoint each: a member that fails after writing
+/// is undone by rolling the group back and replaying the members before it (the `write_log`
+/// module). The member before it commits with the group, as if nothing had happened; nothing
+/// of the failed one remains.
+#[test]
+fn a_member_that_fails_after_writing_is_undone_and_its_group_mate_commits() {
+    let (dir, store) = fresh();
+    let store = Arc::new(store);
+    let first_run = seed_run(&*store, 1, RunStatus::Running);
+    let second_run = seed_run(&*store, 2, RunStatus::Running);
+    let guard_of = |run: &Run| RunGuard {
+        run_id: run.id,
+        status: run.status(),
+        lease: run.lease(),
+    };
+    let before = store.group_stats();
+    let arrived = Arc::new(Barrier::new(2));
+
+    let second = {
+        let (store, run, arrived) = (Arc::clone(&store), second_run.clone(), Arc::clone(&arrived));
+        thread::spawn(move || {
+            arrived.wait();
+            store.transact(|tx| -> Result<(), TxError> {
+                let mut counted = run.clone();
+                counted.step_count += 1;
+                tx.update_run(&guard_of(&run), &counted)?;
+                tx.insert_invocation(&sample_invocation(
+                    9,
+                    &run,
+                    1,
+                    "c9",
+                    InvocationStatus::Authorized,
+                ))?;
+                Err(TxError::Conflict(
+                    "the second member fails after writing".to_owned(),
+                ))
+            })
+        })
+    };
+    let mut first_counted = first_run.clone();
+    first_counted.step_count += 1;
+    let first = store.transact(|tx| {
+        arrived.wait();
+        // Long enough for the second caller to queue behind this member.
+        thread::sleep(Duration::from_millis(300));
+        tx.append_event(&sample_event(
+            &first_run,
+            EventType::RunStarted,
+            json!({"n": 1}),
+            Some("first"),
+        ))?;
+        tx.update_run(&guard_of(&first_run), &first_counted)
+    });
+    let second = second.join().expect("second thread");
+
+    assert_eq!(first, Ok(first_counted.clone()), "the first member commits");
+    assert_eq!(
+        second,
+        Err(TxError::Conflict(
+            "the second member fails after writing".to_owned()
+        ))
+    );
+    let after = store.group_stats();
+    assert_eq!(after.groups - before.groups, 1, "both shared one COMMIT");
+
+    let conn = raw(&dir.path().join("airlock.sqlite3"));
+    let steps: Vec<(String, i64)> = conn
+        .prepare("SELECT id, step_count FROM runs ORDER BY id")
+        .expect("query")
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(
+        steps,
+        vec![
+            (first_run.id.to_string(), 1),
+            (second_run.id.to_string(), 0)
+        ],
+        "the first member's update is kept, the second's undone"
+    );
+    let invocations: i64 = conn
+        .query_row("SELECT COUNT(*) FROM tool_invocations", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(invocations, 0, "the failed member's invocation is undone");
+    let events: Vec<String> = conn
+        .prepare("SELECT derivation_key FROM events ORDER BY id")
+        .expect("query")
+        .query_map([], |r| r.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("rows");
+    assert_eq!(
+        events,
+        vec!["first".to_owned()],
+        "the first member's event is kept"
+    );
+    // The writer's memory agrees with the rows.
+    assert_eq!(
+        commit(&*store, "read", |tx| Ok((
+            tx.run(first_run.id)?,
+            tx.run(second_run.id)?
+        ))),
+        (Some(first_counted), Some(second_run))
+    );
 }
