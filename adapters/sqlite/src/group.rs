@@ -445,7 +445,7 @@ fn run_member<R>(
     let broken = if conn.is_autocommit() {
         Some(rolled_back_by_sqlite(&result))
     } else if matches!(result, MemberResult::Returned(Ok(_))) {
-        if conn.total_changes() != changes_before && log.is_empty() {
+        if conn.total_changes().wrapping_sub(changes_before) != log.accounted() {
             written.log.mark_unreplayable(
                 "a member changed rows that no logged statement accounts for".to_owned(),
             );
@@ -457,7 +457,7 @@ fn run_member<R>(
         // It failed before changing anything: nothing to undo.
         None
     } else {
-        written.undo_member(conn).err()
+        written.undo_member(conn, recent).err()
     };
     (
         result,
@@ -484,11 +484,18 @@ impl GroupWrites {
     /// Undoes the member that just failed after writing: rolls the group's transaction back,
     /// begins it again, checks that no other connection committed in between, and replays the
     /// writes of the members before it. An error breaks the group.
-    fn undo_member(&self, conn: &Connection) -> Result<(), String> {
+    fn undo_member(&mut self, conn: &Connection, recent: &mut Recent) -> Result<(), String> {
         control(conn, "ROLLBACK").map_err(|e| format!("undoing a failed member: {e}"))?;
         control(conn, "BEGIN IMMEDIATE")
             .map_err(|e| format!("undoing a failed member: begin again: {e}"))?;
         let version = data_version(conn).map_err(|e| format!("undoing a failed member: {e}"))?;
+        if version != self.begun_version && self.log.is_empty() {
+            // Only reads came before the failed member: they stand as read before the other
+            // connection's commit, and nothing needs replaying on the database as it is now.
+            recent.note_data_version(version);
+            self.begun_version = version;
+            return Ok(());
+        }
         if version != self.begun_version {
             return Err(
                 "undoing a failed member: another connection committed while the group was \

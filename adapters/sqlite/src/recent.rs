@@ -24,15 +24,19 @@
 //! Readers (`Store::read`, on their own connections) never see it: they read a committed
 //! snapshot, and this cache holds the open group's uncommitted rows too.
 //!
-//! What is kept is bounded: a run leaves when it reaches a terminal status, an invocation when
-//! it does (core reads a finished call again only when it reads the whole run), and each map is
-//! emptied whole when it outgrows [`BOUND`], which costs nothing but reads.
+//! What is kept is bounded by what is executing: a run only while it is RUNNING, an invocation
+//! only while it is on its way to a result (PROPOSED, AUTHORIZED, RUNNING). A run parked for an
+//! approval, or finished, and a call waiting for one, or finished, leave: they may wait for
+//! days, and their next read is no hot path. Each map is also emptied whole when it outgrows
+//! [`BOUND`], and the runs when their planner inputs (shared with the `planner_inputs` cache,
+//! but kept alive here) pass [`INPUT_BUDGET`] bytes; emptying costs nothing but reads.
 
 use std::collections::BTreeMap;
 
 use airlock_core::ids::{InvocationId, RunId, SessionId};
 use airlock_core::invocation::Invocation;
 use airlock_core::run::Run;
+use airlock_core::vocab::{InvocationStatus, RunStatus};
 
 use super::kept::Kept;
 
@@ -40,6 +44,10 @@ use super::kept::Kept;
 /// (4 runs per worker by default, SPEC §8.2), so in steady state nothing is dropped but what
 /// ended.
 pub(super) const BOUND: usize = 4096;
+
+/// At most this many bytes of planner inputs held by the kept runs (the `planner_inputs`
+/// cache's own budget).
+pub(super) const INPUT_BUDGET: usize = 64 * 1024 * 1024;
 
 /// What a member that ended well hands the cache (see the module docs).
 pub(super) struct Absorbed {
@@ -55,6 +63,8 @@ pub(super) struct Absorbed {
 #[derive(Debug, Default)]
 pub(super) struct Recent {
     runs: BTreeMap<RunId, Run>,
+    /// The bytes of the kept runs' planner inputs (each counted once per run).
+    input_bytes: usize,
     /// The session of each run met (a run's session never changes).
     sessions: BTreeMap<RunId, SessionId>,
     invocations: BTreeMap<InvocationId, Invocation>,
@@ -103,24 +113,29 @@ impl Recent {
         } = absorbed;
         let parts = kept.into_parts();
         for run in parts.forgotten_runs {
-            self.runs.remove(&run);
+            self.remove_run(run);
         }
         for (run, session) in parts.sessions {
             self.sessions.insert(run, session);
         }
         for (id, run) in parts.runs {
             self.sessions.insert(id, run.session_id);
-            if run.status().is_terminal() {
-                self.runs.remove(&id);
-            } else {
+            self.remove_run(id);
+            if run.status() == RunStatus::Running {
+                self.input_bytes = self.input_bytes.saturating_add(run.planner_input.len());
                 self.runs.insert(id, run);
             }
         }
         for (id, invocation) in parts.invocations {
-            if invocation.status.is_terminal() {
-                self.invocations.remove(&id);
-            } else {
+            if matches!(
+                invocation.status,
+                InvocationStatus::Proposed
+                    | InvocationStatus::Authorized
+                    | InvocationStatus::Running
+            ) {
                 self.invocations.insert(id, invocation);
+            } else {
+                self.invocations.remove(&id);
             }
         }
         self.next_sequences.extend(next_sequences);
@@ -131,10 +146,17 @@ impl Recent {
         self.bound();
     }
 
-    /// Empties each map that outgrew [`BOUND`].
+    fn remove_run(&mut self, id: RunId) {
+        if let Some(run) = self.runs.remove(&id) {
+            self.input_bytes = self.input_bytes.saturating_sub(run.planner_input.len());
+        }
+    }
+
+    /// Empties each map that outgrew [`BOUND`], and the runs past [`INPUT_BUDGET`].
     fn bound(&mut self) {
-        if self.runs.len() > BOUND {
+        if self.runs.len() > BOUND || self.input_bytes > INPUT_BUDGET {
             self.runs.clear();
+            self.input_bytes = 0;
         }
         if self.sessions.len() > BOUND {
             self.sessions.clear();
@@ -184,7 +206,6 @@ impl Recent {
 #[cfg(test)]
 mod tests {
     use airlock_core::testing::fixtures::{sample_invocation, sample_run, sample_session};
-    use airlock_core::vocab::{InvocationStatus, RunStatus};
 
     use super::*;
 
@@ -209,15 +230,18 @@ mod tests {
         let session = sample_session(1);
         let running = sample_run(1, session.id, RunStatus::Running);
         let done = sample_run(2, session.id, RunStatus::Completed);
+        let parked = sample_run(3, session.id, RunStatus::WaitingForApproval);
         let open = sample_invocation(1, &running, 1, "c1", InvocationStatus::Running);
         let closed = sample_invocation(2, &running, 1, "c2", InvocationStatus::Succeeded);
+        let waiting = sample_invocation(3, &running, 1, "c3", InvocationStatus::WaitingForApproval);
         let mut recent = Recent::default();
         recent.absorb(absorbed(
-            &[running.clone(), done.clone()],
-            &[open.clone(), closed.clone()],
+            &[running.clone(), done.clone(), parked.clone()],
+            &[open.clone(), closed.clone(), waiting.clone()],
         ));
         assert_eq!(recent.run(running.id), Some(&running));
         assert_eq!(recent.run(done.id), None, "a terminal run is not kept");
+        assert_eq!(recent.run(parked.id), None, "a parked run is not kept");
         assert_eq!(
             recent.session_of(done.id),
             Some(session.id),
@@ -229,7 +253,55 @@ mod tests {
             None,
             "a finished call is not kept"
         );
+        assert_eq!(
+            recent.invocation(waiting.id),
+            None,
+            "a waiting call is not kept"
+        );
         assert_eq!(recent.next_event_id(), Some(9));
+    }
+
+    #[test]
+    fn a_run_that_finishes_leaves_with_its_inputs_bytes() {
+        let session = sample_session(1);
+        let running = sample_run(1, session.id, RunStatus::Running);
+        let mut recent = Recent::default();
+        recent.absorb(absorbed(std::slice::from_ref(&running), &[]));
+        recent.absorb(absorbed(std::slice::from_ref(&running), &[]));
+        assert_eq!(
+            recent.input_bytes,
+            running.planner_input.len(),
+            "counted once"
+        );
+        let mut finished = running.clone();
+        finished.state = sample_run(2, session.id, RunStatus::Completed).state;
+        recent.absorb(absorbed(&[finished], &[]));
+        assert_eq!(recent.run(running.id), None);
+        assert_eq!(recent.input_bytes, 0);
+    }
+
+    #[test]
+    fn runs_past_the_input_budget_are_emptied() {
+        let session = sample_session(1);
+        let mut big = sample_run(1, session.id, RunStatus::Running);
+        big.planner_input = "x".repeat(INPUT_BUDGET / 2).into();
+        let mut other = sample_run(2, session.id, RunStatus::Running);
+        other.planner_input = big.planner_input.clone();
+        let mut recent = Recent::default();
+        recent.absorb(absorbed(&[big.clone(), other], &[]));
+        assert_eq!(recent.input_bytes, INPUT_BUDGET);
+        assert_eq!(
+            recent.run(big.id),
+            Some(&big),
+            "at the budget the runs stay"
+        );
+        let third = sample_run(3, session.id, RunStatus::Running);
+        recent.absorb(absorbed(&[third], &[]));
+        assert!(
+            recent.runs.is_empty(),
+            "past the budget the runs are emptied"
+        );
+        assert_eq!(recent.input_bytes, 0);
     }
 
     #[test]

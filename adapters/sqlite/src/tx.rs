@@ -215,19 +215,31 @@ impl<'c> SqliteTx<'c> {
     /// changed nothing needs no replay, and one that failed changed nothing: SQLite undoes a
     /// failed statement's partial changes.
     fn log_write(&self, before: u64, sql: &str, params: &[&dyn ToSql]) {
+        let moved = self.conn.total_changes().wrapping_sub(before);
         if let Some(log) = &self.log
-            && self.conn.total_changes() != before
+            && moved != 0
         {
-            log.borrow_mut().record(self.conn, sql, params);
+            log.borrow_mut().record(self.conn, sql, params, moved);
         }
     }
 
-    /// Run `id` as the writer's cache holds it, unless this transaction forgot it.
+    /// Run `id` as the writer's cache holds it, unless this transaction forgot it. A debug
+    /// build (every test) also reads the row and panics if the two differ: the cache must
+    /// never answer what the row would not.
     fn recent_run(&self, id: RunId) -> Option<&'c Run> {
         if self.kept.forgot_run(id) {
             return None;
         }
-        self.recent.and_then(|recent| recent.run(id))
+        let recent = self.recent.and_then(|recent| recent.run(id))?;
+        #[cfg(debug_assertions)]
+        if let Ok(stored) = self.read_run(id) {
+            assert_eq!(
+                stored.as_ref(),
+                Some(recent),
+                "the writer's cache of run {id}"
+            );
+        }
+        Some(recent)
     }
 
     /// The connection, if the transaction is still open (see "a dead transaction" above).
@@ -388,6 +400,16 @@ impl<'c> SqliteTx<'c> {
                 == Some(session_id)
         });
         if let (Some(next), true) = (kept, run_known) {
+            #[cfg(debug_assertions)]
+            if self.journal.next_sequence_of(session_id).is_none()
+                && let Ok(Some(stored)) = self.one(
+                    rows::EVENT_SLOT,
+                    params![session_id.to_string(), run_id.map(|run| run.to_string())],
+                    |row| row.get::<_, i64>(0),
+                )
+            {
+                assert_eq!(stored, next, "the writer's cache of session {session_id}");
+            }
             return Ok(next);
         }
         let slot = self.one(
@@ -414,11 +436,20 @@ impl<'c> SqliteTx<'c> {
 
     /// The next event id: one past the journal's last, read once per transaction.
     fn next_event_id(&mut self) -> Result<i64, TxError> {
-        if let Some(next) = self
-            .journal
-            .next_event_id()
-            .or_else(|| self.recent.and_then(Recent::next_event_id))
-        {
+        if let Some(next) = self.journal.next_event_id() {
+            return Ok(next);
+        }
+        if let Some(next) = self.recent.and_then(Recent::next_event_id) {
+            #[cfg(debug_assertions)]
+            if let Ok(last) = self.one(journal::LAST_EVENT_ID, [].as_slice(), |row| {
+                row.get::<_, i64>(0)
+            }) {
+                assert_eq!(
+                    last.unwrap_or(0) + 1,
+                    next,
+                    "the writer's cache of event ids"
+                );
+            }
             self.journal.set_next_event_id(next);
             return Ok(next);
         }
@@ -1337,6 +1368,21 @@ impl StoreTx for SqliteTx<'_> {
             return Ok(Some(invocation.clone()));
         }
         if let Some(invocation) = self.recent.and_then(|recent| recent.invocation(id)) {
+            #[cfg(debug_assertions)]
+            if let Ok(stored) = self.one(
+                &format!(
+                    "SELECT {} FROM tool_invocations WHERE id = ?1",
+                    rows::INVOCATION_COLUMNS
+                ),
+                params![id.to_string()],
+                self.invocation_row(),
+            ) {
+                assert_eq!(
+                    stored.as_ref(),
+                    Some(invocation),
+                    "the writer's cache of invocation {id}"
+                );
+            }
             self.kept.keep_invocation(invocation);
             return Ok(Some(invocation.clone()));
         }

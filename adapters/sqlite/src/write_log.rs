@@ -51,13 +51,24 @@ fn is_insert(sql: &str) -> bool {
 #[derive(Debug, Clone, Default)]
 pub(super) struct WriteLog {
     writes: Vec<LoggedWrite>,
+    /// The rows the logged statements changed, triggers' changes included (`total_changes`):
+    /// a member whose own count differs wrote something the log does not hold.
+    accounted: u64,
     /// Why these writes cannot be replayed, once one could not be logged.
     unreplayable: Option<String>,
 }
 
 impl WriteLog {
-    /// Logs a write statement that ran on `conn` with `params` and just completed.
-    pub(super) fn record(&mut self, conn: &Connection, sql: &str, params: &[&dyn ToSql]) {
+    /// Logs a write statement that ran on `conn` with `params`, just completed, and moved the
+    /// connection's `total_changes` by `moved`.
+    pub(super) fn record(
+        &mut self,
+        conn: &Connection,
+        sql: &str,
+        params: &[&dyn ToSql],
+        moved: u64,
+    ) {
+        self.accounted = self.accounted.wrapping_add(moved);
         if self.unreplayable.is_some() {
             return;
         }
@@ -87,8 +98,14 @@ impl WriteLog {
         self.unreplayable.get_or_insert(reason);
     }
 
+    /// Whether there is nothing to replay: no write logged, and none that could not be.
     pub(super) fn is_empty(&self) -> bool {
-        self.writes.is_empty()
+        self.writes.is_empty() && self.unreplayable.is_none()
+    }
+
+    /// The rows the logged statements changed (see `accounted`).
+    pub(super) fn accounted(&self) -> u64 {
+        self.accounted
     }
 
     /// Appends a member's log (the member ended well).
@@ -97,11 +114,13 @@ impl WriteLog {
             self.mark_unreplayable(reason);
         }
         self.writes.extend(member.writes);
+        self.accounted = self.accounted.wrapping_add(member.accounted);
     }
 
     /// Forgets every write (a new group begins).
     pub(super) fn clear(&mut self) {
         self.writes.clear();
+        self.accounted = 0;
         self.unreplayable = None;
     }
 
@@ -164,8 +183,8 @@ mod tests {
     }
 
     fn write(conn: &Connection, log: &mut WriteLog, sql: &str, params: &[&dyn ToSql]) {
-        conn.prepare_cached(sql).unwrap().execute(params).unwrap();
-        log.record(conn, sql, params);
+        let moved = conn.prepare_cached(sql).unwrap().execute(params).unwrap();
+        log.record(conn, sql, params, moved as u64);
     }
 
     #[test]
