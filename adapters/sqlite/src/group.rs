@@ -545,14 +545,19 @@ mod tests {
         conn
     }
 
+    /// A group committing through a [`nearly_full`] connection on a store file in `dir`.
+    fn nearly_full_group(dir: &std::path::Path) -> GroupCommit {
+        GroupCommit::new(
+            nearly_full(&dir.join("store.sqlite3")),
+            None,
+            Arc::default(),
+        )
+    }
+
     #[test]
     fn a_member_that_fills_the_disk_gets_its_own_error_not_a_bare_rollback() {
         let dir = tempfile::tempdir().unwrap();
-        let group = GroupCommit::new(
-            nearly_full(&dir.path().join("store.sqlite3")),
-            None,
-            Arc::default(),
-        );
+        let group = nearly_full_group(dir.path());
         let session = sample_session(1);
         let mut run = sample_run(1, session.id, RunStatus::Queued);
         run.planner_input = format!("\"{}\"", "x".repeat(1_000_000)).into();
@@ -583,16 +588,12 @@ mod tests {
     /// never durable.
     #[test]
     fn a_group_that_does_not_commit_is_forgotten_by_the_writer() {
-        use airlock_core::run::RunGuard;
+        use airlock_core::testing::fixtures::guard_of;
         use std::sync::Barrier;
         use std::time::Duration;
 
         let dir = tempfile::tempdir().unwrap();
-        let group = GroupCommit::new(
-            nearly_full(&dir.path().join("store.sqlite3")),
-            None,
-            Arc::default(),
-        );
+        let group = nearly_full_group(dir.path());
         let session = sample_session(1);
         let run = sample_run(1, session.id, RunStatus::Running);
         group
@@ -601,11 +602,7 @@ mod tests {
                 tx.insert_run(&run)
             })
             .unwrap();
-        let guard = RunGuard {
-            run_id: run.id,
-            status: run.status(),
-            lease: run.lease(),
-        };
+        let guard = guard_of(&run);
         let mut counted = run.clone();
         counted.step_count += 1;
         let big_session = sample_session(2);

@@ -18,7 +18,7 @@ use airlock_core::ports::ProposedCall;
 use airlock_core::run::checkpoint::{
     Admission, Checkpoint, CheckpointState, PendingBatch, PinnedCall, ResultRef, StepRecord,
 };
-use airlock_core::run::{Failure, Run, RunGuard, RunState};
+use airlock_core::run::{Failure, Run, RunState};
 use airlock_core::store::{Store, TxError};
 use airlock_core::testing::fixtures::*;
 use airlock_core::vocab::{
@@ -844,11 +844,7 @@ fn a_run_update_names_only_the_columns_that_change() {
         })
         .expect("count")
     };
-    let guard = RunGuard {
-        run_id: run.id,
-        status: run.status(),
-        lease: run.lease(),
-    };
+    let guard = guard_of(&run);
 
     let mut counted = run.clone();
     counted.step_count += 1;
@@ -1146,11 +1142,7 @@ fn a_key_written_earlier_in_the_transaction_is_found_after_its_row_was_written()
 #[test]
 fn reads_after_a_write_in_the_same_transaction_see_the_write() {
     let (_dir, store) = fresh();
-    let run = seed_run(&store, 1, RunStatus::Running);
-    let invocation = seed_invocation(
-        &store,
-        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
-    );
+    let (run, invocation) = seed_run_and_call(&store);
     let lease = run.lease().expect("a running run's lease");
     let (before, after) = commit(&store, "read, heartbeat, read", |tx| {
         let before = tx.run(run.id)?;
@@ -1882,20 +1874,35 @@ fn a_pending_call_nested_as_deep_as_arguments_may_reads_back() {
     }
 }
 
+/// A RUNNING run (sample 1) with one AUTHORIZED call.
+fn seed_run_and_call(store: &SqliteStore) -> (Run, Invocation) {
+    let run = seed_run(store, 1, RunStatus::Running);
+    let invocation = seed_invocation(
+        store,
+        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
+    );
+    (run, invocation)
+}
+
+/// The run and the call as the writer reads them in a transaction of its own.
+fn read_run_and_call(
+    store: &SqliteStore,
+    run: &Run,
+    invocation: &Invocation,
+) -> (Option<Run>, Option<Invocation>) {
+    commit(store, "read", |tx| {
+        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
+    })
+}
+
 /// The writer answers a run or an invocation it wrote or read in an earlier transaction from
 /// memory (the `recent` module); another connection's commit makes it read the row again.
 #[test]
 fn the_writers_memory_of_earlier_transactions_gives_way_to_another_connections_commit() {
     let (dir, store) = fresh();
-    let run = seed_run(&store, 1, RunStatus::Running);
-    let invocation = seed_invocation(
-        &store,
-        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
-    );
+    let (run, invocation) = seed_run_and_call(&store);
     // Read once by the writer: both are now kept between its transactions.
-    let (kept_run, kept_invocation) = commit(&store, "read", |tx| {
-        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
-    });
+    let (kept_run, kept_invocation) = read_run_and_call(&store, &run, &invocation);
     assert_eq!(kept_run.as_ref(), Some(&run));
     assert_eq!(kept_invocation.as_ref(), Some(&invocation));
 
@@ -1908,9 +1915,7 @@ fn the_writers_memory_of_earlier_transactions_gives_way_to_another_connections_c
     )
     .expect("another connection changes the invocation");
 
-    let (now_run, now_invocation) = commit(&store, "read again", |tx| {
-        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
-    });
+    let (now_run, now_invocation) = read_run_and_call(&store, &run, &invocation);
     assert_eq!(
         now_run.map(|r| r.attempts),
         Some(run.attempts + 7),
@@ -1928,16 +1933,8 @@ fn the_writers_memory_of_earlier_transactions_gives_way_to_another_connections_c
 #[test]
 fn a_failed_transactions_writes_are_not_remembered_by_the_writer() {
     let (_dir, store) = fresh();
-    let run = seed_run(&store, 1, RunStatus::Running);
-    let invocation = seed_invocation(
-        &store,
-        sample_invocation(1, &run, 1, "c1", InvocationStatus::Authorized),
-    );
-    let guard = RunGuard {
-        run_id: run.id,
-        status: run.status(),
-        lease: run.lease(),
-    };
+    let (run, invocation) = seed_run_and_call(&store);
+    let guard = guard_of(&run);
     let mut counted = run.clone();
     counted.step_count += 1;
     let mut started = invocation.clone();
@@ -1952,9 +1949,7 @@ fn a_failed_transactions_writes_are_not_remembered_by_the_writer() {
         failed,
         Err(TxError::Conflict("this transaction fails".to_owned()))
     );
-    let (after_run, after_invocation) = commit(&store, "read", |tx| {
-        Ok((tx.run(run.id)?, tx.invocation(invocation.id)?))
-    });
+    let (after_run, after_invocation) = read_run_and_call(&store, &run, &invocation);
     assert_eq!(after_run, Some(run), "the run as stored");
     assert_eq!(
         after_invocation,
@@ -1996,11 +1991,6 @@ fn a_member_that_fails_after_writing_is_undone_and_its_group_mate_commits() {
     let store = Arc::new(store);
     let first_run = seed_run(&*store, 1, RunStatus::Running);
     let second_run = seed_run(&*store, 2, RunStatus::Running);
-    let guard_of = |run: &Run| RunGuard {
-        run_id: run.id,
-        status: run.status(),
-        lease: run.lease(),
-    };
     let before = store.group_stats();
     let arrived = Arc::new(Barrier::new(2));
 

@@ -22,7 +22,7 @@ use crate::invocation::outcome::{Outcome, ResultItem, codes};
 use crate::notify::target::{NotifyEvent, NotifyFormat, NotifyTarget, Progress, SecretSource};
 use crate::ports::ProposedCall;
 use crate::run::checkpoint::{Checkpoint, CheckpointState, ResultRef, StepRecord};
-use crate::run::{Failure, Limits, Run, RunState};
+use crate::run::{Failure, Limits, Run, RunGuard, RunState};
 use crate::scope::ScopeSet;
 use crate::session::{PolicyProfileRecord, Session, Settlement};
 use crate::store::{Store, StoreTx, TxError};
@@ -422,6 +422,15 @@ pub fn seed_run<S: Store>(store: &S, n: u128, status: RunStatus) -> Run {
         tx.insert_run(&run)
     });
     run
+}
+
+/// The guard an update of `run` as it is now names: its status, and its lease if it holds one.
+pub fn guard_of(run: &Run) -> RunGuard {
+    RunGuard {
+        run_id: run.id,
+        status: run.status(),
+        lease: run.lease(),
+    }
 }
 
 /// Inserts `invocation` (its run must exist) and returns it.
