@@ -80,11 +80,9 @@ impl Recent {
         self.runs.get(&id)
     }
 
+    /// Every run taken in has its session noted in `sessions`, kept or not.
     pub(super) fn session_of(&self, run: RunId) -> Option<SessionId> {
-        match self.runs.get(&run) {
-            Some(kept) => Some(kept.session_id),
-            None => self.sessions.get(&run).copied(),
-        }
+        self.sessions.get(&run).copied()
     }
 
     pub(super) fn invocation(&self, id: InvocationId) -> Option<&Invocation> {

@@ -223,6 +223,14 @@ impl<'c> SqliteTx<'c> {
         }
     }
 
+    /// The session of run `id` if this transaction or the writer's cache met the run (a run's
+    /// session never changes).
+    fn known_session_of(&self, id: RunId) -> Option<SessionId> {
+        self.kept
+            .session_of(id)
+            .or_else(|| self.recent.and_then(|recent| recent.session_of(id)))
+    }
+
     /// Run `id` as the writer's cache holds it, unless this transaction forgot it. A debug
     /// build (every test) also reads the row and panics if the two differ: the cache must
     /// never answer what the row would not.
@@ -362,11 +370,7 @@ impl<'c> SqliteTx<'c> {
     /// The session of run `id`, if the run exists: known if this transaction met the run (a
     /// run's session never changes), else read and remembered.
     fn run_session(&mut self, id: RunId) -> Result<Option<SessionId>, TxError> {
-        if let Some(session) = self
-            .kept
-            .session_of(id)
-            .or_else(|| self.recent.and_then(|recent| recent.session_of(id)))
-        {
+        if let Some(session) = self.known_session_of(id) {
             return Ok(Some(session));
         }
         let session: Option<SessionId> = self.one(
@@ -393,12 +397,7 @@ impl<'c> SqliteTx<'c> {
             self.recent
                 .and_then(|recent| recent.next_sequence_of(session_id))
         });
-        let run_known = run_id.is_none_or(|run| {
-            self.kept
-                .session_of(run)
-                .or_else(|| self.recent.and_then(|recent| recent.session_of(run)))
-                == Some(session_id)
-        });
+        let run_known = run_id.is_none_or(|run| self.known_session_of(run) == Some(session_id));
         if let (Some(next), true) = (kept, run_known) {
             #[cfg(debug_assertions)]
             if self.journal.next_sequence_of(session_id).is_none()
@@ -542,6 +541,18 @@ impl<'c> SqliteTx<'c> {
             Some(calls) => calls,
             None => ScriptCalls::of_input(&input).map(Arc::new),
         })
+    }
+
+    /// Invocation `id` as its row holds it.
+    fn read_invocation(&self, id: InvocationId) -> Result<Option<Invocation>, TxError> {
+        self.one(
+            &format!(
+                "SELECT {} FROM tool_invocations WHERE id = ?1",
+                rows::INVOCATION_COLUMNS
+            ),
+            params![id.to_string()],
+            self.invocation_row(),
+        )
     }
 
     /// Decodes an invocation row as this transaction reads it: with what it wrote (`kept`), and
@@ -1369,14 +1380,7 @@ impl StoreTx for SqliteTx<'_> {
         }
         if let Some(invocation) = self.recent.and_then(|recent| recent.invocation(id)) {
             #[cfg(debug_assertions)]
-            if let Ok(stored) = self.one(
-                &format!(
-                    "SELECT {} FROM tool_invocations WHERE id = ?1",
-                    rows::INVOCATION_COLUMNS
-                ),
-                params![id.to_string()],
-                self.invocation_row(),
-            ) {
+            if let Ok(stored) = self.read_invocation(id) {
                 assert_eq!(
                     stored.as_ref(),
                     Some(invocation),
@@ -1386,14 +1390,7 @@ impl StoreTx for SqliteTx<'_> {
             self.kept.keep_invocation(invocation);
             return Ok(Some(invocation.clone()));
         }
-        let invocation = self.one(
-            &format!(
-                "SELECT {} FROM tool_invocations WHERE id = ?1",
-                rows::INVOCATION_COLUMNS
-            ),
-            params![id.to_string()],
-            self.invocation_row(),
-        )?;
+        let invocation = self.read_invocation(id)?;
         if let Some(invocation) = &invocation {
             self.kept.keep_invocation(invocation);
         }
@@ -1455,9 +1452,10 @@ impl StoreTx for SqliteTx<'_> {
             .collect::<Vec<_>>()
             .join(", ");
         let run = run.to_string();
-        let mut values: Vec<&dyn ToSql> = vec![&run];
         let names: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
-        values.extend(names.iter().map(|name| name as &dyn ToSql));
+        let values: Vec<&dyn ToSql> = std::iter::once(&run as &dyn ToSql)
+            .chain(names.iter().map(|name| name as &dyn ToSql))
+            .collect();
         self.all(
             &format!(
                 "SELECT {} FROM tool_invocations WHERE run_id = ?1 AND status IN ({placeholders}) \
