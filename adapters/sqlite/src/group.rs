@@ -545,6 +545,42 @@ mod tests {
         conn
     }
 
+    /// An undo checks that the database is as the group found it: when another connection
+    /// committed since the group began (its data version moved), members before the failed
+    /// one that only read stand, and members that wrote cannot be replayed.
+    #[test]
+    fn an_undo_after_another_connections_commit_keeps_reads_and_refuses_writes() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (v TEXT)").unwrap();
+        let begin = |written: &mut GroupWrites| {
+            control(&conn, "BEGIN IMMEDIATE").unwrap();
+            // As if another connection had committed before this group began.
+            written.begin(data_version(&conn).unwrap() - 1);
+            conn.execute("INSERT INTO t (v) VALUES ('failed member')", [])
+                .unwrap();
+        };
+        let rows = || -> i64 {
+            conn.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+                .unwrap()
+        };
+
+        let mut recent = Recent::default();
+        let mut only_reads = GroupWrites::default();
+        begin(&mut only_reads);
+        assert_eq!(only_reads.undo_member(&conn, &mut recent), Ok(()));
+        assert_eq!(rows(), 0, "the failed member's row is undone");
+        assert_eq!(only_reads.begun_version, data_version(&conn).unwrap());
+        control(&conn, "COMMIT").unwrap();
+
+        let mut with_writes = GroupWrites::default();
+        begin(&mut with_writes);
+        let mut member = WriteLog::default();
+        member.record(&conn, "INSERT INTO t (v) VALUES ('earlier member')", &[], 1);
+        with_writes.log.extend(member);
+        let error = with_writes.undo_member(&conn, &mut recent).unwrap_err();
+        assert!(error.contains("another connection committed"), "{error}");
+    }
+
     /// A group committing through a [`nearly_full`] connection on a store file in `dir`.
     fn nearly_full_group(dir: &std::path::Path) -> GroupCommit {
         GroupCommit::new(
