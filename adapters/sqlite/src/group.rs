@@ -489,7 +489,7 @@ impl GroupWrites {
         control(conn, "BEGIN IMMEDIATE")
             .map_err(|e| format!("undoing a failed member: begin again: {e}"))?;
         let version = data_version(conn).map_err(|e| format!("undoing a failed member: {e}"))?;
-        if version != self.begun_version && self.log.is_empty() {
+        if version != self.begun_version && self.log.nothing_to_replay() {
             // Only reads came before the failed member: they stand as read before the other
             // connection's commit, and nothing needs replaying on the database as it is now.
             recent.note_data_version(version);

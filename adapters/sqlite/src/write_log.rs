@@ -99,7 +99,7 @@ impl WriteLog {
     }
 
     /// Whether there is nothing to replay: no write logged, and none that could not be.
-    pub(super) fn is_empty(&self) -> bool {
+    pub(super) fn nothing_to_replay(&self) -> bool {
         self.writes.is_empty() && self.unreplayable.is_none()
     }
 
