@@ -187,19 +187,25 @@ mod tests {
         log.record(conn, sql, params, moved as u64);
     }
 
-    #[test]
-    fn a_replay_on_the_same_rows_does_the_same_writes() {
-        let conn = table();
-        conn.execute_batch("BEGIN").unwrap();
+    /// Logs two writes: row 'a' inserted, then renamed 'c'.
+    fn insert_a_then_rename_it(conn: &Connection) -> WriteLog {
         let mut log = WriteLog::default();
-        write(&conn, &mut log, "INSERT INTO t (v) VALUES (?1)", &[&"a"]);
-        write(&conn, &mut log, "INSERT INTO t (v) VALUES (?1)", &[&"b"]);
+        write(conn, &mut log, "INSERT INTO t (v) VALUES (?1)", &[&"a"]);
         write(
-            &conn,
+            conn,
             &mut log,
             "UPDATE t SET v = ?1 WHERE v = ?2",
             &[&"c", &"a"],
         );
+        log
+    }
+
+    #[test]
+    fn a_replay_on_the_same_rows_does_the_same_writes() {
+        let conn = table();
+        conn.execute_batch("BEGIN").unwrap();
+        let mut log = insert_a_then_rename_it(&conn);
+        write(&conn, &mut log, "INSERT INTO t (v) VALUES (?1)", &[&"b"]);
         conn.execute_batch("ROLLBACK; BEGIN").unwrap();
         log.replay(&conn).unwrap();
         let rows: Vec<(i64, String)> = conn
@@ -216,14 +222,7 @@ mod tests {
     fn a_replay_that_meets_other_rows_is_refused() {
         let conn = table();
         conn.execute_batch("BEGIN").unwrap();
-        let mut log = WriteLog::default();
-        write(&conn, &mut log, "INSERT INTO t (v) VALUES (?1)", &[&"a"]);
-        write(
-            &conn,
-            &mut log,
-            "UPDATE t SET v = ?1 WHERE v = ?2",
-            &[&"c", &"a"],
-        );
+        let log = insert_a_then_rename_it(&conn);
         conn.execute_batch("ROLLBACK").unwrap();
         // Another writer's row: the insert gets another rowid.
         conn.execute_batch("INSERT INTO t (v) VALUES ('other'); BEGIN")
